@@ -1,0 +1,447 @@
+//! A tenant's tool catalog: an immutable snapshot built from what each
+//! upstream server listed, with namespacing, name validation, collision
+//! refusal, allow/deny filtering and a content-derived version.
+//!
+//! A new snapshot is built whenever a server's state changes; readers hold an
+//! `Arc<Catalog>` and never see a half-built catalog.
+
+pub mod name;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use sha2::{Digest, Sha256};
+
+use crate::config::ToolFilter;
+
+/// What one server contributes to a catalog build.
+#[derive(Debug)]
+pub struct ServerInput<'a> {
+    /// The configured server name.
+    pub name: &'a str,
+    /// `"stdio"` or `"http"`.
+    pub transport: &'static str,
+    /// Expose the server's own names unprefixed.
+    pub bare: bool,
+    /// Which of the server's tools are exposed.
+    pub filter: &'a ToolFilter,
+    /// The server's current state.
+    pub state: InputState<'a>,
+}
+
+/// The state of a server as seen by the catalog.
+#[derive(Debug)]
+pub enum InputState<'a> {
+    /// Not connected yet (or reconnecting).
+    Connecting,
+    /// Connected; these are every tool it listed.
+    Listed(&'a [rmcp::model::Tool]),
+    /// Connecting failed or the session ended, for this reason.
+    Failed(&'a str),
+}
+
+/// How a server stands in the catalog.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServerState {
+    /// The session is being established.
+    Connecting,
+    /// Connected; its tools are in the catalog.
+    Connected,
+    /// Not connected, for this reason.
+    Failed(String),
+    /// Connected, but its tools were refused for this reason (an invalid
+    /// exposed name, or a name another server also claims).
+    Refused(String),
+}
+
+/// One server's line in a catalog.
+#[derive(Debug, Clone)]
+pub struct ServerStatus {
+    /// The configured server name.
+    pub name: String,
+    /// `"stdio"` or `"http"`.
+    pub transport: &'static str,
+    /// Its state.
+    pub state: ServerState,
+    /// How many tools it contributes.
+    pub tool_count: u32,
+}
+
+/// MCP tool annotations (hints).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Annotations {
+    /// The tool does not modify its environment.
+    pub read_only: Option<bool>,
+    /// The tool may perform destructive updates.
+    pub destructive: Option<bool>,
+    /// Calling again with the same arguments has no additional effect.
+    pub idempotent: Option<bool>,
+    /// The tool interacts with an open world of external entities.
+    pub open_world: Option<bool>,
+}
+
+/// One exposed tool.
+#[derive(Debug, Clone)]
+pub struct CatalogTool {
+    /// The exposed name, unique within the tenant.
+    pub name: String,
+    /// The configured name of the server providing it.
+    pub server: String,
+    /// Index of that server in the tenant's configuration.
+    pub server_index: usize,
+    /// The tool's name on its server.
+    pub upstream_name: String,
+    /// The server's description, empty when none.
+    pub description: String,
+    /// `title`, else `annotations.title`, else empty.
+    pub title: String,
+    /// Input JSON Schema as JSON text.
+    pub input_schema_json: String,
+    /// Output JSON Schema as JSON text, empty when none.
+    pub output_schema_json: String,
+    /// Behaviour hints.
+    pub annotations: Annotations,
+    /// Stable hash of the definition (hex).
+    pub definition_hash: String,
+}
+
+/// An immutable snapshot of one tenant's catalog.
+#[derive(Debug, Default)]
+pub struct Catalog {
+    tools: Vec<CatalogTool>,
+    index: HashMap<String, usize>,
+    servers: Vec<ServerStatus>,
+    version: String,
+}
+
+impl Catalog {
+    /// Builds a snapshot from the servers' states, in configuration order.
+    pub fn build(inputs: &[ServerInput<'_>]) -> Catalog {
+        // First pass: each connected server's candidate tools, or why the
+        // server is refused on its own account.
+        let mut candidates: Vec<Result<Vec<CatalogTool>, String>> = Vec::new();
+        for (server_index, input) in inputs.iter().enumerate() {
+            candidates.push(match &input.state {
+                InputState::Listed(tools) => server_tools(server_index, input, tools),
+                _ => Ok(Vec::new()),
+            });
+        }
+
+        // Second pass: an exposed name claimed by two servers refuses both.
+        let mut claims: HashMap<&str, usize> = HashMap::new();
+        let mut collisions: Vec<(usize, usize, String)> = Vec::new();
+        for (server_index, tools) in candidates.iter().enumerate() {
+            let Ok(tools) = tools else { continue };
+            for tool in tools {
+                if let Some(&other) = claims.get(tool.name.as_str()) {
+                    collisions.push((other, server_index, tool.name.clone()));
+                } else {
+                    claims.insert(&tool.name, server_index);
+                }
+            }
+        }
+        let mut refusals: HashMap<usize, String> = HashMap::new();
+        for (first, second, exposed) in collisions {
+            let (a, b) = (inputs[first].name, inputs[second].name);
+            let reason = format!(
+                "servers `{a}` and `{b}` both expose the tool name `{exposed}`; \
+                 neither is used (rename a server, drop `bare`, or filter one tool out)"
+            );
+            refusals.entry(first).or_insert_with(|| reason.clone());
+            refusals.entry(second).or_insert(reason);
+        }
+
+        let mut tools = Vec::new();
+        let mut servers = Vec::with_capacity(inputs.len());
+        for (server_index, (input, candidate)) in inputs.iter().zip(candidates).enumerate() {
+            let (state, mut server_tools) = match (&input.state, candidate) {
+                (InputState::Connecting, _) => (ServerState::Connecting, Vec::new()),
+                (InputState::Failed(reason), _) => {
+                    (ServerState::Failed((*reason).to_owned()), Vec::new())
+                }
+                (InputState::Listed(_), Err(reason)) => (ServerState::Refused(reason), Vec::new()),
+                (InputState::Listed(_), Ok(list)) => match refusals.remove(&server_index) {
+                    Some(reason) => (ServerState::Refused(reason), Vec::new()),
+                    None => (ServerState::Connected, list),
+                },
+            };
+            servers.push(ServerStatus {
+                name: input.name.to_owned(),
+                transport: input.transport,
+                state,
+                tool_count: u32::try_from(server_tools.len()).unwrap_or(u32::MAX),
+            });
+            tools.append(&mut server_tools);
+        }
+        tools.sort_by(|a, b| a.name.cmp(&b.name));
+        let index = tools
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.name.clone(), i))
+            .collect();
+        let version = catalog_version(&tools);
+        Catalog {
+            tools,
+            index,
+            servers,
+            version,
+        }
+    }
+
+    /// Every exposed tool, sorted by name.
+    pub fn tools(&self) -> &[CatalogTool] {
+        &self.tools
+    }
+
+    /// The tool exposed as `name`, if any.
+    pub fn get(&self, name: &str) -> Option<&CatalogTool> {
+        self.index.get(name).map(|&i| &self.tools[i])
+    }
+
+    /// Each configured server's state, in configuration order.
+    pub fn servers(&self) -> &[ServerStatus] {
+        &self.servers
+    }
+
+    /// Whether any server is still connecting.
+    pub fn is_settling(&self) -> bool {
+        self.servers
+            .iter()
+            .any(|s| s.state == ServerState::Connecting)
+    }
+
+    /// The content-derived version: changes exactly when a tool is added,
+    /// removed or changed.
+    pub fn version(&self) -> &str {
+        &self.version
+    }
+}
+
+/// The exposed tools of one connected server, or why it is refused.
+fn server_tools(
+    server_index: usize,
+    input: &ServerInput<'_>,
+    listed: &[rmcp::model::Tool],
+) -> Result<Vec<CatalogTool>, String> {
+    let mut seen = HashMap::new();
+    let mut tools = Vec::new();
+    for tool in listed {
+        let upstream_name = tool.name.as_ref();
+        if seen.insert(upstream_name, ()).is_some() {
+            return Err(format!(
+                "server `{}` lists the tool `{upstream_name}` more than once",
+                input.name
+            ));
+        }
+        if !input.filter.allows(upstream_name) {
+            continue;
+        }
+        let exposed = name::expose(input.name, upstream_name, input.bare);
+        if !name::is_valid_exposed(&exposed) {
+            return Err(format!(
+                "tool `{}` of server `{}` would be exposed as `{}`, which does not match \
+                 ^[a-zA-Z0-9_-]{{1,64}}$; the server is refused (filter the tool out with \
+                 `tools.deny` to use the rest)",
+                printable(upstream_name),
+                input.name,
+                printable(&exposed)
+            ));
+        }
+        tools.push(catalog_tool(server_index, input.name, exposed, tool));
+    }
+    Ok(tools)
+}
+
+/// A name made safe to show: control characters escaped, long names cut.
+fn printable(name: &str) -> String {
+    let mut shown: String = name.chars().take(80).flat_map(char::escape_debug).collect();
+    if name.chars().count() > 80 {
+        shown.push('…');
+    }
+    shown
+}
+
+fn catalog_tool(
+    server_index: usize,
+    server: &str,
+    exposed: String,
+    tool: &rmcp::model::Tool,
+) -> CatalogTool {
+    let annotations = tool.annotations.as_ref();
+    let title = tool
+        .title
+        .clone()
+        .or_else(|| annotations.and_then(|a| a.title.clone()))
+        .unwrap_or_default();
+    let input_schema_json = serde_json::to_string(tool.input_schema.as_ref()).unwrap_or_default();
+    let output_schema_json = tool
+        .output_schema
+        .as_ref()
+        .map(|s| serde_json::to_string(s.as_ref()).unwrap_or_default())
+        .unwrap_or_default();
+    let annotations = Annotations {
+        read_only: annotations.and_then(|a| a.read_only_hint),
+        destructive: annotations.and_then(|a| a.destructive_hint),
+        idempotent: annotations.and_then(|a| a.idempotent_hint),
+        open_world: annotations.and_then(|a| a.open_world_hint),
+    };
+    let mut tool = CatalogTool {
+        name: exposed,
+        server: server.to_owned(),
+        server_index,
+        upstream_name: tool.name.to_string(),
+        description: tool.description.as_deref().unwrap_or_default().to_owned(),
+        title,
+        input_schema_json,
+        output_schema_json,
+        annotations,
+        definition_hash: String::new(),
+    };
+    tool.definition_hash = definition_hash(&tool);
+    tool
+}
+
+/// SHA-256 over every field a caller sees, each length-prefixed so that no
+/// two different definitions hash alike.
+fn definition_hash(tool: &CatalogTool) -> String {
+    let mut hasher = Sha256::new();
+    for field in [
+        tool.name.as_str(),
+        tool.server.as_str(),
+        tool.upstream_name.as_str(),
+        tool.description.as_str(),
+        tool.title.as_str(),
+        tool.input_schema_json.as_str(),
+        tool.output_schema_json.as_str(),
+    ] {
+        hasher.update((field.len() as u64).to_le_bytes());
+        hasher.update(field.as_bytes());
+    }
+    let a = &tool.annotations;
+    for hint in [a.read_only, a.destructive, a.idempotent, a.open_world] {
+        hasher.update([match hint {
+            None => 0u8,
+            Some(false) => 1,
+            Some(true) => 2,
+        }]);
+    }
+    hex(&hasher.finalize()[..16])
+}
+
+fn catalog_version(tools: &[CatalogTool]) -> String {
+    let mut hasher = Sha256::new();
+    for tool in tools {
+        hasher.update(tool.definition_hash.as_bytes());
+    }
+    hex(&hasher.finalize()[..12])
+}
+
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes.iter().fold(String::new(), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}
+
+/// A shared, immutable catalog snapshot.
+pub type SharedCatalog = Arc<Catalog>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tool(name: &str) -> rmcp::model::Tool {
+        rmcp::model::Tool::new(
+            name.to_owned(),
+            format!("does {name}"),
+            Arc::new(serde_json::Map::new()),
+        )
+    }
+
+    fn input<'a>(
+        name: &'a str,
+        bare: bool,
+        filter: &'a ToolFilter,
+        tools: &'a [rmcp::model::Tool],
+    ) -> ServerInput<'a> {
+        ServerInput {
+            name,
+            transport: "stdio",
+            bare,
+            filter,
+            state: InputState::Listed(tools),
+        }
+    }
+
+    #[test]
+    fn namespaces_and_routes() {
+        let filter = ToolFilter::default();
+        let a = [tool("search"), tool("fetch")];
+        let catalog = Catalog::build(&[input("repo", false, &filter, &a)]);
+        let names: Vec<_> = catalog.tools().iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["repo__fetch", "repo__search"]);
+        let routed = catalog.get("repo__search").unwrap();
+        assert_eq!(
+            (routed.server.as_str(), routed.upstream_name.as_str()),
+            ("repo", "search")
+        );
+    }
+
+    #[test]
+    fn collisions_refuse_both_servers() {
+        let filter = ToolFilter::default();
+        let a = [tool("search")];
+        let b = [tool("search")];
+        let c = [tool("other")];
+        let catalog = Catalog::build(&[
+            input("one", true, &filter, &a),
+            input("two", true, &filter, &b),
+            input("three", false, &filter, &c),
+        ]);
+        assert_eq!(catalog.tools().len(), 1);
+        for status in &catalog.servers()[..2] {
+            let ServerState::Refused(reason) = &status.state else {
+                panic!("expected refusal: {status:?}");
+            };
+            assert!(
+                reason.contains("`one`") && reason.contains("`two`"),
+                "{reason}"
+            );
+        }
+        assert_eq!(catalog.servers()[2].state, ServerState::Connected);
+    }
+
+    #[test]
+    fn invalid_names_refuse_the_server_naming_both() {
+        let filter = ToolFilter::default();
+        let a = [tool("ok"), tool("has space")];
+        let catalog = Catalog::build(&[input("srv", false, &filter, &a)]);
+        assert!(catalog.tools().is_empty());
+        let ServerState::Refused(reason) = &catalog.servers()[0].state else {
+            panic!("expected refusal");
+        };
+        assert!(
+            reason.contains("`has space`") && reason.contains("`srv`"),
+            "{reason}"
+        );
+    }
+
+    #[test]
+    fn version_changes_exactly_with_content() {
+        let filter = ToolFilter::default();
+        let a = [tool("x")];
+        let v1 = Catalog::build(&[input("s", false, &filter, &a)])
+            .version()
+            .to_owned();
+        let v1_again = Catalog::build(&[input("s", false, &filter, &a)])
+            .version()
+            .to_owned();
+        let b = [tool("y")];
+        let v2 = Catalog::build(&[input("s", false, &filter, &b)])
+            .version()
+            .to_owned();
+        assert_eq!(v1, v1_again);
+        assert_ne!(v1, v2);
+    }
+}

@@ -1,0 +1,166 @@
+//! The command line: `serve`, `check` and `demo`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+use crate::catalog::ServerState;
+use crate::config::{Config, ProcessEnv};
+use crate::registry::Registry;
+use crate::telemetry::{self, LogFormat};
+
+/// Exit code for an invalid configuration (EX_USAGE… EX_DATAERR family:
+/// 64 is what operators' tooling expects for "bad input").
+pub const EXIT_CONFIG: u8 = 64;
+
+/// toolgate: per-tenant MCP tool catalogs served over gRPC.
+#[derive(Debug, Parser)]
+#[command(name = "toolgate", version, about)]
+pub struct Cli {
+    /// Log format on stderr.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the gateway.
+    Serve {
+        /// The YAML configuration file.
+        #[arg(long, short)]
+        config: PathBuf,
+    },
+    /// Validate the configuration, connect every server, print each
+    /// tenant's catalog; exit 1 if any server failed or was refused.
+    Check {
+        /// The YAML configuration file.
+        #[arg(long, short)]
+        config: PathBuf,
+        /// Validate only; do not connect to any server.
+        #[arg(long)]
+        offline: bool,
+    },
+    /// Run an in-process MCP server, a gateway in front of it, and a gRPC
+    /// client against that; print what happens.
+    Demo,
+}
+
+/// Parses the command line and runs the command.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let default_filter = match cli.command {
+        Command::Demo => "warn",
+        _ => "info",
+    };
+    telemetry::init(cli.log_format, default_filter);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("toolgate: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    runtime.block_on(async move {
+        match cli.command {
+            Command::Serve { config } => serve(config).await,
+            Command::Check { config, offline } => check(config, offline).await,
+            Command::Demo => match crate::demo::run().await {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("toolgate demo failed: {e:#}");
+                    ExitCode::FAILURE
+                }
+            },
+        }
+    })
+}
+
+fn load(path: &std::path::Path) -> Result<Config, ExitCode> {
+    Config::load(path, &ProcessEnv).map_err(|e| {
+        eprintln!("toolgate: {e}");
+        ExitCode::from(EXIT_CONFIG)
+    })
+}
+
+async fn serve(path: PathBuf) -> ExitCode {
+    let config = match load(&path) {
+        Ok(config) => config,
+        Err(code) => return code,
+    };
+    match crate::app::serve(config, Arc::new(ProcessEnv), crate::app::shutdown_signal()).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("toolgate: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn check(path: PathBuf, offline: bool) -> ExitCode {
+    let config = match load(&path) {
+        Ok(config) => config,
+        Err(code) => return code,
+    };
+    println!(
+        "{}: configuration is valid ({} tenant(s))",
+        path.display(),
+        config.tenants.len()
+    );
+    if offline {
+        return ExitCode::SUCCESS;
+    }
+    let registry = Registry::start(&config, Arc::new(ProcessEnv));
+    let wait = config
+        .tenants
+        .iter()
+        .flat_map(|t| &t.servers)
+        .map(|s| s.connect_timeout)
+        .max()
+        .unwrap_or_default()
+        + Duration::from_secs(1);
+    let mut healthy = true;
+    for tenant in registry.tenants() {
+        let catalog = tenant.settled_catalog(wait).await;
+        println!(
+            "\ntenant {}  (catalog_version {})",
+            tenant.name,
+            catalog.version()
+        );
+        for server in catalog.servers() {
+            let state = match &server.state {
+                ServerState::Connected => format!("connected, {} tool(s)", server.tool_count),
+                ServerState::Connecting => {
+                    healthy = false;
+                    "still connecting (timed out)".to_owned()
+                }
+                ServerState::Failed(reason) => {
+                    healthy = false;
+                    format!("FAILED: {reason}")
+                }
+                ServerState::Refused(reason) => {
+                    healthy = false;
+                    format!("REFUSED: {reason}")
+                }
+            };
+            println!("  server {} ({}): {state}", server.name, server.transport);
+            for tool in catalog.tools().iter().filter(|t| t.server == server.name) {
+                println!("    {}", tool.name);
+            }
+        }
+    }
+    registry.shutdown().await;
+    if healthy {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}

@@ -1,0 +1,225 @@
+//! Configuration: the YAML file parsed into [`raw`] serde types, then
+//! validated into the domain types below. Every error names the path of the
+//! field at fault (`tenants[0].servers[1].url: ...`).
+
+mod raw;
+pub mod secret;
+mod validate;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub use secret::{Environment, ProcessEnv, Secret, SourceError, ValueSource};
+
+/// The default gRPC listen address.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:50051";
+/// How long in-flight calls may run after shutdown starts, by default.
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
+/// How long a session may take to start and list its tools, by default.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+/// Upstream timeout of a call whose caller set no deadline, by default.
+pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(120);
+/// Upper bound on any call's upstream timeout, by default.
+pub const DEFAULT_MAX_CALL_TIMEOUT: Duration = Duration::from_secs(600);
+/// Pages of `tools/list` read from one server before giving up, by default.
+pub const DEFAULT_MAX_LIST_PAGES: u32 = 100;
+
+/// The validated gateway configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Address of the gRPC listener.
+    pub listen: SocketAddr,
+    /// Bound on how long in-flight calls may finish after shutdown starts.
+    pub shutdown_grace: Duration,
+    /// Every tenant, in file order.
+    pub tenants: Vec<TenantConfig>,
+}
+
+/// One tenant: its caller credentials and its upstream servers.
+#[derive(Debug, Clone)]
+pub struct TenantConfig {
+    /// Unique tenant name (used in logs and metrics, never for routing).
+    pub name: String,
+    /// Bearer tokens that authenticate callers as this tenant.
+    pub tokens: Vec<Secret>,
+    /// Upstream servers, in file order.
+    pub servers: Vec<ServerConfig>,
+}
+
+/// One upstream MCP server of a tenant.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// The server's name, unique within the tenant; the namespace of its tools.
+    pub name: String,
+    /// How to reach the server.
+    pub transport: Transport,
+    /// Which of the server's tools are exposed.
+    pub filter: ToolFilter,
+    /// Expose the server's own tool names without the `server__` prefix.
+    pub bare: bool,
+    /// Bound on starting the session and reading the tool list.
+    pub connect_timeout: Duration,
+    /// Upstream timeout of a call whose caller set no deadline.
+    pub call_timeout: Duration,
+    /// Upper bound on any call's upstream timeout, caller deadline or not.
+    pub max_call_timeout: Duration,
+    /// Pages of `tools/list` read before the server is refused.
+    pub max_list_pages: u32,
+}
+
+/// How an upstream server is reached.
+#[derive(Debug, Clone)]
+pub enum Transport {
+    /// A child process speaking MCP over stdin/stdout.
+    Stdio {
+        /// Program and arguments.
+        command: Vec<String>,
+        /// The child's working directory (the gateway's when unset).
+        cwd: Option<PathBuf>,
+        /// The child's entire environment: nothing else is inherited.
+        env: Vec<(String, Secret)>,
+    },
+    /// A Streamable HTTP endpoint.
+    Http {
+        /// The endpoint URL.
+        url: url::Url,
+        /// Headers sent with every request of this transport.
+        headers: Vec<(http::HeaderName, Secret)>,
+    },
+}
+
+impl Transport {
+    /// `"stdio"` or `"http"`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Transport::Stdio { .. } => "stdio",
+            Transport::Http { .. } => "http",
+        }
+    }
+}
+
+/// Allow/deny globs over a server's own tool names. A tool is exposed when
+/// it matches an allow glob (or no allow list is set) and no deny glob.
+#[derive(Debug, Clone, Default)]
+pub struct ToolFilter {
+    allow: Option<globset::GlobSet>,
+    deny: Option<globset::GlobSet>,
+}
+
+impl ToolFilter {
+    /// Builds a filter from already validated glob sets.
+    pub fn new(allow: Option<globset::GlobSet>, deny: Option<globset::GlobSet>) -> Self {
+        Self { allow, deny }
+    }
+
+    /// Whether the server's tool `name` is exposed.
+    pub fn allows(&self, name: &str) -> bool {
+        let allowed = self.allow.as_ref().is_none_or(|set| set.is_match(name));
+        allowed && !self.deny.as_ref().is_some_and(|set| set.is_match(name))
+    }
+}
+
+/// One problem in the configuration, at a path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldError {
+    /// Where: `tenants[0].servers[1].url`, or empty for the whole file.
+    pub path: String,
+    /// What is wrong. Never contains a secret value.
+    pub message: String,
+}
+
+impl std::fmt::Display for FieldError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.path.is_empty() {
+            f.write_str(&self.message)
+        } else {
+            write!(f, "{}: {}", self.path, self.message)
+        }
+    }
+}
+
+/// Why a configuration could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file is not valid YAML of the expected shape.
+    #[error("{file}: {error}")]
+    Parse {
+        /// The file (or `<inline>`).
+        file: String,
+        /// The first error, with its path.
+        error: FieldError,
+    },
+    /// The file parsed but its values are invalid.
+    #[error("{file}: invalid configuration:\n{}", list(.errors))]
+    Invalid {
+        /// The file (or `<inline>`).
+        file: String,
+        /// Every problem found.
+        errors: Vec<FieldError>,
+    },
+}
+
+fn list(errors: &[FieldError]) -> String {
+    errors
+        .iter()
+        .map(|e| format!("  - {e}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+impl ConfigError {
+    /// Every field error, for callers that inspect them.
+    pub fn field_errors(&self) -> Vec<FieldError> {
+        match self {
+            ConfigError::Read { .. } => Vec::new(),
+            ConfigError::Parse { error, .. } => vec![error.clone()],
+            ConfigError::Invalid { errors, .. } => errors.clone(),
+        }
+    }
+}
+
+impl Config {
+    /// Reads and validates the file at `path`. Relative `{file: ...}` and
+    /// `cwd` paths are taken relative to the file's directory.
+    ///
+    /// # Errors
+    /// The file cannot be read, does not parse, or fails validation.
+    pub fn load(path: &Path, env: &dyn Environment) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        Self::from_yaml(&text, &path.display().to_string(), base, env)
+    }
+
+    /// Parses and validates YAML text. `file` names it in errors; `base` is
+    /// the directory relative paths are resolved against.
+    ///
+    /// # Errors
+    /// The text does not parse or fails validation.
+    pub fn from_yaml(
+        text: &str,
+        file: &str,
+        base: &Path,
+        env: &dyn Environment,
+    ) -> Result<Config, ConfigError> {
+        let raw = validate::parse(text).map_err(|error| ConfigError::Parse {
+            file: file.to_owned(),
+            error,
+        })?;
+        validate::validate(raw, base, env).map_err(|errors| ConfigError::Invalid {
+            file: file.to_owned(),
+            errors,
+        })
+    }
+}

@@ -1,0 +1,133 @@
+//! The configuration file as written: serde types that mirror the YAML
+//! exactly, with unknown keys refused. [`super::validate`] turns them into
+//! the domain types.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::Deserialize;
+use serde::de::{self, MapAccess, Visitor};
+
+/// The whole file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawConfig {
+    pub(crate) listen: Option<String>,
+    pub(crate) shutdown_grace: Option<String>,
+    pub(crate) defaults: Option<RawDefaults>,
+    #[serde(default)]
+    pub(crate) tenants: Vec<RawTenant>,
+}
+
+/// Defaults applied to every server unless the server sets its own.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawDefaults {
+    pub(crate) connect_timeout: Option<String>,
+    pub(crate) call_timeout: Option<String>,
+    pub(crate) max_call_timeout: Option<String>,
+    pub(crate) max_list_pages: Option<u32>,
+}
+
+/// One tenant.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawTenant {
+    pub(crate) name: String,
+    #[serde(default)]
+    pub(crate) tokens: Vec<RawValue>,
+    #[serde(default)]
+    pub(crate) servers: Vec<RawServer>,
+}
+
+/// One upstream MCP server of a tenant.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawServer {
+    pub(crate) name: String,
+    pub(crate) command: Option<Vec<String>>,
+    pub(crate) cwd: Option<String>,
+    pub(crate) env: Option<BTreeMap<String, RawValue>>,
+    pub(crate) url: Option<String>,
+    pub(crate) headers: Option<BTreeMap<String, RawValue>>,
+    pub(crate) tools: Option<RawToolFilter>,
+    #[serde(default)]
+    pub(crate) bare: bool,
+    pub(crate) connect_timeout: Option<String>,
+    pub(crate) call_timeout: Option<String>,
+    pub(crate) max_list_pages: Option<u32>,
+}
+
+/// Allow and deny globs over a server's own tool names.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawToolFilter {
+    pub(crate) allow: Option<Vec<String>>,
+    #[serde(default)]
+    pub(crate) deny: Vec<String>,
+}
+
+/// A literal string, or a secret source `{env: VAR}` / `{file: PATH}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum RawValue {
+    Literal(String),
+    Env(String),
+    File(String),
+}
+
+impl<'de> Deserialize<'de> for RawValue {
+    fn deserialize<D: de::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(RawValueVisitor)
+    }
+}
+
+struct RawValueVisitor;
+
+impl<'de> Visitor<'de> for RawValueVisitor {
+    type Value = RawValue;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a string, {env: VARIABLE} or {file: PATH}")
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<RawValue, E> {
+        Ok(RawValue::Literal(v.to_owned()))
+    }
+
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<RawValue, E> {
+        Ok(RawValue::Literal(v.to_string()))
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<RawValue, E> {
+        Ok(RawValue::Literal(v.to_string()))
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<RawValue, E> {
+        Ok(RawValue::Literal(v.to_string()))
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<RawValue, E> {
+        Ok(RawValue::Literal(v.to_string()))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawValue, A::Error> {
+        let mut found: Option<RawValue> = None;
+        while let Some(key) = map.next_key::<String>()? {
+            let value: String = map.next_value()?;
+            let parsed = match key.as_str() {
+                "env" => RawValue::Env(value),
+                "file" => RawValue::File(value),
+                other => {
+                    return Err(de::Error::unknown_field(other, &["env", "file"]));
+                }
+            };
+            if found.is_some() {
+                return Err(de::Error::custom(
+                    "a secret source takes exactly one of `env` or `file`",
+                ));
+            }
+            found = Some(parsed);
+        }
+        found.ok_or_else(|| de::Error::custom("a secret source needs `env` or `file`"))
+    }
+}

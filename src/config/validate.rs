@@ -1,0 +1,814 @@
+//! Raw configuration → validated [`Config`]. Collects every problem, each
+//! with the path of its field, instead of stopping at the first.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+
+use super::raw::{RawConfig, RawDefaults, RawServer, RawTenant, RawToolFilter, RawValue};
+use super::{
+    Config, DEFAULT_CALL_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_LISTEN,
+    DEFAULT_MAX_CALL_TIMEOUT, DEFAULT_MAX_LIST_PAGES, DEFAULT_SHUTDOWN_GRACE, Environment,
+    FieldError, Secret, ServerConfig, TenantConfig, ToolFilter, Transport, ValueSource,
+};
+use crate::catalog::name;
+
+/// Headers the MCP transport sets itself; configuring them is refused.
+const RESERVED_HEADERS: &[&str] = &[
+    "accept",
+    "content-type",
+    "content-length",
+    "host",
+    "mcp-session-id",
+    "mcp-protocol-version",
+    "last-event-id",
+];
+
+/// Parses YAML into the raw types, naming the path of the first error.
+pub(super) fn parse(text: &str) -> Result<RawConfig, FieldError> {
+    let deserializer = yaml_serde::Deserializer::from_str(text);
+    serde_path_to_error::deserialize(deserializer).map_err(|err| {
+        let path = err.path().to_string();
+        let inner = err.into_inner();
+        let mut message = inner.to_string();
+        if let Some(location) = inner.location()
+            && !message.contains("line ")
+        {
+            message = format!(
+                "{message} (line {}, column {})",
+                location.line(),
+                location.column()
+            );
+        }
+        FieldError {
+            path: if path == "." { String::new() } else { path },
+            message,
+        }
+    })
+}
+
+/// Collects errors while walking the raw config.
+struct Errors(Vec<FieldError>);
+
+impl Errors {
+    fn push(&mut self, path: impl Into<String>, message: impl Into<String>) {
+        self.0.push(FieldError {
+            path: path.into(),
+            message: message.into(),
+        });
+    }
+}
+
+/// Validates the whole configuration.
+pub(super) fn validate(
+    raw: RawConfig,
+    base: &Path,
+    env: &dyn Environment,
+) -> Result<Config, Vec<FieldError>> {
+    let mut errors = Errors(Vec::new());
+
+    let listen_text = raw.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
+    let listen = match listen_text.parse::<SocketAddr>() {
+        Ok(addr) => Some(addr),
+        Err(_) => {
+            errors.push(
+                "listen",
+                format!("`{listen_text}` is not a socket address such as 127.0.0.1:50051"),
+            );
+            None
+        }
+    };
+    let shutdown_grace = duration(
+        &mut errors,
+        "shutdown_grace",
+        raw.shutdown_grace.as_deref(),
+        DEFAULT_SHUTDOWN_GRACE,
+    );
+    let defaults = defaults(&mut errors, raw.defaults.unwrap_or_default());
+
+    if raw.tenants.is_empty() {
+        errors.push("tenants", "at least one tenant is required");
+    }
+    let mut tenant_names: HashMap<String, usize> = HashMap::new();
+    // Token digest → (tenant index, path), to find tokens shared by tenants
+    // without keeping or printing the token itself.
+    let mut token_owners: HashMap<[u8; 32], (usize, String)> = HashMap::new();
+    let mut tenants = Vec::with_capacity(raw.tenants.len());
+    for (index, tenant) in raw.tenants.into_iter().enumerate() {
+        let path = format!("tenants[{index}]");
+        if let Some(first) = tenant_names.insert(tenant.name.clone(), index) {
+            errors.push(
+                format!("{path}.name"),
+                format!(
+                    "duplicate tenant name `{}` (also tenants[{first}])",
+                    tenant.name
+                ),
+            );
+        }
+        if let Some(t) = validate_tenant(
+            &mut errors,
+            &path,
+            tenant,
+            index,
+            &mut token_owners,
+            &defaults,
+            base,
+            env,
+        ) {
+            tenants.push(t);
+        }
+    }
+
+    if !errors.0.is_empty() {
+        return Err(errors.0);
+    }
+    Ok(Config {
+        listen: listen.expect("listen validated"),
+        shutdown_grace,
+        tenants,
+    })
+}
+
+/// Per-server settings that `defaults:` may set for every server.
+struct Defaults {
+    connect_timeout: Duration,
+    call_timeout: Duration,
+    max_call_timeout: Duration,
+    max_list_pages: u32,
+}
+
+fn defaults(errors: &mut Errors, raw: RawDefaults) -> Defaults {
+    Defaults {
+        connect_timeout: duration(
+            errors,
+            "defaults.connect_timeout",
+            raw.connect_timeout.as_deref(),
+            DEFAULT_CONNECT_TIMEOUT,
+        ),
+        call_timeout: duration(
+            errors,
+            "defaults.call_timeout",
+            raw.call_timeout.as_deref(),
+            DEFAULT_CALL_TIMEOUT,
+        ),
+        max_call_timeout: duration(
+            errors,
+            "defaults.max_call_timeout",
+            raw.max_call_timeout.as_deref(),
+            DEFAULT_MAX_CALL_TIMEOUT,
+        ),
+        max_list_pages: pages(
+            errors,
+            "defaults.max_list_pages",
+            raw.max_list_pages,
+            DEFAULT_MAX_LIST_PAGES,
+        ),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn validate_tenant(
+    errors: &mut Errors,
+    path: &str,
+    tenant: RawTenant,
+    index: usize,
+    token_owners: &mut HashMap<[u8; 32], (usize, String)>,
+    defaults: &Defaults,
+    base: &Path,
+    env: &dyn Environment,
+) -> Option<TenantConfig> {
+    let before = errors.0.len();
+    if !name::is_valid_tenant_name(&tenant.name) {
+        errors.push(
+            format!("{path}.name"),
+            format!(
+                "`{}` is not a valid tenant name (1 to 64 of a-z A-Z 0-9 . _ -)",
+                tenant.name
+            ),
+        );
+    }
+    if tenant.tokens.is_empty() {
+        errors.push(
+            format!("{path}.tokens"),
+            "at least one token is required (callers of this tenant could not authenticate)",
+        );
+    }
+    let mut tokens = Vec::with_capacity(tenant.tokens.len());
+    for (t, value) in tenant.tokens.iter().enumerate() {
+        let token_path = format!("{path}.tokens[{t}]");
+        let Some(secret) = resolve(errors, &token_path, value, base, env) else {
+            continue;
+        };
+        if secret.expose().is_empty() {
+            errors.push(&token_path, "a token must not be empty");
+            continue;
+        }
+        let digest: [u8; 32] = Sha256::digest(secret.expose().as_bytes()).into();
+        match token_owners.get(&digest) {
+            Some((owner, other_path)) if *owner != index => errors.push(
+                &token_path,
+                format!(
+                    "the same token is configured for another tenant ({other_path}); \
+                     a token must select exactly one tenant"
+                ),
+            ),
+            Some((_, other_path)) => errors.push(
+                &token_path,
+                format!("duplicate token (same as {other_path})"),
+            ),
+            None => {
+                token_owners.insert(digest, (index, token_path.clone()));
+            }
+        }
+        tokens.push(secret);
+    }
+
+    let mut server_names: HashMap<String, usize> = HashMap::new();
+    let mut servers = Vec::with_capacity(tenant.servers.len());
+    for (s, server) in tenant.servers.into_iter().enumerate() {
+        let server_path = format!("{path}.servers[{s}]");
+        if let Some(first) = server_names.insert(server.name.clone(), s) {
+            errors.push(
+                format!("{server_path}.name"),
+                format!(
+                    "duplicate server name `{}` (also {path}.servers[{first}])",
+                    server.name
+                ),
+            );
+        }
+        if let Some(server) = validate_server(errors, &server_path, server, defaults, base, env) {
+            servers.push(server);
+        }
+    }
+
+    (errors.0.len() == before).then_some(TenantConfig {
+        name: tenant.name,
+        tokens,
+        servers,
+    })
+}
+
+fn validate_server(
+    errors: &mut Errors,
+    path: &str,
+    server: RawServer,
+    defaults: &Defaults,
+    base: &Path,
+    env: &dyn Environment,
+) -> Option<ServerConfig> {
+    let before = errors.0.len();
+    if !name::is_valid_server_name(&server.name) {
+        errors.push(
+            format!("{path}.name"),
+            format!(
+                "`{}` is not a valid server name (1 to 64 of a-z A-Z 0-9 _ -, \
+                 without `{}`, which separates server and tool in exposed names)",
+                server.name,
+                name::DELIMITER
+            ),
+        );
+    }
+
+    let transport = match (server.command, server.url) {
+        (Some(_), Some(_)) => {
+            errors.push(
+                path,
+                "set either `command` (stdio) or `url` (Streamable HTTP), not both",
+            );
+            None
+        }
+        (None, None) => {
+            errors.push(
+                path,
+                "set `command` (stdio) or `url` (Streamable HTTP); neither is set",
+            );
+            None
+        }
+        (Some(command), None) => {
+            if server.headers.is_some() {
+                errors.push(
+                    format!("{path}.headers"),
+                    "`headers` apply to `url` servers only; a stdio server takes `env`",
+                );
+            }
+            stdio(errors, path, command, server.cwd, server.env, base, env)
+        }
+        (None, Some(url)) => {
+            if server.env.is_some() {
+                errors.push(
+                    format!("{path}.env"),
+                    "`env` applies to `command` servers only; an HTTP server takes `headers`",
+                );
+            }
+            if server.cwd.is_some() {
+                errors.push(
+                    format!("{path}.cwd"),
+                    "`cwd` applies to `command` servers only",
+                );
+            }
+            http(errors, path, &url, server.headers, base, env)
+        }
+    };
+
+    let filter = server
+        .tools
+        .map(|f| tool_filter(errors, &format!("{path}.tools"), f))
+        .unwrap_or_default();
+
+    let connect_timeout = duration(
+        errors,
+        &format!("{path}.connect_timeout"),
+        server.connect_timeout.as_deref(),
+        defaults.connect_timeout,
+    );
+    let call_timeout = duration(
+        errors,
+        &format!("{path}.call_timeout"),
+        server.call_timeout.as_deref(),
+        defaults.call_timeout,
+    );
+    let max_list_pages = pages(
+        errors,
+        &format!("{path}.max_list_pages"),
+        server.max_list_pages,
+        defaults.max_list_pages,
+    );
+    let max_call_timeout = defaults.max_call_timeout;
+    if call_timeout > max_call_timeout {
+        errors.push(
+            format!("{path}.call_timeout"),
+            format!(
+                "{} exceeds defaults.max_call_timeout ({})",
+                humantime::format_duration(call_timeout),
+                humantime::format_duration(max_call_timeout)
+            ),
+        );
+    }
+
+    if errors.0.len() != before {
+        return None;
+    }
+    Some(ServerConfig {
+        name: server.name,
+        transport: transport?,
+        filter,
+        bare: server.bare,
+        connect_timeout,
+        call_timeout,
+        max_call_timeout,
+        max_list_pages,
+    })
+}
+
+fn stdio(
+    errors: &mut Errors,
+    path: &str,
+    command: Vec<String>,
+    cwd: Option<String>,
+    raw_env: Option<std::collections::BTreeMap<String, RawValue>>,
+    base: &Path,
+    env: &dyn Environment,
+) -> Option<Transport> {
+    let before = errors.0.len();
+    match command.first() {
+        None => errors.push(
+            format!("{path}.command"),
+            "must name a program: [\"program\", \"arg\", ...]",
+        ),
+        Some(program) if program.is_empty() => errors.push(
+            format!("{path}.command[0]"),
+            "the program must not be empty",
+        ),
+        Some(_) => {}
+    }
+    let mut child_env = Vec::new();
+    for (key, value) in raw_env.unwrap_or_default() {
+        let var_path = format!("{path}.env.{key}");
+        if key.is_empty() || key.contains('=') || key.contains('\0') {
+            errors.push(
+                &var_path,
+                "not a valid environment variable name (non-empty, no `=` or NUL)",
+            );
+            continue;
+        }
+        if let Some(secret) = resolve(errors, &var_path, &value, base, env) {
+            if secret.expose().contains('\0') {
+                errors.push(&var_path, "the value contains a NUL byte");
+                continue;
+            }
+            child_env.push((key, secret));
+        }
+    }
+    let cwd = cwd.map(|dir| base.join(dir));
+    (errors.0.len() == before).then_some(Transport::Stdio {
+        command,
+        cwd,
+        env: child_env,
+    })
+}
+
+fn http(
+    errors: &mut Errors,
+    path: &str,
+    url_text: &str,
+    raw_headers: Option<std::collections::BTreeMap<String, RawValue>>,
+    base: &Path,
+    env: &dyn Environment,
+) -> Option<Transport> {
+    let before = errors.0.len();
+    let url = match url::Url::parse(url_text) {
+        Ok(url) if matches!(url.scheme(), "http" | "https") && url.has_host() => Some(url),
+        Ok(url) => {
+            errors.push(
+                format!("{path}.url"),
+                format!("`{}` is not an http(s) URL with a host", redact_url(&url)),
+            );
+            None
+        }
+        Err(e) => {
+            errors.push(format!("{path}.url"), format!("not a valid URL: {e}"));
+            None
+        }
+    };
+    if let Some(url) = &url
+        && (!url.username().is_empty() || url.password().is_some())
+    {
+        errors.push(
+            format!("{path}.url"),
+            "credentials in the URL are refused (they would show in logs); \
+             put them in `headers` with a secret source",
+        );
+    }
+    let mut headers = Vec::new();
+    for (key, value) in raw_headers.unwrap_or_default() {
+        let header_path = format!("{path}.headers.{key}");
+        let name = match http::HeaderName::from_bytes(key.as_bytes()) {
+            Ok(name) => name,
+            Err(_) => {
+                errors.push(&header_path, "not a valid HTTP header name");
+                continue;
+            }
+        };
+        if RESERVED_HEADERS.contains(&name.as_str()) {
+            errors.push(
+                &header_path,
+                "this header is set by the MCP transport itself and cannot be configured",
+            );
+            continue;
+        }
+        if let Some(secret) = resolve(errors, &header_path, &value, base, env) {
+            if http::HeaderValue::from_str(secret.expose()).is_err() {
+                errors.push(
+                    &header_path,
+                    "the value is not a valid HTTP header value (control characters or newlines)",
+                );
+                continue;
+            }
+            headers.push((name, secret));
+        }
+    }
+    if errors.0.len() != before {
+        return None;
+    }
+    Some(Transport::Http { url: url?, headers })
+}
+
+/// The URL without credentials, for error messages.
+fn redact_url(url: &url::Url) -> String {
+    let mut shown = url.clone();
+    let _ = shown.set_password(None);
+    let _ = shown.set_username("");
+    shown.to_string()
+}
+
+fn tool_filter(errors: &mut Errors, path: &str, raw: RawToolFilter) -> ToolFilter {
+    let allow = raw
+        .allow
+        .map(|globs| glob_set(errors, &format!("{path}.allow"), &globs));
+    let deny = (!raw.deny.is_empty()).then(|| glob_set(errors, &format!("{path}.deny"), &raw.deny));
+    ToolFilter::new(allow, deny)
+}
+
+fn glob_set(errors: &mut Errors, path: &str, globs: &[String]) -> globset::GlobSet {
+    let mut builder = globset::GlobSetBuilder::new();
+    for (i, glob) in globs.iter().enumerate() {
+        match globset::GlobBuilder::new(glob)
+            .literal_separator(false)
+            .build()
+        {
+            Ok(glob) => {
+                builder.add(glob);
+            }
+            Err(e) => errors.push(format!("{path}[{i}]"), format!("invalid glob: {e}")),
+        }
+    }
+    builder.build().unwrap_or_else(|e| {
+        errors.push(path, format!("invalid globs: {e}"));
+        globset::GlobSet::empty()
+    })
+}
+
+fn resolve(
+    errors: &mut Errors,
+    path: &str,
+    value: &RawValue,
+    base: &Path,
+    env: &dyn Environment,
+) -> Option<Secret> {
+    let source = match value {
+        RawValue::Literal(text) => ValueSource::Literal(text.clone()),
+        RawValue::Env(var) if var.is_empty() => {
+            errors.push(path, "`env:` needs a variable name");
+            return None;
+        }
+        RawValue::Env(var) => ValueSource::Env(var.clone()),
+        RawValue::File(file) if file.is_empty() => {
+            errors.push(path, "`file:` needs a path");
+            return None;
+        }
+        RawValue::File(file) => ValueSource::File(PathBuf::from(file)),
+    };
+    match source.resolve(env, base) {
+        Ok(secret) => Some(secret),
+        Err(e) => {
+            errors.push(path, e.to_string());
+            None
+        }
+    }
+}
+
+fn duration(errors: &mut Errors, path: &str, text: Option<&str>, default: Duration) -> Duration {
+    let Some(text) = text else {
+        return default;
+    };
+    match humantime::parse_duration(text) {
+        Ok(d) if d.is_zero() => {
+            errors.push(path, "must be greater than zero");
+            default
+        }
+        Ok(d) => d,
+        Err(e) => {
+            errors.push(
+                path,
+                format!("`{text}` is not a duration such as \"20s\" or \"1m30s\": {e}"),
+            );
+            default
+        }
+    }
+}
+
+fn pages(errors: &mut Errors, path: &str, value: Option<u32>, default: u32) -> u32 {
+    match value {
+        Some(0) => {
+            errors.push(path, "must be at least 1");
+            default
+        }
+        Some(n) => n,
+        None => default,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Config;
+    use super::*;
+
+    fn env() -> HashMap<String, String> {
+        [
+            ("ACME_TOKEN".to_string(), "acme-secret-token".to_string()),
+            (
+                "GLOBEX_TOKEN".to_string(),
+                "globex-secret-token".to_string(),
+            ),
+            (
+                "DOCS_AUTH".to_string(),
+                "Bearer upstream-secret".to_string(),
+            ),
+            ("EMPTY".to_string(), String::new()),
+        ]
+        .into()
+    }
+
+    fn load(yaml: &str) -> Result<Config, super::super::ConfigError> {
+        Config::from_yaml(yaml, "test.yaml", Path::new("."), &env())
+    }
+
+    fn messages(yaml: &str) -> Vec<String> {
+        load(yaml)
+            .expect_err("config should be invalid")
+            .field_errors()
+            .iter()
+            .map(ToString::to_string)
+            .collect()
+    }
+
+    const GOOD: &str = r#"
+listen: "127.0.0.1:0"
+tenants:
+  - name: acme
+    tokens: [{ env: ACME_TOKEN }]
+    servers:
+      - name: repo
+        command: ["python3", "server.py"]
+        env:
+          LOG_LEVEL: debug
+          API_KEY: { env: DOCS_AUTH }
+      - name: docs
+        url: "http://127.0.0.1:8080/mcp"
+        headers:
+          Authorization: { env: DOCS_AUTH }
+        tools:
+          allow: ["search*"]
+          deny: ["search_admin"]
+"#;
+
+    #[test]
+    fn accepts_the_documented_shape() {
+        let config = load(GOOD).unwrap();
+        assert_eq!(config.tenants.len(), 1);
+        let servers = &config.tenants[0].servers;
+        assert_eq!(servers[0].transport.kind(), "stdio");
+        assert!(servers[1].filter.allows("search_docs"));
+        assert!(!servers[1].filter.allows("search_admin"));
+        assert!(!servers[1].filter.allows("delete"));
+        // No secret value appears in Debug output.
+        let debug = format!("{config:?}");
+        assert!(!debug.contains("acme-secret-token"));
+        assert!(!debug.contains("upstream-secret"));
+    }
+
+    #[test]
+    fn unknown_keys_name_their_path() {
+        let errors = messages(
+            r#"
+tenants:
+  - name: acme
+    tokens: [x]
+    servers:
+      - name: a
+        urll: "http://x"
+"#,
+        );
+        assert_eq!(errors.len(), 1);
+        assert!(errors[0].starts_with("tenants[0].servers[0]"), "{errors:?}");
+        assert!(errors[0].contains("urll"), "{errors:?}");
+    }
+
+    #[test]
+    fn both_or_neither_transport_is_refused() {
+        let errors = messages(
+            r#"
+tenants:
+  - name: acme
+    tokens: [x]
+    servers:
+      - name: a
+        command: ["x"]
+        url: "http://127.0.0.1/"
+      - name: b
+"#,
+        );
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.starts_with("tenants[0].servers[0]: set either"))
+        );
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.starts_with("tenants[0].servers[1]: set `command`"))
+        );
+    }
+
+    #[test]
+    fn duplicate_names_are_refused() {
+        let errors = messages(
+            r#"
+tenants:
+  - name: acme
+    tokens: [a]
+    servers:
+      - { name: s, url: "http://127.0.0.1/" }
+      - { name: s, url: "http://127.0.0.1/" }
+  - name: acme
+    tokens: [b]
+"#,
+        );
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.starts_with("tenants[0].servers[1].name: duplicate server name `s`"))
+        );
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.starts_with("tenants[1].name: duplicate tenant name `acme`"))
+        );
+    }
+
+    #[test]
+    fn missing_or_empty_secret_sources_are_refused() {
+        let errors = messages(
+            r#"
+tenants:
+  - name: acme
+    tokens: [{ env: NOT_SET }, { env: EMPTY }, { file: /nonexistent/token }]
+"#,
+        );
+        assert!(errors.contains(
+            &"tenants[0].tokens[0]: environment variable NOT_SET is not set".to_string()
+        ));
+        assert!(
+            errors
+                .contains(&"tenants[0].tokens[1]: environment variable EMPTY is empty".to_string())
+        );
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.starts_with("tenants[0].tokens[2]: cannot read file"))
+        );
+    }
+
+    #[test]
+    fn a_token_shared_by_two_tenants_is_refused_without_showing_it() {
+        let errors = messages(
+            r#"
+tenants:
+  - name: acme
+    tokens: [{ env: ACME_TOKEN }]
+  - name: globex
+    tokens: [acme-secret-token]
+"#,
+        );
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(errors[0].starts_with("tenants[1].tokens[0]: the same token"));
+        assert!(errors[0].contains("tenants[0].tokens[0]"));
+        assert!(!errors[0].contains("acme-secret-token"));
+    }
+
+    #[test]
+    fn bad_values_are_reported_together() {
+        let errors = messages(
+            r#"
+listen: "nowhere"
+shutdown_grace: "soon"
+tenants:
+  - name: "bad name"
+    tokens: [t]
+    servers:
+      - name: "a__b"
+        url: "ftp://127.0.0.1/"
+        headers:
+          Accept: "x"
+          "bad header": "y"
+        call_timeout: "0s"
+"#,
+        );
+        for expected in [
+            "listen:",
+            "shutdown_grace:",
+            "tenants[0].name:",
+            "tenants[0].servers[0].name:",
+            "tenants[0].servers[0].url:",
+            "tenants[0].servers[0].headers.Accept:",
+            "tenants[0].servers[0].headers.bad header:",
+            "tenants[0].servers[0].call_timeout:",
+        ] {
+            assert!(
+                errors.iter().any(|e| e.starts_with(expected)),
+                "missing {expected} in {errors:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn credentials_in_urls_are_refused_and_not_echoed() {
+        let errors = messages(
+            r#"
+tenants:
+  - name: acme
+    tokens: [t]
+    servers:
+      - { name: a, url: "https://user:pa55word@127.0.0.1/mcp" }
+"#,
+        );
+        assert_eq!(errors.len(), 1);
+        assert!(!errors[0].contains("pa55word"));
+    }
+
+    #[test]
+    fn secret_source_shape_errors_name_the_path() {
+        let errors = messages(
+            r#"
+tenants:
+  - name: acme
+    tokens: [{ vault: x }]
+"#,
+        );
+        assert!(errors[0].starts_with("tenants[0].tokens[0]"), "{errors:?}");
+        assert!(errors[0].contains("vault"));
+    }
+}

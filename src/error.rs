@@ -1,0 +1,61 @@
+//! What can go wrong with one RPC, in the gateway's own terms. The single
+//! mapping to gRPC status lives in [`crate::grpc::status`].
+
+use std::time::Duration;
+
+use crate::upstream::UpstreamError;
+
+/// A failed ToolGateway call.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    /// No or unknown caller credential.
+    #[error("unauthenticated: {0}")]
+    Unauthenticated(&'static str),
+    /// The name is not in the caller's catalog (or filtered out).
+    #[error("tool `{name}` is not in this tenant's catalog")]
+    ToolNotFound {
+        /// The requested name.
+        name: String,
+    },
+    /// `arguments_json` is not a JSON object.
+    #[error("arguments_json for `{tool}` {reason}")]
+    InvalidArguments {
+        /// The exposed tool name.
+        tool: String,
+        /// What is wrong with them.
+        reason: String,
+    },
+    /// The tool's server has no live session.
+    #[error("server `{server}` is not connected ({reason}); tool `{tool}` is unavailable")]
+    ServerUnavailable {
+        /// The server.
+        server: String,
+        /// The exposed tool name.
+        tool: String,
+        /// Why the server is not connected.
+        reason: String,
+    },
+    /// The upstream request failed.
+    #[error("tool `{tool}` on server `{server}`: {error}")]
+    Upstream {
+        /// The server.
+        server: String,
+        /// The exposed tool name.
+        tool: String,
+        /// What went wrong upstream.
+        error: UpstreamError,
+    },
+    /// The caller's deadline passed; the upstream request was cancelled.
+    #[error("deadline exceeded after {} calling `{tool}` on server `{server}`; the upstream request was cancelled", humantime::format_duration(*.after))]
+    DeadlineExceeded {
+        /// The server.
+        server: String,
+        /// The exposed tool name.
+        tool: String,
+        /// How long the call ran.
+        after: Duration,
+    },
+    /// The gateway is shutting down and its grace period ran out.
+    #[error("the gateway is shutting down; the call was cancelled")]
+    ShuttingDown,
+}

@@ -1,0 +1,148 @@
+//! The one place where gateway errors become gRPC statuses.
+//!
+//! Every status carries `google.rpc.ErrorInfo` (domain `toolgate`, a stable
+//! `reason`, and `server`/`tool` metadata where known); retryable failures
+//! also carry `google.rpc.RetryInfo`. The table is documented in
+//! `docs/errors.md`; keep the two in step.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use tonic::{Code, Status};
+use tonic_types::{ErrorDetails, StatusExt};
+
+use crate::error::CallError;
+use crate::upstream::{UpstreamError, truncate};
+
+/// The `ErrorInfo.domain` of every toolgate error.
+pub const DOMAIN: &str = "toolgate";
+
+/// How long a client should wait before retrying an unavailable server.
+const RETRY_DELAY: Duration = Duration::from_secs(1);
+
+/// JSON-RPC error codes (JSON-RPC 2.0 and MCP).
+mod jsonrpc {
+    pub(super) const PARSE_ERROR: i32 = -32700;
+    pub(super) const INVALID_REQUEST: i32 = -32600;
+    pub(super) const METHOD_NOT_FOUND: i32 = -32601;
+    pub(super) const INVALID_PARAMS: i32 = -32602;
+    pub(super) const INTERNAL_ERROR: i32 = -32603;
+    pub(super) const RESOURCE_NOT_FOUND: i32 = -32002;
+    pub(super) const URL_ELICITATION_REQUIRED: i32 = -32042;
+}
+
+/// The status code and stable reason of an error.
+pub fn classify(error: &CallError) -> (Code, &'static str) {
+    match error {
+        CallError::Unauthenticated(_) => (Code::Unauthenticated, "UNAUTHENTICATED"),
+        CallError::ToolNotFound { .. } => (Code::NotFound, "TOOL_NOT_FOUND"),
+        CallError::InvalidArguments { .. } => (Code::InvalidArgument, "INVALID_ARGUMENTS"),
+        CallError::ServerUnavailable { .. } => (Code::Unavailable, "UPSTREAM_UNAVAILABLE"),
+        CallError::DeadlineExceeded { .. } => (Code::DeadlineExceeded, "DEADLINE_EXCEEDED"),
+        CallError::ShuttingDown => (Code::Unavailable, "SHUTTING_DOWN"),
+        CallError::Upstream { error, .. } => classify_upstream(error),
+    }
+}
+
+fn classify_upstream(error: &UpstreamError) -> (Code, &'static str) {
+    match error {
+        UpstreamError::Spawn { .. }
+        | UpstreamError::Handshake(_)
+        | UpstreamError::ConnectTimeout(_)
+        | UpstreamError::ListTools(_)
+        | UpstreamError::TooManyPages(_)
+        | UpstreamError::RepeatedCursor
+        | UpstreamError::Closed
+        | UpstreamError::Transport(_) => (Code::Unavailable, "UPSTREAM_UNAVAILABLE"),
+        UpstreamError::AuthRejected => (Code::Unavailable, "UPSTREAM_AUTH_REJECTED"),
+        UpstreamError::Timeout(_) => (Code::DeadlineExceeded, "UPSTREAM_TIMEOUT"),
+        UpstreamError::Protocol(_) => (Code::Internal, "UPSTREAM_PROTOCOL_ERROR"),
+        UpstreamError::Unsupported(_) => (Code::Unimplemented, "UPSTREAM_UNSUPPORTED"),
+        UpstreamError::JsonRpc { code, .. } => match *code {
+            jsonrpc::INVALID_PARAMS => (Code::InvalidArgument, "UPSTREAM_INVALID_PARAMS"),
+            jsonrpc::METHOD_NOT_FOUND => (Code::Unimplemented, "UPSTREAM_METHOD_NOT_FOUND"),
+            jsonrpc::RESOURCE_NOT_FOUND => (Code::NotFound, "UPSTREAM_RESOURCE_NOT_FOUND"),
+            jsonrpc::URL_ELICITATION_REQUIRED => {
+                (Code::FailedPrecondition, "UPSTREAM_INPUT_REQUIRED")
+            }
+            jsonrpc::PARSE_ERROR | jsonrpc::INVALID_REQUEST => {
+                (Code::Internal, "UPSTREAM_REJECTED_REQUEST")
+            }
+            jsonrpc::INTERNAL_ERROR => (Code::Internal, "UPSTREAM_INTERNAL_ERROR"),
+            _ => (Code::Unknown, "UPSTREAM_ERROR"),
+        },
+    }
+}
+
+/// The message a caller sees. Upstream JSON-RPC messages are shown only
+/// where the caller can act on them (invalid params), and then cut short.
+fn message(error: &CallError) -> String {
+    match error {
+        CallError::Upstream {
+            server,
+            tool,
+            error: UpstreamError::JsonRpc { code, message },
+        } => {
+            if *code == jsonrpc::INVALID_PARAMS {
+                format!(
+                    "server `{server}` refused the arguments of `{tool}`: {}",
+                    truncate(message, 500)
+                )
+            } else {
+                format!(
+                    "server `{server}` answered `{tool}` with JSON-RPC error {code} (details in the gateway log)"
+                )
+            }
+        }
+        other => other.to_string(),
+    }
+}
+
+fn metadata(error: &CallError) -> HashMap<String, String> {
+    let mut metadata = HashMap::new();
+    match error {
+        CallError::ToolNotFound { name } => {
+            metadata.insert("tool".to_owned(), name.clone());
+        }
+        CallError::InvalidArguments { tool, .. } => {
+            metadata.insert("tool".to_owned(), tool.clone());
+        }
+        CallError::ServerUnavailable { server, tool, .. }
+        | CallError::DeadlineExceeded { server, tool, .. } => {
+            metadata.insert("server".to_owned(), server.clone());
+            metadata.insert("tool".to_owned(), tool.clone());
+        }
+        CallError::Upstream {
+            server,
+            tool,
+            error,
+        } => {
+            metadata.insert("server".to_owned(), server.clone());
+            metadata.insert("tool".to_owned(), tool.clone());
+            if let UpstreamError::JsonRpc { code, .. } = error {
+                metadata.insert("jsonrpc_code".to_owned(), code.to_string());
+            }
+        }
+        CallError::Unauthenticated(_) | CallError::ShuttingDown => {}
+    }
+    metadata
+}
+
+impl From<CallError> for Status {
+    fn from(error: CallError) -> Status {
+        if let CallError::Upstream {
+            server,
+            tool,
+            error: UpstreamError::JsonRpc { code, message },
+        } = &error
+        {
+            tracing::warn!(%server, %tool, code, message = %truncate(message, 2000), "upstream JSON-RPC error");
+        }
+        let (code, reason) = classify(&error);
+        let mut details = ErrorDetails::with_error_info(reason, DOMAIN, metadata(&error));
+        if code == Code::Unavailable && reason != "UPSTREAM_AUTH_REJECTED" {
+            details.set_retry_info(Some(RETRY_DELAY));
+        }
+        Status::with_error_details(code, message(&error), details)
+    }
+}

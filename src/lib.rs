@@ -1,0 +1,29 @@
+//! toolgate: a gRPC tool gateway. It owns MCP client sessions per tenant
+//! and serves each tenant's tool catalog over gRPC (`ListTools`,
+//! `InvokeTool`), so agent workers in any language call tools without
+//! speaking MCP. See `docs/architecture.md` for how the pieces fit.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+
+pub mod app;
+pub mod auth;
+pub mod catalog;
+pub mod cli;
+pub mod config;
+pub mod demo;
+pub mod error;
+pub mod grpc;
+pub mod registry;
+pub mod telemetry;
+pub mod upstream;
+
+/// Generated code for the `toolgate.v1` protobuf package.
+#[allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic)]
+pub mod pb {
+    tonic::include_proto!("toolgate.v1");
+
+    /// The encoded file descriptor set, for server reflection.
+    pub const FILE_DESCRIPTOR_SET: &[u8] =
+        tonic::include_file_descriptor_set!("toolgate_descriptor");
+}

@@ -1,0 +1,265 @@
+//! One upstream MCP session per tenant × server: connect (stdio or
+//! Streamable HTTP), read the whole tool list, call tools with a timeout
+//! and cancellation, and close.
+
+mod error;
+mod http;
+mod stdio;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rmcp::ServiceExt;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ClientConfig,
+    Implementation, JsonObject, PaginatedRequestParams, Tool,
+};
+use rmcp::service::{Peer, RoleClient, RunningService};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+pub use error::UpstreamError;
+pub use stdio::Label;
+
+use crate::config::{Environment, ServerConfig, Transport};
+
+/// How long closing a session may take before it is abandoned. rmcp closes
+/// a child's stdin, waits, sends SIGTERM to its process group, waits, then
+/// SIGKILLs the group; each wait is 3 s.
+pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A live MCP client session.
+#[derive(Debug)]
+pub struct Session {
+    peer: Peer<RoleClient>,
+    cancel: CancellationToken,
+    /// Becomes `true` when the session's service loop has ended.
+    ended: watch::Receiver<bool>,
+    pid: Option<u32>,
+}
+
+/// What connecting yields: the session and every tool it listed.
+#[derive(Debug)]
+pub struct Connected {
+    /// The live session.
+    pub session: Arc<Session>,
+    /// Every tool of the server, all pages.
+    pub tools: Vec<Tool>,
+}
+
+fn client_config() -> ClientConfig {
+    ClientConfig::new(
+        ClientCapabilities::default(),
+        Implementation::new("toolgate", env!("CARGO_PKG_VERSION")),
+    )
+}
+
+/// Starts a session to `server` and reads its whole tool list, all within
+/// the server's connect timeout.
+///
+/// # Errors
+/// The transport cannot start, the handshake fails, the listing fails or
+/// never ends, or the whole takes longer than the connect timeout.
+pub async fn connect(
+    server: &ServerConfig,
+    label: &Label,
+    gateway_env: &dyn Environment,
+) -> Result<Connected, UpstreamError> {
+    let timeout = server.connect_timeout;
+    let cancel = CancellationToken::new();
+    let (service, pid) = tokio::time::timeout(timeout, start(server, label, gateway_env, &cancel))
+        .await
+        .map_err(|_| UpstreamError::ConnectTimeout(timeout))??;
+    let listed = tokio::time::timeout(
+        timeout,
+        list_all_tools(service.peer(), server.max_list_pages),
+    )
+    .await
+    .map_err(|_| UpstreamError::ConnectTimeout(timeout));
+    let tools = match listed {
+        Ok(Ok(tools)) => tools,
+        Ok(Err(e)) | Err(e) => {
+            let mut service = service;
+            let _ = service.close_with_timeout(CLOSE_TIMEOUT).await;
+            return Err(e);
+        }
+    };
+    let peer = service.peer().clone();
+    let (ended_tx, ended) = watch::channel(false);
+    tokio::spawn(async move {
+        let _ = service.waiting().await;
+        let _ = ended_tx.send(true);
+    });
+    Ok(Connected {
+        session: Arc::new(Session {
+            peer,
+            cancel,
+            ended,
+            pid,
+        }),
+        tools,
+    })
+}
+
+type Service = RunningService<RoleClient, ClientConfig>;
+
+async fn start(
+    server: &ServerConfig,
+    label: &Label,
+    gateway_env: &dyn Environment,
+    cancel: &CancellationToken,
+) -> Result<(Service, Option<u32>), UpstreamError> {
+    let handshake =
+        |e: rmcp::service::ClientInitializeError| UpstreamError::Handshake(describe_init_error(&e));
+    match &server.transport {
+        Transport::Stdio { command, cwd, env } => {
+            let (transport, pid) = stdio::spawn(command, cwd.as_deref(), env, gateway_env, label)?;
+            let service = client_config()
+                .serve_with_ct(transport, cancel.clone())
+                .await
+                .map_err(handshake)?;
+            Ok((service, pid))
+        }
+        Transport::Http { url, headers } => {
+            let transport = http::transport(url, headers);
+            let service = client_config()
+                .serve_with_ct(transport, cancel.clone())
+                .await
+                .map_err(handshake)?;
+            Ok((service, None))
+        }
+    }
+}
+
+/// Describes a handshake failure without echoing whole messages (which could
+/// be large or carry server data).
+fn describe_init_error(error: &rmcp::service::ClientInitializeError) -> String {
+    use rmcp::service::ClientInitializeError as E;
+    if error.is_authorization_required() || error.auth_challenge().is_some() {
+        return "the server refused the gateway's credentials (HTTP 401/403)".to_owned();
+    }
+    let text = match error {
+        E::ConnectionClosed(_) => "the connection closed during the handshake".to_owned(),
+        E::JsonRpcError(data) => format!(
+            "the server answered error {}: {}",
+            data.code.0, data.message
+        ),
+        E::ExpectedInitResponse(_) | E::ExpectedInitResult(_) => {
+            "the server did not answer `initialize` correctly".to_owned()
+        }
+        other => other.to_string(),
+    };
+    truncate(&text, 300)
+}
+
+/// Cuts `text` to at most `max` characters.
+pub(crate) fn truncate(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_owned();
+    }
+    let mut cut: String = text.chars().take(max).collect();
+    cut.push('…');
+    cut
+}
+
+/// Follows `nextCursor` to the end, bounded by `max_pages` and refusing a
+/// cursor seen before.
+async fn list_all_tools(
+    peer: &Peer<RoleClient>,
+    max_pages: u32,
+) -> Result<Vec<Tool>, UpstreamError> {
+    let mut tools = Vec::new();
+    let mut cursor: Option<String> = None;
+    let mut seen = HashSet::new();
+    for _ in 0..max_pages {
+        let params = cursor
+            .take()
+            .map(|c| PaginatedRequestParams::default().with_cursor(Some(c)));
+        let page = peer
+            .list_tools(params)
+            .await
+            .map_err(|e| UpstreamError::ListTools(UpstreamError::from_service(e).to_string()))?;
+        tools.extend(page.tools);
+        match page.next_cursor {
+            None => return Ok(tools),
+            Some(next) => {
+                if !seen.insert(next.clone()) {
+                    return Err(UpstreamError::RepeatedCursor);
+                }
+                cursor = Some(next);
+            }
+        }
+    }
+    Err(UpstreamError::TooManyPages(max_pages))
+}
+
+impl Session {
+    /// Calls `tool` with `arguments`, waiting at most `timeout`. On timeout
+    /// or when the returned future is dropped (the caller went away), the
+    /// server is sent `notifications/cancelled` for the request.
+    ///
+    /// # Errors
+    /// The session is closed, the transport fails, the server answers a
+    /// JSON-RPC error or something unsupported, or the timeout passes.
+    pub async fn call(
+        &self,
+        tool: &str,
+        arguments: JsonObject,
+        timeout: Duration,
+    ) -> Result<CallToolResult, UpstreamError> {
+        if self.is_ended() {
+            return Err(UpstreamError::Closed);
+        }
+        let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
+        // rmcp sends `notifications/cancelled` when this future is dropped
+        // before the answer arrives, which the timeout below does.
+        let call = self.peer.call_tool_once(params);
+        let mut ended = self.ended.clone();
+        let response = tokio::select! {
+            result = tokio::time::timeout(timeout, call) => match result {
+                Ok(result) => result.map_err(UpstreamError::from_service)?,
+                Err(_) => return Err(UpstreamError::Timeout(timeout)),
+            },
+            _ = ended.wait_for(|ended| *ended) => return Err(UpstreamError::Closed),
+        };
+        match response {
+            CallToolResponse::Complete(result) => Ok(result),
+            CallToolResponse::InputRequired(_) => Err(UpstreamError::Unsupported("client input")),
+            CallToolResponse::Task(_) => Err(UpstreamError::Unsupported("a long-running task")),
+            _ => Err(UpstreamError::Protocol(
+                "an unknown kind of tools/call result".to_owned(),
+            )),
+        }
+    }
+
+    /// Whether the session's service loop has ended (child gone,
+    /// connection closed).
+    pub fn is_ended(&self) -> bool {
+        *self.ended.borrow()
+    }
+
+    /// Resolves when the session ends.
+    pub async fn wait_ended(&self) {
+        let mut ended = self.ended.clone();
+        let _ = ended.wait_for(|ended| *ended).await;
+    }
+
+    /// The child's process id, for stdio sessions.
+    pub fn pid(&self) -> Option<u32> {
+        self.pid
+    }
+
+    /// Closes the session: stdin closed, then SIGTERM, then SIGKILL of the
+    /// child's process group for stdio; the HTTP session deleted for HTTP.
+    /// Bounded by [`CLOSE_TIMEOUT`].
+    pub async fn close(&self) {
+        self.cancel.cancel();
+        if tokio::time::timeout(CLOSE_TIMEOUT, self.wait_ended())
+            .await
+            .is_err()
+        {
+            tracing::warn!(pid = ?self.pid, "session did not close in time");
+        }
+    }
+}

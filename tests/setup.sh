@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Installs what toolgate's integration tests need, relative to the repo root:
+#   * <repo>/.venv                      Python venv with tests/fixtures/python/requirements.txt
+#   * <repo>/tests/fixtures/node/node_modules   from package.json + package-lock.json (npm ci)
+#
+# Idempotent and fast when nothing changed: each install writes a stamp file
+# holding a hash of its inputs (the requirements / lockfile plus the tool
+# version), and is skipped while the stamp still matches. Delete .venv or
+# node_modules to force a reinstall.
+#
+# Needs: python3 (with the venv module), node and npm on PATH, and access to the
+# PyPI and npm registries the first time. Override the interpreter with
+# PYTHON=/path/to/python3.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PY_REQ="$ROOT/tests/fixtures/python/requirements.txt"
+VENV="$ROOT/.venv"
+VENV_STAMP="$VENV/.toolgate-setup-stamp"
+NODE_DIR="$ROOT/tests/fixtures/node"
+NODE_STAMP="$NODE_DIR/node_modules/.toolgate-setup-stamp"
+PYTHON="${PYTHON:-python3}"
+
+log() { printf 'setup.sh: %s\n' "$*" >&2; }
+
+need() {
+  command -v "$1" >/dev/null 2>&1 || { log "missing required command: $1"; exit 1; }
+}
+
+# hash_of TEXT... -> sha256 of the arguments and file contents named by them.
+hash_of() {
+  local part
+  for part in "$@"; do
+    if [[ -f "$part" ]]; then cat "$part"; else printf '%s\n' "$part"; fi
+  done | sha256sum | cut -d' ' -f1
+}
+
+# Serialize concurrent runs (e.g. several test binaries calling this at once).
+if command -v flock >/dev/null 2>&1; then
+  exec 9>"${TMPDIR:-/tmp}/toolgate-setup-$(printf '%s' "$ROOT" | sha256sum | cut -c1-16).lock"
+  flock 9
+fi
+
+# ---- Python venv -----------------------------------------------------------
+need "$PYTHON"
+py_hash="$(hash_of "$PY_REQ" "$("$PYTHON" -c 'import sys; print(sys.version)')")"
+if [[ -x "$VENV/bin/python" && -f "$VENV_STAMP" && "$(cat "$VENV_STAMP")" == "$py_hash" ]]; then
+  log "python venv up to date ($VENV)"
+else
+  log "creating python venv at $VENV"
+  rm -rf "$VENV"   # start clean so packages dropped from requirements.txt go away
+  "$PYTHON" -m venv "$VENV"
+  PIP_DISABLE_PIP_VERSION_CHECK=1 "$VENV/bin/pip" install --quiet --no-input -r "$PY_REQ"
+  # Fail here, not in a test, when the SDKs do not import.
+  "$VENV/bin/python" -c 'import mcp, grpc, grpc_tools.protoc, google.protobuf'
+  printf '%s\n' "$py_hash" >"$VENV_STAMP"
+  log "python venv ready"
+fi
+
+# ---- Node packages ---------------------------------------------------------
+need node
+need npm
+node_inputs=("$NODE_DIR/package.json")
+[[ -f "$NODE_DIR/package-lock.json" ]] && node_inputs+=("$NODE_DIR/package-lock.json")
+node_hash="$(hash_of "${node_inputs[@]}" "$(node --version)")"
+if [[ -f "$NODE_STAMP" && "$(cat "$NODE_STAMP")" == "$node_hash" ]]; then
+  log "node_modules up to date ($NODE_DIR/node_modules)"
+else
+  log "installing node packages in $NODE_DIR"
+  if [[ -f "$NODE_DIR/package-lock.json" ]]; then
+    (cd "$NODE_DIR" && npm ci --no-audit --no-fund --loglevel=error)
+  else
+    (cd "$NODE_DIR" && npm install --no-audit --no-fund --loglevel=error)
+  fi
+  printf '%s\n' "$node_hash" >"$NODE_STAMP"
+  log "node_modules ready"
+fi
