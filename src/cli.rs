@@ -68,7 +68,6 @@ pub fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let _ = rustls::crypto::ring::default_provider().install_default();
     runtime.block_on(async move {
         match cli.command {
             Command::Serve { config } => serve(config).await,

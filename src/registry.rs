@@ -6,7 +6,10 @@
 //! channel, so readers take the current snapshot without locking and callers
 //! can wait for servers that are still connecting.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
+
+use futures::FutureExt;
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -98,8 +101,16 @@ impl Registry {
                 tenant: tenant.name.clone(),
                 server: server.name.clone(),
             };
+            // A panic while connecting (a bug, or a misbehaving library)
+            // must fail this server, not leave it "connecting" forever.
+            let connect = AssertUnwindSafe(upstream::connect(server, &label, env.as_ref()))
+                .catch_unwind();
             let result = tokio::select! {
-                result = upstream::connect(server, &label, env.as_ref()) => result,
+                result = connect => result.unwrap_or_else(|_| {
+                    Err(upstream::UpstreamError::Protocol(
+                        "the connection attempt panicked (see the gateway log)".to_owned(),
+                    ))
+                }),
                 () = shutdown.cancelled() => return,
             };
             match result {

@@ -9,11 +9,21 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 
 use crate::config::Secret;
 
+/// Installs the process-wide TLS crypto provider (ring) once.
+fn ensure_crypto_provider() {
+    static INSTALL: std::sync::Once = std::sync::Once::new();
+    INSTALL.call_once(|| {
+        // Fails only if another provider is installed already: fine.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
 /// Builds the transport for `url` with `headers`.
 pub(super) fn transport(
     url: &url::Url,
     headers: &[(http::HeaderName, Secret)],
 ) -> StreamableHttpClientTransport<reqwest::Client> {
+    ensure_crypto_provider();
     let mut custom = HashMap::new();
     for (name, value) in headers {
         // Validated at config load.

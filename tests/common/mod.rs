@@ -1,0 +1,492 @@
+//! Shared test support: an in-process gateway on port 0, configurable
+//! in-process MCP servers (rmcp over Streamable HTTP on 127.0.0.1), paths to
+//! the real third-party fixtures installed by `tests/setup.sh`, and helpers
+//! to run the `toolgate` binary.
+
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelledNotificationParam,
+    ContentBlock, ErrorData, ListToolsResult, PaginatedRequestParams, ServerCapabilities,
+    ServerConfig, Tool,
+};
+use rmcp::service::{NotificationContext, RequestContext, RoleServer};
+use rmcp::transport::streamable_http_server::{
+    StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
+};
+use tokio::net::TcpListener;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use toolgate::config::Config;
+use toolgate::pb;
+use toolgate::pb::tool_gateway_client::ToolGatewayClient;
+use tonic::transport::Channel;
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn require(path: PathBuf) -> PathBuf {
+    assert!(
+        path.exists(),
+        "{} is missing: run tests/setup.sh first (it installs the Python and npm fixtures)",
+        path.display()
+    );
+    path
+}
+
+/// The venv's Python, with the `mcp` SDK and grpcio installed.
+pub fn python() -> PathBuf {
+    require(repo_root().join(".venv/bin/python"))
+}
+
+/// A fixture file under `tests/fixtures`.
+pub fn fixture(relative: &str) -> PathBuf {
+    require(repo_root().join("tests/fixtures").join(relative))
+}
+
+/// server-everything's entry point.
+pub fn everything_js() -> PathBuf {
+    fixture("node/node_modules/@modelcontextprotocol/server-everything/dist/index.js")
+}
+
+/// The absolute path of `node`.
+pub fn node() -> PathBuf {
+    let path = std::env::var_os("PATH").expect("PATH");
+    std::env::split_paths(&path)
+        .map(|dir| dir.join("node"))
+        .find(|p| p.is_file())
+        .expect("node on PATH")
+}
+
+/// The `toolgate` binary built for these tests.
+pub fn toolgate_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_toolgate"))
+}
+
+/// A free loopback port (bound, then released).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+// ---------------------------------------------------------------------------
+// The in-process gateway
+// ---------------------------------------------------------------------------
+
+/// A gateway running in this process on 127.0.0.1:0.
+pub struct TestGateway {
+    pub addr: SocketAddr,
+    stop: CancellationToken,
+    task: Option<tokio::task::JoinHandle<Result<(), toolgate::app::AppError>>>,
+}
+
+impl TestGateway {
+    /// Starts a gateway from YAML; `listen` is overridden to 127.0.0.1:0.
+    /// `env` is the environment secret sources read from.
+    pub async fn start(yaml: &str, env: &[(&str, &str)]) -> TestGateway {
+        let env: HashMap<String, String> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .chain(std::iter::once((
+                "PATH".to_string(),
+                std::env::var("PATH").unwrap_or_default(),
+            )))
+            .collect();
+        let config = Config::from_yaml(yaml, "test.yaml", Path::new("."), &env)
+            .unwrap_or_else(|e| panic!("test config invalid: {e}"));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(toolgate::app::run(
+            config,
+            listener,
+            Arc::new(env),
+            stop.clone().cancelled_owned(),
+        ));
+        TestGateway {
+            addr,
+            stop,
+            task: Some(task),
+        }
+    }
+
+    /// A client connected to the gateway.
+    pub async fn client(&self) -> ToolGatewayClient<Channel> {
+        ToolGatewayClient::connect(format!("http://{}", self.addr))
+            .await
+            .expect("connect to gateway")
+    }
+
+    /// Stops the gateway and waits until it has closed every session.
+    pub async fn shutdown(mut self) {
+        self.stop.cancel();
+        if let Some(task) = self.task.take() {
+            tokio::time::timeout(Duration::from_secs(30), task)
+                .await
+                .expect("gateway stops in time")
+                .unwrap()
+                .unwrap();
+        }
+    }
+}
+
+impl Drop for TestGateway {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+/// `message` with `authorization: Bearer <token>`.
+pub fn authed<T>(token: &str, message: T) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    request
+        .metadata_mut()
+        .insert("authorization", format!("Bearer {token}").parse().unwrap());
+    request
+}
+
+/// Lists the tools of the tenant that `token` selects.
+pub async fn list(client: &mut ToolGatewayClient<Channel>, token: &str) -> pb::ListToolsResponse {
+    client
+        .list_tools(authed(token, pb::ListToolsRequest {}))
+        .await
+        .expect("ListTools")
+        .into_inner()
+}
+
+/// Invokes `name` with `args` as the tenant that `token` selects.
+pub async fn invoke(
+    client: &mut ToolGatewayClient<Channel>,
+    token: &str,
+    name: &str,
+    args: &str,
+) -> Result<pb::InvokeToolResponse, tonic::Status> {
+    client
+        .invoke_tool(authed(
+            token,
+            pb::InvokeToolRequest {
+                name: name.to_string(),
+                arguments_json: args.to_string(),
+            },
+        ))
+        .await
+        .map(tonic::Response::into_inner)
+}
+
+/// The exposed names in a listing.
+pub fn names(listing: &pb::ListToolsResponse) -> Vec<String> {
+    listing.tools.iter().map(|t| t.name.clone()).collect()
+}
+
+/// The `ErrorInfo.reason` of a status.
+pub fn reason(status: &tonic::Status) -> String {
+    use tonic_types::StatusExt;
+    status
+        .get_details_error_info()
+        .map(|info| info.reason)
+        .unwrap_or_default()
+}
+
+// ---------------------------------------------------------------------------
+// In-process MCP servers
+// ---------------------------------------------------------------------------
+
+/// How a test server pages its tool list.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Paging {
+    /// `page_size` tools per page, then no cursor.
+    Pages { page_size: usize },
+    /// Always returns a fresh cursor: never ends.
+    Forever,
+    /// Returns the same cursor every time.
+    RepeatCursor,
+}
+
+/// What a test server saw.
+#[derive(Default)]
+pub struct ServerLog {
+    /// Request headers of every HTTP request, lowercase names.
+    pub headers: Mutex<Vec<HashMap<String, String>>>,
+    /// Every `notifications/cancelled` received.
+    pub cancelled: Mutex<Vec<CancelledNotificationParam>>,
+    /// Signalled when a `slow` call starts.
+    pub slow_started: Notify,
+    /// Signalled when a cancellation arrives.
+    pub cancel_arrived: Notify,
+    /// Number of `tools/list` requests.
+    pub list_calls: Mutex<usize>,
+}
+
+/// A configurable MCP server. Tools are named by the test; calls select
+/// behaviour by the tool's name:
+/// - `echo` → text of `arguments.text`
+/// - `fail` → `isError` with text "it failed on purpose"
+/// - `bad_params` → JSON-RPC invalid params
+/// - `internal` → JSON-RPC internal error with a message that must not leak
+/// - `slow` → waits until cancelled (records the cancellation)
+/// - `image` → a text block and a PNG image
+/// - anything else → text "called <name>"
+#[derive(Clone)]
+pub struct TestServer {
+    pub tools: Arc<Vec<Tool>>,
+    pub paging: Paging,
+    pub log: Arc<ServerLog>,
+}
+
+/// A tool with an object schema taking an optional string `text`.
+pub fn tool(name: &str) -> Tool {
+    let schema = serde_json::json!({
+        "type": "object",
+        "properties": { "text": { "type": "string", "description": "Text to echo." } }
+    });
+    let serde_json::Value::Object(schema) = schema else {
+        unreachable!()
+    };
+    Tool::new(name.to_string(), format!("The {name} tool."), Arc::new(schema))
+}
+
+/// A 1×1 PNG, base64.
+pub const PNG_B64: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg==";
+
+impl TestServer {
+    pub fn new(tool_names: &[&str]) -> Self {
+        Self {
+            tools: Arc::new(tool_names.iter().map(|n| tool(n)).collect()),
+            paging: Paging::Pages { page_size: 1000 },
+            log: Arc::new(ServerLog::default()),
+        }
+    }
+
+    pub fn with_paging(mut self, paging: Paging) -> Self {
+        self.paging = paging;
+        self
+    }
+
+    pub fn with_tools(mut self, tools: Vec<Tool>) -> Self {
+        self.tools = Arc::new(tools);
+        self
+    }
+}
+
+impl rmcp::ServerHandler for TestServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+    }
+
+    async fn list_tools(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        *self.log.list_calls.lock().unwrap() += 1;
+        let cursor = request.and_then(|r| r.cursor);
+        let mut result = ListToolsResult::default();
+        match self.paging {
+            Paging::Pages { page_size } => {
+                let start: usize = cursor.map(|c| c.parse().unwrap()).unwrap_or(0);
+                let end = (start + page_size).min(self.tools.len());
+                result.tools = self.tools[start..end].to_vec();
+                if end < self.tools.len() {
+                    result.next_cursor = Some(end.to_string());
+                }
+            }
+            Paging::Forever => {
+                let n: usize = cursor.map(|c| c.parse().unwrap()).unwrap_or(0);
+                result.tools = vec![tool(&format!("t{n}"))];
+                result.next_cursor = Some((n + 1).to_string());
+            }
+            Paging::RepeatCursor => {
+                result.tools = self.tools.to_vec();
+                result.next_cursor = Some("same".to_string());
+            }
+        }
+        Ok(result)
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let args = request.arguments.unwrap_or_default();
+        let result = match request.name.as_ref() {
+            "echo" => CallToolResult::success(vec![ContentBlock::text(
+                args.get("text").and_then(|v| v.as_str()).unwrap_or_default(),
+            )]),
+            "fail" => CallToolResult::error(vec![ContentBlock::text("it failed on purpose")]),
+            "bad_params" => {
+                return Err(ErrorData::invalid_params("missing field `text`", None));
+            }
+            "internal" => {
+                return Err(ErrorData::internal_error(
+                    "database password is hunter2",
+                    None,
+                ));
+            }
+            "slow" => {
+                self.log.slow_started.notify_one();
+                tokio::select! {
+                    () = context.ct.cancelled() => {}
+                    () = tokio::time::sleep(Duration::from_secs(60)) => {}
+                }
+                CallToolResult::success(vec![ContentBlock::text("slow done")])
+            }
+            "image" => CallToolResult::success(vec![
+                ContentBlock::text("a pixel"),
+                ContentBlock::image(PNG_B64, "image/png"),
+            ]),
+            other => CallToolResult::success(vec![ContentBlock::text(format!("called {other}"))]),
+        };
+        Ok(result.into())
+    }
+
+    async fn on_cancelled(
+        &self,
+        notification: CancelledNotificationParam,
+        _context: NotificationContext<RoleServer>,
+    ) {
+        self.log.cancelled.lock().unwrap().push(notification);
+        self.log.cancel_arrived.notify_one();
+    }
+}
+
+/// A running in-process MCP server.
+pub struct McpServer {
+    pub url: String,
+    pub log: Arc<ServerLog>,
+    stop: CancellationToken,
+}
+
+impl Drop for McpServer {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+/// Serves `server` over Streamable HTTP on 127.0.0.1, recording headers.
+pub async fn serve_mcp(server: TestServer) -> McpServer {
+    let log = server.log.clone();
+    let stop = CancellationToken::new();
+    let service = StreamableHttpService::new(
+        move || Ok(server.clone()),
+        LocalSessionManager::default().into(),
+        StreamableHttpServerConfig::default().with_cancellation_token(stop.child_token()),
+    );
+    let header_log = log.clone();
+    let router = axum::Router::new()
+        .nest_service("/mcp", service)
+        .layer(axum::middleware::from_fn(
+            move |request: axum::extract::Request, next: axum::middleware::Next| {
+                let header_log = header_log.clone();
+                async move {
+                    let headers = request
+                        .headers()
+                        .iter()
+                        .map(|(k, v)| {
+                            (k.as_str().to_string(), v.to_str().unwrap_or("").to_string())
+                        })
+                        .collect();
+                    header_log.headers.lock().unwrap().push(headers);
+                    next.run(request).await
+                }
+            },
+        ));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = stop.clone();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, router)
+            .with_graceful_shutdown(shutdown.cancelled_owned())
+            .await;
+    });
+    McpServer {
+        url: format!("http://{addr}/mcp"),
+        log,
+        stop,
+    }
+}
+
+/// A child process that is killed when dropped.
+pub struct ChildGuard(pub std::process::Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Waits until `port` on 127.0.0.1 accepts connections (bounded).
+pub async fn wait_for_port(port: u16) {
+    for _ in 0..200 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("nothing listens on 127.0.0.1:{port} after 10 s");
+}
+
+/// Starts server-everything over Streamable HTTP pinned to 127.0.0.1,
+/// logging request headers to `header_log`.
+pub async fn start_everything_http(header_log: &Path) -> (ChildGuard, u16) {
+    let port = free_port();
+    let preload = fixture("node/pin-localhost.cjs");
+    let child = std::process::Command::new(node())
+        .arg("--require")
+        .arg(&preload)
+        .arg(everything_js())
+        .arg("streamableHttp")
+        .env_clear()
+        .env("PORT", port.to_string())
+        .env("TOOLGATE_TEST_HEADER_LOG", header_log)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start server-everything");
+    let guard = ChildGuard(child);
+    wait_for_port(port).await;
+    (guard, port)
+}
+
+/// Whether a process with this pid still exists (and is not a zombie).
+pub fn process_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            // The state is the field after the parenthesised command name.
+            let state = stat.rsplit(')').next().unwrap_or("").trim_start();
+            !state.starts_with('Z') && !state.starts_with('X')
+        }
+        Err(_) => false,
+    }
+}
+
+/// Pids of every process whose parent is `parent`.
+pub fn children_of(parent: u32) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let after = stat.rsplit(')').next().unwrap_or("");
+        let fields: Vec<&str> = after.split_whitespace().collect();
+        if fields.get(1).and_then(|p| p.parse::<u32>().ok()) == Some(parent) {
+            found.push(pid);
+        }
+    }
+    found
+}

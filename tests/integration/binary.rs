@@ -1,0 +1,155 @@
+//! The real `toolgate` binary: exit codes, `check`, and `serve` with
+//! signals, drain and child cleanup.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use toolgate::pb;
+
+use crate::common::*;
+
+fn write_config(dir: &std::path::Path, yaml: &str) -> std::path::PathBuf {
+    let path = dir.join("toolgate.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    path
+}
+
+#[test]
+fn invalid_config_exits_64_naming_the_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        "tenants:\n  - name: acme\n    tokens: [{ env: TOOLGATE_TEST_UNSET_VAR }]\n    servers:\n      - name: a\n        command: [x]\n        url: \"http://127.0.0.1/\"\n",
+    );
+    for verb in ["serve", "check"] {
+        let output = Command::new(toolgate_bin())
+            .arg(verb)
+            .arg("--config")
+            .arg(&config)
+            .env_remove("TOOLGATE_TEST_UNSET_VAR")
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(64), "{verb}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            stderr.contains("tenants[0].tokens[0]: environment variable TOOLGATE_TEST_UNSET_VAR is not set"),
+            "{stderr}"
+        );
+        assert!(stderr.contains("tenants[0].servers[0]: set either"), "{stderr}");
+    }
+    let unknown = write_config(dir.path(), "listen: \"127.0.0.1:1\"\ntenant: []\n");
+    let output = Command::new(toolgate_bin()).args(["check", "--config"]).arg(&unknown).output().unwrap();
+    assert_eq!(output.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("unknown field `tenant`"));
+}
+
+#[test]
+fn check_connects_and_prints_each_catalog() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = format!(
+        "tenants:\n  - name: acme\n    tokens: [t1]\n    servers:\n      - name: everything\n        command: [\"{}\", \"{}\", \"stdio\"]\n      - name: py\n        command: [\"{}\", \"{}\"]\n",
+        node().display(),
+        everything_js().display(),
+        python().display(),
+        fixture("python/env_server.py").display(),
+    );
+    let config = write_config(dir.path(), &good);
+    let output = Command::new(toolgate_bin()).args(["check", "--config"]).arg(&config).output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(0), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    for expected in ["tenant acme", "server everything (stdio): connected", "everything__echo", "py__get_env"] {
+        assert!(stdout.contains(expected), "{expected} in {stdout}");
+    }
+
+    let broken = format!(
+        "{good}  - name: globex\n    tokens: [t2]\n    servers:\n      - name: gone\n        command: [\"/nonexistent/mcp-server\"]\n"
+    );
+    let config = write_config(dir.path(), &broken);
+    let output = Command::new(toolgate_bin()).args(["check", "--config"]).arg(&config).output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("server gone (stdio): FAILED: cannot start `/nonexistent/mcp-server`"), "{stdout}");
+}
+
+#[tokio::test]
+async fn serve_drains_on_sigterm_and_leaves_no_child_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config = write_config(
+        dir.path(),
+        &format!(
+            "listen: \"127.0.0.1:{port}\"\nshutdown_grace: \"20s\"\ntenants:\n  - name: acme\n    tokens: [{{ env: ACME_TOKEN }}]\n    servers:\n      - name: everything\n        command: [\"{}\", \"{}\", \"stdio\"]\n      - name: py\n        command: [\"{}\", \"{}\"]\n",
+            node().display(),
+            everything_js().display(),
+            python().display(),
+            fixture("python/env_server.py").display(),
+        ),
+    );
+    let log_path = dir.path().join("gateway.log");
+    let mut gateway = ChildGuard(
+        Command::new(toolgate_bin())
+            .args(["serve", "--config"])
+            .arg(&config)
+            .env("ACME_TOKEN", "acme-token")
+            .env("GATEWAY_ONLY_SECRET", "must-not-leak")
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log_path).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let pid = gateway.0.id();
+    wait_for_port(port).await;
+    let mut client = pb::tool_gateway_client::ToolGatewayClient::connect(format!("http://127.0.0.1:{port}"))
+        .await
+        .unwrap();
+    let listing = list(&mut client, "acme-token").await;
+    assert!(listing.servers.iter().all(|s| s.connected), "{:?}", listing.servers);
+
+    // A variable of the gateway's own environment is absent in the child.
+    let leaked = invoke(&mut client, "acme-token", "py__get_env", r#"{"name":"GATEWAY_ONLY_SECRET"}"#)
+        .await
+        .unwrap();
+    assert_eq!(leaked.text, "<unset>");
+
+    let children = children_of(pid);
+    assert_eq!(children.len(), 2, "one child per stdio server: {children:?}");
+
+    // A slow call is in flight when SIGTERM arrives; it completes.
+    let mut slow_client = client.clone();
+    let slow = tokio::spawn(async move {
+        invoke(
+            &mut slow_client,
+            "acme-token",
+            "everything__trigger-long-running-operation",
+            r#"{"duration":2,"steps":2}"#,
+        )
+        .await
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let sent = Instant::now();
+    assert!(Command::new("kill").args(["-TERM", &pid.to_string()]).status().unwrap().success());
+
+    let result = tokio::time::timeout(Duration::from_secs(20), slow).await.unwrap().unwrap();
+    let result = result.expect("the in-flight call completes during the drain");
+    assert!(!result.is_error, "{result:?}");
+
+    let status = loop {
+        if let Some(status) = gateway.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(sent.elapsed() < Duration::from_secs(30), "gateway did not exit");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(status.code(), Some(0));
+    for child in children {
+        assert!(!process_alive(child), "child {child} outlived the gateway");
+    }
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    // The child's stderr is captured into the gateway's log, labelled.
+    assert!(
+        log.lines().any(|l| l.contains("Starting default (STDIO) server") && l.contains("server=everything") && l.contains("tenant=acme")),
+        "{log}"
+    );
+    assert!(!log.contains("acme-token"), "the caller token never appears in logs");
+}

@@ -1,0 +1,11 @@
+//! Integration tests: one binary, sharing `common`. Each module drives the
+//! gateway end to end, in process on port 0 or as the real binary.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod auth;
+mod binary;
+mod catalog;
+mod invoke;
+mod third_party;
