@@ -55,7 +55,7 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let default_filter = match cli.command {
         Command::Demo => "warn",
-        _ => "info",
+        _ => "info,rmcp=warn",
     };
     telemetry::init(cli.log_format, default_filter);
     let runtime = match tokio::runtime::Builder::new_multi_thread()

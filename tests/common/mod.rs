@@ -23,10 +23,10 @@ use rmcp::transport::streamable_http_server::{
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
+use tonic::transport::Channel;
 use toolgate::config::Config;
 use toolgate::pb;
 use toolgate::pb::tool_gateway_client::ToolGatewayClient;
-use tonic::transport::Channel;
 
 /// The repository root.
 pub fn repo_root() -> PathBuf {
@@ -253,7 +253,11 @@ pub fn tool(name: &str) -> Tool {
     let serde_json::Value::Object(schema) = schema else {
         unreachable!()
     };
-    Tool::new(name.to_string(), format!("The {name} tool."), Arc::new(schema))
+    Tool::new(
+        name.to_string(),
+        format!("The {name} tool."),
+        Arc::new(schema),
+    )
 }
 
 /// A 1×1 PNG, base64.
@@ -322,7 +326,9 @@ impl rmcp::ServerHandler for TestServer {
         let args = request.arguments.unwrap_or_default();
         let result = match request.name.as_ref() {
             "echo" => CallToolResult::success(vec![ContentBlock::text(
-                args.get("text").and_then(|v| v.as_str()).unwrap_or_default(),
+                args.get("text")
+                    .and_then(|v| v.as_str())
+                    .unwrap_or_default(),
             )]),
             "fail" => CallToolResult::error(vec![ContentBlock::text("it failed on purpose")]),
             "bad_params" => {
@@ -384,24 +390,25 @@ pub async fn serve_mcp(server: TestServer) -> McpServer {
         StreamableHttpServerConfig::default().with_cancellation_token(stop.child_token()),
     );
     let header_log = log.clone();
-    let router = axum::Router::new()
-        .nest_service("/mcp", service)
-        .layer(axum::middleware::from_fn(
-            move |request: axum::extract::Request, next: axum::middleware::Next| {
-                let header_log = header_log.clone();
-                async move {
-                    let headers = request
-                        .headers()
-                        .iter()
-                        .map(|(k, v)| {
-                            (k.as_str().to_string(), v.to_str().unwrap_or("").to_string())
-                        })
-                        .collect();
-                    header_log.headers.lock().unwrap().push(headers);
-                    next.run(request).await
-                }
-            },
-        ));
+    let router =
+        axum::Router::new()
+            .nest_service("/mcp", service)
+            .layer(axum::middleware::from_fn(
+                move |request: axum::extract::Request, next: axum::middleware::Next| {
+                    let header_log = header_log.clone();
+                    async move {
+                        let headers = request
+                            .headers()
+                            .iter()
+                            .map(|(k, v)| {
+                                (k.as_str().to_string(), v.to_str().unwrap_or("").to_string())
+                            })
+                            .collect();
+                        header_log.headers.lock().unwrap().push(headers);
+                        next.run(request).await
+                    }
+                },
+            ));
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let shutdown = stop.clone();
@@ -430,7 +437,10 @@ impl Drop for ChildGuard {
 /// Waits until `port` on 127.0.0.1 accepts connections (bounded).
 pub async fn wait_for_port(port: u16) {
     for _ in 0..200 {
-        if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+        {
             return;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;

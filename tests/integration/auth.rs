@@ -28,7 +28,9 @@ async fn missing_malformed_and_unknown_tokens_are_unauthenticated() {
         .unwrap_err();
     assert_eq!(err.code(), tonic::Code::Unauthenticated);
     let mut request = tonic::Request::new(pb::ListToolsRequest {});
-    request.metadata_mut().insert("authorization", "Basic abc".parse().unwrap());
+    request
+        .metadata_mut()
+        .insert("authorization", "Basic abc".parse().unwrap());
     let err = client.list_tools(request).await.unwrap_err();
     assert_eq!(err.code(), tonic::Code::Unauthenticated);
     let err = client
@@ -36,7 +38,9 @@ async fn missing_malformed_and_unknown_tokens_are_unauthenticated() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), tonic::Code::Unauthenticated);
-    let err = invoke(&mut client, "wrong", "s__echo", "{}").await.unwrap_err();
+    let err = invoke(&mut client, "wrong", "s__echo", "{}")
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), tonic::Code::Unauthenticated);
     assert_eq!(reason(&err), "UNAUTHENTICATED");
     gateway.shutdown().await;
@@ -46,14 +50,21 @@ async fn missing_malformed_and_unknown_tokens_are_unauthenticated() {
 async fn a_tenant_never_sees_or_reaches_another_tenants_tools() {
     let (a, b, gateway) = two_tenants().await;
     let mut client = gateway.client().await;
-    assert_eq!(names(&list(&mut client, "acme-token").await), ["s__echo", "s__secret_a"]);
+    assert_eq!(
+        names(&list(&mut client, "acme-token").await),
+        ["s__echo", "s__secret_a"]
+    );
     assert_eq!(names(&list(&mut client, "globex-token").await), ["s__echo"]);
-    let err = invoke(&mut client, "globex-token", "s__secret_a", "{}").await.unwrap_err();
+    let err = invoke(&mut client, "globex-token", "s__secret_a", "{}")
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), tonic::Code::NotFound);
     // Same exposed name, different tenants: each reaches its own server.
     let before_a = a.log.headers.lock().unwrap().len();
     let before_b = b.log.headers.lock().unwrap().len();
-    invoke(&mut client, "globex-token", "s__echo", "{}").await.unwrap();
+    invoke(&mut client, "globex-token", "s__echo", "{}")
+        .await
+        .unwrap();
     assert_eq!(a.log.headers.lock().unwrap().len(), before_a);
     assert!(b.log.headers.lock().unwrap().len() > before_b);
     gateway.shutdown().await;

@@ -32,13 +32,22 @@ fn invalid_config_exits_64_naming_the_path() {
         assert_eq!(output.status.code(), Some(64), "{verb}");
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(
-            stderr.contains("tenants[0].tokens[0]: environment variable TOOLGATE_TEST_UNSET_VAR is not set"),
+            stderr.contains(
+                "tenants[0].tokens[0]: environment variable TOOLGATE_TEST_UNSET_VAR is not set"
+            ),
             "{stderr}"
         );
-        assert!(stderr.contains("tenants[0].servers[0]: set either"), "{stderr}");
+        assert!(
+            stderr.contains("tenants[0].servers[0]: set either"),
+            "{stderr}"
+        );
     }
     let unknown = write_config(dir.path(), "listen: \"127.0.0.1:1\"\ntenant: []\n");
-    let output = Command::new(toolgate_bin()).args(["check", "--config"]).arg(&unknown).output().unwrap();
+    let output = Command::new(toolgate_bin())
+        .args(["check", "--config"])
+        .arg(&unknown)
+        .output()
+        .unwrap();
     assert_eq!(output.status.code(), Some(64));
     assert!(String::from_utf8_lossy(&output.stderr).contains("unknown field `tenant`"));
 }
@@ -54,10 +63,24 @@ fn check_connects_and_prints_each_catalog() {
         fixture("python/env_server.py").display(),
     );
     let config = write_config(dir.path(), &good);
-    let output = Command::new(toolgate_bin()).args(["check", "--config"]).arg(&config).output().unwrap();
+    let output = Command::new(toolgate_bin())
+        .args(["check", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
-    assert_eq!(output.status.code(), Some(0), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
-    for expected in ["tenant acme", "server everything (stdio): connected", "everything__echo", "py__get_env"] {
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for expected in [
+        "tenant acme",
+        "server everything (stdio): connected",
+        "everything__echo",
+        "py__get_env",
+    ] {
         assert!(stdout.contains(expected), "{expected} in {stdout}");
     }
 
@@ -65,10 +88,17 @@ fn check_connects_and_prints_each_catalog() {
         "{good}  - name: globex\n    tokens: [t2]\n    servers:\n      - name: gone\n        command: [\"/nonexistent/mcp-server\"]\n"
     );
     let config = write_config(dir.path(), &broken);
-    let output = Command::new(toolgate_bin()).args(["check", "--config"]).arg(&config).output().unwrap();
+    let output = Command::new(toolgate_bin())
+        .args(["check", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert_eq!(output.status.code(), Some(1), "{stdout}");
-    assert!(stdout.contains("server gone (stdio): FAILED: cannot start `/nonexistent/mcp-server`"), "{stdout}");
+    assert!(
+        stdout.contains("server gone (stdio): FAILED: cannot start `/nonexistent/mcp-server`"),
+        "{stdout}"
+    );
 }
 
 #[tokio::test]
@@ -100,20 +130,34 @@ async fn serve_drains_on_sigterm_and_leaves_no_child_behind() {
     );
     let pid = gateway.0.id();
     wait_for_port(port).await;
-    let mut client = pb::tool_gateway_client::ToolGatewayClient::connect(format!("http://127.0.0.1:{port}"))
-        .await
-        .unwrap();
+    let mut client =
+        pb::tool_gateway_client::ToolGatewayClient::connect(format!("http://127.0.0.1:{port}"))
+            .await
+            .unwrap();
     let listing = list(&mut client, "acme-token").await;
-    assert!(listing.servers.iter().all(|s| s.connected), "{:?}", listing.servers);
+    assert!(
+        listing.servers.iter().all(|s| s.connected),
+        "{:?}",
+        listing.servers
+    );
 
     // A variable of the gateway's own environment is absent in the child.
-    let leaked = invoke(&mut client, "acme-token", "py__get_env", r#"{"name":"GATEWAY_ONLY_SECRET"}"#)
-        .await
-        .unwrap();
+    let leaked = invoke(
+        &mut client,
+        "acme-token",
+        "py__get_env",
+        r#"{"name":"GATEWAY_ONLY_SECRET"}"#,
+    )
+    .await
+    .unwrap();
     assert_eq!(leaked.text, "<unset>");
 
     let children = children_of(pid);
-    assert_eq!(children.len(), 2, "one child per stdio server: {children:?}");
+    assert_eq!(
+        children.len(),
+        2,
+        "one child per stdio server: {children:?}"
+    );
 
     // A slow call is in flight when SIGTERM arrives; it completes.
     let mut slow_client = client.clone();
@@ -122,15 +166,26 @@ async fn serve_drains_on_sigterm_and_leaves_no_child_behind() {
             &mut slow_client,
             "acme-token",
             "everything__trigger-long-running-operation",
-            r#"{"duration":2,"steps":2}"#,
+            r#"{"duration":3,"steps":3}"#,
         )
         .await
     });
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Give the call time to reach the server (it runs 3 s, so a second of
+    // slack still leaves it in flight when the signal arrives).
+    tokio::time::sleep(Duration::from_secs(1)).await;
     let sent = Instant::now();
-    assert!(Command::new("kill").args(["-TERM", &pid.to_string()]).status().unwrap().success());
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
 
-    let result = tokio::time::timeout(Duration::from_secs(20), slow).await.unwrap().unwrap();
+    let result = tokio::time::timeout(Duration::from_secs(20), slow)
+        .await
+        .unwrap()
+        .unwrap();
     let result = result.expect("the in-flight call completes during the drain");
     assert!(!result.is_error, "{result:?}");
 
@@ -138,7 +193,10 @@ async fn serve_drains_on_sigterm_and_leaves_no_child_behind() {
         if let Some(status) = gateway.0.try_wait().unwrap() {
             break status;
         }
-        assert!(sent.elapsed() < Duration::from_secs(30), "gateway did not exit");
+        assert!(
+            sent.elapsed() < Duration::from_secs(30),
+            "gateway did not exit"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     assert_eq!(status.code(), Some(0));
@@ -148,8 +206,14 @@ async fn serve_drains_on_sigterm_and_leaves_no_child_behind() {
     let log = std::fs::read_to_string(&log_path).unwrap();
     // The child's stderr is captured into the gateway's log, labelled.
     assert!(
-        log.lines().any(|l| l.contains("Starting default (STDIO) server") && l.contains("server=everything") && l.contains("tenant=acme")),
+        log.lines()
+            .any(|l| l.contains("Starting default (STDIO) server")
+                && l.contains("server=everything")
+                && l.contains("tenant=acme")),
         "{log}"
     );
-    assert!(!log.contains("acme-token"), "the caller token never appears in logs");
+    assert!(
+        !log.contains("acme-token"),
+        "the caller token never appears in logs"
+    );
 }

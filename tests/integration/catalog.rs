@@ -6,18 +6,20 @@ use crate::common::*;
 const TOKEN: &str = "acme-token";
 
 fn yaml(servers: &str) -> String {
-    format!(
-        "tenants:\n  - name: acme\n    tokens: [{TOKEN}]\n    servers:\n{servers}"
-    )
+    format!("tenants:\n  - name: acme\n    tokens: [{TOKEN}]\n    servers:\n{servers}")
 }
 
 #[tokio::test]
 async fn follows_every_page_and_namespaces_names() {
     let names_250: Vec<String> = (0..250).map(|i| format!("tool_{i:03}")).collect();
     let refs: Vec<&str> = names_250.iter().map(String::as_str).collect();
-    let server = serve_mcp(TestServer::new(&refs).with_paging(Paging::Pages { page_size: 100 })).await;
+    let server =
+        serve_mcp(TestServer::new(&refs).with_paging(Paging::Pages { page_size: 100 })).await;
     let gateway = TestGateway::start(
-        &yaml(&format!("      - name: big\n        url: \"{}\"\n", server.url)),
+        &yaml(&format!(
+            "      - name: big\n        url: \"{}\"\n",
+            server.url
+        )),
         &[],
     )
     .await;
@@ -54,12 +56,22 @@ async fn endless_paging_and_repeated_cursors_fail_that_server_only() {
     assert_eq!(names(&listing), ["good__echo"]);
     let forever_status = &listing.servers[0];
     assert!(!forever_status.connected);
-    assert!(forever_status.error.contains("more than 20 pages"), "{}", forever_status.error);
+    assert!(
+        forever_status.error.contains("more than 20 pages"),
+        "{}",
+        forever_status.error
+    );
     assert_eq!(*forever.log.list_calls.lock().unwrap(), 20);
     let repeat_status = &listing.servers[1];
-    assert!(repeat_status.error.contains("repeated the cursor"), "{}", repeat_status.error);
+    assert!(
+        repeat_status.error.contains("repeated the cursor"),
+        "{}",
+        repeat_status.error
+    );
     // The tenant's healthy server still works.
-    let answer = invoke(&mut client, TOKEN, "good__echo", r#"{"text":"hi"}"#).await.unwrap();
+    let answer = invoke(&mut client, TOKEN, "good__echo", r#"{"text":"hi"}"#)
+        .await
+        .unwrap();
     assert_eq!(answer.text, "hi");
     gateway.shutdown().await;
 }
@@ -88,7 +100,11 @@ async fn an_invalid_tool_name_refuses_the_server_naming_both() {
         bad_status.error
     );
     // 60 characters is fine upstream, but `long__` makes it 66.
-    assert!(listing.servers[1].error.contains("long__xxx"), "{}", listing.servers[1].error);
+    assert!(
+        listing.servers[1].error.contains("long__xxx"),
+        "{}",
+        listing.servers[1].error
+    );
     gateway.shutdown().await;
 }
 
@@ -112,19 +128,29 @@ async fn a_name_claimed_by_two_servers_is_refused_for_both() {
     for status in &listing.servers[..2] {
         assert!(!status.connected);
         assert!(
-            status.error.contains("`one`") && status.error.contains("`two`") && status.error.contains("`search`"),
+            status.error.contains("`one`")
+                && status.error.contains("`two`")
+                && status.error.contains("`search`"),
             "{}",
             status.error
         );
     }
-    let err = invoke(&mut client, TOKEN, "search", "{}").await.unwrap_err();
+    let err = invoke(&mut client, TOKEN, "search", "{}")
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), tonic::Code::NotFound);
     gateway.shutdown().await;
 }
 
 #[tokio::test]
 async fn allow_and_deny_filters_apply_before_exposure() {
-    let server = serve_mcp(TestServer::new(&["search_docs", "search_admin", "delete", "echo"])).await;
+    let server = serve_mcp(TestServer::new(&[
+        "search_docs",
+        "search_admin",
+        "delete",
+        "echo",
+    ]))
+    .await;
     let gateway = TestGateway::start(
         &yaml(&format!(
             "      - name: docs\n        url: \"{}\"\n        tools:\n          allow: [\"search*\", \"echo\"]\n          deny: [\"search_admin\"]\n",
@@ -159,10 +185,25 @@ async fn an_unreachable_server_is_reported_and_others_serve() {
     let mut client = gateway.client().await;
     let listing = list(&mut client, TOKEN).await;
     assert_eq!(names(&listing), ["good__echo"]);
-    assert_eq!(listing.servers[0].state, toolgate::pb::ServerState::Failed as i32);
+    assert_eq!(
+        listing.servers[0].state,
+        toolgate::pb::ServerState::Failed as i32
+    );
     assert!(!listing.servers[0].error.is_empty());
-    assert!(listing.servers[1].error.contains("cannot start `/nonexistent/server`"), "{}", listing.servers[1].error);
-    assert_eq!(invoke(&mut client, TOKEN, "good__echo", r#"{"text":"ok"}"#).await.unwrap().text, "ok");
+    assert!(
+        listing.servers[1]
+            .error
+            .contains("cannot start `/nonexistent/server`"),
+        "{}",
+        listing.servers[1].error
+    );
+    assert_eq!(
+        invoke(&mut client, TOKEN, "good__echo", r#"{"text":"ok"}"#)
+            .await
+            .unwrap()
+            .text,
+        "ok"
+    );
     gateway.shutdown().await;
 }
 
@@ -173,7 +214,11 @@ async fn catalog_version_is_stable_and_content_derived() {
     let c = serve_mcp(TestServer::new(&["x", "z"])).await;
     let mut versions = Vec::new();
     for url in [&a.url, &b.url, &c.url] {
-        let gateway = TestGateway::start(&yaml(&format!("      - name: s\n        url: \"{url}\"\n")), &[]).await;
+        let gateway = TestGateway::start(
+            &yaml(&format!("      - name: s\n        url: \"{url}\"\n")),
+            &[],
+        )
+        .await;
         let mut client = gateway.client().await;
         let first = list(&mut client, TOKEN).await;
         let again = list(&mut client, TOKEN).await;
@@ -183,5 +228,8 @@ async fn catalog_version_is_stable_and_content_derived() {
         gateway.shutdown().await;
     }
     assert_eq!(versions[0], versions[1], "same tools, same version");
-    assert_ne!(versions[0], versions[2], "different tools, different version");
+    assert_ne!(
+        versions[0], versions[2],
+        "different tools, different version"
+    );
 }

@@ -26,17 +26,37 @@ async fn server_everything_over_stdio() {
     let listing = list(&mut client, TOKEN).await;
     let tools = names(&listing);
     assert!(listing.servers[0].connected, "{:?}", listing.servers);
-    for expected in ["everything__echo", "everything__get-tiny-image", "everything__get-env"] {
-        assert!(tools.iter().any(|t| t == expected), "{expected} in {tools:?}");
+    for expected in [
+        "everything__echo",
+        "everything__get-tiny-image",
+        "everything__get-env",
+    ] {
+        assert!(
+            tools.iter().any(|t| t == expected),
+            "{expected} in {tools:?}"
+        );
     }
-    let echo = listing.tools.iter().find(|t| t.name == "everything__echo").unwrap();
+    let echo = listing
+        .tools
+        .iter()
+        .find(|t| t.name == "everything__echo")
+        .unwrap();
     let schema: Value = serde_json::from_str(&echo.input_schema_json).unwrap();
     assert_eq!(schema["type"], "object");
 
-    let answer = invoke(&mut client, TOKEN, "everything__echo", r#"{"message":"hi"}"#).await.unwrap();
+    let answer = invoke(
+        &mut client,
+        TOKEN,
+        "everything__echo",
+        r#"{"message":"hi"}"#,
+    )
+    .await
+    .unwrap();
     assert_eq!(answer.text, "Echo: hi");
 
-    let image = invoke(&mut client, TOKEN, "everything__get-tiny-image", "{}").await.unwrap();
+    let image = invoke(&mut client, TOKEN, "everything__get-tiny-image", "{}")
+        .await
+        .unwrap();
     let png = image
         .content
         .iter()
@@ -46,11 +66,17 @@ async fn server_everything_over_stdio() {
         })
         .expect("an image block");
     assert_eq!(&png.data[..8], b"\x89PNG\r\n\x1a\n");
-    assert!(image.text.contains("[1 non-text content block(s) omitted]"), "{}", image.text);
+    assert!(
+        image.text.contains("[1 non-text content block(s) omitted]"),
+        "{}",
+        image.text
+    );
 
     // The child's environment is exactly the configured one: nothing from
     // the gateway's (this test process has PATH, HOME, CARGO_* ...).
-    let env = invoke(&mut client, TOKEN, "everything__get-env", "{}").await.unwrap();
+    let env = invoke(&mut client, TOKEN, "everything__get-env", "{}")
+        .await
+        .unwrap();
     let vars: serde_json::Map<String, Value> = serde_json::from_str(&env.text).unwrap();
     assert_eq!(vars.get("GREETING").and_then(Value::as_str), Some("hello"));
     assert!(!vars.contains_key("PATH"), "{vars:?}");
@@ -65,8 +91,20 @@ async fn server_everything_over_stdio() {
     )
     .await
     .unwrap();
-    assert!(reference.content.iter().any(|c| matches!(&c.kind, Some(pb::content::Kind::Resource(r)) if !r.uri.is_empty())));
-    let links = invoke(&mut client, TOKEN, "everything__get-resource-links", r#"{"count":2}"#).await.unwrap();
+    assert!(
+        reference
+            .content
+            .iter()
+            .any(|c| matches!(&c.kind, Some(pb::content::Kind::Resource(r)) if !r.uri.is_empty()))
+    );
+    let links = invoke(
+        &mut client,
+        TOKEN,
+        "everything__get-resource-links",
+        r#"{"count":2}"#,
+    )
+    .await
+    .unwrap();
     let link_count = links
         .content
         .iter()
@@ -102,17 +140,30 @@ async fn server_everything_over_streamable_http_with_injected_header() {
     let listing = list(&mut client, TOKEN).await;
     assert!(listing.servers[0].connected, "{:?}", listing.servers);
     assert_eq!(listing.servers[0].transport, "http");
-    let answer = invoke(&mut client, TOKEN, "remote__echo", r#"{"message":"over http"}"#).await.unwrap();
+    let answer = invoke(
+        &mut client,
+        TOKEN,
+        "remote__echo",
+        r#"{"message":"over http"}"#,
+    )
+    .await
+    .unwrap();
     assert_eq!(answer.text, "Echo: over http");
     let log = std::fs::read_to_string(&header_log).unwrap();
-    let requests: Vec<Value> = log.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let requests: Vec<Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     assert!(requests.len() >= 3, "{log}");
     for request in &requests {
         assert_eq!(
             request["headers"]["authorization"], "Bearer injected-upstream-credential",
             "{request}"
         );
-        assert!(!request.to_string().contains(TOKEN), "caller token forwarded: {request}");
+        assert!(
+            !request.to_string().contains(TOKEN),
+            "caller token forwarded: {request}"
+        );
     }
     gateway.shutdown().await;
 }
@@ -139,13 +190,19 @@ async fn python_sdk_server_over_stdio_with_a_cleared_environment() {
         ("HOME", "<unset>"),
         ("CARGO_PKG_NAME", "<unset>"),
     ] {
-        let answer = invoke(&mut client, TOKEN, "py__get_env", &get(var)).await.unwrap();
+        let answer = invoke(&mut client, TOKEN, "py__get_env", &get(var))
+            .await
+            .unwrap();
         assert_eq!(answer.text, expected, "{var}");
     }
-    let add = invoke(&mut client, TOKEN, "py__add", r#"{"a":40,"b":2}"#).await.unwrap();
+    let add = invoke(&mut client, TOKEN, "py__add", r#"{"a":40,"b":2}"#)
+        .await
+        .unwrap();
     let structured: Value = serde_json::from_str(&add.structured_content_json).unwrap();
     assert_eq!(structured["result"], 42);
-    let failed = invoke(&mut client, TOKEN, "py__fail", r#"{"message":"nope"}"#).await.unwrap();
+    let failed = invoke(&mut client, TOKEN, "py__fail", r#"{"message":"nope"}"#)
+        .await
+        .unwrap();
     assert!(failed.is_error);
     assert_eq!(failed.text, "nope");
     // Arguments the server's schema refuses come back as INVALID_ARGUMENT or
@@ -158,7 +215,11 @@ async fn python_sdk_server_over_stdio_with_a_cleared_environment() {
     gateway.shutdown().await;
 }
 
-async fn python_client(addr: std::net::SocketAddr, token: Option<&str>, args: &[&str]) -> (i32, Value) {
+async fn python_client(
+    addr: std::net::SocketAddr,
+    token: Option<&str>,
+    args: &[&str],
+) -> (i32, Value) {
     let mut command = tokio::process::Command::new(python());
     command
         .arg(fixture("python/grpc_client.py"))
@@ -196,26 +257,47 @@ async fn python_grpc_client_lists_and_invokes() {
         .iter()
         .map(|t| t["name"].as_str().unwrap())
         .collect();
-    assert!(tools.contains(&"py__tiny_image") && tools.contains(&"py__echo"), "{tools:?}");
+    assert!(
+        tools.contains(&"py__tiny_image") && tools.contains(&"py__echo"),
+        "{tools:?}"
+    );
     assert!(!listing["catalog_version"].as_str().unwrap().is_empty());
     assert_eq!(listing["servers"][0]["connected"], true);
 
-    let (code, echo) = python_client(gateway.addr, Some(TOKEN), &["invoke", "py__echo", r#"{"text":"from python"}"#]).await;
+    let (code, echo) = python_client(
+        gateway.addr,
+        Some(TOKEN),
+        &["invoke", "py__echo", r#"{"text":"from python"}"#],
+    )
+    .await;
     assert_eq!(code, 0, "{echo}");
     assert_eq!(echo["text"], "from python");
 
-    let (code, image) = python_client(gateway.addr, Some(TOKEN), &["invoke", "py__tiny_image"]).await;
+    let (code, image) =
+        python_client(gateway.addr, Some(TOKEN), &["invoke", "py__tiny_image"]).await;
     assert_eq!(code, 0, "{image}");
     let blocks = image["content"].as_array().unwrap();
-    let png = blocks.iter().find(|b| b["type"] == "image").expect("image block");
+    let png = blocks
+        .iter()
+        .find(|b| b["type"] == "image")
+        .expect("image block");
     assert_eq!(png["mime_type"], "image/png");
     assert_eq!(png["png_magic_ok"], true, "{png}");
-    assert!(image["text"].as_str().unwrap().ends_with("[1 non-text content block(s) omitted]"));
+    assert!(
+        image["text"]
+            .as_str()
+            .unwrap()
+            .ends_with("[1 non-text content block(s) omitted]")
+    );
 
-    let (code, missing) = python_client(gateway.addr, Some(TOKEN), &["invoke", "py__nope", "{}"]).await;
+    let (code, missing) =
+        python_client(gateway.addr, Some(TOKEN), &["invoke", "py__nope", "{}"]).await;
     assert_eq!(code, 3);
     assert_eq!(missing["error"]["code"], "NOT_FOUND");
-    assert_eq!(missing["error"]["details"][0]["reason"], "TOOL_NOT_FOUND", "{missing}");
+    assert_eq!(
+        missing["error"]["details"][0]["reason"], "TOOL_NOT_FOUND",
+        "{missing}"
+    );
     assert_eq!(missing["error"]["details"][0]["domain"], "toolgate");
 
     let (code, unauth) = python_client(gateway.addr, None, &["list"]).await;
