@@ -108,7 +108,7 @@ async fn serve_drains_on_sigterm_and_leaves_no_child_behind() {
     let config = write_config(
         dir.path(),
         &format!(
-            "listen: \"127.0.0.1:{port}\"\nshutdown_grace: \"20s\"\ntenants:\n  - name: acme\n    tokens: [{{ env: ACME_TOKEN }}]\n    servers:\n      - name: everything\n        command: [\"{}\", \"{}\", \"stdio\"]\n      - name: py\n        command: [\"{}\", \"{}\"]\n",
+            "listen: \"127.0.0.1:{port}\"\nshutdown_grace: \"20s\"\ntenants:\n  - name: acme\n    tokens: [{{ env: ACME_TOKEN }}]\n    servers:\n      - name: everything\n        command: [\"{}\", \"{}\", \"stdio\"]\n      - name: py\n        command: [\"{}\", \"{}\"]\n        env:\n          API_KEY: {{ env: PY_API_KEY }}\n",
             node().display(),
             everything_js().display(),
             python().display(),
@@ -122,6 +122,7 @@ async fn serve_drains_on_sigterm_and_leaves_no_child_behind() {
             .arg(&config)
             .env("ACME_TOKEN", "acme-token")
             .env("GATEWAY_ONLY_SECRET", "must-not-leak")
+            .env("PY_API_KEY", "upstream-api-key-value")
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log_path).unwrap())
@@ -151,6 +152,15 @@ async fn serve_drains_on_sigterm_and_leaves_no_child_behind() {
     .await
     .unwrap();
     assert_eq!(leaked.text, "<unset>");
+    let configured = invoke(
+        &mut client,
+        "acme-token",
+        "py__get_env",
+        r#"{"name":"API_KEY"}"#,
+    )
+    .await
+    .unwrap();
+    assert_eq!(configured.text, "upstream-api-key-value");
 
     let children = children_of(pid);
     assert_eq!(
@@ -216,4 +226,24 @@ async fn serve_drains_on_sigterm_and_leaves_no_child_behind() {
         !log.contains("acme-token"),
         "the caller token never appears in logs"
     );
+}
+
+#[test]
+fn demo_runs_end_to_end() {
+    let output = Command::new(toolgate_bin()).arg("demo").output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for expected in [
+        "tool   repo__count_issues",
+        "text=\"toolgate has 3 open issues\"",
+        "[1 non-text content block(s) omitted]",
+        "is_error=true",
+        "NotFound",
+    ] {
+        assert!(stdout.contains(expected), "{expected} in {stdout}");
+    }
 }
