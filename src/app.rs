@@ -1,8 +1,8 @@
-//! Wiring: the registry of upstream sessions, the gRPC server, and the
-//! shutdown sequence. `run` takes a bound listener and a shutdown future so
-//! tests can serve on port 0 and stop the gateway when they like.
+//! Wiring: the registry of upstream sessions, the gRPC server (ToolGateway,
+//! health, reflection), the metrics listener, and the shutdown sequence.
+//! `run` takes a bound listener and a [`Shutdown`] so tests can serve on
+//! port 0 and stop the gateway when they like.
 
-use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,15 +16,19 @@ use crate::config::{Config, Environment};
 use crate::grpc::Gateway;
 use crate::pb::tool_gateway_server::ToolGatewayServer;
 use crate::registry::Registry;
+use crate::telemetry::{Metrics, metrics};
 
 /// After the grace period, how long cancelled calls get to send their
 /// UNAVAILABLE answers before connections are dropped.
 const ABORT_FLUSH: Duration = Duration::from_secs(1);
 
+/// The gRPC service name reported by the health service.
+pub const SERVICE_NAME: &str = "toolgate.v1.ToolGateway";
+
 /// Why the gateway could not serve.
 #[derive(Debug, thiserror::Error)]
 pub enum AppError {
-    /// The listen address could not be bound.
+    /// A listen address could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
         /// The configured address.
@@ -35,16 +39,77 @@ pub enum AppError {
     /// The gRPC server failed.
     #[error("gRPC server error: {0}")]
     Serve(#[from] tonic::transport::Error),
+    /// The reflection service could not be built.
+    #[error("reflection service: {0}")]
+    Reflection(#[from] tonic_reflection::server::Error),
 }
 
-/// Binds `config.listen` and runs the gateway until `shutdown` resolves.
+/// The two stages of stopping: `drain` starts the graceful sequence;
+/// `now` (a second signal) ends it at once.
+#[derive(Debug, Clone, Default)]
+pub struct Shutdown {
+    drain: CancellationToken,
+    now: CancellationToken,
+}
+
+impl Shutdown {
+    /// A shutdown handle that nothing has triggered yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Starts the graceful shutdown.
+    pub fn drain(&self) {
+        self.drain.cancel();
+    }
+
+    /// Ends the drain at once (implies [`Shutdown::drain`]).
+    pub fn now(&self) {
+        self.drain.cancel();
+        self.now.cancel();
+    }
+
+    /// A handle driven by SIGTERM and SIGINT: the first signal drains, the
+    /// second ends the drain at once.
+    ///
+    /// # Errors
+    /// The signal handlers cannot be installed.
+    pub fn on_signals() -> std::io::Result<Self> {
+        use tokio::signal::unix::{SignalKind, signal};
+        let shutdown = Self::new();
+        let mut term = signal(SignalKind::terminate())?;
+        let mut int = signal(SignalKind::interrupt())?;
+        let handle = shutdown.clone();
+        tokio::spawn(async move {
+            for stage in 0..2 {
+                let name = tokio::select! {
+                    _ = term.recv() => "SIGTERM",
+                    _ = int.recv() => "SIGINT",
+                };
+                if stage == 0 {
+                    tracing::info!(
+                        signal = name,
+                        "shutdown: draining (signal again to stop at once)"
+                    );
+                    handle.drain();
+                } else {
+                    tracing::warn!(signal = name, "second signal: ending the drain now");
+                    handle.now();
+                }
+            }
+        });
+        Ok(shutdown)
+    }
+}
+
+/// Binds `config.listen` and runs the gateway until shut down.
 ///
 /// # Errors
-/// The address cannot be bound, or the server fails.
+/// An address cannot be bound, or the server fails.
 pub async fn serve(
     config: Config,
     env: Arc<dyn Environment>,
-    shutdown: impl Future<Output = ()>,
+    shutdown: Shutdown,
 ) -> Result<(), AppError> {
     let listener = TcpListener::bind(config.listen)
         .await
@@ -55,66 +120,161 @@ pub async fn serve(
     run(config, listener, env, shutdown).await
 }
 
-/// Runs the gateway on `listener` until `shutdown` resolves, then: stops
-/// accepting, lets in-flight calls finish within `shutdown_grace`, cancels
-/// what is left (answered UNAVAILABLE), and closes every upstream session.
+/// Runs the gateway on `listener` until `shutdown` drains it, in the order
+/// gRPC's graceful-stop guidance gives:
+/// 1. health turns NOT_SERVING at once (and keeps answering);
+/// 2. new calls are still served for `shutdown_delay` while load balancers
+///    withdraw the endpoint;
+/// 3. the server stops taking new calls (HTTP/2 GOAWAY) and in-flight calls
+///    finish within `shutdown_grace`;
+/// 4. calls still running are cancelled upstream and answered UNAVAILABLE;
+/// 5. every upstream session is closed (children: stdin closed, SIGTERM,
+///    SIGKILL of the process group).
+///
+/// [`Shutdown::now`] skips what is left of steps 2 and 3.
 ///
 /// # Errors
-/// The server fails.
+/// The metrics address cannot be bound, or the server fails.
 pub async fn run(
     config: Config,
     listener: TcpListener,
     env: Arc<dyn Environment>,
-    shutdown: impl Future<Output = ()>,
+    shutdown: Shutdown,
 ) -> Result<(), AppError> {
-    let local = listener.local_addr().ok();
-    let registry = Registry::start(&config, env);
+    let local = listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    let metrics = Arc::new(Metrics::new());
+    let stop_metrics = CancellationToken::new();
+    if let Some(addr) = config.metrics_listen {
+        let listener = metrics::bind(addr)
+            .await
+            .map_err(|source| AppError::Bind { addr, source })?;
+        tracing::info!(
+            addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+            "metrics listener up"
+        );
+        tokio::spawn(metrics::serve(
+            listener,
+            metrics.clone(),
+            stop_metrics.clone(),
+        ));
+    }
+
+    let registry = Registry::start(&config, env, metrics.clone());
     let abort = CancellationToken::new();
-    let gateway = Gateway::new(registry.clone(), abort.clone());
+    let gateway = Gateway::new(registry.clone(), abort.clone(), metrics.clone());
     let service =
         ToolGatewayServer::with_interceptor(gateway, Authenticate::new(TokenTable::new(&config)));
-    let stop = CancellationToken::new();
-    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
-    let server = tonic::transport::Server::builder()
+
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health
+        .set_service_status(SERVICE_NAME, tonic_health::ServingStatus::Serving)
+        .await;
+    health
+        .set_service_status("", tonic_health::ServingStatus::Serving)
+        .await;
+
+    let reflection = if config.reflection {
+        let builder = || {
+            tonic_reflection::server::Builder::configure()
+                .register_encoded_file_descriptor_set(crate::pb::FILE_DESCRIPTOR_SET)
+                .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        };
+        Some((builder().build_v1()?, builder().build_v1alpha()?))
+    } else {
+        None
+    };
+
+    let stop_accepting = CancellationToken::new();
+    let grpc = &config.grpc;
+    let incoming = TcpIncoming::from(listener)
+        .with_nodelay(Some(true))
+        .with_keepalive(Some(grpc.tcp_keepalive));
+    let mut builder = tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(grpc.keepalive_interval))
+        .http2_keepalive_timeout(Some(grpc.keepalive_timeout))
+        .max_concurrent_streams(Some(grpc.max_concurrent_streams));
+    let router = builder
+        .add_service(health_service)
         .add_service(service)
-        .serve_with_incoming_shutdown(incoming, stop.clone().cancelled_owned());
+        .add_optional_service(reflection.as_ref().map(|r| r.0.clone()))
+        .add_optional_service(reflection.map(|r| r.1));
+    let server =
+        router.serve_with_incoming_shutdown(incoming, stop_accepting.clone().cancelled_owned());
     tokio::pin!(server);
-    tracing::info!(addr = ?local, tenants = config.tenants.len(), "toolgate serving");
+    tracing::info!(addr = %local, tenants = config.tenants.len(), "toolgate serving");
 
     let served = tokio::select! {
         result = &mut server => Some(result),
-        () = shutdown => None,
+        () = shutdown.drain.cancelled() => None,
     };
     let result = match served {
         Some(result) => result,
         None => {
-            tracing::info!(grace = ?config.shutdown_grace, "shutting down: draining calls");
-            stop.cancel();
-            match tokio::time::timeout(config.shutdown_grace, &mut server).await {
-                Ok(result) => result,
-                Err(_) => {
-                    tracing::warn!("grace period over: cancelling calls still in flight");
-                    abort.cancel();
-                    tokio::time::timeout(ABORT_FLUSH, &mut server)
-                        .await
-                        .unwrap_or(Ok(()))
+            // 1. Health says NOT_SERVING at once, and keeps answering.
+            health
+                .set_service_status(SERVICE_NAME, tonic_health::ServingStatus::NotServing)
+                .await;
+            health
+                .set_service_status("", tonic_health::ServingStatus::NotServing)
+                .await;
+            // 2. Keep serving new calls while endpoints are withdrawn.
+            tracing::info!(delay = ?config.shutdown_delay, "shutdown: NOT_SERVING; still taking calls");
+            let early = tokio::select! {
+                result = &mut server => Some(result),
+                () = tokio::time::sleep(config.shutdown_delay) => None,
+                () = shutdown.now.cancelled() => None,
+            };
+            match early {
+                Some(result) => result,
+                None => {
+                    drain(
+                        &mut server,
+                        &stop_accepting,
+                        &abort,
+                        &shutdown,
+                        config.shutdown_grace,
+                    )
+                    .await
                 }
             }
         }
     };
+    // 5. Close every upstream session.
     tracing::info!("closing upstream sessions");
     registry.shutdown().await;
+    stop_metrics.cancel();
     tracing::info!("toolgate stopped");
     result.map_err(AppError::from)
 }
 
-/// Resolves on the first SIGTERM or SIGINT.
-pub async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM received"),
-        _ = int.recv() => tracing::info!("SIGINT received"),
+/// Steps 3 and 4: stop accepting, wait for in-flight calls within `grace`,
+/// then cancel what is left.
+async fn drain<F>(
+    server: &mut std::pin::Pin<&mut F>,
+    stop_accepting: &CancellationToken,
+    abort: &CancellationToken,
+    shutdown: &Shutdown,
+    grace: Duration,
+) -> Result<(), tonic::transport::Error>
+where
+    F: std::future::Future<Output = Result<(), tonic::transport::Error>>,
+{
+    tracing::info!(?grace, "shutdown: no new calls; draining in-flight calls");
+    stop_accepting.cancel();
+    let finished = tokio::select! {
+        result = server.as_mut() => Some(result),
+        () = tokio::time::sleep(grace) => None,
+        () = shutdown.now.cancelled() => None,
+    };
+    if let Some(result) = finished {
+        return result;
     }
+    tracing::warn!("shutdown: cancelling calls still in flight");
+    abort.cancel();
+    tokio::time::timeout(ABORT_FLUSH, server.as_mut())
+        .await
+        .unwrap_or(Ok(()))
 }

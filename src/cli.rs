@@ -20,9 +20,9 @@ pub const EXIT_CONFIG: u8 = 64;
 #[derive(Debug, Parser)]
 #[command(name = "toolgate", version, about)]
 pub struct Cli {
-    /// Log format on stderr.
-    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
-    log_format: LogFormat,
+    /// Log format on stderr (default: the config's `log_format`, else text).
+    #[arg(long, global = true, value_enum)]
+    log_format: Option<LogFormat>,
     #[command(subcommand)]
     command: Command,
 }
@@ -53,11 +53,6 @@ enum Command {
 /// Parses the command line and runs the command.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    let default_filter = match cli.command {
-        Command::Demo => "warn",
-        _ => "info,rmcp=warn",
-    };
-    telemetry::init(cli.log_format, default_filter);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -70,15 +65,25 @@ pub fn main() -> ExitCode {
     };
     runtime.block_on(async move {
         match cli.command {
-            Command::Serve { config } => serve(config).await,
-            Command::Check { config, offline } => check(config, offline).await,
-            Command::Demo => match crate::demo::run().await {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("toolgate demo failed: {e:#}");
-                    ExitCode::FAILURE
-                }
-            },
+            Command::Serve { config } => serve(config, cli.log_format).await,
+            Command::Check { config, offline } => {
+                let guard = telemetry::init(cli.log_format.unwrap_or_default(), "warn");
+                let code = check(config, offline).await;
+                guard.shutdown().await;
+                code
+            }
+            Command::Demo => {
+                let guard = telemetry::init(cli.log_format.unwrap_or_default(), "warn");
+                let code = match crate::demo::run().await {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(e) => {
+                        eprintln!("toolgate demo failed: {e:#}");
+                        ExitCode::FAILURE
+                    }
+                };
+                guard.shutdown().await;
+                code
+            }
         }
     })
 }
@@ -90,14 +95,26 @@ fn load(path: &std::path::Path) -> Result<Config, ExitCode> {
     })
 }
 
-async fn serve(path: PathBuf) -> ExitCode {
+async fn serve(path: PathBuf, log_format: Option<LogFormat>) -> ExitCode {
     let config = match load(&path) {
         Ok(config) => config,
         Err(code) => return code,
     };
-    match crate::app::serve(config, Arc::new(ProcessEnv), crate::app::shutdown_signal()).await {
+    let format = log_format.or(config.log_format).unwrap_or_default();
+    let guard = telemetry::init(format, "info,rmcp=warn");
+    let shutdown = match crate::app::Shutdown::on_signals() {
+        Ok(shutdown) => shutdown,
+        Err(e) => {
+            eprintln!("toolgate: cannot install signal handlers: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = crate::app::serve(config, Arc::new(ProcessEnv), shutdown).await;
+    guard.shutdown().await;
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
+            tracing::error!(error = %e, "toolgate failed");
             eprintln!("toolgate: {e}");
             ExitCode::FAILURE
         }
@@ -117,7 +134,11 @@ async fn check(path: PathBuf, offline: bool) -> ExitCode {
     if offline {
         return ExitCode::SUCCESS;
     }
-    let registry = Registry::start(&config, Arc::new(ProcessEnv));
+    let registry = Registry::start(
+        &config,
+        Arc::new(ProcessEnv),
+        Arc::new(crate::telemetry::Metrics::new()),
+    );
     let wait = config
         .tenants
         .iter()

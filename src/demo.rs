@@ -21,6 +21,14 @@ use crate::config::Config;
 use crate::pb;
 use crate::pb::tool_gateway_client::ToolGatewayClient;
 
+/// Prints a line; a closed stdout (`toolgate demo | head`) is not an error.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
 /// The bearer token of the demo tenant (loopback only).
 const DEMO_TOKEN: &str = "demo-token";
 
@@ -121,10 +129,10 @@ fn authed<T>(message: T) -> tonic::Request<T> {
 pub async fn run() -> anyhow::Result<()> {
     let stop = CancellationToken::new();
     let mcp_url = serve_repo_server(stop.clone()).await?;
-    println!("mcp      {mcp_url}  (in-process MCP server)");
+    say!("mcp      {mcp_url}  (in-process MCP server)");
 
     let yaml = format!(
-        "listen: \"127.0.0.1:0\"\nshutdown_grace: \"2s\"\ntenants:\n  - name: demo\n    tokens: [\"{DEMO_TOKEN}\"]\n    servers:\n      - name: repo\n        url: \"{mcp_url}\"\n"
+        "listen: \"127.0.0.1:0\"\nshutdown_delay: \"1ms\"\nshutdown_grace: \"2s\"\nreflection: false\ntenants:\n  - name: demo\n    tokens: [\"{DEMO_TOKEN}\"]\n    servers:\n      - name: repo\n        url: \"{mcp_url}\"\n"
     );
     let config = Config::from_yaml(
         &yaml,
@@ -134,14 +142,14 @@ pub async fn run() -> anyhow::Result<()> {
     )?;
     let listener = TcpListener::bind(config.listen).await?;
     let addr = listener.local_addr()?;
-    let gateway_stop = CancellationToken::new();
+    let gateway_stop = crate::app::Shutdown::new();
     let gateway = tokio::spawn(crate::app::run(
         config,
         listener,
         Arc::new(crate::config::ProcessEnv),
-        gateway_stop.clone().cancelled_owned(),
+        gateway_stop.clone(),
     ));
-    println!("gateway  grpc://{addr}  (tenant `demo`)");
+    say!("gateway  grpc://{addr}  (tenant `demo`)");
 
     let mut client = ToolGatewayClient::connect(format!("http://{addr}")).await?;
 
@@ -149,9 +157,9 @@ pub async fn run() -> anyhow::Result<()> {
         .list_tools(authed(pb::ListToolsRequest {}))
         .await?
         .into_inner();
-    println!("\nListTools  catalog_version {}", listed.catalog_version);
+    say!("\nListTools  catalog_version {}", listed.catalog_version);
     for tool in &listed.tools {
-        println!("  tool   {:<22} {}", tool.name, tool.description);
+        say!("  tool   {:<22} {}", tool.name, tool.description);
     }
 
     for (name, args) in [
@@ -160,7 +168,7 @@ pub async fn run() -> anyhow::Result<()> {
         ("repo__count_issues", r#"{"repo":"nope"}"#),
         ("repo__delete_everything", "{}"),
     ] {
-        println!("\nInvokeTool {name}({args})");
+        say!("\nInvokeTool {name}({args})");
         let started = Instant::now();
         let answer = client
             .invoke_tool(authed(pb::InvokeToolRequest {
@@ -184,14 +192,14 @@ pub async fn run() -> anyhow::Result<()> {
                         None => "?",
                     })
                     .collect();
-                println!(
+                say!(
                     "  ← is_error={} text={:?} content=[{}] ({elapsed:.1?})",
                     response.is_error,
                     response.text,
                     kinds.join(", ")
                 );
             }
-            Err(status) => println!(
+            Err(status) => say!(
                 "  ← {:?}: {} ({elapsed:.1?})",
                 status.code(),
                 status.message()
@@ -199,9 +207,9 @@ pub async fn run() -> anyhow::Result<()> {
         }
     }
 
-    gateway_stop.cancel();
+    gateway_stop.drain();
     gateway.await??;
     stop.cancel();
-    println!("\ndone: the gateway drained and closed its upstream session");
+    say!("\ndone: the gateway drained and closed its upstream session");
     Ok(())
 }

@@ -18,6 +18,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::catalog::{Catalog, InputState, ServerInput, SharedCatalog};
 use crate::config::{Config, Environment, ServerConfig, TenantConfig};
+use crate::telemetry::Metrics;
 use crate::upstream::{self, Label, Session};
 
 /// Index of a tenant in the registry (and in the configuration).
@@ -29,6 +30,7 @@ pub struct TenantId(pub usize);
 pub struct Registry {
     tenants: Vec<Arc<Tenant>>,
     env: Arc<dyn Environment>,
+    metrics: Arc<Metrics>,
     shutdown: CancellationToken,
     tasks: TaskTracker,
 }
@@ -51,7 +53,11 @@ enum SlotState {
         session: Arc<Session>,
         tools: Arc<Vec<rmcp::model::Tool>>,
     },
-    Failed(String),
+    Failed {
+        reason: String,
+        /// What the server listed when it was last connected.
+        last_tools: Option<Arc<Vec<rmcp::model::Tool>>>,
+    },
 }
 
 /// Why a server's session could not be had for a call.
@@ -66,11 +72,16 @@ pub enum SessionUnavailable {
 impl Registry {
     /// Builds the registry and starts connecting every server of every
     /// tenant in the background.
-    pub fn start(config: &Config, env: Arc<dyn Environment>) -> Arc<Registry> {
+    pub fn start(
+        config: &Config,
+        env: Arc<dyn Environment>,
+        metrics: Arc<Metrics>,
+    ) -> Arc<Registry> {
         let tenants = config.tenants.iter().map(Tenant::new).collect();
         let registry = Arc::new(Registry {
             tenants,
             env,
+            metrics,
             shutdown: CancellationToken::new(),
             tasks: TaskTracker::new(),
         });
@@ -94,6 +105,7 @@ impl Registry {
 
     fn spawn_connect(&self, tenant: Arc<Tenant>, index: usize) {
         let env = self.env.clone();
+        let metrics = self.metrics.clone();
         let shutdown = self.shutdown.clone();
         self.tasks.spawn(async move {
             let server = &tenant.servers[index];
@@ -107,8 +119,8 @@ impl Registry {
                 .catch_unwind();
             let result = tokio::select! {
                 result = connect => result.unwrap_or_else(|_| {
-                    Err(upstream::UpstreamError::Protocol(
-                        "the connection attempt panicked (see the gateway log)".to_owned(),
+                    Err(upstream::UpstreamError::Handshake(
+                        "the connection attempt panicked (a bug: see the gateway log)".to_owned(),
                     ))
                 }),
                 () = shutdown.cancelled() => return,
@@ -121,12 +133,14 @@ impl Registry {
                         tools = connected.tools.len(),
                         "upstream connected"
                     );
+                    metrics.connect_result(&tenant.name, &server.name, true);
                     let session = connected.session.clone();
+                    let tools = Arc::new(connected.tools);
                     tenant.set_state(
                         index,
                         SlotState::Ready {
                             session: connected.session,
-                            tools: Arc::new(connected.tools),
+                            tools: tools.clone(),
                         },
                     );
                     // The session may end on its own (child exit, server
@@ -138,9 +152,13 @@ impl Registry {
                                 server = %server.name,
                                 "upstream session ended"
                             );
+                            metrics.session_lost(&tenant.name, &server.name);
                             tenant.set_state(
                                 index,
-                                SlotState::Failed("the session ended (server exited or closed the connection)".to_owned()),
+                                SlotState::Failed {
+                                    reason: "the session ended (server exited or closed the connection)".to_owned(),
+                                    last_tools: Some(tools),
+                                },
                             );
                         }
                         () = shutdown.cancelled() => {}
@@ -153,7 +171,14 @@ impl Registry {
                         %error,
                         "upstream connect failed"
                     );
-                    tenant.set_state(index, SlotState::Failed(error.to_string()));
+                    metrics.connect_result(&tenant.name, &server.name, false);
+                    tenant.set_state(
+                        index,
+                        SlotState::Failed {
+                            reason: error.to_string(),
+                            last_tools: None,
+                        },
+                    );
                 }
             }
         });
@@ -168,9 +193,14 @@ impl Registry {
         let mut closing = Vec::new();
         for tenant in &self.tenants {
             let states = std::mem::take(&mut *tenant.states.lock().expect("state lock"));
-            for state in states {
+            for (index, state) in states.into_iter().enumerate() {
                 if let SlotState::Ready { session, .. } = state {
-                    closing.push(async move { session.close().await });
+                    let metrics = self.metrics.clone();
+                    let tenant = tenant.clone();
+                    closing.push(async move {
+                        session.close().await;
+                        metrics.session_closed(&tenant.name, &tenant.servers[index].name);
+                    });
                 }
             }
         }
@@ -236,7 +266,7 @@ impl Tenant {
                 Err(SessionUnavailable::Down("the session ended".to_owned()))
             }
             Some(SlotState::Connecting) => Err(SessionUnavailable::Connecting),
-            Some(SlotState::Failed(reason)) => Err(SessionUnavailable::Down(reason.clone())),
+            Some(SlotState::Failed { reason, .. }) => Err(SessionUnavailable::Down(reason.clone())),
             None => Err(SessionUnavailable::Down(
                 "the gateway is shutting down".to_owned(),
             )),
@@ -256,7 +286,10 @@ fn build_catalog(servers: &[ServerConfig], states: &[SlotState]) -> Catalog {
             state: match state {
                 SlotState::Connecting => InputState::Connecting,
                 SlotState::Ready { tools, .. } => InputState::Listed(tools),
-                SlotState::Failed(reason) => InputState::Failed(reason),
+                SlotState::Failed { reason, last_tools } => InputState::Failed {
+                    reason,
+                    last_tools: last_tools.as_deref().map(Vec::as_slice),
+                },
             },
         })
         .collect();

@@ -36,8 +36,15 @@ pub enum InputState<'a> {
     Connecting,
     /// Connected; these are every tool it listed.
     Listed(&'a [rmcp::model::Tool]),
-    /// Connecting failed or the session ended, for this reason.
-    Failed(&'a str),
+    /// Connecting failed or the session ended, for this reason. The tools
+    /// it listed when it was last connected, if ever, still route to it so
+    /// that calls get UNAVAILABLE rather than NOT_FOUND.
+    Failed {
+        /// Why it is down.
+        reason: &'a str,
+        /// What it listed when last connected.
+        last_tools: Option<&'a [rmcp::model::Tool]>,
+    },
 }
 
 /// How a server stands in the catalog.
@@ -111,6 +118,10 @@ pub struct Catalog {
     tools: Vec<CatalogTool>,
     index: HashMap<String, usize>,
     servers: Vec<ServerStatus>,
+    /// Exposed names of servers that are down, from their last listing.
+    down_routes: HashMap<String, usize>,
+    /// Namespaces (`server` of `server__tool`) of non-bare servers.
+    namespaces: HashMap<String, usize>,
     version: String,
 }
 
@@ -120,7 +131,22 @@ impl Catalog {
         // First pass: each connected server's candidate tools, or why the
         // server is refused on its own account.
         let mut candidates: Vec<Result<Vec<CatalogTool>, String>> = Vec::new();
+        let mut down_routes = HashMap::new();
+        let mut namespaces = HashMap::new();
         for (server_index, input) in inputs.iter().enumerate() {
+            if !input.bare {
+                namespaces.insert(input.name.to_owned(), server_index);
+            }
+            if let InputState::Failed {
+                last_tools: Some(tools),
+                ..
+            } = &input.state
+                && let Ok(tools) = server_tools(server_index, input, tools)
+            {
+                for tool in tools {
+                    down_routes.insert(tool.name, server_index);
+                }
+            }
             candidates.push(match &input.state {
                 InputState::Listed(tools) => server_tools(server_index, input, tools),
                 _ => Ok(Vec::new()),
@@ -156,7 +182,7 @@ impl Catalog {
         for (server_index, (input, candidate)) in inputs.iter().zip(candidates).enumerate() {
             let (state, mut server_tools) = match (&input.state, candidate) {
                 (InputState::Connecting, _) => (ServerState::Connecting, Vec::new()),
-                (InputState::Failed(reason), _) => {
+                (InputState::Failed { reason, .. }, _) => {
                     (ServerState::Failed((*reason).to_owned()), Vec::new())
                 }
                 (InputState::Listed(_), Err(reason)) => (ServerState::Refused(reason), Vec::new()),
@@ -174,18 +200,39 @@ impl Catalog {
             tools.append(&mut server_tools);
         }
         tools.sort_by(|a, b| a.name.cmp(&b.name));
-        let index = tools
+        let index: HashMap<String, usize> = tools
             .iter()
             .enumerate()
             .map(|(i, t)| (t.name.clone(), i))
             .collect();
         let version = catalog_version(&tools);
+        // A name that is live now is not "down".
+        down_routes.retain(|name, _| !index.contains_key(name));
         Catalog {
             tools,
             index,
             servers,
+            down_routes,
+            namespaces,
             version,
         }
+    }
+
+    /// For a name not in the catalog: the server it would belong to, when
+    /// that server is configured but not connected (it listed the name when
+    /// last connected, or the name is in its `server__` namespace). Calls to
+    /// such names are UNAVAILABLE, not NOT_FOUND.
+    pub fn down_server_for(&self, name: &str) -> Option<&ServerStatus> {
+        let index = self.down_routes.get(name).copied().or_else(|| {
+            let (namespace, _) = name.split_once(name::DELIMITER)?;
+            self.namespaces.get(namespace).copied()
+        })?;
+        let status = &self.servers[index];
+        matches!(
+            status.state,
+            ServerState::Failed(_) | ServerState::Connecting
+        )
+        .then_some(status)
     }
 
     /// Every exposed tool, sorted by name.
@@ -227,14 +274,15 @@ fn server_tools(
     let mut tools = Vec::new();
     for tool in listed {
         let upstream_name = tool.name.as_ref();
-        if seen.insert(upstream_name, ()).is_some() {
-            return Err(format!(
-                "server `{}` lists the tool `{upstream_name}` more than once",
-                input.name
-            ));
-        }
         if !input.filter.allows(upstream_name) {
             continue;
+        }
+        if seen.insert(upstream_name, ()).is_some() {
+            return Err(format!(
+                "server `{}` lists the tool `{}` more than once",
+                input.name,
+                printable(upstream_name)
+            ));
         }
         let exposed = name::expose(input.name, upstream_name, input.bare);
         if !name::is_valid_exposed(&exposed) {

@@ -14,6 +14,9 @@ pub use secret::{Environment, ProcessEnv, Secret, SourceError, ValueSource};
 
 /// The default gRPC listen address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:50051";
+/// How long new calls are still served after a shutdown signal (while
+/// load balancers withdraw the endpoint), by default.
+pub const DEFAULT_SHUTDOWN_DELAY: Duration = Duration::from_secs(5);
 /// How long in-flight calls may run after shutdown starts, by default.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
 /// How long a session may take to start and list its tools, by default.
@@ -30,10 +33,47 @@ pub const DEFAULT_MAX_LIST_PAGES: u32 = 100;
 pub struct Config {
     /// Address of the gRPC listener.
     pub listen: SocketAddr,
-    /// Bound on how long in-flight calls may finish after shutdown starts.
+    /// How long new calls are still served after a shutdown signal, with
+    /// health already NOT_SERVING.
+    pub shutdown_delay: Duration,
+    /// Bound on how long in-flight calls may finish once the server stops
+    /// taking new calls.
     pub shutdown_grace: Duration,
+    /// Serve gRPC server reflection (v1 and v1alpha).
+    pub reflection: bool,
+    /// Log format, unless the command line says otherwise.
+    pub log_format: Option<crate::telemetry::LogFormat>,
+    /// Address of the Prometheus metrics listener; no metrics listener when
+    /// unset.
+    pub metrics_listen: Option<SocketAddr>,
+    /// gRPC transport settings.
+    pub grpc: GrpcSettings,
     /// Every tenant, in file order.
     pub tenants: Vec<TenantConfig>,
+}
+
+/// gRPC server transport settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrpcSettings {
+    /// Interval of HTTP/2 keepalive pings to callers.
+    pub keepalive_interval: Duration,
+    /// How long to wait for a keepalive ping's answer before closing.
+    pub keepalive_timeout: Duration,
+    /// TCP keepalive on accepted connections.
+    pub tcp_keepalive: Duration,
+    /// Concurrent streams per HTTP/2 connection.
+    pub max_concurrent_streams: u32,
+}
+
+impl Default for GrpcSettings {
+    fn default() -> Self {
+        Self {
+            keepalive_interval: Duration::from_secs(30),
+            keepalive_timeout: Duration::from_secs(10),
+            tcp_keepalive: Duration::from_secs(60),
+            max_concurrent_streams: 1024,
+        }
+    }
 }
 
 /// One tenant: its caller credentials and its upstream servers.

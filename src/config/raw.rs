@@ -13,10 +13,32 @@ use serde::de::{self, MapAccess, Visitor};
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawConfig {
     pub(crate) listen: Option<String>,
+    pub(crate) shutdown_delay: Option<String>,
     pub(crate) shutdown_grace: Option<String>,
+    pub(crate) reflection: Option<bool>,
+    pub(crate) log_format: Option<crate::telemetry::LogFormat>,
+    pub(crate) metrics: Option<RawMetrics>,
+    pub(crate) grpc: Option<RawGrpc>,
     pub(crate) defaults: Option<RawDefaults>,
     #[serde(default)]
     pub(crate) tenants: Vec<RawTenant>,
+}
+
+/// The Prometheus metrics listener.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawMetrics {
+    pub(crate) listen: String,
+}
+
+/// gRPC server transport settings.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawGrpc {
+    pub(crate) keepalive_interval: Option<String>,
+    pub(crate) keepalive_timeout: Option<String>,
+    pub(crate) tcp_keepalive: Option<String>,
+    pub(crate) max_concurrent_streams: Option<u32>,
 }
 
 /// Defaults applied to every server unless the server sets its own.

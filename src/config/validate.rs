@@ -8,11 +8,12 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
-use super::raw::{RawConfig, RawDefaults, RawServer, RawTenant, RawToolFilter, RawValue};
+use super::raw::{RawConfig, RawDefaults, RawGrpc, RawServer, RawTenant, RawToolFilter, RawValue};
 use super::{
     Config, DEFAULT_CALL_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_LISTEN,
-    DEFAULT_MAX_CALL_TIMEOUT, DEFAULT_MAX_LIST_PAGES, DEFAULT_SHUTDOWN_GRACE, Environment,
-    FieldError, Secret, ServerConfig, TenantConfig, ToolFilter, Transport, ValueSource,
+    DEFAULT_MAX_CALL_TIMEOUT, DEFAULT_MAX_LIST_PAGES, DEFAULT_SHUTDOWN_DELAY,
+    DEFAULT_SHUTDOWN_GRACE, Environment, FieldError, GrpcSettings, Secret, ServerConfig,
+    TenantConfig, ToolFilter, Transport, ValueSource,
 };
 use crate::catalog::name;
 
@@ -31,23 +32,33 @@ const RESERVED_HEADERS: &[&str] = &[
 pub(super) fn parse(text: &str) -> Result<RawConfig, FieldError> {
     let deserializer = yaml_serde::Deserializer::from_str(text);
     serde_path_to_error::deserialize(deserializer).map_err(|err| {
-        let path = err.path().to_string();
-        let inner = err.into_inner();
-        let mut message = inner.to_string();
-        if let Some(location) = inner.location()
-            && !message.contains("line ")
-        {
-            message = format!(
-                "{message} (line {}, column {})",
-                location.line(),
-                location.column()
-            );
-        }
-        FieldError {
-            path: if path == "." { String::new() } else { path },
-            message,
+        let tracked = err.path().to_string();
+        let message = err.into_inner().to_string();
+        // The YAML library prefixes its own path ("tenants[0].servers[0]: ");
+        // use it rather than print a path twice.
+        match message.split_once(": ") {
+            Some((head, rest)) if is_path(head) => FieldError {
+                path: head.to_owned(),
+                message: rest.to_owned(),
+            },
+            _ => FieldError {
+                path: if tracked == "." {
+                    String::new()
+                } else {
+                    tracked
+                },
+                message,
+            },
         }
     })
+}
+
+/// Whether `text` looks like a field path such as `tenants[0].servers[1]`.
+fn is_path(text: &str) -> bool {
+    !text.is_empty()
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'[' | b']'))
 }
 
 /// Collects errors while walking the raw config.
@@ -81,6 +92,35 @@ pub(super) fn validate(
             None
         }
     };
+    let shutdown_delay = duration(
+        &mut errors,
+        "shutdown_delay",
+        raw.shutdown_delay.as_deref(),
+        DEFAULT_SHUTDOWN_DELAY,
+    );
+    let metrics_listen = raw
+        .metrics
+        .as_ref()
+        .and_then(|m| match m.listen.parse::<SocketAddr>() {
+            Ok(addr) => Some(addr),
+            Err(_) => {
+                errors.push(
+                    "metrics.listen",
+                    format!(
+                        "`{}` is not a socket address such as 0.0.0.0:9090",
+                        m.listen
+                    ),
+                );
+                None
+            }
+        });
+    if let (Some(metrics), Some(grpc)) = (metrics_listen, listen)
+        && metrics == grpc
+        && metrics.port() != 0
+    {
+        errors.push("metrics.listen", "must differ from `listen`");
+    }
+    let grpc = grpc_settings(&mut errors, raw.grpc.unwrap_or_default());
     let shutdown_grace = duration(
         &mut errors,
         "shutdown_grace",
@@ -127,9 +167,47 @@ pub(super) fn validate(
     }
     Ok(Config {
         listen: listen.expect("listen validated"),
+        shutdown_delay,
         shutdown_grace,
+        reflection: raw.reflection.unwrap_or(true),
+        log_format: raw.log_format,
+        metrics_listen,
+        grpc,
         tenants,
     })
+}
+
+fn grpc_settings(errors: &mut Errors, raw: RawGrpc) -> GrpcSettings {
+    let defaults = GrpcSettings::default();
+    let max_concurrent_streams = match raw.max_concurrent_streams {
+        Some(0) => {
+            errors.push("grpc.max_concurrent_streams", "must be at least 1");
+            defaults.max_concurrent_streams
+        }
+        Some(n) => n,
+        None => defaults.max_concurrent_streams,
+    };
+    GrpcSettings {
+        keepalive_interval: duration(
+            errors,
+            "grpc.keepalive_interval",
+            raw.keepalive_interval.as_deref(),
+            defaults.keepalive_interval,
+        ),
+        keepalive_timeout: duration(
+            errors,
+            "grpc.keepalive_timeout",
+            raw.keepalive_timeout.as_deref(),
+            defaults.keepalive_timeout,
+        ),
+        tcp_keepalive: duration(
+            errors,
+            "grpc.tcp_keepalive",
+            raw.tcp_keepalive.as_deref(),
+            defaults.tcp_keepalive,
+        ),
+        max_concurrent_streams,
+    }
 }
 
 /// Per-server settings that `defaults:` may set for every server.
@@ -443,6 +521,7 @@ fn http(
         );
     }
     let mut headers = Vec::new();
+    let mut seen: HashMap<http::HeaderName, String> = HashMap::new();
     for (key, value) in raw_headers.unwrap_or_default() {
         let header_path = format!("{path}.headers.{key}");
         let name = match http::HeaderName::from_bytes(key.as_bytes()) {
@@ -452,6 +531,13 @@ fn http(
                 continue;
             }
         };
+        if let Some(first) = seen.insert(name.clone(), key.clone()) {
+            errors.push(
+                &header_path,
+                format!("duplicate header (header names ignore case; also `{first}`)"),
+            );
+            continue;
+        }
         if RESERVED_HEADERS.contains(&name.as_str()) {
             errors.push(
                 &header_path,

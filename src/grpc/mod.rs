@@ -10,19 +10,24 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
+use tracing::Instrument;
 
 use crate::error::CallError;
 use crate::pb;
 use crate::registry::{Registry, SessionUnavailable, Tenant, TenantId};
+use crate::telemetry::{Metrics, trace};
 use crate::upstream::UpstreamError;
 
 /// How long ListTools waits for servers that are still connecting when the
 /// caller set no deadline.
 const LIST_SETTLE_WAIT: Duration = Duration::from_secs(10);
 
-/// Answer this much before the caller's deadline, so that the caller gets
-/// our DEADLINE_EXCEEDED (with details) rather than tonic's own cut-off.
-const DEADLINE_MARGIN: Duration = Duration::from_millis(5);
+/// Answer a little before the caller's deadline, so that the caller gets
+/// our DEADLINE_EXCEEDED (with details) rather than its own cut-off: 5 % of
+/// the deadline, at least 20 ms and at most 250 ms.
+fn deadline_margin(deadline: Duration) -> Duration {
+    (deadline / 20).clamp(Duration::from_millis(20), Duration::from_millis(250))
+}
 
 /// The ToolGateway service.
 #[derive(Debug, Clone)]
@@ -31,13 +36,18 @@ pub struct Gateway {
     /// Cancelled when the shutdown grace period runs out: calls still in
     /// flight are cancelled upstream and answered UNAVAILABLE.
     abort: CancellationToken,
+    metrics: Arc<Metrics>,
 }
 
 impl Gateway {
     /// A service over `registry`; `abort` ends calls still running when the
     /// shutdown grace period is over.
-    pub fn new(registry: Arc<Registry>, abort: CancellationToken) -> Self {
-        Self { registry, abort }
+    pub fn new(registry: Arc<Registry>, abort: CancellationToken, metrics: Arc<Metrics>) -> Self {
+        Self {
+            registry,
+            abort,
+            metrics,
+        }
     }
 
     fn tenant<T>(&self, request: &Request<T>) -> Result<&Arc<Tenant>, Status> {
@@ -103,14 +113,21 @@ impl pb::tool_gateway_server::ToolGateway for Gateway {
         request: Request<pb::ListToolsRequest>,
     ) -> Result<Response<pb::ListToolsResponse>, Status> {
         let tenant = self.tenant(&request)?;
-        let span = tracing::info_span!("ListTools", tenant = %tenant.name);
-        let _enter = span.enter();
+        let span = tracing::info_span!(
+            "ListTools",
+            otel.name = "toolgate.v1.ToolGateway/ListTools",
+            otel.kind = "server",
+            rpc.system = "grpc",
+            rpc.service = "toolgate.v1.ToolGateway",
+            rpc.method = "ListTools",
+            tenant = %tenant.name,
+        );
+        trace::continue_caller_trace(&span, request.metadata());
         let wait = caller_timeout(&request)
-            .map(|t| t.saturating_sub(DEADLINE_MARGIN))
+            .map(|t| t.saturating_sub(deadline_margin(t)))
             .unwrap_or(LIST_SETTLE_WAIT)
             .min(LIST_SETTLE_WAIT);
-        drop(_enter);
-        let catalog = tenant.settled_catalog(wait).await;
+        let catalog = tenant.settled_catalog(wait).instrument(span).await;
         Ok(Response::new(convert::list_response(&catalog)))
     }
 
@@ -120,41 +137,104 @@ impl pb::tool_gateway_server::ToolGateway for Gateway {
     ) -> Result<Response<pb::InvokeToolResponse>, Status> {
         let started = Instant::now();
         let tenant = self.tenant(&request)?.clone();
-        let caller_deadline = caller_timeout(&request).map(|t| t.saturating_sub(DEADLINE_MARGIN));
-        let request = request.into_inner();
+        let caller_deadline =
+            caller_timeout(&request).map(|t| t.saturating_sub(deadline_margin(t)));
         let span = tracing::info_span!(
             "InvokeTool",
+            otel.name = "toolgate.v1.ToolGateway/InvokeTool",
+            otel.kind = "server",
+            otel.status_code = tracing::field::Empty,
+            rpc.system = "grpc",
+            rpc.service = "toolgate.v1.ToolGateway",
+            rpc.method = "InvokeTool",
+            rpc.grpc.status_code = tracing::field::Empty,
             tenant = %tenant.name,
-            tool = %request.name,
+            gen_ai.tool.name = %request.get_ref().name,
             server = tracing::field::Empty,
             outcome = tracing::field::Empty,
         );
-        let result = tokio::select! {
-            result = invoke(&tenant, &request, caller_deadline, started, &span) => result,
-            () = self.abort.cancelled() => Err(CallError::ShuttingDown),
+        trace::continue_caller_trace(&span, request.metadata());
+        let request = request.into_inner();
+        let _in_flight = self.metrics.in_flight(&tenant.name);
+        let call = async {
+            tokio::select! {
+                result = invoke(&tenant, &request, caller_deadline, started, &self.metrics) => result,
+                () = self.abort.cancelled() => Err((None, CallError::ShuttingDown)),
+            }
         };
-        let outcome = match &result {
-            Ok(r) if r.is_error => "tool_error",
-            Ok(_) => "ok",
-            Err(e) => status::classify(e).1,
+        let result = call.instrument(span.clone()).await;
+        let (server, outcome, code) = match &result {
+            Ok((server, r)) if r.is_error => (Some(server.as_str()), "tool_error", tonic::Code::Ok),
+            Ok((server, _)) => (Some(server.as_str()), "ok", tonic::Code::Ok),
+            Err((server, e)) => {
+                let (code, reason) = status::classify(e);
+                (server.as_deref(), reason, code)
+            }
         };
+        let elapsed = started.elapsed();
         span.record("outcome", outcome);
-        span.in_scope(|| {
-            tracing::debug!(
-                elapsed_ms = started.elapsed().as_millis() as u64,
-                "call done"
-            );
+        span.record("rpc.grpc.status_code", code as i32);
+        if code != tonic::Code::Ok {
+            span.record("otel.status_code", "ERROR");
+        }
+        // Only names that resolved to a tool become label values: callers
+        // cannot grow the metric set with made-up names.
+        let tool_label = if server.is_some() {
+            request.name.as_str()
+        } else {
+            ""
+        };
+        self.metrics.call_finished(
+            &tenant.name,
+            server.unwrap_or(""),
+            tool_label,
+            outcome,
+            elapsed.as_secs_f64(),
+        );
+        span.in_scope(|| match &result {
+            Err((_, error)) => tracing::info!(
+                elapsed_ms = elapsed.as_millis() as u64,
+                %error,
+                "call failed"
+            ),
+            Ok(_) => tracing::debug!(elapsed_ms = elapsed.as_millis() as u64, "call done"),
         });
-        result.map(Response::new).map_err(Status::from)
+        result
+            .map(|(_, response)| Response::new(response))
+            .map_err(|(_, e)| Status::from(e))
     }
 }
 
+/// Runs one call. The server name travels with the answer (when known)
+/// for metrics and logs.
 async fn invoke(
     tenant: &Tenant,
     request: &pb::InvokeToolRequest,
     caller_deadline: Option<Duration>,
     started: Instant,
-    span: &tracing::Span,
+    metrics: &Metrics,
+) -> Result<(String, pb::InvokeToolResponse), (Option<String>, CallError)> {
+    let mut server_name = None;
+    invoke_inner(
+        tenant,
+        request,
+        caller_deadline,
+        started,
+        metrics,
+        &mut server_name,
+    )
+    .await
+    .map_err(|e| (server_name.clone(), e))
+    .map(|r| (server_name.clone().unwrap_or_default(), r))
+}
+
+async fn invoke_inner(
+    tenant: &Tenant,
+    request: &pb::InvokeToolRequest,
+    caller_deadline: Option<Duration>,
+    started: Instant,
+    metrics: &Metrics,
+    server_name: &mut Option<String>,
 ) -> Result<pb::InvokeToolResponse, CallError> {
     let name = request.name.as_str();
     let mut catalog = tenant.catalog();
@@ -165,10 +245,24 @@ async fn invoke(
             .min(LIST_SETTLE_WAIT);
         catalog = tenant.settled_catalog(wait).await;
     }
-    let tool = catalog.get(name).ok_or_else(|| CallError::ToolNotFound {
-        name: name.to_owned(),
-    })?;
-    span.record("server", tool.server.as_str());
+    let Some(tool) = catalog.get(name) else {
+        // A tool of a server that is down is unavailable, not unknown.
+        if let Some(server) = catalog.down_server_for(name) {
+            return Err(CallError::ServerUnavailable {
+                server: server.name.clone(),
+                tool: name.to_owned(),
+                reason: match &server.state {
+                    crate::catalog::ServerState::Failed(reason) => reason.clone(),
+                    _ => "still connecting".to_owned(),
+                },
+            });
+        }
+        return Err(CallError::ToolNotFound {
+            name: name.to_owned(),
+        });
+    };
+    tracing::Span::current().record("server", tool.server.as_str());
+    *server_name = Some(tool.server.clone());
     let arguments = parse_arguments(name, &request.arguments_json)?;
     let server = tenant.server(tool.server_index);
     let session = tenant
@@ -185,7 +279,14 @@ async fn invoke(
     let timeout = remaining
         .unwrap_or(server.call_timeout)
         .min(server.max_call_timeout);
+    let upstream_started = Instant::now();
     let result = session.call(&tool.upstream_name, arguments, timeout).await;
+    metrics.upstream_request(
+        &tenant.name,
+        &tool.server,
+        "tools/call",
+        upstream_started.elapsed().as_secs_f64(),
+    );
     let result = match result {
         Ok(result) => result,
         Err(UpstreamError::Timeout(_))

@@ -54,6 +54,7 @@ fn classify_upstream(error: &UpstreamError) -> (Code, &'static str) {
         | UpstreamError::RepeatedCursor
         | UpstreamError::Closed
         | UpstreamError::Transport(_) => (Code::Unavailable, "UPSTREAM_UNAVAILABLE"),
+        UpstreamError::Lost => (Code::Unavailable, "UPSTREAM_CONNECTION_LOST"),
         UpstreamError::AuthRejected => (Code::Unavailable, "UPSTREAM_AUTH_REJECTED"),
         UpstreamError::Timeout(_) => (Code::DeadlineExceeded, "UPSTREAM_TIMEOUT"),
         UpstreamError::Protocol(_) => (Code::Internal, "UPSTREAM_PROTOCOL_ERROR"),
@@ -140,7 +141,15 @@ impl From<CallError> for Status {
         }
         let (code, reason) = classify(&error);
         let mut details = ErrorDetails::with_error_info(reason, DOMAIN, metadata(&error));
-        if code == Code::Unavailable && reason != "UPSTREAM_AUTH_REJECTED" {
+        // RetryInfo only where a retry is safe: not after a request that may
+        // have reached the server, not when the gateway's credentials are
+        // refused (retrying will not help).
+        if code == Code::Unavailable
+            && !matches!(
+                reason,
+                "UPSTREAM_AUTH_REJECTED" | "UPSTREAM_CONNECTION_LOST"
+            )
+        {
             details.set_retry_info(Some(RETRY_DELAY));
         }
         Status::with_error_details(code, message(&error), details)

@@ -29,9 +29,14 @@ pub enum UpstreamError {
     /// The server returned a cursor it had returned before.
     #[error("tools/list repeated the cursor of an earlier page; the listing would never end")]
     RepeatedCursor,
-    /// The session is gone (child exited, connection closed).
+    /// The session was already gone when the call came: nothing was sent,
+    /// so a retry is safe.
     #[error("the session is closed")]
     Closed,
+    /// The session ended while the request was in flight: the server may
+    /// or may not have acted on it.
+    #[error("the session ended while the request was in flight; the server may have acted on it")]
+    Lost,
     /// Sending on the transport failed.
     #[error("transport error: {0}")]
     Transport(String),
@@ -85,6 +90,9 @@ impl UpstreamError {
 
     /// Whether the failure means the session itself is unusable.
     pub fn is_session_lost(&self) -> bool {
-        matches!(self, UpstreamError::Closed | UpstreamError::Transport(_))
+        matches!(
+            self,
+            UpstreamError::Closed | UpstreamError::Lost | UpstreamError::Transport(_)
+        )
     }
 }

@@ -1,11 +1,20 @@
 //! The Streamable HTTP transport, carrying the configured headers on every
 //! request. Header values are marked sensitive so the HTTP stack never
-//! prints them.
+//! prints them. The W3C trace context of a `tools/call` (put in `_meta` by
+//! the session) is also sent as `traceparent`/`tracestate` headers.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
+use futures::stream::BoxStream;
+use http::{HeaderName, HeaderValue};
+use rmcp::model::{ClientJsonRpcMessage, ClientRequest, JsonRpcMessage};
 use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::streamable_http_client::{
+    SseError, StreamableHttpClient, StreamableHttpClientTransportConfig, StreamableHttpError,
+    StreamableHttpPostResponse, StreamableHttpResponseLimits,
+};
+use sse_stream::Sse;
 
 use crate::config::Secret;
 
@@ -21,17 +30,136 @@ fn ensure_crypto_provider() {
 /// Builds the transport for `url` with `headers`.
 pub(super) fn transport(
     url: &url::Url,
-    headers: &[(http::HeaderName, Secret)],
-) -> StreamableHttpClientTransport<reqwest::Client> {
+    headers: &[(HeaderName, Secret)],
+) -> StreamableHttpClientTransport<TraceHeaders> {
     ensure_crypto_provider();
     let mut custom = HashMap::new();
     for (name, value) in headers {
         // Validated at config load.
-        if let Ok(mut value) = http::HeaderValue::from_str(value.expose()) {
+        if let Ok(mut value) = HeaderValue::from_str(value.expose()) {
             value.set_sensitive(true);
             custom.insert(name.clone(), value);
         }
     }
     let config = StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(custom);
-    StreamableHttpClientTransport::from_config(config)
+    let client = reqwest::Client::builder()
+        // Redirects could carry the configured credentials elsewhere.
+        .redirect(reqwest::redirect::Policy::none())
+        // As rmcp's own client: no idle pooling, which avoids delayed-ACK
+        // stalls when a response body was not read to the end.
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap_or_default();
+    StreamableHttpClientTransport::with_client(TraceHeaders(client), config)
+}
+
+/// A reqwest client that adds the trace-context headers of each
+/// `tools/call` request.
+#[derive(Clone, Debug)]
+pub(super) struct TraceHeaders(reqwest::Client);
+
+fn with_trace_headers(
+    message: &ClientJsonRpcMessage,
+    mut headers: HashMap<HeaderName, HeaderValue>,
+) -> HashMap<HeaderName, HeaderValue> {
+    if let JsonRpcMessage::Request(request) = message
+        && let ClientRequest::CallToolRequest(call) = &request.request
+        && let Some(meta) = &call.params.meta
+    {
+        for (name, value) in [
+            ("traceparent", meta.get_traceparent()),
+            ("tracestate", meta.get_tracestate()),
+        ] {
+            if let Some(value) = value.and_then(|v| HeaderValue::from_str(v).ok()) {
+                headers.insert(HeaderName::from_static(name), value);
+            }
+        }
+    }
+    headers
+}
+
+impl StreamableHttpClient for TraceHeaders {
+    type Error = reqwest::Error;
+
+    async fn post_message(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
+        let headers = with_trace_headers(&message, custom_headers);
+        self.0
+            .post_message(uri, message, session_id, auth_header, headers)
+            .await
+    }
+
+    async fn post_message_with_response_limits(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+        limits: StreamableHttpResponseLimits,
+    ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
+        let headers = with_trace_headers(&message, custom_headers);
+        self.0
+            .post_message_with_response_limits(
+                uri,
+                message,
+                session_id,
+                auth_header,
+                headers,
+                limits,
+            )
+            .await
+    }
+
+    async fn delete_session(
+        &self,
+        uri: Arc<str>,
+        session_id: Arc<str>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> Result<(), StreamableHttpError<Self::Error>> {
+        self.0
+            .delete_session(uri, session_id, auth_header, custom_headers)
+            .await
+    }
+
+    async fn get_stream(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> Result<BoxStream<'static, Result<Sse, SseError>>, StreamableHttpError<Self::Error>> {
+        self.0
+            .get_stream(uri, session_id, last_event_id, auth_header, custom_headers)
+            .await
+    }
+
+    async fn get_stream_with_max_sse_event_size(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+        max_sse_event_size: usize,
+    ) -> Result<BoxStream<'static, Result<Sse, SseError>>, StreamableHttpError<Self::Error>> {
+        self.0
+            .get_stream_with_max_sse_event_size(
+                uri,
+                session_id,
+                last_event_id,
+                auth_header,
+                custom_headers,
+                max_sse_event_size,
+            )
+            .await
+    }
 }

@@ -18,6 +18,7 @@ use rmcp::model::{
 use rmcp::service::{Peer, RoleClient, RunningService};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 pub use error::UpstreamError;
 pub use stdio::Label;
@@ -33,6 +34,7 @@ pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
 #[derive(Debug)]
 pub struct Session {
     peer: Peer<RoleClient>,
+    label: Label,
     cancel: CancellationToken,
     /// Becomes `true` when the session's service loop has ended.
     ended: watch::Receiver<bool>,
@@ -67,12 +69,15 @@ pub async fn connect(
     gateway_env: &dyn Environment,
 ) -> Result<Connected, UpstreamError> {
     let timeout = server.connect_timeout;
+    // One deadline covers starting, the handshake and every page.
+    let deadline = tokio::time::Instant::now() + timeout;
     let cancel = CancellationToken::new();
-    let (service, pid) = tokio::time::timeout(timeout, start(server, label, gateway_env, &cancel))
-        .await
-        .map_err(|_| UpstreamError::ConnectTimeout(timeout))??;
-    let listed = tokio::time::timeout(
-        timeout,
+    let (service, pid) =
+        tokio::time::timeout_at(deadline, start(server, label, gateway_env, &cancel))
+            .await
+            .map_err(|_| UpstreamError::ConnectTimeout(timeout))??;
+    let listed = tokio::time::timeout_at(
+        deadline,
         list_all_tools(service.peer(), server.max_list_pages),
     )
     .await
@@ -94,6 +99,7 @@ pub async fn connect(
     Ok(Connected {
         session: Arc::new(Session {
             peer,
+            label: label.clone(),
             cancel,
             ended,
             pid,
@@ -110,8 +116,13 @@ async fn start(
     gateway_env: &dyn Environment,
     cancel: &CancellationToken,
 ) -> Result<(Service, Option<u32>), UpstreamError> {
-    let handshake =
-        |e: rmcp::service::ClientInitializeError| UpstreamError::Handshake(describe_init_error(&e));
+    let url = match &server.transport {
+        Transport::Http { url, .. } => Some(url.as_str()),
+        Transport::Stdio { .. } => None,
+    };
+    let handshake = |e: rmcp::service::ClientInitializeError| {
+        UpstreamError::Handshake(describe_init_error(&e, url))
+    };
     match &server.transport {
         Transport::Stdio { command, cwd, env } => {
             let (transport, pid) = stdio::spawn(command, cwd.as_deref(), env, gateway_env, label)?;
@@ -134,7 +145,7 @@ async fn start(
 
 /// Describes a handshake failure without echoing whole messages (which could
 /// be large or carry server data).
-fn describe_init_error(error: &rmcp::service::ClientInitializeError) -> String {
+fn describe_init_error(error: &rmcp::service::ClientInitializeError, url: Option<&str>) -> String {
     use rmcp::service::ClientInitializeError as E;
     if error.is_authorization_required() || error.auth_challenge().is_some() {
         return "the server refused the gateway's credentials (HTTP 401/403)".to_owned();
@@ -148,9 +159,29 @@ fn describe_init_error(error: &rmcp::service::ClientInitializeError) -> String {
         E::ExpectedInitResponse(_) | E::ExpectedInitResult(_) => {
             "the server did not answer `initialize` correctly".to_owned()
         }
+        E::TransportError { error, .. } => format!("transport error: {}", root_cause(error)),
         other => other.to_string(),
     };
-    truncate(&text, 300)
+    truncate(&redact(&text, url), 300)
+}
+
+/// The innermost source of an error: the part that says what happened
+/// (connection refused, HTTP status, ...) without the wrappers' type names.
+fn root_cause(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut current = error;
+    while let Some(source) = current.source() {
+        current = source;
+    }
+    current.to_string()
+}
+
+/// Removes the configured URL (which may carry a token in its query) from
+/// a message.
+fn redact(text: &str, url: Option<&str>) -> String {
+    match url {
+        Some(url) if !url.is_empty() => text.replace(url, "<server url>"),
+        _ => text.to_owned(),
+    }
 }
 
 /// Cuts `text` to at most `max` characters.
@@ -211,18 +242,45 @@ impl Session {
         if self.is_ended() {
             return Err(UpstreamError::Closed);
         }
-        let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
+        let span = tracing::info_span!(
+            "mcp.request",
+            otel.name = "tools/call",
+            otel.kind = "client",
+            mcp.method.name = "tools/call",
+            gen_ai.operation.name = "execute_tool",
+            gen_ai.tool.name = tool,
+            tenant = %self.label.tenant,
+            server = %self.label.server,
+        );
+        let mut params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
+        // The trace context travels in `_meta` for every transport (and
+        // is lifted into the `traceparent` header for HTTP servers).
+        let fields = crate::telemetry::trace::context_fields(&span);
+        if !fields.is_empty() {
+            let mut meta = rmcp::model::RequestMetaObject::new();
+            for (key, value) in fields {
+                meta.0.insert(key, serde_json::Value::String(value));
+            }
+            params.meta = Some(meta);
+        }
         // rmcp sends `notifications/cancelled` when this future is dropped
         // before the answer arrives, which the timeout below does.
         let call = self.peer.call_tool_once(params);
         let mut ended = self.ended.clone();
-        let response = tokio::select! {
-            result = tokio::time::timeout(timeout, call) => match result {
-                Ok(result) => result.map_err(UpstreamError::from_service)?,
-                Err(_) => return Err(UpstreamError::Timeout(timeout)),
-            },
-            _ = ended.wait_for(|ended| *ended) => return Err(UpstreamError::Closed),
-        };
+        let response = async {
+            tokio::select! {
+                result = tokio::time::timeout(timeout, call) => match result {
+                    Ok(result) => result.map_err(|e| match UpstreamError::from_service(e) {
+                        UpstreamError::Closed => UpstreamError::Lost,
+                        other => other,
+                    }),
+                    Err(_) => Err(UpstreamError::Timeout(timeout)),
+                },
+                _ = ended.wait_for(|ended| *ended) => Err(UpstreamError::Lost),
+            }
+        }
+        .instrument(span)
+        .await?;
         match response {
             CallToolResponse::Complete(result) => Ok(result),
             CallToolResponse::InputRequired(_) => Err(UpstreamError::Unsupported("client input")),

@@ -87,7 +87,7 @@ pub fn free_port() -> u16 {
 /// A gateway running in this process on 127.0.0.1:0.
 pub struct TestGateway {
     pub addr: SocketAddr,
-    stop: CancellationToken,
+    pub stop: toolgate::app::Shutdown,
     task: Option<tokio::task::JoinHandle<Result<(), toolgate::app::AppError>>>,
 }
 
@@ -107,12 +107,12 @@ impl TestGateway {
             .unwrap_or_else(|e| panic!("test config invalid: {e}"));
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let stop = CancellationToken::new();
+        let stop = toolgate::app::Shutdown::new();
         let task = tokio::spawn(toolgate::app::run(
             config,
             listener,
             Arc::new(env),
-            stop.clone().cancelled_owned(),
+            stop.clone(),
         ));
         TestGateway {
             addr,
@@ -130,7 +130,7 @@ impl TestGateway {
 
     /// Stops the gateway and waits until it has closed every session.
     pub async fn shutdown(mut self) {
-        self.stop.cancel();
+        self.stop.now();
         if let Some(task) = self.task.take() {
             tokio::time::timeout(Duration::from_secs(30), task)
                 .await
@@ -143,7 +143,7 @@ impl TestGateway {
 
 impl Drop for TestGateway {
     fn drop(&mut self) {
-        self.stop.cancel();
+        self.stop.now();
     }
 }
 

@@ -1,0 +1,292 @@
+//! Prometheus metrics, served in the OpenMetrics text format on a separate
+//! HTTP listener (`metrics: { listen: ADDR }`, path `/metrics`).
+//!
+//! | metric | type | labels |
+//! | --- | --- | --- |
+//! | `toolgate_calls_total` | counter | tenant, server, tool, outcome |
+//! | `toolgate_call_duration_seconds` | histogram | tenant, server |
+//! | `toolgate_upstream_request_duration_seconds` | histogram | tenant, server, method |
+//! | `toolgate_calls_in_flight` | gauge | tenant |
+//! | `toolgate_upstream_session_up` | gauge | tenant, server |
+//! | `toolgate_upstream_connects_total` | counter | tenant, server, result |
+//! | `toolgate_upstream_session_lost_total` | counter | tenant, server |
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+/// Labels of a finished call.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CallLabels {
+    tenant: String,
+    server: String,
+    tool: String,
+    outcome: String,
+}
+
+/// Tenant and server.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ServerLabels {
+    tenant: String,
+    server: String,
+}
+
+/// An upstream request.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct UpstreamLabels {
+    tenant: String,
+    server: String,
+    method: String,
+}
+
+/// A connect attempt.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ConnectLabels {
+    tenant: String,
+    server: String,
+    result: String,
+}
+
+/// A tenant.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TenantLabels {
+    tenant: String,
+}
+
+fn latency_histogram() -> Histogram {
+    // 0.5 ms … ~65 s.
+    Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
+        0.0005, 2.0, 18,
+    ))
+}
+
+/// Every metric of the gateway.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    calls: Family<CallLabels, Counter>,
+    call_duration: Family<ServerLabels, Histogram, fn() -> Histogram>,
+    upstream_duration: Family<UpstreamLabels, Histogram, fn() -> Histogram>,
+    in_flight: Family<TenantLabels, Gauge>,
+    session_up: Family<ServerLabels, Gauge>,
+    connects: Family<ConnectLabels, Counter>,
+    sessions_lost: Family<ServerLabels, Counter>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// A fresh set of metrics, registered.
+    pub fn new() -> Metrics {
+        let mut registry = Registry::default();
+        let calls = Family::<CallLabels, Counter>::default();
+        let call_duration =
+            Family::<ServerLabels, Histogram, fn() -> Histogram>::new_with_constructor(
+                latency_histogram,
+            );
+        let upstream_duration =
+            Family::<UpstreamLabels, Histogram, fn() -> Histogram>::new_with_constructor(
+                latency_histogram,
+            );
+        let in_flight = Family::<TenantLabels, Gauge>::default();
+        let session_up = Family::<ServerLabels, Gauge>::default();
+        let connects = Family::<ConnectLabels, Counter>::default();
+        let sessions_lost = Family::<ServerLabels, Counter>::default();
+        registry.register(
+            "toolgate_calls",
+            "InvokeTool calls by tenant, server, tool and outcome (ok, tool_error, or the error reason)",
+            calls.clone(),
+        );
+        registry.register(
+            "toolgate_call_duration_seconds",
+            "InvokeTool latency as seen by the gateway",
+            call_duration.clone(),
+        );
+        registry.register(
+            "toolgate_upstream_request_duration_seconds",
+            "Latency of MCP requests to upstream servers",
+            upstream_duration.clone(),
+        );
+        registry.register(
+            "toolgate_calls_in_flight",
+            "InvokeTool calls currently running",
+            in_flight.clone(),
+        );
+        registry.register(
+            "toolgate_upstream_session_up",
+            "1 while the upstream session is connected, else 0",
+            session_up.clone(),
+        );
+        registry.register(
+            "toolgate_upstream_connects",
+            "Upstream connect attempts by result (ok, failed)",
+            connects.clone(),
+        );
+        registry.register(
+            "toolgate_upstream_session_lost",
+            "Upstream sessions that ended on their own (child exit, connection lost)",
+            sessions_lost.clone(),
+        );
+        Metrics {
+            registry,
+            calls,
+            call_duration,
+            upstream_duration,
+            in_flight,
+            session_up,
+            connects,
+            sessions_lost,
+        }
+    }
+
+    /// Counts a finished call and its latency.
+    pub fn call_finished(
+        &self,
+        tenant: &str,
+        server: &str,
+        tool: &str,
+        outcome: &str,
+        seconds: f64,
+    ) {
+        self.calls
+            .get_or_create(&CallLabels {
+                tenant: tenant.to_owned(),
+                server: server.to_owned(),
+                tool: tool.to_owned(),
+                outcome: outcome.to_owned(),
+            })
+            .inc();
+        self.call_duration
+            .get_or_create(&ServerLabels {
+                tenant: tenant.to_owned(),
+                server: server.to_owned(),
+            })
+            .observe(seconds);
+    }
+
+    /// Records one upstream request's latency.
+    pub fn upstream_request(&self, tenant: &str, server: &str, method: &str, seconds: f64) {
+        self.upstream_duration
+            .get_or_create(&UpstreamLabels {
+                tenant: tenant.to_owned(),
+                server: server.to_owned(),
+                method: method.to_owned(),
+            })
+            .observe(seconds);
+    }
+
+    /// Marks a call of `tenant` as running until the guard is dropped.
+    pub fn in_flight(self: &Arc<Self>, tenant: &str) -> InFlight {
+        let labels = TenantLabels {
+            tenant: tenant.to_owned(),
+        };
+        self.in_flight.get_or_create(&labels).inc();
+        InFlight {
+            metrics: self.clone(),
+            labels,
+        }
+    }
+
+    /// Records a connect attempt and the session state.
+    pub fn connect_result(&self, tenant: &str, server: &str, ok: bool) {
+        let server_labels = ServerLabels {
+            tenant: tenant.to_owned(),
+            server: server.to_owned(),
+        };
+        self.connects
+            .get_or_create(&ConnectLabels {
+                tenant: tenant.to_owned(),
+                server: server.to_owned(),
+                result: if ok { "ok" } else { "failed" }.to_owned(),
+            })
+            .inc();
+        self.session_up
+            .get_or_create(&server_labels)
+            .set(i64::from(ok));
+    }
+
+    /// Records that a session ended on its own.
+    pub fn session_lost(&self, tenant: &str, server: &str) {
+        let labels = ServerLabels {
+            tenant: tenant.to_owned(),
+            server: server.to_owned(),
+        };
+        self.sessions_lost.get_or_create(&labels).inc();
+        self.session_up.get_or_create(&labels).set(0);
+    }
+
+    /// Records that a session was closed by the gateway.
+    pub fn session_closed(&self, tenant: &str, server: &str) {
+        self.session_up
+            .get_or_create(&ServerLabels {
+                tenant: tenant.to_owned(),
+                server: server.to_owned(),
+            })
+            .set(0);
+    }
+
+    /// The metrics in the OpenMetrics text format.
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
+        text
+    }
+}
+
+/// Keeps a call counted as in flight while alive.
+#[derive(Debug)]
+pub struct InFlight {
+    metrics: Arc<Metrics>,
+    labels: TenantLabels,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.metrics.in_flight.get_or_create(&self.labels).dec();
+    }
+}
+
+/// Serves `GET /metrics` on `listener` until `stop` is cancelled.
+pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, stop: CancellationToken) {
+    let router = axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(move || {
+            let metrics = metrics.clone();
+            async move {
+                (
+                    [(
+                        http::header::CONTENT_TYPE,
+                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    )],
+                    metrics.encode(),
+                )
+            }
+        }),
+    );
+    if let Err(e) = axum::serve(listener, router)
+        .with_graceful_shutdown(stop.cancelled_owned())
+        .await
+    {
+        tracing::error!(error = %e, "metrics listener failed");
+    }
+}
+
+/// Binds the metrics listener.
+///
+/// # Errors
+/// The address cannot be bound.
+pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    TcpListener::bind(addr).await
+}
