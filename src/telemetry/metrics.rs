@@ -243,6 +243,41 @@ impl Metrics {
         let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
         text
     }
+
+    /// The metrics in the Prometheus text format 0.0.4, for scrapers that
+    /// do not ask for OpenMetrics.
+    pub fn encode_prometheus(&self) -> String {
+        openmetrics_to_prometheus(&self.encode())
+    }
+}
+
+/// Rewrites OpenMetrics text as Prometheus text 0.0.4: counter families are
+/// named with their `_total` suffix, and `# EOF` and `# UNIT` lines go.
+fn openmetrics_to_prometheus(text: &str) -> String {
+    let counters: std::collections::HashSet<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(text.len() + 64);
+    for line in text.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let renamed = ["# TYPE ", "# HELP "].iter().find_map(|prefix| {
+            let rest = line.strip_prefix(prefix)?;
+            let (name, tail) = rest.split_once(' ')?;
+            counters
+                .contains(name)
+                .then(|| format!("{prefix}{name}_total {tail}"))
+        });
+        match renamed {
+            Some(line) => out.push_str(&line),
+            None => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    out
 }
 
 /// Keeps a call counted as in flight while alive.
@@ -262,16 +297,33 @@ impl Drop for InFlight {
 pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, stop: CancellationToken) {
     let router = axum::Router::new().route(
         "/metrics",
-        axum::routing::get(move || {
+        axum::routing::get(move |headers: http::HeaderMap| {
             let metrics = metrics.clone();
             async move {
-                (
-                    [(
-                        http::header::CONTENT_TYPE,
-                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                    )],
-                    metrics.encode(),
-                )
+                // OpenMetrics when the scraper asks for it (Prometheus does),
+                // else the classic text format.
+                let openmetrics = headers
+                    .get_all(http::header::ACCEPT)
+                    .iter()
+                    .filter_map(|v| v.to_str().ok())
+                    .any(|v| v.contains("application/openmetrics-text"));
+                if openmetrics {
+                    (
+                        [(
+                            http::header::CONTENT_TYPE,
+                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                        )],
+                        metrics.encode(),
+                    )
+                } else {
+                    (
+                        [(
+                            http::header::CONTENT_TYPE,
+                            "text/plain; version=0.0.4; charset=utf-8",
+                        )],
+                        metrics.encode_prometheus(),
+                    )
+                }
             }
         }),
     );

@@ -226,6 +226,8 @@ pub struct ServerLog {
     pub cancel_arrived: Notify,
     /// Number of `tools/list` requests.
     pub list_calls: Mutex<usize>,
+    /// The `_meta.traceparent` of every `tools/call` (None when absent).
+    pub call_traceparents: Mutex<Vec<Option<String>>>,
 }
 
 /// A configurable MCP server. Tools are named by the test; calls select
@@ -323,6 +325,13 @@ impl rmcp::ServerHandler for TestServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        self.log.call_traceparents.lock().unwrap().push(
+            context
+                .meta
+                .get_traceparent()
+                .or_else(|| request.meta.as_ref().and_then(|m| m.get_traceparent()))
+                .map(str::to_string),
+        );
         let args = request.arguments.unwrap_or_default();
         let result = match request.name.as_ref() {
             "echo" => CallToolResult::success(vec![ContentBlock::text(
@@ -499,4 +508,52 @@ pub fn children_of(parent: u32) -> Vec<u32> {
         }
     }
     found
+}
+
+/// Runs `tests/fixtures/python/ops_probe.py` with `args`; returns its exit
+/// code and JSON output.
+pub async fn ops_probe(args: &[&str]) -> (i32, serde_json::Value) {
+    let output = tokio::time::timeout(
+        Duration::from_secs(60),
+        tokio::process::Command::new(python())
+            .arg(fixture("python/ops_probe.py"))
+            .args(args)
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("ops probe finishes")
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
+        panic!(
+            "ops probe printed no JSON ({e}): {stdout}\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        )
+    });
+    (output.status.code().unwrap_or(-1), value)
+}
+
+/// Sends `signal` (e.g. "TERM") to `pid`.
+pub fn signal(pid: u32, signal: &str) {
+    assert!(
+        std::process::Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(pid.to_string())
+            .status()
+            .unwrap()
+            .success()
+    );
+}
+
+/// Waits (bounded) for a child to exit.
+pub async fn wait_exit(child: &mut std::process::Child, limit: Duration) -> std::process::ExitStatus {
+    let started = std::time::Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(started.elapsed() < limit, "process did not exit within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
 }

@@ -108,7 +108,7 @@ async fn serve_drains_on_sigterm_and_leaves_no_child_behind() {
     let config = write_config(
         dir.path(),
         &format!(
-            "listen: \"127.0.0.1:{port}\"\nshutdown_grace: \"20s\"\ntenants:\n  - name: acme\n    tokens: [{{ env: ACME_TOKEN }}]\n    servers:\n      - name: everything\n        command: [\"{}\", \"{}\", \"stdio\"]\n      - name: py\n        command: [\"{}\", \"{}\"]\n        env:\n          API_KEY: {{ env: PY_API_KEY }}\n",
+            "listen: \"127.0.0.1:{port}\"\nshutdown_delay: \"2s\"\nshutdown_grace: \"20s\"\ntenants:\n  - name: acme\n    tokens: [{{ env: ACME_TOKEN }}]\n    servers:\n      - name: everything\n        command: [\"{}\", \"{}\", \"stdio\"]\n      - name: py\n        command: [\"{}\", \"{}\"]\n        env:\n          API_KEY: {{ env: PY_API_KEY }}\n",
             node().display(),
             everything_js().display(),
             python().display(),

@@ -8,4 +8,5 @@ mod auth;
 mod binary;
 mod catalog;
 mod invoke;
+mod ops;
 mod third_party;
