@@ -55,7 +55,37 @@ pub enum CallError {
         /// How long the call ran.
         after: Duration,
     },
+    /// A call limit shed the call.
+    #[error("{}", shed_message(.0, .1.as_deref()))]
+    Shed(crate::limits::Shed, Option<String>),
+    /// `arguments_json` is larger than `limits.max_argument_bytes`.
+    #[error("arguments_json for `{tool}` is {size} bytes, over limits.max_argument_bytes ({limit})")]
+    ArgumentsTooLarge {
+        /// The exposed tool name.
+        tool: String,
+        /// The size sent.
+        size: usize,
+        /// The limit.
+        limit: usize,
+    },
     /// The gateway is shutting down and its grace period ran out.
     #[error("the gateway is shutting down; the call was cancelled")]
     ShuttingDown,
+}
+
+fn shed_message(shed: &crate::limits::Shed, server: Option<&str>) -> String {
+    use crate::limits::Shed;
+    match shed {
+        Shed::Rate(wait) => format!(
+            "tenant rate limit reached (limits.rate_per_second); retry in {} ms",
+            wait.as_millis().max(1)
+        ),
+        Shed::TenantConcurrency(n) => {
+            format!("tenant concurrency limit reached (limits.max_concurrent_calls = {n})")
+        }
+        Shed::ServerConcurrency(n) => format!(
+            "server `{}` concurrency limit reached (max_concurrent_calls = {n})",
+            server.unwrap_or("?")
+        ),
+    }
 }

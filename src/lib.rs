@@ -14,6 +14,7 @@ pub mod config;
 pub mod demo;
 pub mod error;
 pub mod grpc;
+pub mod limits;
 pub mod registry;
 pub mod telemetry;
 pub mod upstream;

@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use futures::FutureExt;
 use std::time::Duration;
 
+
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -33,6 +34,7 @@ pub struct Registry {
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
     tasks: TaskTracker,
+    max_result_bytes: usize,
 }
 
 /// One tenant: its servers' states and its current catalog.
@@ -40,7 +42,12 @@ pub struct Registry {
 pub struct Tenant {
     /// The configured tenant name.
     pub name: String,
+    /// Rate and concurrency limits of the tenant's calls.
+    pub limiter: crate::limits::TenantLimiter,
+    /// Per-server concurrency limits, by server index.
+    server_limits: Vec<Option<crate::limits::Concurrency>>,
     servers: Vec<ServerConfig>,
+    limits: crate::config::Limits,
     states: Mutex<Vec<SlotState>>,
     catalog: watch::Sender<SharedCatalog>,
 }
@@ -77,13 +84,18 @@ impl Registry {
         env: Arc<dyn Environment>,
         metrics: Arc<Metrics>,
     ) -> Arc<Registry> {
-        let tenants = config.tenants.iter().map(Tenant::new).collect();
+        let tenants = config
+            .tenants
+            .iter()
+            .map(|t| Tenant::new(t, &config.limits))
+            .collect();
         let registry = Arc::new(Registry {
             tenants,
             env,
             metrics,
             shutdown: CancellationToken::new(),
             tasks: TaskTracker::new(),
+            max_result_bytes: config.limits.max_result_bytes,
         });
         for tenant in &registry.tenants {
             for index in 0..tenant.servers.len() {
@@ -104,84 +116,15 @@ impl Registry {
     }
 
     fn spawn_connect(&self, tenant: Arc<Tenant>, index: usize) {
-        let env = self.env.clone();
-        let metrics = self.metrics.clone();
-        let shutdown = self.shutdown.clone();
-        self.tasks.spawn(async move {
-            let server = &tenant.servers[index];
-            let label = Label {
-                tenant: tenant.name.clone(),
-                server: server.name.clone(),
-            };
-            // A panic while connecting (a bug, or a misbehaving library)
-            // must fail this server, not leave it "connecting" forever.
-            let connect = AssertUnwindSafe(upstream::connect(server, &label, env.as_ref()))
-                .catch_unwind();
-            let result = tokio::select! {
-                result = connect => result.unwrap_or_else(|_| {
-                    Err(upstream::UpstreamError::Handshake(
-                        "the connection attempt panicked (a bug: see the gateway log)".to_owned(),
-                    ))
-                }),
-                () = shutdown.cancelled() => return,
-            };
-            match result {
-                Ok(connected) => {
-                    tracing::info!(
-                        tenant = %tenant.name,
-                        server = %server.name,
-                        tools = connected.tools.len(),
-                        "upstream connected"
-                    );
-                    metrics.connect_result(&tenant.name, &server.name, true);
-                    let session = connected.session.clone();
-                    let tools = Arc::new(connected.tools);
-                    tenant.set_state(
-                        index,
-                        SlotState::Ready {
-                            session: connected.session,
-                            tools: tools.clone(),
-                        },
-                    );
-                    // The session may end on its own (child exit, server
-                    // gone): report it so the catalog drops its tools.
-                    tokio::select! {
-                        () = session.wait_ended() => {
-                            tracing::warn!(
-                                tenant = %tenant.name,
-                                server = %server.name,
-                                "upstream session ended"
-                            );
-                            metrics.session_lost(&tenant.name, &server.name);
-                            tenant.set_state(
-                                index,
-                                SlotState::Failed {
-                                    reason: "the session ended (server exited or closed the connection)".to_owned(),
-                                    last_tools: Some(tools),
-                                },
-                            );
-                        }
-                        () = shutdown.cancelled() => {}
-                    }
-                }
-                Err(error) => {
-                    tracing::warn!(
-                        tenant = %tenant.name,
-                        server = %server.name,
-                        %error,
-                        "upstream connect failed"
-                    );
-                    metrics.connect_result(&tenant.name, &server.name, false);
-                    tenant.set_state(
-                        index,
-                        SlotState::Failed {
-                            reason: error.to_string(),
-                            last_tools: None,
-                        },
-                    );
-                }
-            }
-        });
+        let supervisor = Supervisor {
+            env: self.env.clone(),
+            metrics: self.metrics.clone(),
+            shutdown: self.shutdown.clone(),
+            max_result_bytes: self.max_result_bytes,
+            tenant,
+            index,
+        };
+        self.tasks.spawn(supervisor.run());
     }
 
     /// Stops connecting and closes every session (each bounded by
@@ -209,12 +152,19 @@ impl Registry {
 }
 
 impl Tenant {
-    fn new(config: &TenantConfig) -> Arc<Tenant> {
+    fn new(config: &TenantConfig, limits: &crate::config::Limits) -> Arc<Tenant> {
         let states = vec![SlotState::Connecting; config.servers.len()];
-        let catalog = Arc::new(build_catalog(&config.servers, &states));
+        let catalog = Arc::new(build_catalog(&config.servers, &states, limits));
         Arc::new(Tenant {
             name: config.name.clone(),
+            limiter: crate::limits::TenantLimiter::new(&config.limits),
+            server_limits: config
+                .servers
+                .iter()
+                .map(|s| s.max_concurrent_calls.map(crate::limits::Concurrency::new))
+                .collect(),
             servers: config.servers.clone(),
+            limits: limits.clone(),
             states: Mutex::new(states),
             catalog: watch::channel(catalog).0,
         })
@@ -230,7 +180,7 @@ impl Tenant {
             return;
         }
         states[index] = state;
-        let catalog = Arc::new(build_catalog(&self.servers, &states));
+        let catalog = Arc::new(build_catalog(&self.servers, &states, &self.limits));
         self.catalog.send_replace(catalog);
     }
 
@@ -248,6 +198,16 @@ impl Tenant {
             Ok(Ok(catalog)) => catalog.clone(),
             _ => self.catalog(),
         }
+    }
+
+    /// The concurrency limit of server `index`, if any.
+    pub fn server_limit(&self, index: usize) -> Option<&crate::limits::Concurrency> {
+        self.server_limits.get(index).and_then(Option::as_ref)
+    }
+
+    /// The gateway-wide size limits.
+    pub fn limits(&self) -> &crate::config::Limits {
+        &self.limits
     }
 
     /// The configuration of server `index`.
@@ -274,7 +234,11 @@ impl Tenant {
     }
 }
 
-fn build_catalog(servers: &[ServerConfig], states: &[SlotState]) -> Catalog {
+fn build_catalog(
+    servers: &[ServerConfig],
+    states: &[SlotState],
+    limits: &crate::config::Limits,
+) -> Catalog {
     let inputs: Vec<ServerInput<'_>> = servers
         .iter()
         .zip(states)
@@ -293,5 +257,119 @@ fn build_catalog(servers: &[ServerConfig], states: &[SlotState]) -> Catalog {
             },
         })
         .collect();
-    Catalog::build(&inputs)
+    Catalog::build(&inputs, limits)
+}
+
+/// A session that lived at least this long resets the backoff.
+const STABLE_SESSION: Duration = Duration::from_secs(30);
+
+/// Keeps one server slot connected: connects, waits for the session to end,
+/// and reconnects with exponential backoff and jitter, until shutdown. The
+/// catalog is re-read on every connect, so a changed tool list gives a new
+/// catalog version. Calls are never replayed.
+struct Supervisor {
+    env: Arc<dyn Environment>,
+    metrics: Arc<Metrics>,
+    shutdown: CancellationToken,
+    max_result_bytes: usize,
+    tenant: Arc<Tenant>,
+    index: usize,
+}
+
+impl Supervisor {
+    async fn run(self) {
+        let server = &self.tenant.servers[self.index];
+        let tenant = &self.tenant.name;
+        let label = Label {
+            tenant: tenant.clone(),
+            server: server.name.clone(),
+        };
+        let mut attempt: u32 = 0;
+        let mut last_tools: Option<Arc<Vec<rmcp::model::Tool>>> = None;
+        loop {
+            // A panic while connecting (a bug, or a misbehaving library)
+            // must fail this attempt, not leave the slot "connecting".
+            let connect = AssertUnwindSafe(upstream::connect(
+                server,
+                &label,
+                self.env.as_ref(),
+                self.max_result_bytes,
+            ))
+            .catch_unwind();
+            let result = tokio::select! {
+                result = connect => result.unwrap_or_else(|_| {
+                    Err(upstream::UpstreamError::Handshake(
+                        "the connection attempt panicked (a bug: see the gateway log)".to_owned(),
+                    ))
+                }),
+                () = self.shutdown.cancelled() => return,
+            };
+            let reason = match result {
+                Ok(connected) => {
+                    tracing::info!(
+                        tenant = %tenant,
+                        server = %server.name,
+                        tools = connected.tools.len(),
+                        reconnect = attempt > 0,
+                        "upstream connected"
+                    );
+                    self.metrics.connect_result(tenant, &server.name, true, attempt > 0);
+                    let session = connected.session.clone();
+                    let tools = Arc::new(connected.tools);
+                    last_tools = Some(tools.clone());
+                    self.tenant.set_state(
+                        self.index,
+                        SlotState::Ready {
+                            session: connected.session,
+                            tools,
+                        },
+                    );
+                    let up_since = tokio::time::Instant::now();
+                    tokio::select! {
+                        () = session.wait_ended() => {}
+                        () = self.shutdown.cancelled() => return,
+                    }
+                    tracing::warn!(tenant = %tenant, server = %server.name, "upstream session ended");
+                    self.metrics.session_lost(tenant, &server.name);
+                    if up_since.elapsed() >= STABLE_SESSION {
+                        attempt = 0;
+                    }
+                    "the session ended (server exited or closed the connection)".to_owned()
+                }
+                Err(error) => {
+                    tracing::warn!(tenant = %tenant, server = %server.name, %error, "upstream connect failed");
+                    self.metrics.connect_result(tenant, &server.name, false, attempt > 0);
+                    error.to_string()
+                }
+            };
+            let delay = backoff(server.reconnect, attempt);
+            attempt = attempt.saturating_add(1);
+            self.tenant.set_state(
+                self.index,
+                SlotState::Failed {
+                    reason: format!(
+                        "{reason}; reconnecting in {}",
+                        humantime::format_duration(Duration::from_millis(delay.as_millis() as u64))
+                    ),
+                    last_tools: last_tools.clone(),
+                },
+            );
+            tokio::select! {
+                () = tokio::time::sleep(delay) => {}
+                () = self.shutdown.cancelled() => return,
+            }
+        }
+    }
+}
+
+/// The delay before reconnect attempt `attempt` (0-based): `initial × 2^n`
+/// capped at `max`, with "equal jitter" (half fixed, half random) so that
+/// many sessions lost together do not reconnect in step.
+pub fn backoff(policy: crate::config::Reconnect, attempt: u32) -> Duration {
+    let exp = policy
+        .initial
+        .saturating_mul(2u32.saturating_pow(attempt.min(20)))
+        .min(policy.max);
+    let half = exp / 2;
+    half + half.mul_f64(fastrand::f64())
 }

@@ -127,7 +127,7 @@ pub struct Catalog {
 
 impl Catalog {
     /// Builds a snapshot from the servers' states, in configuration order.
-    pub fn build(inputs: &[ServerInput<'_>]) -> Catalog {
+    pub fn build(inputs: &[ServerInput<'_>], limits: &crate::config::Limits) -> Catalog {
         // First pass: each connected server's candidate tools, or why the
         // server is refused on its own account.
         let mut candidates: Vec<Result<Vec<CatalogTool>, String>> = Vec::new();
@@ -141,14 +141,14 @@ impl Catalog {
                 last_tools: Some(tools),
                 ..
             } = &input.state
-                && let Ok(tools) = server_tools(server_index, input, tools)
+                && let Ok(tools) = server_tools(server_index, input, tools, limits)
             {
                 for tool in tools {
                     down_routes.insert(tool.name, server_index);
                 }
             }
             candidates.push(match &input.state {
-                InputState::Listed(tools) => server_tools(server_index, input, tools),
+                InputState::Listed(tools) => server_tools(server_index, input, tools, limits),
                 _ => Ok(Vec::new()),
             });
         }
@@ -269,7 +269,16 @@ fn server_tools(
     server_index: usize,
     input: &ServerInput<'_>,
     listed: &[rmcp::model::Tool],
+    limits: &crate::config::Limits,
 ) -> Result<Vec<CatalogTool>, String> {
+    if listed.len() > limits.max_tools_per_server {
+        return Err(format!(
+            "server `{}` lists {} tools, over limits.max_tools_per_server ({})",
+            input.name,
+            listed.len(),
+            limits.max_tools_per_server
+        ));
+    }
     let mut seen = HashMap::new();
     let mut tools = Vec::new();
     for tool in listed {
@@ -295,9 +304,64 @@ fn server_tools(
                 printable(&exposed)
             ));
         }
-        tools.push(catalog_tool(server_index, input.name, exposed, tool));
+        let tool = catalog_tool(server_index, input.name, exposed, tool);
+        check_shape(&tool, input.name, limits)?;
+        tools.push(tool);
     }
     Ok(tools)
+}
+
+/// Refuses a definition that would make the gateway hold or pass on more
+/// than the limits allow.
+fn check_shape(
+    tool: &CatalogTool,
+    server: &str,
+    limits: &crate::config::Limits,
+) -> Result<(), String> {
+    let refuse = |what: String| {
+        Err(format!(
+            "tool `{}` of server `{server}` {what}; the server is refused (filter the tool out \
+             with `tools.deny` to use the rest)",
+            tool.upstream_name
+        ))
+    };
+    let chars = tool.description.chars().count();
+    if chars > limits.max_description_chars {
+        return refuse(format!(
+            "has a {chars}-character description, over limits.max_description_chars ({})",
+            limits.max_description_chars
+        ));
+    }
+    for (which, schema) in [("input", &tool.input_schema_json), ("output", &tool.output_schema_json)] {
+        if schema.len() > limits.max_schema_bytes {
+            return refuse(format!(
+                "has a {}-byte {which} schema, over limits.max_schema_bytes ({})",
+                schema.len(),
+                limits.max_schema_bytes
+            ));
+        }
+        if !schema.is_empty() {
+            let depth = serde_json::from_str::<serde_json::Value>(schema)
+                .map(|v| json_depth(&v))
+                .unwrap_or(0);
+            if depth > limits.max_schema_depth {
+                return refuse(format!(
+                    "has an {which} schema nested {depth} deep, over limits.max_schema_depth ({})",
+                    limits.max_schema_depth
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Nesting depth of a JSON value (a scalar is 0).
+fn json_depth(value: &serde_json::Value) -> usize {
+    match value {
+        serde_json::Value::Array(items) => 1 + items.iter().map(json_depth).max().unwrap_or(0),
+        serde_json::Value::Object(map) => 1 + map.values().map(json_depth).max().unwrap_or(0),
+        _ => 0,
+    }
 }
 
 /// A name made safe to show: control characters escaped, long names cut.
@@ -426,7 +490,7 @@ mod tests {
     fn namespaces_and_routes() {
         let filter = ToolFilter::default();
         let a = [tool("search"), tool("fetch")];
-        let catalog = Catalog::build(&[input("repo", false, &filter, &a)]);
+        let catalog = Catalog::build(&[input("repo", false, &filter, &a)], &Default::default());
         let names: Vec<_> = catalog.tools().iter().map(|t| t.name.as_str()).collect();
         assert_eq!(names, ["repo__fetch", "repo__search"]);
         let routed = catalog.get("repo__search").unwrap();
@@ -442,11 +506,14 @@ mod tests {
         let a = [tool("search")];
         let b = [tool("search")];
         let c = [tool("other")];
-        let catalog = Catalog::build(&[
-            input("one", true, &filter, &a),
-            input("two", true, &filter, &b),
-            input("three", false, &filter, &c),
-        ]);
+        let catalog = Catalog::build(
+            &[
+                input("one", true, &filter, &a),
+                input("two", true, &filter, &b),
+                input("three", false, &filter, &c),
+            ],
+            &Default::default(),
+        );
         assert_eq!(catalog.tools().len(), 1);
         for status in &catalog.servers()[..2] {
             let ServerState::Refused(reason) = &status.state else {
@@ -464,7 +531,7 @@ mod tests {
     fn invalid_names_refuse_the_server_naming_both() {
         let filter = ToolFilter::default();
         let a = [tool("ok"), tool("has space")];
-        let catalog = Catalog::build(&[input("srv", false, &filter, &a)]);
+        let catalog = Catalog::build(&[input("srv", false, &filter, &a)], &Default::default());
         assert!(catalog.tools().is_empty());
         let ServerState::Refused(reason) = &catalog.servers()[0].state else {
             panic!("expected refusal");
@@ -479,14 +546,14 @@ mod tests {
     fn version_changes_exactly_with_content() {
         let filter = ToolFilter::default();
         let a = [tool("x")];
-        let v1 = Catalog::build(&[input("s", false, &filter, &a)])
+        let v1 = Catalog::build(&[input("s", false, &filter, &a)], &Default::default())
             .version()
             .to_owned();
-        let v1_again = Catalog::build(&[input("s", false, &filter, &a)])
+        let v1_again = Catalog::build(&[input("s", false, &filter, &a)], &Default::default())
             .version()
             .to_owned();
         let b = [tool("y")];
-        let v2 = Catalog::build(&[input("s", false, &filter, &b)])
+        let v2 = Catalog::build(&[input("s", false, &filter, &b)], &Default::default())
             .version()
             .to_owned();
         assert_eq!(v1, v1_again);

@@ -48,8 +48,92 @@ pub struct Config {
     pub metrics_listen: Option<SocketAddr>,
     /// gRPC transport settings.
     pub grpc: GrpcSettings,
+    /// Size and shape limits.
+    pub limits: Limits,
     /// Every tenant, in file order.
     pub tenants: Vec<TenantConfig>,
+}
+
+/// Gateway-wide size and shape limits. Over a size limit a call gets
+/// RESOURCE_EXHAUSTED naming the limit; a server whose listing breaks a
+/// shape limit is refused, naming the tool and the limit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest `arguments_json` accepted.
+    pub max_argument_bytes: usize,
+    /// Largest upstream tool result accepted (the MCP transport's cap).
+    pub max_result_bytes: usize,
+    /// Largest gRPC message received or sent.
+    pub max_message_bytes: usize,
+    /// Most tools one server may list.
+    pub max_tools_per_server: usize,
+    /// Largest input or output schema of one tool, as JSON text.
+    pub max_schema_bytes: usize,
+    /// Deepest nesting of a tool's schema.
+    pub max_schema_depth: usize,
+    /// Longest tool description, in characters.
+    pub max_description_chars: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_argument_bytes: 1 << 20,
+            max_result_bytes: 16 << 20,
+            max_message_bytes: 32 << 20,
+            max_tools_per_server: 10_000,
+            max_schema_bytes: 256 << 10,
+            max_schema_depth: 32,
+            max_description_chars: 16_384,
+        }
+    }
+}
+
+/// Per-tenant call limits.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TenantLimits {
+    /// Calls of the tenant running at once; beyond, calls wait up to
+    /// `queue_timeout`, then get RESOURCE_EXHAUSTED.
+    pub max_concurrent_calls: Option<usize>,
+    /// How long a call may wait for a concurrency slot.
+    pub queue_timeout: Duration,
+    /// Sustained calls per second (token bucket), if limited.
+    pub rate_per_second: Option<std::num::NonZeroU32>,
+    /// Burst size of the rate limit.
+    pub burst: Option<std::num::NonZeroU32>,
+}
+
+/// How a session is established.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Lifecycle {
+    /// The `initialize` handshake, which every MCP server to date speaks.
+    #[default]
+    Initialize,
+    /// `server/discover` only (the 2026-07-28 revision); fails against
+    /// servers that do not speak it.
+    Discover,
+    /// Try `server/discover`; on any failure, start over on a fresh
+    /// connection with `initialize`.
+    Auto,
+}
+
+/// Reconnect backoff: exponential from `initial` to `max`, with jitter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reconnect {
+    /// The first delay.
+    pub initial: Duration,
+    /// The largest delay.
+    pub max: Duration,
+}
+
+impl Default for Reconnect {
+    fn default() -> Self {
+        Self {
+            initial: Duration::from_millis(500),
+            max: Duration::from_secs(30),
+        }
+    }
 }
 
 /// gRPC server transport settings.
@@ -85,6 +169,8 @@ pub struct TenantConfig {
     pub tokens: Vec<Secret>,
     /// Upstream servers, in file order.
     pub servers: Vec<ServerConfig>,
+    /// Call limits.
+    pub limits: TenantLimits,
 }
 
 /// One upstream MCP server of a tenant.
@@ -106,6 +192,25 @@ pub struct ServerConfig {
     pub max_call_timeout: Duration,
     /// Pages of `tools/list` read before the server is refused.
     pub max_list_pages: u32,
+    /// Per-tool overrides of `call_timeout`, by the server's tool name.
+    pub tool_timeouts: std::collections::HashMap<String, Duration>,
+    /// Reconnect backoff.
+    pub reconnect: Reconnect,
+    /// Calls to this server running at once (across the tenant), if limited.
+    pub max_concurrent_calls: Option<usize>,
+    /// How the session is established.
+    pub lifecycle: Lifecycle,
+}
+
+impl ServerConfig {
+    /// The upstream timeout of a call to `tool` without a caller deadline.
+    pub fn timeout_for(&self, tool: &str) -> Duration {
+        self.tool_timeouts
+            .get(tool)
+            .copied()
+            .unwrap_or(self.call_timeout)
+            .min(self.max_call_timeout)
+    }
 }
 
 /// How an upstream server is reached.

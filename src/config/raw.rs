@@ -19,6 +19,7 @@ pub(crate) struct RawConfig {
     pub(crate) log_format: Option<crate::telemetry::LogFormat>,
     pub(crate) metrics: Option<RawMetrics>,
     pub(crate) grpc: Option<RawGrpc>,
+    pub(crate) limits: Option<RawLimits>,
     pub(crate) defaults: Option<RawDefaults>,
     #[serde(default)]
     pub(crate) tenants: Vec<RawTenant>,
@@ -41,6 +42,37 @@ pub(crate) struct RawGrpc {
     pub(crate) max_concurrent_streams: Option<u32>,
 }
 
+/// Gateway-wide size and shape limits.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawLimits {
+    pub(crate) max_argument_bytes: Option<usize>,
+    pub(crate) max_result_bytes: Option<usize>,
+    pub(crate) max_message_bytes: Option<usize>,
+    pub(crate) max_tools_per_server: Option<usize>,
+    pub(crate) max_schema_bytes: Option<usize>,
+    pub(crate) max_schema_depth: Option<usize>,
+    pub(crate) max_description_chars: Option<usize>,
+}
+
+/// Per-tenant call limits.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawTenantLimits {
+    pub(crate) max_concurrent_calls: Option<usize>,
+    pub(crate) queue_timeout: Option<String>,
+    pub(crate) rate_per_second: Option<u32>,
+    pub(crate) burst: Option<u32>,
+}
+
+/// Reconnect backoff.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawReconnect {
+    pub(crate) initial_backoff: Option<String>,
+    pub(crate) max_backoff: Option<String>,
+}
+
 /// Defaults applied to every server unless the server sets its own.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -49,6 +81,9 @@ pub(crate) struct RawDefaults {
     pub(crate) call_timeout: Option<String>,
     pub(crate) max_call_timeout: Option<String>,
     pub(crate) max_list_pages: Option<u32>,
+    pub(crate) reconnect: Option<RawReconnect>,
+    pub(crate) max_concurrent_calls: Option<usize>,
+    pub(crate) lifecycle: Option<super::Lifecycle>,
 }
 
 /// One tenant.
@@ -60,6 +95,7 @@ pub(crate) struct RawTenant {
     pub(crate) tokens: Vec<RawValue>,
     #[serde(default)]
     pub(crate) servers: Vec<RawServer>,
+    pub(crate) limits: Option<RawTenantLimits>,
 }
 
 /// One upstream MCP server of a tenant.
@@ -78,6 +114,10 @@ pub(crate) struct RawServer {
     pub(crate) connect_timeout: Option<String>,
     pub(crate) call_timeout: Option<String>,
     pub(crate) max_list_pages: Option<u32>,
+    pub(crate) tool_timeouts: Option<BTreeMap<String, String>>,
+    pub(crate) reconnect: Option<RawReconnect>,
+    pub(crate) max_concurrent_calls: Option<usize>,
+    pub(crate) lifecycle: Option<super::Lifecycle>,
 }
 
 /// Allow and deny globs over a server's own tool names.

@@ -8,7 +8,11 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
-use super::raw::{RawConfig, RawDefaults, RawGrpc, RawServer, RawTenant, RawToolFilter, RawValue};
+use super::raw::{
+    RawConfig, RawDefaults, RawGrpc, RawLimits, RawReconnect, RawServer, RawTenant,
+    RawTenantLimits, RawToolFilter, RawValue,
+};
+use super::{Lifecycle, Limits, Reconnect, TenantLimits};
 use super::{
     Config, DEFAULT_CALL_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_LISTEN,
     DEFAULT_MAX_CALL_TIMEOUT, DEFAULT_MAX_LIST_PAGES, DEFAULT_SHUTDOWN_DELAY,
@@ -121,6 +125,7 @@ pub(super) fn validate(
         errors.push("metrics.listen", "must differ from `listen`");
     }
     let grpc = grpc_settings(&mut errors, raw.grpc.unwrap_or_default());
+    let limits = limits(&mut errors, raw.limits.unwrap_or_default());
     let shutdown_grace = duration(
         &mut errors,
         "shutdown_grace",
@@ -173,8 +178,73 @@ pub(super) fn validate(
         log_format: raw.log_format,
         metrics_listen,
         grpc,
+        limits,
         tenants,
     })
+}
+
+fn positive(errors: &mut Errors, path: &str, value: Option<usize>, default: usize) -> usize {
+    match value {
+        Some(0) => {
+            errors.push(path, "must be at least 1");
+            default
+        }
+        Some(n) => n,
+        None => default,
+    }
+}
+
+fn limits(errors: &mut Errors, raw: RawLimits) -> Limits {
+    let d = Limits::default();
+    Limits {
+        max_argument_bytes: positive(errors, "limits.max_argument_bytes", raw.max_argument_bytes, d.max_argument_bytes),
+        max_result_bytes: positive(errors, "limits.max_result_bytes", raw.max_result_bytes, d.max_result_bytes),
+        max_message_bytes: positive(errors, "limits.max_message_bytes", raw.max_message_bytes, d.max_message_bytes),
+        max_tools_per_server: positive(errors, "limits.max_tools_per_server", raw.max_tools_per_server, d.max_tools_per_server),
+        max_schema_bytes: positive(errors, "limits.max_schema_bytes", raw.max_schema_bytes, d.max_schema_bytes),
+        max_schema_depth: positive(errors, "limits.max_schema_depth", raw.max_schema_depth, d.max_schema_depth),
+        max_description_chars: positive(errors, "limits.max_description_chars", raw.max_description_chars, d.max_description_chars),
+    }
+}
+
+fn tenant_limits(errors: &mut Errors, path: &str, raw: RawTenantLimits) -> TenantLimits {
+    let nonzero = |errors: &mut Errors, key: &str, value: Option<u32>| match value {
+        Some(0) => {
+            errors.push(format!("{path}.{key}"), "must be at least 1");
+            None
+        }
+        Some(n) => std::num::NonZeroU32::new(n),
+        None => None,
+    };
+    let rate_per_second = nonzero(errors, "rate_per_second", raw.rate_per_second);
+    let burst = nonzero(errors, "burst", raw.burst);
+    if burst.is_some() && rate_per_second.is_none() {
+        errors.push(format!("{path}.burst"), "set `rate_per_second` too");
+    }
+    if raw.max_concurrent_calls == Some(0) {
+        errors.push(format!("{path}.max_concurrent_calls"), "must be at least 1");
+    }
+    TenantLimits {
+        max_concurrent_calls: raw.max_concurrent_calls.filter(|n| *n > 0),
+        queue_timeout: match raw.queue_timeout.as_deref() {
+            Some("0s" | "0ms" | "0") => Duration::ZERO,
+            other => duration(errors, &format!("{path}.queue_timeout"), other, Duration::from_millis(100)),
+        },
+        rate_per_second,
+        burst,
+    }
+}
+
+fn reconnect(errors: &mut Errors, path: &str, raw: Option<RawReconnect>, default: Reconnect) -> Reconnect {
+    let Some(raw) = raw else {
+        return default;
+    };
+    let initial = duration(errors, &format!("{path}.initial_backoff"), raw.initial_backoff.as_deref(), default.initial);
+    let max = duration(errors, &format!("{path}.max_backoff"), raw.max_backoff.as_deref(), default.max);
+    if max < initial {
+        errors.push(format!("{path}.max_backoff"), "must not be below `initial_backoff`");
+    }
+    Reconnect { initial, max }
 }
 
 fn grpc_settings(errors: &mut Errors, raw: RawGrpc) -> GrpcSettings {
@@ -216,6 +286,9 @@ struct Defaults {
     call_timeout: Duration,
     max_call_timeout: Duration,
     max_list_pages: u32,
+    reconnect: Reconnect,
+    max_concurrent_calls: Option<usize>,
+    lifecycle: Lifecycle,
 }
 
 fn defaults(errors: &mut Errors, raw: RawDefaults) -> Defaults {
@@ -244,6 +317,11 @@ fn defaults(errors: &mut Errors, raw: RawDefaults) -> Defaults {
             raw.max_list_pages,
             DEFAULT_MAX_LIST_PAGES,
         ),
+        reconnect: reconnect(errors, "defaults.reconnect", raw.reconnect, Reconnect::default()),
+        max_concurrent_calls: raw
+            .max_concurrent_calls
+            .map(|n| positive(errors, "defaults.max_concurrent_calls", Some(n), 1)),
+        lifecycle: raw.lifecycle.unwrap_or_default(),
     }
 }
 
@@ -322,10 +400,16 @@ fn validate_tenant(
         }
     }
 
+    let limits = tenant_limits(
+        errors,
+        &format!("{path}.limits"),
+        tenant.limits.unwrap_or_default(),
+    );
     (errors.0.len() == before).then_some(TenantConfig {
         name: tenant.name,
         tokens,
         servers,
+        limits,
     })
 }
 
@@ -426,6 +510,27 @@ fn validate_server(
         );
     }
 
+    let mut tool_timeouts = HashMap::new();
+    for (tool, text) in server.tool_timeouts.unwrap_or_default() {
+        let value = duration(
+            errors,
+            &format!("{path}.tool_timeouts.{tool}"),
+            Some(&text),
+            call_timeout,
+        );
+        if value > max_call_timeout {
+            errors.push(
+                format!("{path}.tool_timeouts.{tool}"),
+                "exceeds defaults.max_call_timeout",
+            );
+        }
+        tool_timeouts.insert(tool, value);
+    }
+    let reconnect = reconnect(errors, &format!("{path}.reconnect"), server.reconnect, defaults.reconnect);
+    let max_concurrent_calls = match server.max_concurrent_calls {
+        Some(n) => Some(positive(errors, &format!("{path}.max_concurrent_calls"), Some(n), 1)),
+        None => defaults.max_concurrent_calls,
+    };
     if errors.0.len() != before {
         return None;
     }
@@ -438,6 +543,10 @@ fn validate_server(
         call_timeout,
         max_call_timeout,
         max_list_pages,
+        tool_timeouts,
+        reconnect,
+        max_concurrent_calls,
+        lifecycle: server.lifecycle.unwrap_or(defaults.lifecycle),
     })
 }
 

@@ -263,8 +263,36 @@ async fn invoke_inner(
     };
     tracing::Span::current().record("server", tool.server.as_str());
     *server_name = Some(tool.server.clone());
+    let max_arguments = tenant.limits().max_argument_bytes;
+    if request.arguments_json.len() > max_arguments {
+        return Err(CallError::ArgumentsTooLarge {
+            tool: name.to_owned(),
+            size: request.arguments_json.len(),
+            limit: max_arguments,
+        });
+    }
     let arguments = parse_arguments(name, &request.arguments_json)?;
     let server = tenant.server(tool.server_index);
+    // Load shedding: a bounded wait for a slot, never an unbounded queue.
+    let _admission = tenant
+        .limiter
+        .admit()
+        .await
+        .map_err(|shed| CallError::Shed(shed, None))?;
+    let _server_slot = match tenant.server_limit(tool.server_index) {
+        Some(limit) => Some(
+            limit
+                .acquire(tenant.limiter.queue_timeout())
+                .await
+                .ok_or_else(|| {
+                    CallError::Shed(
+                        crate::limits::Shed::ServerConcurrency(limit.limit()),
+                        Some(tool.server.clone()),
+                    )
+                })?,
+        ),
+        None => None,
+    };
     let session = tenant
         .session(tool.server_index)
         .map_err(|e| CallError::ServerUnavailable {
@@ -277,7 +305,7 @@ async fn invoke_inner(
         })?;
     let remaining = caller_deadline.map(|d| d.saturating_sub(started.elapsed()));
     let timeout = remaining
-        .unwrap_or(server.call_timeout)
+        .unwrap_or_else(|| server.timeout_for(&tool.upstream_name))
         .min(server.max_call_timeout);
     let upstream_started = Instant::now();
     let result = session.call(&tool.upstream_name, arguments, timeout).await;

@@ -40,6 +40,16 @@ pub fn classify(error: &CallError) -> (Code, &'static str) {
         CallError::ServerUnavailable { .. } => (Code::Unavailable, "UPSTREAM_UNAVAILABLE"),
         CallError::DeadlineExceeded { .. } => (Code::DeadlineExceeded, "DEADLINE_EXCEEDED"),
         CallError::ShuttingDown => (Code::Unavailable, "SHUTTING_DOWN"),
+        CallError::ArgumentsTooLarge { .. } => (Code::ResourceExhausted, "ARGUMENTS_TOO_LARGE"),
+        CallError::Shed(shed, _) => match shed {
+            crate::limits::Shed::Rate(_) => (Code::ResourceExhausted, "RATE_LIMITED"),
+            crate::limits::Shed::TenantConcurrency(_) => {
+                (Code::ResourceExhausted, "TENANT_CONCURRENCY_LIMIT")
+            }
+            crate::limits::Shed::ServerConcurrency(_) => {
+                (Code::ResourceExhausted, "SERVER_CONCURRENCY_LIMIT")
+            }
+        },
         CallError::Upstream { error, .. } => classify_upstream(error),
     }
 }
@@ -55,6 +65,7 @@ fn classify_upstream(error: &UpstreamError) -> (Code, &'static str) {
         | UpstreamError::Closed
         | UpstreamError::Transport(_) => (Code::Unavailable, "UPSTREAM_UNAVAILABLE"),
         UpstreamError::Lost => (Code::Unavailable, "UPSTREAM_CONNECTION_LOST"),
+        UpstreamError::TooLarge(_) => (Code::ResourceExhausted, "RESULT_TOO_LARGE"),
         UpstreamError::AuthRejected => (Code::Unavailable, "UPSTREAM_AUTH_REJECTED"),
         UpstreamError::Timeout(_) => (Code::DeadlineExceeded, "UPSTREAM_TIMEOUT"),
         UpstreamError::Protocol(_) => (Code::Internal, "UPSTREAM_PROTOCOL_ERROR"),
@@ -107,6 +118,22 @@ fn metadata(error: &CallError) -> HashMap<String, String> {
         }
         CallError::InvalidArguments { tool, .. } => {
             metadata.insert("tool".to_owned(), tool.clone());
+        }
+        CallError::ArgumentsTooLarge { tool, limit, .. } => {
+            metadata.insert("tool".to_owned(), tool.clone());
+            metadata.insert("limit".to_owned(), "limits.max_argument_bytes".to_owned());
+            metadata.insert("limit_value".to_owned(), limit.to_string());
+        }
+        CallError::Shed(shed, server) => {
+            if let Some(server) = server {
+                metadata.insert("server".to_owned(), server.clone());
+            }
+            let limit = match shed {
+                crate::limits::Shed::Rate(_) => "limits.rate_per_second",
+                crate::limits::Shed::TenantConcurrency(_) => "limits.max_concurrent_calls",
+                crate::limits::Shed::ServerConcurrency(_) => "max_concurrent_calls",
+            };
+            metadata.insert("limit".to_owned(), limit.to_owned());
         }
         CallError::ServerUnavailable { server, tool, .. }
         | CallError::DeadlineExceeded { server, tool, .. } => {

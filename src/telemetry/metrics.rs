@@ -9,6 +9,7 @@
 //! | `toolgate_calls_in_flight` | gauge | tenant |
 //! | `toolgate_upstream_session_up` | gauge | tenant, server |
 //! | `toolgate_upstream_connects_total` | counter | tenant, server, result |
+//! | `toolgate_upstream_reconnects_total` | counter | tenant, server |
 //! | `toolgate_upstream_session_lost_total` | counter | tenant, server |
 
 use std::net::SocketAddr;
@@ -78,6 +79,7 @@ pub struct Metrics {
     in_flight: Family<TenantLabels, Gauge>,
     session_up: Family<ServerLabels, Gauge>,
     connects: Family<ConnectLabels, Counter>,
+    reconnects: Family<ServerLabels, Counter>,
     sessions_lost: Family<ServerLabels, Counter>,
 }
 
@@ -104,6 +106,12 @@ impl Metrics {
         let session_up = Family::<ServerLabels, Gauge>::default();
         let connects = Family::<ConnectLabels, Counter>::default();
         let sessions_lost = Family::<ServerLabels, Counter>::default();
+        let reconnects = Family::<ServerLabels, Counter>::default();
+        registry.register(
+            "toolgate_upstream_reconnects",
+            "Reconnect attempts after a failed connect or a lost session",
+            reconnects.clone(),
+        );
         registry.register(
             "toolgate_calls",
             "InvokeTool calls by tenant, server, tool and outcome (ok, tool_error, or the error reason)",
@@ -147,6 +155,7 @@ impl Metrics {
             in_flight,
             session_up,
             connects,
+            reconnects,
             sessions_lost,
         }
     }
@@ -199,8 +208,9 @@ impl Metrics {
         }
     }
 
-    /// Records a connect attempt and the session state.
-    pub fn connect_result(&self, tenant: &str, server: &str, ok: bool) {
+    /// Records a connect attempt (a reconnect when `retry`) and the
+    /// session state.
+    pub fn connect_result(&self, tenant: &str, server: &str, ok: bool, retry: bool) {
         let server_labels = ServerLabels {
             tenant: tenant.to_owned(),
             server: server.to_owned(),
@@ -212,6 +222,9 @@ impl Metrics {
                 result: if ok { "ok" } else { "failed" }.to_owned(),
             })
             .inc();
+        if retry {
+            self.reconnects.get_or_create(&server_labels).inc();
+        }
         self.session_up
             .get_or_create(&server_labels)
             .set(i64::from(ok));

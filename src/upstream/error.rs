@@ -40,6 +40,9 @@ pub enum UpstreamError {
     /// Sending on the transport failed.
     #[error("transport error: {0}")]
     Transport(String),
+    /// The server's answer is larger than `limits.max_result_bytes`.
+    #[error("the server's answer exceeds limits.max_result_bytes ({0} bytes)")]
+    TooLarge(usize),
     /// The HTTP server refused the configured credentials.
     #[error("the server refused the gateway's credentials (HTTP 401/403)")]
     AuthRejected,
@@ -77,7 +80,13 @@ impl UpstreamError {
                 message: data.message.into_owned(),
             },
             E::TransportClosed => UpstreamError::Closed,
-            E::TransportSend(e) => UpstreamError::Transport(e.to_string()),
+            E::TransportSend(e) => {
+                let text = root_cause(e.error.as_ref());
+                match too_large(e.error.as_ref()) {
+                    Some(max) => UpstreamError::TooLarge(max),
+                    None => UpstreamError::Transport(text),
+                }
+            }
             E::Timeout { timeout } => UpstreamError::Timeout(timeout),
             E::Cancelled { .. } => UpstreamError::Closed,
             E::UnexpectedResponse => {
@@ -95,4 +104,28 @@ impl UpstreamError {
             UpstreamError::Closed | UpstreamError::Lost | UpstreamError::Transport(_)
         )
     }
+}
+
+/// The innermost source of an error.
+pub(crate) fn root_cause(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut current = error;
+    while let Some(source) = current.source() {
+        current = source;
+    }
+    current.to_string()
+}
+
+/// The byte limit, when the error is an HTTP response over the size cap.
+fn too_large(error: &(dyn std::error::Error + 'static)) -> Option<usize> {
+    use rmcp::transport::streamable_http_client::StreamableHttpError;
+    let mut current = Some(error);
+    while let Some(e) = current {
+        if let Some(StreamableHttpError::<reqwest::Error>::ResponseBodyTooLarge { max_size }) =
+            e.downcast_ref::<StreamableHttpError<reqwest::Error>>()
+        {
+            return Some(*max_size);
+        }
+        current = e.source();
+    }
+    None
 }

@@ -31,6 +31,7 @@ fn ensure_crypto_provider() {
 pub(super) fn transport(
     url: &url::Url,
     headers: &[(HeaderName, Secret)],
+    max_result_bytes: usize,
 ) -> StreamableHttpClientTransport<TraceHeaders> {
     ensure_crypto_provider();
     let mut custom = HashMap::new();
@@ -41,7 +42,12 @@ pub(super) fn transport(
             custom.insert(name.clone(), value);
         }
     }
-    let config = StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(custom);
+    let config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
+        .custom_headers(custom)
+        .max_json_response_size(max_result_bytes)
+        .max_sse_event_size(max_result_bytes)
+        // A server that forgot the session (404) gets a new one at once.
+        .reinit_on_expired_session(true);
     let client = reqwest::Client::builder()
         // Redirects could carry the configured credentials elsewhere.
         .redirect(reqwest::redirect::Policy::none())

@@ -10,7 +10,6 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rmcp::ServiceExt;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ClientConfig,
     Implementation, JsonObject, PaginatedRequestParams, Tool,
@@ -23,7 +22,7 @@ use tracing::Instrument;
 pub use error::UpstreamError;
 pub use stdio::Label;
 
-use crate::config::{Environment, ServerConfig, Transport};
+use crate::config::{Environment, Lifecycle, ServerConfig, Transport};
 
 /// How long closing a session may take before it is abandoned. rmcp closes
 /// a child's stdin, waits, sends SIGTERM to its process group, waits, then
@@ -67,15 +66,70 @@ pub async fn connect(
     server: &ServerConfig,
     label: &Label,
     gateway_env: &dyn Environment,
+    max_result_bytes: usize,
 ) -> Result<Connected, UpstreamError> {
     let timeout = server.connect_timeout;
     // One deadline covers starting, the handshake and every page.
     let deadline = tokio::time::Instant::now() + timeout;
     let cancel = CancellationToken::new();
-    let (service, pid) =
-        tokio::time::timeout_at(deadline, start(server, label, gateway_env, &cancel))
+    let started = match server.lifecycle {
+        Lifecycle::Initialize | Lifecycle::Discover => {
+            let mode = server.lifecycle;
+            tokio::time::timeout_at(
+                deadline,
+                start(server, label, gateway_env, &cancel, mode, max_result_bytes),
+            )
             .await
-            .map_err(|_| UpstreamError::ConnectTimeout(timeout))??;
+            .map_err(|_| UpstreamError::ConnectTimeout(timeout))?
+        }
+        Lifecycle::Auto => {
+            // Try the 2026 lifecycle briefly; on any failure start over on a
+            // fresh connection with `initialize`. rmcp's own automatic mode
+            // cannot recover from a server that answers `server/discover`
+            // with an empty result, so the fallback is done here.
+            let probe_deadline = tokio::time::Instant::now() + (timeout / 3).min(AUTO_PROBE);
+            let probe_cancel = CancellationToken::new();
+            let probe = tokio::time::timeout_at(
+                probe_deadline,
+                start(server, label, gateway_env, &probe_cancel, Lifecycle::Discover, max_result_bytes),
+            )
+            .await;
+            match probe {
+                Ok(Ok(started)) => {
+                    return finish_connect(server, label, started, deadline, timeout, probe_cancel).await;
+                }
+                Ok(Err(error)) => {
+                    probe_cancel.cancel();
+                    tracing::debug!(tenant = %label.tenant, server = %label.server, %error, "server/discover failed; falling back to initialize");
+                }
+                Err(_) => {
+                    probe_cancel.cancel();
+                    tracing::debug!(tenant = %label.tenant, server = %label.server, "server/discover timed out; falling back to initialize");
+                }
+            }
+            tokio::time::timeout_at(
+                deadline,
+                start(server, label, gateway_env, &cancel, Lifecycle::Initialize, max_result_bytes),
+            )
+            .await
+            .map_err(|_| UpstreamError::ConnectTimeout(timeout))?
+        }
+    };
+    finish_connect(server, label, started?, deadline, timeout, cancel).await
+}
+
+/// How long `lifecycle: auto` tries `server/discover` at most.
+const AUTO_PROBE: Duration = Duration::from_secs(5);
+
+/// Lists the tools of a started session and hands the session out.
+async fn finish_connect(
+    server: &ServerConfig,
+    label: &Label,
+    (service, pid): (Service, Option<u32>),
+    deadline: tokio::time::Instant,
+    timeout: Duration,
+    cancel: CancellationToken,
+) -> Result<Connected, UpstreamError> {
     let listed = tokio::time::timeout_at(
         deadline,
         list_all_tools(service.peer(), server.max_list_pages),
@@ -115,6 +169,8 @@ async fn start(
     label: &Label,
     gateway_env: &dyn Environment,
     cancel: &CancellationToken,
+    lifecycle: Lifecycle,
+    max_result_bytes: usize,
 ) -> Result<(Service, Option<u32>), UpstreamError> {
     let url = match &server.transport {
         Transport::Http { url, .. } => Some(url.as_str()),
@@ -126,21 +182,35 @@ async fn start(
     match &server.transport {
         Transport::Stdio { command, cwd, env } => {
             let (transport, pid) = stdio::spawn(command, cwd.as_deref(), env, gateway_env, label)?;
-            let service = client_config()
-                .serve_with_ct(transport, cancel.clone())
-                .await
-                .map_err(handshake)?;
+            let service = serve(transport, lifecycle, cancel).await.map_err(handshake)?;
             Ok((service, pid))
         }
         Transport::Http { url, headers } => {
-            let transport = http::transport(url, headers);
-            let service = client_config()
-                .serve_with_ct(transport, cancel.clone())
-                .await
-                .map_err(handshake)?;
+            let transport = http::transport(url, headers, max_result_bytes);
+            let service = serve(transport, lifecycle, cancel).await.map_err(handshake)?;
             Ok((service, None))
         }
     }
+}
+
+/// Runs the MCP lifecycle of `lifecycle` over `transport`.
+async fn serve<T, E, A>(
+    transport: T,
+    lifecycle: Lifecycle,
+    cancel: &CancellationToken,
+) -> Result<Service, rmcp::service::ClientInitializeError>
+where
+    T: rmcp::transport::IntoTransport<RoleClient, E, A>,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    let mode = match lifecycle {
+        Lifecycle::Discover => rmcp::service::ClientLifecycleMode::Discover {
+            preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
+        },
+        Lifecycle::Initialize | Lifecycle::Auto => rmcp::service::ClientLifecycleMode::Initialize,
+    };
+    rmcp::service::serve_client_with_lifecycle_and_ct(client_config(), transport, mode, cancel.clone())
+        .await
 }
 
 /// Describes a handshake failure without echoing whole messages (which could
@@ -159,20 +229,10 @@ fn describe_init_error(error: &rmcp::service::ClientInitializeError, url: Option
         E::ExpectedInitResponse(_) | E::ExpectedInitResult(_) => {
             "the server did not answer `initialize` correctly".to_owned()
         }
-        E::TransportError { error, .. } => format!("transport error: {}", root_cause(error)),
+        E::TransportError { error, .. } => format!("transport error: {}", error::root_cause(error)),
         other => other.to_string(),
     };
     truncate(&redact(&text, url), 300)
-}
-
-/// The innermost source of an error: the part that says what happened
-/// (connection refused, HTTP status, ...) without the wrappers' type names.
-fn root_cause(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut current = error;
-    while let Some(source) = current.source() {
-        current = source;
-    }
-    current.to_string()
 }
 
 /// Removes the configured URL (which may carry a token in its query) from
@@ -272,6 +332,21 @@ impl Session {
                 result = tokio::time::timeout(timeout, call) => match result {
                     Ok(result) => result.map_err(|e| match UpstreamError::from_service(e) {
                         UpstreamError::Closed => UpstreamError::Lost,
+                        UpstreamError::Transport(reason) => {
+                            // A transport that failed mid-request (an HTTP
+                            // server that forgot the session and answers 400
+                            // or 404, a reset connection) is not trusted
+                            // again: end the session so the supervisor
+                            // reconnects it.
+                            tracing::warn!(
+                                tenant = %self.label.tenant,
+                                server = %self.label.server,
+                                %reason,
+                                "transport failed; the session will be reconnected"
+                            );
+                            self.cancel.cancel();
+                            UpstreamError::Transport(reason)
+                        }
                         other => other,
                     }),
                     Err(_) => Err(UpstreamError::Timeout(timeout)),

@@ -65,10 +65,36 @@ pub struct Label {
     pub server: String,
 }
 
-/// Logs each stderr line of the child, labelled, with long lines cut.
+/// Stderr lines logged per second per child, sustained (burst: twice that).
+const STDERR_LINES_PER_SECOND: u32 = 100;
+
+/// Logs each stderr line of the child, labelled, with long lines cut and a
+/// rate limit: a child that floods stderr cannot flood the gateway's log.
+/// Lines over the rate are counted and the count is logged once lines flow
+/// again. The pipe is always drained, so the child never blocks on it.
 async fn forward_stderr(stderr: ChildStderr, label: Label) {
+    use governor::{Quota, RateLimiter};
+    let rate = std::num::NonZeroU32::new(STDERR_LINES_PER_SECOND).expect("non-zero");
+    let limiter = RateLimiter::direct(Quota::per_second(rate).allow_burst(rate.saturating_mul(
+        std::num::NonZeroU32::new(2).expect("non-zero"),
+    )));
+    let mut dropped: u64 = 0;
     let mut lines = FramedRead::new(stderr, LinesCodec::new_with_max_length(MAX_STDERR_LINE));
     while let Some(line) = lines.next().await {
+        if limiter.check().is_err() {
+            dropped += 1;
+            continue;
+        }
+        if dropped > 0 {
+            tracing::warn!(
+                target: "toolgate::upstream::stderr",
+                tenant = %label.tenant,
+                server = %label.server,
+                dropped,
+                "[stderr lines dropped by the rate limit]"
+            );
+            dropped = 0;
+        }
         match line {
             Ok(line) => tracing::info!(
                 target: "toolgate::upstream::stderr",

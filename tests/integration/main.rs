@@ -7,6 +7,7 @@ mod common;
 mod auth;
 mod binary;
 mod catalog;
+mod hostile;
 mod invoke;
 mod ops;
 mod third_party;

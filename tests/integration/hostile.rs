@@ -1,0 +1,271 @@
+//! Hostile upstreams: for each misbehaviour, the gateway's answer, and
+//! proof that the tenant's other servers and other tenants keep working.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use toolgate::pb;
+
+use crate::common::*;
+
+const TOKEN: &str = "acme-token";
+const OTHER: &str = "other-token";
+
+/// A gateway where tenant `acme` has `bad` (hostile_server.py MODE over
+/// stdio) and `good` (an in-process server), and tenant `other` has its own
+/// `good`. `extra` is appended to the `bad` server's config.
+struct Setup {
+    gateway: TestGateway,
+    _good: McpServer,
+    _other: McpServer,
+    log: tempfile::TempDir,
+}
+
+impl Setup {
+    async fn start(mode: &str, extra: &str) -> Setup {
+        let good = serve_mcp(TestServer::new(&["echo"])).await;
+        let other = serve_mcp(TestServer::new(&["echo"])).await;
+        let log = tempfile::tempdir().unwrap();
+        let yaml = format!(
+            "tenants:\n  - name: acme\n    tokens: [{TOKEN}]\n    servers:\n      - name: bad\n        command: [\"{python}\", \"{script}\", \"{mode}\"]\n        env:\n          HOSTILE_LOG: \"{log}\"\n          HOSTILE_SLOW_SECS: \"30\"\n        connect_timeout: \"5s\"\n        max_list_pages: 10\n        reconnect:\n          initial_backoff: \"200ms\"\n          max_backoff: \"1s\"\n{extra}      - name: good\n        url: \"{good}\"\n  - name: other\n    tokens: [{OTHER}]\n    servers:\n      - name: good\n        url: \"{other}\"\n",
+            python = python().display(),
+            script = fixture("python/hostile_server.py").display(),
+            log = log.path().join("messages.jsonl").display(),
+            good = good.url,
+            other = other.url,
+        );
+        let gateway = TestGateway::start(&yaml, &[]).await;
+        Setup {
+            gateway,
+            _good: good,
+            _other: other,
+            log,
+        }
+    }
+
+    /// Shows that everything but `bad` still works.
+    async fn others_still_work(&self) {
+        let mut client = self.gateway.client().await;
+        let answer = invoke(&mut client, TOKEN, "good__echo", r#"{"text":"fine"}"#).await.unwrap();
+        assert_eq!(answer.text, "fine");
+        let answer = invoke(&mut client, OTHER, "good__echo", r#"{"text":"fine too"}"#).await.unwrap();
+        assert_eq!(answer.text, "fine too");
+    }
+
+    async fn bad_status(&self) -> pb::ServerStatus {
+        let mut client = self.gateway.client().await;
+        list(&mut client, TOKEN).await.servers[0].clone()
+    }
+
+    fn messages(&self) -> Vec<serde_json::Value> {
+        read_log(&self.log.path().join("messages.jsonl"))
+    }
+}
+
+fn read_log(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+async fn call_with_deadline(
+    gateway: &TestGateway,
+    name: &str,
+    deadline: Duration,
+) -> Result<pb::InvokeToolResponse, tonic::Status> {
+    let mut client = gateway.client().await;
+    let mut request = authed(
+        TOKEN,
+        pb::InvokeToolRequest {
+            name: name.into(),
+            arguments_json: r#"{"text":"x"}"#.into(),
+        },
+    );
+    request.set_timeout(deadline);
+    client.invoke_tool(request).await.map(tonic::Response::into_inner)
+}
+
+/// Polls (bounded) until `bad` is connected again.
+async fn wait_connected(setup: &Setup) -> pb::ServerStatus {
+    let started = Instant::now();
+    loop {
+        let status = setup.bad_status().await;
+        if status.connected {
+            return status;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "never reconnected: {status:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn wait_cancelled(setup: &Setup) {
+    let started = Instant::now();
+    while !setup.messages().iter().any(|m| m["method"] == "notifications/cancelled") {
+        assert!(started.elapsed() < Duration::from_secs(10), "no notifications/cancelled: {:?}", setup.messages());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn pages_forever() {
+    let setup = Setup::start("page_forever", "").await;
+    let status = setup.bad_status().await;
+    assert!(!status.connected);
+    assert!(status.error.contains("more than 10 pages"), "{}", status.error);
+    setup.others_still_work().await;
+}
+
+#[tokio::test]
+async fn repeats_a_cursor() {
+    let setup = Setup::start("repeat_cursor", "").await;
+    assert!(setup.bad_status().await.error.contains("repeated the cursor"));
+    setup.others_still_work().await;
+}
+
+#[tokio::test]
+async fn lists_an_invalid_tool_name() {
+    let setup = Setup::start("invalid_name", "").await;
+    let status = setup.bad_status().await;
+    assert_eq!(status.state, pb::ServerState::Refused as i32);
+    assert!(status.error.contains("`bad name!`") && status.error.contains("`bad`"), "{}", status.error);
+    setup.others_still_work().await;
+}
+
+#[tokio::test]
+async fn returns_100_mib() {
+    let setup = Setup::start("huge_result", "").await;
+    let started = Instant::now();
+    let err = call_with_deadline(&setup.gateway, "bad__echo", Duration::from_secs(4)).await.unwrap_err();
+    // The oversized line is discarded by the transport (over its 16 MiB
+    // line cap); the call ends at its deadline instead of the gateway
+    // buffering 100 MiB.
+    assert_eq!(err.code(), tonic::Code::DeadlineExceeded, "{err:?}");
+    assert!(started.elapsed() < Duration::from_secs(20));
+    setup.others_still_work().await;
+}
+
+#[tokio::test]
+async fn never_answers() {
+    let setup = Setup::start("never_answer", "").await;
+    let err = call_with_deadline(&setup.gateway, "bad__echo", Duration::from_millis(800)).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::DeadlineExceeded);
+    assert_eq!(reason(&err), "DEADLINE_EXCEEDED");
+    wait_cancelled(&setup).await;
+    setup.others_still_work().await;
+}
+
+#[tokio::test]
+async fn answers_after_the_deadline() {
+    let setup = Setup::start("late_answer", "").await;
+    let err = call_with_deadline(&setup.gateway, "bad__echo", Duration::from_secs(1)).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::DeadlineExceeded);
+    wait_cancelled(&setup).await;
+    // The late answer arrives and is dropped; the session stays usable.
+    let answer = call_with_deadline(&setup.gateway, "bad__echo", Duration::from_secs(10)).await.unwrap();
+    assert!(!answer.is_error);
+    setup.others_still_work().await;
+}
+
+#[tokio::test]
+async fn crashes_mid_call_then_reconnects() {
+    let setup = Setup::start("crash_mid_call", "").await;
+    let before = setup.bad_status().await;
+    assert!(before.connected);
+    let started = Instant::now();
+    let err = call_with_deadline(&setup.gateway, "bad__echo", Duration::from_secs(30)).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::Unavailable, "{err:?}");
+    assert_eq!(reason(&err), "UPSTREAM_CONNECTION_LOST");
+    assert!(started.elapsed() < Duration::from_secs(5), "answered promptly");
+    // Until it is back, its tools answer UNAVAILABLE with RetryInfo, not
+    // NOT_FOUND; then the supervisor has reconnected it.
+    let status = setup.bad_status().await;
+    if !status.connected {
+        let err = call_with_deadline(&setup.gateway, "bad__echo", Duration::from_secs(5)).await.unwrap_err();
+        assert_eq!(err.code(), tonic::Code::Unavailable);
+        use tonic_types::StatusExt;
+        assert!(err.get_details_retry_info().is_some());
+    }
+    wait_connected(&setup).await;
+    setup.others_still_work().await;
+}
+
+#[tokio::test]
+async fn exits_at_start() {
+    let setup = Setup::start("exit_at_start", "").await;
+    let status = setup.bad_status().await;
+    assert_eq!(status.state, pb::ServerState::Failed as i32);
+    assert!(status.error.contains("reconnecting in"), "{}", status.error);
+    let err = call_with_deadline(&setup.gateway, "bad__echo", Duration::from_secs(5)).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::Unavailable, "a configured namespace is unavailable, not unknown");
+    setup.others_still_work().await;
+}
+
+#[tokio::test]
+async fn writes_garbage_to_stdout() {
+    let setup = Setup::start("garbage_stdout", "").await;
+    // Garbage lines are skipped by the transport; the session answers.
+    let answer = call_with_deadline(&setup.gateway, "bad__echo", Duration::from_secs(10)).await;
+    match answer {
+        Ok(answer) => assert_eq!(answer.text, "x"),
+        Err(status) => assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}"),
+    }
+    setup.others_still_work().await;
+}
+
+#[tokio::test]
+async fn closes_stdout_mid_call() {
+    let setup = Setup::start("close_stdout", "").await;
+    let started = Instant::now();
+    let err = call_with_deadline(&setup.gateway, "bad__echo", Duration::from_secs(30)).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::Unavailable, "{err:?}");
+    assert!(started.elapsed() < Duration::from_secs(10), "answered promptly");
+    setup.others_still_work().await;
+}
+
+#[tokio::test]
+async fn floods_stderr() {
+    let setup = Setup::start("flood_stderr", "").await;
+    for _ in 0..5 {
+        let answer = call_with_deadline(&setup.gateway, "bad__echo", Duration::from_secs(10)).await.unwrap();
+        assert_eq!(answer.text, "x");
+    }
+    setup.others_still_work().await;
+}
+
+#[tokio::test]
+async fn sends_progress_forever() {
+    let setup = Setup::start("progress_forever", "").await;
+    let err = call_with_deadline(&setup.gateway, "bad__echo", Duration::from_secs(1)).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::DeadlineExceeded);
+    wait_cancelled(&setup).await;
+    setup.others_still_work().await;
+}
+
+#[tokio::test]
+async fn answers_discover_with_an_empty_result() {
+    // `auto` falls back to `initialize` on a fresh connection.
+    let setup = Setup::start("empty_discover", "        lifecycle: auto\n").await;
+    assert!(wait_connected(&setup).await.connected);
+    let answer = call_with_deadline(&setup.gateway, "bad__echo", Duration::from_secs(10)).await.unwrap();
+    assert_eq!(answer.text, "x");
+    assert!(setup.messages().iter().any(|m| m["method"] == "server/discover"));
+    assert!(setup.messages().iter().any(|m| m["method"] == "initialize"));
+    setup.others_still_work().await;
+}
+
+#[tokio::test]
+async fn speaks_only_the_modern_lifecycle() {
+    for lifecycle in ["discover", "auto"] {
+        let setup = Setup::start("modern_only", &format!("        lifecycle: {lifecycle}\n")).await;
+        assert!(wait_connected(&setup).await.connected, "{lifecycle}");
+        let answer = call_with_deadline(&setup.gateway, "bad__echo", Duration::from_secs(10)).await.unwrap();
+        assert_eq!(answer.text, "x", "{lifecycle}");
+        assert!(!setup.messages().iter().any(|m| m["method"] == "initialize"), "{lifecycle}");
+    }
+    // With `initialize` (the default) it is reported, not hidden.
+    let setup = Setup::start("modern_only", "").await;
+    assert_eq!(setup.bad_status().await.state, pb::ServerState::Failed as i32);
+    setup.others_still_work().await;
+}
