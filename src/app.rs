@@ -14,6 +14,7 @@ use tonic::transport::server::TcpIncoming;
 use crate::auth::{Authenticate, TokenTable};
 use crate::config::{Config, Environment};
 use crate::grpc::Gateway;
+use crate::grpc::drain::Drain;
 use crate::pb::tool_gateway_server::ToolGatewayServer;
 use crate::registry::Registry;
 use crate::telemetry::{Metrics, metrics};
@@ -122,12 +123,14 @@ pub async fn serve(
 
 /// Runs the gateway on `listener` until `shutdown` drains it, in the order
 /// gRPC's graceful-stop guidance gives:
-/// 1. health turns NOT_SERVING at once (and keeps answering);
+/// 1. health turns NOT_SERVING at once (and keeps answering through the
+///    drain);
 /// 2. new calls are still served for `shutdown_delay` while load balancers
 ///    withdraw the endpoint;
-/// 3. the server stops taking new calls (HTTP/2 GOAWAY) and in-flight calls
-///    finish within `shutdown_grace`;
-/// 4. calls still running are cancelled upstream and answered UNAVAILABLE;
+/// 3. new calls are refused (UNAVAILABLE, reason DRAINING, safe to retry
+///    elsewhere) and calls in flight finish within `shutdown_grace`;
+/// 4. calls still running are cancelled upstream and answered UNAVAILABLE
+///    (SHUTTING_DOWN); then the listener closes (HTTP/2 GOAWAY);
 /// 5. every upstream session is closed (children: stdin closed, SIGTERM,
 ///    SIGKILL of the process group).
 ///
@@ -164,7 +167,13 @@ pub async fn run(
 
     let registry = Registry::start(&config, env, metrics.clone());
     let abort = CancellationToken::new();
-    let gateway = Gateway::new(registry.clone(), abort.clone(), metrics.clone());
+    let drain = Arc::new(Drain::default());
+    let gateway = Gateway::new(
+        registry.clone(),
+        abort.clone(),
+        metrics.clone(),
+        drain.clone(),
+    );
     let service =
         ToolGatewayServer::with_interceptor(gateway, Authenticate::new(TokenTable::new(&config)));
 
@@ -213,7 +222,8 @@ pub async fn run(
     let result = match served {
         Some(result) => result,
         None => {
-            // 1. Health says NOT_SERVING at once, and keeps answering.
+            // 1. Health says NOT_SERVING at once, and keeps answering: the
+            //    listener stays open until the drain is over.
             health
                 .set_service_status(SERVICE_NAME, tonic_health::ServingStatus::NotServing)
                 .await;
@@ -222,24 +232,34 @@ pub async fn run(
                 .await;
             // 2. Keep serving new calls while endpoints are withdrawn.
             tracing::info!(delay = ?config.shutdown_delay, "shutdown: NOT_SERVING; still taking calls");
-            let early = tokio::select! {
-                result = &mut server => Some(result),
-                () = tokio::time::sleep(config.shutdown_delay) => None,
-                () = shutdown.now.cancelled() => None,
-            };
-            match early {
-                Some(result) => result,
-                None => {
-                    drain(
-                        &mut server,
-                        &stop_accepting,
-                        &abort,
-                        &shutdown,
-                        config.shutdown_grace,
-                    )
-                    .await
-                }
+            tokio::select! {
+                () = tokio::time::sleep(config.shutdown_delay) => {}
+                () = shutdown.now.cancelled() => {}
             }
+            // 3. No new calls (UNAVAILABLE/DRAINING, safe to retry
+            //    elsewhere); calls in flight finish within the grace.
+            drain.start();
+            tracing::info!(grace = ?config.shutdown_grace, in_flight = drain.in_flight(), "shutdown: draining calls in flight");
+            let drained = tokio::select! {
+                () = drain.idle() => true,
+                () = tokio::time::sleep(config.shutdown_grace) => false,
+                () = shutdown.now.cancelled() => false,
+            };
+            // 4. Cancel what is left: upstream gets notifications/cancelled,
+            //    callers get UNAVAILABLE/SHUTTING_DOWN.
+            if !drained {
+                tracing::warn!(
+                    in_flight = drain.in_flight(),
+                    "shutdown: cancelling calls still in flight"
+                );
+                abort.cancel();
+                let _ = tokio::time::timeout(ABORT_FLUSH, drain.idle()).await;
+            }
+            // Stop the listener and send GOAWAY on every connection.
+            stop_accepting.cancel();
+            tokio::time::timeout(ABORT_FLUSH, &mut server)
+                .await
+                .unwrap_or(Ok(()))
         }
     };
     // 5. Close every upstream session.
@@ -248,33 +268,4 @@ pub async fn run(
     stop_metrics.cancel();
     tracing::info!("toolgate stopped");
     result.map_err(AppError::from)
-}
-
-/// Steps 3 and 4: stop accepting, wait for in-flight calls within `grace`,
-/// then cancel what is left.
-async fn drain<F>(
-    server: &mut std::pin::Pin<&mut F>,
-    stop_accepting: &CancellationToken,
-    abort: &CancellationToken,
-    shutdown: &Shutdown,
-    grace: Duration,
-) -> Result<(), tonic::transport::Error>
-where
-    F: std::future::Future<Output = Result<(), tonic::transport::Error>>,
-{
-    tracing::info!(?grace, "shutdown: no new calls; draining in-flight calls");
-    stop_accepting.cancel();
-    let finished = tokio::select! {
-        result = server.as_mut() => Some(result),
-        () = tokio::time::sleep(grace) => None,
-        () = shutdown.now.cancelled() => None,
-    };
-    if let Some(result) = finished {
-        return result;
-    }
-    tracing::warn!("shutdown: cancelling calls still in flight");
-    abort.cancel();
-    tokio::time::timeout(ABORT_FLUSH, server.as_mut())
-        .await
-        .unwrap_or(Ok(()))
 }

@@ -59,7 +59,9 @@ pub enum CallError {
     #[error("{}", shed_message(.0, .1.as_deref()))]
     Shed(crate::limits::Shed, Option<String>),
     /// `arguments_json` is larger than `limits.max_argument_bytes`.
-    #[error("arguments_json for `{tool}` is {size} bytes, over limits.max_argument_bytes ({limit})")]
+    #[error(
+        "arguments_json for `{tool}` is {size} bytes, over limits.max_argument_bytes ({limit})"
+    )]
     ArgumentsTooLarge {
         /// The exposed tool name.
         tool: String,
@@ -68,6 +70,10 @@ pub enum CallError {
         /// The limit.
         limit: usize,
     },
+    /// The gateway is draining for shutdown and takes no new calls; nothing
+    /// was sent upstream, so another replica can take the call.
+    #[error("the gateway is shutting down and takes no new calls; retry on another replica")]
+    Draining,
     /// The gateway is shutting down and its grace period ran out.
     #[error("the gateway is shutting down; the call was cancelled")]
     ShuttingDown,

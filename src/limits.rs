@@ -141,7 +141,10 @@ mod tests {
             ..TenantLimits::default()
         });
         let first = limiter.admit().await.unwrap();
-        assert_eq!(limiter.admit().await.unwrap_err(), Shed::TenantConcurrency(1));
+        assert_eq!(
+            limiter.admit().await.unwrap_err(),
+            Shed::TenantConcurrency(1)
+        );
         drop(first);
         assert!(limiter.admit().await.is_ok());
     }

@@ -12,7 +12,6 @@ use std::sync::{Arc, Mutex};
 use futures::FutureExt;
 use std::time::Duration;
 
-
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -313,7 +312,8 @@ impl Supervisor {
                         reconnect = attempt > 0,
                         "upstream connected"
                     );
-                    self.metrics.connect_result(tenant, &server.name, true, attempt > 0);
+                    self.metrics
+                        .connect_result(tenant, &server.name, true, attempt > 0);
                     let session = connected.session.clone();
                     let tools = Arc::new(connected.tools);
                     last_tools = Some(tools.clone());
@@ -338,7 +338,8 @@ impl Supervisor {
                 }
                 Err(error) => {
                     tracing::warn!(tenant = %tenant, server = %server.name, %error, "upstream connect failed");
-                    self.metrics.connect_result(tenant, &server.name, false, attempt > 0);
+                    self.metrics
+                        .connect_result(tenant, &server.name, false, attempt > 0);
                     error.to_string()
                 }
             };

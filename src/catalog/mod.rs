@@ -332,7 +332,10 @@ fn check_shape(
             limits.max_description_chars
         ));
     }
-    for (which, schema) in [("input", &tool.input_schema_json), ("output", &tool.output_schema_json)] {
+    for (which, schema) in [
+        ("input", &tool.input_schema_json),
+        ("output", &tool.output_schema_json),
+    ] {
         if schema.len() > limits.max_schema_bytes {
             return refuse(format!(
                 "has a {}-byte {which} schema, over limits.max_schema_bytes ({})",

@@ -12,13 +12,13 @@ use super::raw::{
     RawConfig, RawDefaults, RawGrpc, RawLimits, RawReconnect, RawServer, RawTenant,
     RawTenantLimits, RawToolFilter, RawValue,
 };
-use super::{Lifecycle, Limits, Reconnect, TenantLimits};
 use super::{
     Config, DEFAULT_CALL_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_LISTEN,
     DEFAULT_MAX_CALL_TIMEOUT, DEFAULT_MAX_LIST_PAGES, DEFAULT_SHUTDOWN_DELAY,
     DEFAULT_SHUTDOWN_GRACE, Environment, FieldError, GrpcSettings, Secret, ServerConfig,
     TenantConfig, ToolFilter, Transport, ValueSource,
 };
+use super::{Lifecycle, Limits, Reconnect, TenantLimits};
 use crate::catalog::name;
 
 /// Headers the MCP transport sets itself; configuring them is refused.
@@ -96,7 +96,7 @@ pub(super) fn validate(
             None
         }
     };
-    let shutdown_delay = duration(
+    let shutdown_delay = duration_or_zero(
         &mut errors,
         "shutdown_delay",
         raw.shutdown_delay.as_deref(),
@@ -197,13 +197,48 @@ fn positive(errors: &mut Errors, path: &str, value: Option<usize>, default: usiz
 fn limits(errors: &mut Errors, raw: RawLimits) -> Limits {
     let d = Limits::default();
     Limits {
-        max_argument_bytes: positive(errors, "limits.max_argument_bytes", raw.max_argument_bytes, d.max_argument_bytes),
-        max_result_bytes: positive(errors, "limits.max_result_bytes", raw.max_result_bytes, d.max_result_bytes),
-        max_message_bytes: positive(errors, "limits.max_message_bytes", raw.max_message_bytes, d.max_message_bytes),
-        max_tools_per_server: positive(errors, "limits.max_tools_per_server", raw.max_tools_per_server, d.max_tools_per_server),
-        max_schema_bytes: positive(errors, "limits.max_schema_bytes", raw.max_schema_bytes, d.max_schema_bytes),
-        max_schema_depth: positive(errors, "limits.max_schema_depth", raw.max_schema_depth, d.max_schema_depth),
-        max_description_chars: positive(errors, "limits.max_description_chars", raw.max_description_chars, d.max_description_chars),
+        max_argument_bytes: positive(
+            errors,
+            "limits.max_argument_bytes",
+            raw.max_argument_bytes,
+            d.max_argument_bytes,
+        ),
+        max_result_bytes: positive(
+            errors,
+            "limits.max_result_bytes",
+            raw.max_result_bytes,
+            d.max_result_bytes,
+        ),
+        max_message_bytes: positive(
+            errors,
+            "limits.max_message_bytes",
+            raw.max_message_bytes,
+            d.max_message_bytes,
+        ),
+        max_tools_per_server: positive(
+            errors,
+            "limits.max_tools_per_server",
+            raw.max_tools_per_server,
+            d.max_tools_per_server,
+        ),
+        max_schema_bytes: positive(
+            errors,
+            "limits.max_schema_bytes",
+            raw.max_schema_bytes,
+            d.max_schema_bytes,
+        ),
+        max_schema_depth: positive(
+            errors,
+            "limits.max_schema_depth",
+            raw.max_schema_depth,
+            d.max_schema_depth,
+        ),
+        max_description_chars: positive(
+            errors,
+            "limits.max_description_chars",
+            raw.max_description_chars,
+            d.max_description_chars,
+        ),
     }
 }
 
@@ -226,23 +261,43 @@ fn tenant_limits(errors: &mut Errors, path: &str, raw: RawTenantLimits) -> Tenan
     }
     TenantLimits {
         max_concurrent_calls: raw.max_concurrent_calls.filter(|n| *n > 0),
-        queue_timeout: match raw.queue_timeout.as_deref() {
-            Some("0s" | "0ms" | "0") => Duration::ZERO,
-            other => duration(errors, &format!("{path}.queue_timeout"), other, Duration::from_millis(100)),
-        },
+        queue_timeout: duration_or_zero(
+            errors,
+            &format!("{path}.queue_timeout"),
+            raw.queue_timeout.as_deref(),
+            Duration::from_millis(100),
+        ),
         rate_per_second,
         burst,
     }
 }
 
-fn reconnect(errors: &mut Errors, path: &str, raw: Option<RawReconnect>, default: Reconnect) -> Reconnect {
+fn reconnect(
+    errors: &mut Errors,
+    path: &str,
+    raw: Option<RawReconnect>,
+    default: Reconnect,
+) -> Reconnect {
     let Some(raw) = raw else {
         return default;
     };
-    let initial = duration(errors, &format!("{path}.initial_backoff"), raw.initial_backoff.as_deref(), default.initial);
-    let max = duration(errors, &format!("{path}.max_backoff"), raw.max_backoff.as_deref(), default.max);
+    let initial = duration(
+        errors,
+        &format!("{path}.initial_backoff"),
+        raw.initial_backoff.as_deref(),
+        default.initial,
+    );
+    let max = duration(
+        errors,
+        &format!("{path}.max_backoff"),
+        raw.max_backoff.as_deref(),
+        default.max,
+    );
     if max < initial {
-        errors.push(format!("{path}.max_backoff"), "must not be below `initial_backoff`");
+        errors.push(
+            format!("{path}.max_backoff"),
+            "must not be below `initial_backoff`",
+        );
     }
     Reconnect { initial, max }
 }
@@ -317,7 +372,12 @@ fn defaults(errors: &mut Errors, raw: RawDefaults) -> Defaults {
             raw.max_list_pages,
             DEFAULT_MAX_LIST_PAGES,
         ),
-        reconnect: reconnect(errors, "defaults.reconnect", raw.reconnect, Reconnect::default()),
+        reconnect: reconnect(
+            errors,
+            "defaults.reconnect",
+            raw.reconnect,
+            Reconnect::default(),
+        ),
         max_concurrent_calls: raw
             .max_concurrent_calls
             .map(|n| positive(errors, "defaults.max_concurrent_calls", Some(n), 1)),
@@ -526,9 +586,19 @@ fn validate_server(
         }
         tool_timeouts.insert(tool, value);
     }
-    let reconnect = reconnect(errors, &format!("{path}.reconnect"), server.reconnect, defaults.reconnect);
+    let reconnect = reconnect(
+        errors,
+        &format!("{path}.reconnect"),
+        server.reconnect,
+        defaults.reconnect,
+    );
     let max_concurrent_calls = match server.max_concurrent_calls {
-        Some(n) => Some(positive(errors, &format!("{path}.max_concurrent_calls"), Some(n), 1)),
+        Some(n) => Some(positive(
+            errors,
+            &format!("{path}.max_concurrent_calls"),
+            Some(n),
+            1,
+        )),
         None => defaults.max_concurrent_calls,
     };
     if errors.0.len() != before {
@@ -736,11 +806,39 @@ fn resolve(
 }
 
 fn duration(errors: &mut Errors, path: &str, text: Option<&str>, default: Duration) -> Duration {
+    parse_duration(errors, path, text, default, false)
+}
+
+/// A duration that may be zero ("0s" turns the stage off).
+fn duration_or_zero(
+    errors: &mut Errors,
+    path: &str,
+    text: Option<&str>,
+    default: Duration,
+) -> Duration {
+    parse_duration(errors, path, text, default, true)
+}
+
+fn parse_duration(
+    errors: &mut Errors,
+    path: &str,
+    text: Option<&str>,
+    default: Duration,
+    zero_ok: bool,
+) -> Duration {
     let Some(text) = text else {
         return default;
     };
+    if zero_ok
+        && text
+            .trim()
+            .trim_end_matches(|c: char| c.is_ascii_alphabetic())
+            == "0"
+    {
+        return Duration::ZERO;
+    }
     match humantime::parse_duration(text) {
-        Ok(d) if d.is_zero() => {
+        Ok(d) if d.is_zero() && !zero_ok => {
             errors.push(path, "must be greater than zero");
             default
         }

@@ -3,6 +3,7 @@
 //! tenant's catalog snapshot, call the upstream session, convert.
 
 pub mod convert;
+pub mod drain;
 pub mod status;
 
 use std::sync::Arc;
@@ -37,16 +38,23 @@ pub struct Gateway {
     /// flight are cancelled upstream and answered UNAVAILABLE.
     abort: CancellationToken,
     metrics: Arc<Metrics>,
+    drain: Arc<drain::Drain>,
 }
 
 impl Gateway {
     /// A service over `registry`; `abort` ends calls still running when the
     /// shutdown grace period is over.
-    pub fn new(registry: Arc<Registry>, abort: CancellationToken, metrics: Arc<Metrics>) -> Self {
+    pub fn new(
+        registry: Arc<Registry>,
+        abort: CancellationToken,
+        metrics: Arc<Metrics>,
+        drain: Arc<drain::Drain>,
+    ) -> Self {
         Self {
             registry,
             abort,
             metrics,
+            drain,
         }
     }
 
@@ -137,6 +145,9 @@ impl pb::tool_gateway_server::ToolGateway for Gateway {
     ) -> Result<Response<pb::InvokeToolResponse>, Status> {
         let started = Instant::now();
         let tenant = self.tenant(&request)?.clone();
+        let Some(_call) = self.drain.enter() else {
+            return Err(CallError::Draining.into());
+        };
         let caller_deadline =
             caller_timeout(&request).map(|t| t.saturating_sub(deadline_margin(t)));
         let span = tracing::info_span!(
@@ -154,21 +165,22 @@ impl pb::tool_gateway_server::ToolGateway for Gateway {
             outcome = tracing::field::Empty,
         );
         trace::continue_caller_trace(&span, request.metadata());
+        let inherited_trace = trace::caller_context(request.metadata());
         let request = request.into_inner();
         let _in_flight = self.metrics.in_flight(&tenant.name);
         let call = async {
             tokio::select! {
-                result = invoke(&tenant, &request, caller_deadline, started, &self.metrics) => result,
+                result = invoke(&tenant, &request, caller_deadline, started, &self.metrics, inherited_trace) => result,
                 () = self.abort.cancelled() => Err((None, CallError::ShuttingDown)),
             }
         };
         let result = call.instrument(span.clone()).await;
-        let (server, outcome, code) = match &result {
-            Ok((server, r)) if r.is_error => (Some(server.as_str()), "tool_error", tonic::Code::Ok),
-            Ok((server, _)) => (Some(server.as_str()), "ok", tonic::Code::Ok),
-            Err((server, e)) => {
+        let (routed, outcome, code) = match &result {
+            Ok((routed, r)) if r.is_error => (Some(routed), "tool_error", tonic::Code::Ok),
+            Ok((routed, _)) => (Some(routed), "ok", tonic::Code::Ok),
+            Err((routed, e)) => {
                 let (code, reason) = status::classify(e);
-                (server.as_deref(), reason, code)
+                (routed.as_ref(), reason, code)
             }
         };
         let elapsed = started.elapsed();
@@ -179,14 +191,13 @@ impl pb::tool_gateway_server::ToolGateway for Gateway {
         }
         // Only names that resolved to a tool become label values: callers
         // cannot grow the metric set with made-up names.
-        let tool_label = if server.is_some() {
-            request.name.as_str()
-        } else {
-            ""
+        let tool_label = match routed {
+            Some((_, true)) => request.name.as_str(),
+            _ => "",
         };
         self.metrics.call_finished(
             &tenant.name,
-            server.unwrap_or(""),
+            routed.map(|(s, _)| s.as_str()).unwrap_or(""),
             tool_label,
             outcome,
             elapsed.as_secs_f64(),
@@ -205,6 +216,10 @@ impl pb::tool_gateway_server::ToolGateway for Gateway {
     }
 }
 
+/// The server a call went to (when known), and whether the requested name
+/// resolved to a tool of it.
+type Routed = (String, bool);
+
 /// Runs one call. The server name travels with the answer (when known)
 /// for metrics and logs.
 async fn invoke(
@@ -213,29 +228,50 @@ async fn invoke(
     caller_deadline: Option<Duration>,
     started: Instant,
     metrics: &Metrics,
-) -> Result<(String, pb::InvokeToolResponse), (Option<String>, CallError)> {
-    let mut server_name = None;
-    invoke_inner(
-        tenant,
-        request,
+    inherited_trace: Vec<(String, String)>,
+) -> Result<(Routed, pb::InvokeToolResponse), (Option<Routed>, CallError)> {
+    let mut routing = Routing {
+        server_name: None,
+        resolved: true,
+    };
+    let context = CallContext {
         caller_deadline,
         started,
-        metrics,
-        &mut server_name,
-    )
-    .await
-    .map_err(|e| (server_name.clone(), e))
-    .map(|r| (server_name.clone().unwrap_or_default(), r))
+        inherited_trace,
+    };
+    let result = invoke_inner(tenant, request, context, metrics, &mut routing).await;
+    let routed = routing.server_name.map(|s| (s, routing.resolved));
+    result
+        .map_err(|e| (routed.clone(), e))
+        .map(|r| (routed.unwrap_or_default(), r))
+}
+
+/// What a call brings from its RPC.
+struct CallContext {
+    caller_deadline: Option<Duration>,
+    started: Instant,
+    inherited_trace: Vec<(String, String)>,
+}
+
+/// Where a call was routed, for metrics and logs.
+struct Routing {
+    server_name: Option<String>,
+    /// Whether the name resolved to a tool (only then is it a label value).
+    resolved: bool,
 }
 
 async fn invoke_inner(
     tenant: &Tenant,
     request: &pb::InvokeToolRequest,
-    caller_deadline: Option<Duration>,
-    started: Instant,
+    context: CallContext,
     metrics: &Metrics,
-    server_name: &mut Option<String>,
+    routing: &mut Routing,
 ) -> Result<pb::InvokeToolResponse, CallError> {
+    let CallContext {
+        caller_deadline,
+        started,
+        inherited_trace,
+    } = context;
     let name = request.name.as_str();
     let mut catalog = tenant.catalog();
     if catalog.get(name).is_none() && catalog.is_settling() {
@@ -246,8 +282,11 @@ async fn invoke_inner(
         catalog = tenant.settled_catalog(wait).await;
     }
     let Some(tool) = catalog.get(name) else {
+        // Not a resolved tool: the name must not become a metric label.
+        routing.resolved = false;
         // A tool of a server that is down is unavailable, not unknown.
         if let Some(server) = catalog.down_server_for(name) {
+            routing.server_name = Some(server.name.clone());
             return Err(CallError::ServerUnavailable {
                 server: server.name.clone(),
                 tool: name.to_owned(),
@@ -262,7 +301,7 @@ async fn invoke_inner(
         });
     };
     tracing::Span::current().record("server", tool.server.as_str());
-    *server_name = Some(tool.server.clone());
+    routing.server_name = Some(tool.server.clone());
     let max_arguments = tenant.limits().max_argument_bytes;
     if request.arguments_json.len() > max_arguments {
         return Err(CallError::ArgumentsTooLarge {
@@ -308,7 +347,9 @@ async fn invoke_inner(
         .unwrap_or_else(|| server.timeout_for(&tool.upstream_name))
         .min(server.max_call_timeout);
     let upstream_started = Instant::now();
-    let result = session.call(&tool.upstream_name, arguments, timeout).await;
+    let result = session
+        .call(&tool.upstream_name, arguments, timeout, inherited_trace)
+        .await;
     metrics.upstream_request(
         &tenant.name,
         &tool.server,

@@ -40,6 +40,7 @@ pub fn classify(error: &CallError) -> (Code, &'static str) {
         CallError::ServerUnavailable { .. } => (Code::Unavailable, "UPSTREAM_UNAVAILABLE"),
         CallError::DeadlineExceeded { .. } => (Code::DeadlineExceeded, "DEADLINE_EXCEEDED"),
         CallError::ShuttingDown => (Code::Unavailable, "SHUTTING_DOWN"),
+        CallError::Draining => (Code::Unavailable, "DRAINING"),
         CallError::ArgumentsTooLarge { .. } => (Code::ResourceExhausted, "ARGUMENTS_TOO_LARGE"),
         CallError::Shed(shed, _) => match shed {
             crate::limits::Shed::Rate(_) => (Code::ResourceExhausted, "RATE_LIMITED"),
@@ -62,9 +63,11 @@ fn classify_upstream(error: &UpstreamError) -> (Code, &'static str) {
         | UpstreamError::ListTools(_)
         | UpstreamError::TooManyPages(_)
         | UpstreamError::RepeatedCursor
-        | UpstreamError::Closed
-        | UpstreamError::Transport(_) => (Code::Unavailable, "UPSTREAM_UNAVAILABLE"),
-        UpstreamError::Lost => (Code::Unavailable, "UPSTREAM_CONNECTION_LOST"),
+        | UpstreamError::Closed => (Code::Unavailable, "UPSTREAM_UNAVAILABLE"),
+        // A transport that failed mid-call may have delivered the request.
+        UpstreamError::Lost | UpstreamError::Transport(_) => {
+            (Code::Unavailable, "UPSTREAM_CONNECTION_LOST")
+        }
         UpstreamError::TooLarge(_) => (Code::ResourceExhausted, "RESULT_TOO_LARGE"),
         UpstreamError::AuthRejected => (Code::Unavailable, "UPSTREAM_AUTH_REJECTED"),
         UpstreamError::Timeout(_) => (Code::DeadlineExceeded, "UPSTREAM_TIMEOUT"),
@@ -151,7 +154,7 @@ fn metadata(error: &CallError) -> HashMap<String, String> {
                 metadata.insert("jsonrpc_code".to_owned(), code.to_string());
             }
         }
-        CallError::Unauthenticated(_) | CallError::ShuttingDown => {}
+        CallError::Unauthenticated(_) | CallError::ShuttingDown | CallError::Draining => {}
     }
     metadata
 }

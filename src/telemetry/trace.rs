@@ -89,3 +89,15 @@ pub fn context_fields(span: &tracing::Span) -> Vec<(String, String)> {
     TraceContextPropagator::new().inject_context(&context, &mut MapInjector(&mut fields));
     fields
 }
+
+/// The caller's own W3C trace-context metadata, passed upstream unchanged
+/// when trace export is off (the gateway is then transparent to tracing).
+pub fn caller_context(metadata: &tonic::metadata::MetadataMap) -> Vec<(String, String)> {
+    ["traceparent", "tracestate"]
+        .iter()
+        .filter_map(|key| {
+            let value = metadata.get(*key)?.to_str().ok()?;
+            Some(((*key).to_owned(), value.to_owned()))
+        })
+        .collect()
+}

@@ -91,12 +91,20 @@ pub async fn connect(
             let probe_cancel = CancellationToken::new();
             let probe = tokio::time::timeout_at(
                 probe_deadline,
-                start(server, label, gateway_env, &probe_cancel, Lifecycle::Discover, max_result_bytes),
+                start(
+                    server,
+                    label,
+                    gateway_env,
+                    &probe_cancel,
+                    Lifecycle::Discover,
+                    max_result_bytes,
+                ),
             )
             .await;
             match probe {
                 Ok(Ok(started)) => {
-                    return finish_connect(server, label, started, deadline, timeout, probe_cancel).await;
+                    return finish_connect(server, label, started, deadline, timeout, probe_cancel)
+                        .await;
                 }
                 Ok(Err(error)) => {
                     probe_cancel.cancel();
@@ -109,7 +117,14 @@ pub async fn connect(
             }
             tokio::time::timeout_at(
                 deadline,
-                start(server, label, gateway_env, &cancel, Lifecycle::Initialize, max_result_bytes),
+                start(
+                    server,
+                    label,
+                    gateway_env,
+                    &cancel,
+                    Lifecycle::Initialize,
+                    max_result_bytes,
+                ),
             )
             .await
             .map_err(|_| UpstreamError::ConnectTimeout(timeout))?
@@ -182,12 +197,16 @@ async fn start(
     match &server.transport {
         Transport::Stdio { command, cwd, env } => {
             let (transport, pid) = stdio::spawn(command, cwd.as_deref(), env, gateway_env, label)?;
-            let service = serve(transport, lifecycle, cancel).await.map_err(handshake)?;
+            let service = serve(transport, lifecycle, cancel)
+                .await
+                .map_err(handshake)?;
             Ok((service, pid))
         }
         Transport::Http { url, headers } => {
             let transport = http::transport(url, headers, max_result_bytes);
-            let service = serve(transport, lifecycle, cancel).await.map_err(handshake)?;
+            let service = serve(transport, lifecycle, cancel)
+                .await
+                .map_err(handshake)?;
             Ok((service, None))
         }
     }
@@ -209,8 +228,13 @@ where
         },
         Lifecycle::Initialize | Lifecycle::Auto => rmcp::service::ClientLifecycleMode::Initialize,
     };
-    rmcp::service::serve_client_with_lifecycle_and_ct(client_config(), transport, mode, cancel.clone())
-        .await
+    rmcp::service::serve_client_with_lifecycle_and_ct(
+        client_config(),
+        transport,
+        mode,
+        cancel.clone(),
+    )
+    .await
 }
 
 /// Describes a handshake failure without echoing whole messages (which could
@@ -286,7 +310,9 @@ async fn list_all_tools(
 }
 
 impl Session {
-    /// Calls `tool` with `arguments`, waiting at most `timeout`. On timeout
+    /// Calls `tool` with `arguments`, waiting at most `timeout`; the trace
+    /// context of the call's span goes upstream (or `inherited_trace`, the
+    /// caller's own, when trace export is off). On timeout
     /// or when the returned future is dropped (the caller went away), the
     /// server is sent `notifications/cancelled` for the request.
     ///
@@ -298,6 +324,7 @@ impl Session {
         tool: &str,
         arguments: JsonObject,
         timeout: Duration,
+        inherited_trace: Vec<(String, String)>,
     ) -> Result<CallToolResult, UpstreamError> {
         if self.is_ended() {
             return Err(UpstreamError::Closed);
@@ -315,7 +342,10 @@ impl Session {
         let mut params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
         // The trace context travels in `_meta` for every transport (and
         // is lifted into the `traceparent` header for HTTP servers).
-        let fields = crate::telemetry::trace::context_fields(&span);
+        let mut fields = crate::telemetry::trace::context_fields(&span);
+        if fields.is_empty() {
+            fields = inherited_trace;
+        }
         if !fields.is_empty() {
             let mut meta = rmcp::model::RequestMetaObject::new();
             for (key, value) in fields {

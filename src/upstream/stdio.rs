@@ -75,9 +75,10 @@ const STDERR_LINES_PER_SECOND: u32 = 100;
 async fn forward_stderr(stderr: ChildStderr, label: Label) {
     use governor::{Quota, RateLimiter};
     let rate = std::num::NonZeroU32::new(STDERR_LINES_PER_SECOND).expect("non-zero");
-    let limiter = RateLimiter::direct(Quota::per_second(rate).allow_burst(rate.saturating_mul(
-        std::num::NonZeroU32::new(2).expect("non-zero"),
-    )));
+    let limiter = RateLimiter::direct(
+        Quota::per_second(rate)
+            .allow_burst(rate.saturating_mul(std::num::NonZeroU32::new(2).expect("non-zero"))),
+    );
     let mut dropped: u64 = 0;
     let mut lines = FramedRead::new(stderr, LinesCodec::new_with_max_length(MAX_STDERR_LINE));
     while let Some(line) = lines.next().await {

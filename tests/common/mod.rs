@@ -391,12 +391,27 @@ impl Drop for McpServer {
 
 /// Serves `server` over Streamable HTTP on 127.0.0.1, recording headers.
 pub async fn serve_mcp(server: TestServer) -> McpServer {
+    serve_mcp_with(server, false).await
+}
+
+/// Like [`serve_mcp`], answering plain JSON bodies (stateless, no SSE).
+pub async fn serve_mcp_json(server: TestServer) -> McpServer {
+    serve_mcp_with(server, true).await
+}
+
+async fn serve_mcp_with(server: TestServer, json: bool) -> McpServer {
     let log = server.log.clone();
     let stop = CancellationToken::new();
+    let mut config =
+        StreamableHttpServerConfig::default().with_cancellation_token(stop.child_token());
+    if json {
+        config.legacy_session_mode = false;
+        config.json_response = true;
+    }
     let service = StreamableHttpService::new(
         move || Ok(server.clone()),
         LocalSessionManager::default().into(),
-        StreamableHttpServerConfig::default().with_cancellation_token(stop.child_token()),
+        config,
     );
     let header_log = log.clone();
     let router =
@@ -547,13 +562,19 @@ pub fn signal(pid: u32, signal: &str) {
 }
 
 /// Waits (bounded) for a child to exit.
-pub async fn wait_exit(child: &mut std::process::Child, limit: Duration) -> std::process::ExitStatus {
+pub async fn wait_exit(
+    child: &mut std::process::Child,
+    limit: Duration,
+) -> std::process::ExitStatus {
     let started = std::time::Instant::now();
     loop {
         if let Some(status) = child.try_wait().unwrap() {
             return status;
         }
-        assert!(started.elapsed() < limit, "process did not exit within {limit:?}");
+        assert!(
+            started.elapsed() < limit,
+            "process did not exit within {limit:?}"
+        );
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
 }

@@ -176,11 +176,11 @@ async fn serve_drains_on_sigterm_and_leaves_no_child_behind() {
             &mut slow_client,
             "acme-token",
             "everything__trigger-long-running-operation",
-            r#"{"duration":3,"steps":3}"#,
+            r#"{"duration":5,"steps":5}"#,
         )
         .await
     });
-    // Give the call time to reach the server (it runs 3 s, so a second of
+    // Give the call time to reach the server (it runs 5 s, so a second of
     // slack still leaves it in flight when the signal arrives).
     tokio::time::sleep(Duration::from_secs(1)).await;
     let sent = Instant::now();

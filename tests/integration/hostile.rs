@@ -46,9 +46,13 @@ impl Setup {
     /// Shows that everything but `bad` still works.
     async fn others_still_work(&self) {
         let mut client = self.gateway.client().await;
-        let answer = invoke(&mut client, TOKEN, "good__echo", r#"{"text":"fine"}"#).await.unwrap();
+        let answer = invoke(&mut client, TOKEN, "good__echo", r#"{"text":"fine"}"#)
+            .await
+            .unwrap();
         assert_eq!(answer.text, "fine");
-        let answer = invoke(&mut client, OTHER, "good__echo", r#"{"text":"fine too"}"#).await.unwrap();
+        let answer = invoke(&mut client, OTHER, "good__echo", r#"{"text":"fine too"}"#)
+            .await
+            .unwrap();
         assert_eq!(answer.text, "fine too");
     }
 
@@ -84,7 +88,10 @@ async fn call_with_deadline(
         },
     );
     request.set_timeout(deadline);
-    client.invoke_tool(request).await.map(tonic::Response::into_inner)
+    client
+        .invoke_tool(request)
+        .await
+        .map(tonic::Response::into_inner)
 }
 
 /// Polls (bounded) until `bad` is connected again.
@@ -95,15 +102,26 @@ async fn wait_connected(setup: &Setup) -> pb::ServerStatus {
         if status.connected {
             return status;
         }
-        assert!(started.elapsed() < Duration::from_secs(20), "never reconnected: {status:?}");
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "never reconnected: {status:?}"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
 async fn wait_cancelled(setup: &Setup) {
     let started = Instant::now();
-    while !setup.messages().iter().any(|m| m["method"] == "notifications/cancelled") {
-        assert!(started.elapsed() < Duration::from_secs(10), "no notifications/cancelled: {:?}", setup.messages());
+    while !setup
+        .messages()
+        .iter()
+        .any(|m| m["method"] == "notifications/cancelled")
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "no notifications/cancelled: {:?}",
+            setup.messages()
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -113,14 +131,24 @@ async fn pages_forever() {
     let setup = Setup::start("page_forever", "").await;
     let status = setup.bad_status().await;
     assert!(!status.connected);
-    assert!(status.error.contains("more than 10 pages"), "{}", status.error);
+    assert!(
+        status.error.contains("more than 10 pages"),
+        "{}",
+        status.error
+    );
     setup.others_still_work().await;
 }
 
 #[tokio::test]
 async fn repeats_a_cursor() {
     let setup = Setup::start("repeat_cursor", "").await;
-    assert!(setup.bad_status().await.error.contains("repeated the cursor"));
+    assert!(
+        setup
+            .bad_status()
+            .await
+            .error
+            .contains("repeated the cursor")
+    );
     setup.others_still_work().await;
 }
 
@@ -129,7 +157,11 @@ async fn lists_an_invalid_tool_name() {
     let setup = Setup::start("invalid_name", "").await;
     let status = setup.bad_status().await;
     assert_eq!(status.state, pb::ServerState::Refused as i32);
-    assert!(status.error.contains("`bad name!`") && status.error.contains("`bad`"), "{}", status.error);
+    assert!(
+        status.error.contains("`bad name!`") && status.error.contains("`bad`"),
+        "{}",
+        status.error
+    );
     setup.others_still_work().await;
 }
 
@@ -137,7 +169,9 @@ async fn lists_an_invalid_tool_name() {
 async fn returns_100_mib() {
     let setup = Setup::start("huge_result", "").await;
     let started = Instant::now();
-    let err = call_with_deadline(&setup.gateway, "bad__echo", Duration::from_secs(4)).await.unwrap_err();
+    let err = call_with_deadline(&setup.gateway, "bad__echo", Duration::from_secs(4))
+        .await
+        .unwrap_err();
     // The oversized line is discarded by the transport (over its 16 MiB
     // line cap); the call ends at its deadline instead of the gateway
     // buffering 100 MiB.
@@ -149,7 +183,9 @@ async fn returns_100_mib() {
 #[tokio::test]
 async fn never_answers() {
     let setup = Setup::start("never_answer", "").await;
-    let err = call_with_deadline(&setup.gateway, "bad__echo", Duration::from_millis(800)).await.unwrap_err();
+    let err = call_with_deadline(&setup.gateway, "bad__echo", Duration::from_millis(800))
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), tonic::Code::DeadlineExceeded);
     assert_eq!(reason(&err), "DEADLINE_EXCEEDED");
     wait_cancelled(&setup).await;
@@ -159,11 +195,15 @@ async fn never_answers() {
 #[tokio::test]
 async fn answers_after_the_deadline() {
     let setup = Setup::start("late_answer", "").await;
-    let err = call_with_deadline(&setup.gateway, "bad__echo", Duration::from_secs(1)).await.unwrap_err();
+    let err = call_with_deadline(&setup.gateway, "bad__echo", Duration::from_secs(1))
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), tonic::Code::DeadlineExceeded);
     wait_cancelled(&setup).await;
     // The late answer arrives and is dropped; the session stays usable.
-    let answer = call_with_deadline(&setup.gateway, "bad__echo", Duration::from_secs(10)).await.unwrap();
+    let answer = call_with_deadline(&setup.gateway, "bad__echo", Duration::from_secs(10))
+        .await
+        .unwrap();
     assert!(!answer.is_error);
     setup.others_still_work().await;
 }
@@ -174,15 +214,22 @@ async fn crashes_mid_call_then_reconnects() {
     let before = setup.bad_status().await;
     assert!(before.connected);
     let started = Instant::now();
-    let err = call_with_deadline(&setup.gateway, "bad__echo", Duration::from_secs(30)).await.unwrap_err();
+    let err = call_with_deadline(&setup.gateway, "bad__echo", Duration::from_secs(30))
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), tonic::Code::Unavailable, "{err:?}");
     assert_eq!(reason(&err), "UPSTREAM_CONNECTION_LOST");
-    assert!(started.elapsed() < Duration::from_secs(5), "answered promptly");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "answered promptly"
+    );
     // Until it is back, its tools answer UNAVAILABLE with RetryInfo, not
     // NOT_FOUND; then the supervisor has reconnected it.
     let status = setup.bad_status().await;
     if !status.connected {
-        let err = call_with_deadline(&setup.gateway, "bad__echo", Duration::from_secs(5)).await.unwrap_err();
+        let err = call_with_deadline(&setup.gateway, "bad__echo", Duration::from_secs(5))
+            .await
+            .unwrap_err();
         assert_eq!(err.code(), tonic::Code::Unavailable);
         use tonic_types::StatusExt;
         assert!(err.get_details_retry_info().is_some());
@@ -197,8 +244,14 @@ async fn exits_at_start() {
     let status = setup.bad_status().await;
     assert_eq!(status.state, pb::ServerState::Failed as i32);
     assert!(status.error.contains("reconnecting in"), "{}", status.error);
-    let err = call_with_deadline(&setup.gateway, "bad__echo", Duration::from_secs(5)).await.unwrap_err();
-    assert_eq!(err.code(), tonic::Code::Unavailable, "a configured namespace is unavailable, not unknown");
+    let err = call_with_deadline(&setup.gateway, "bad__echo", Duration::from_secs(5))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.code(),
+        tonic::Code::Unavailable,
+        "a configured namespace is unavailable, not unknown"
+    );
     setup.others_still_work().await;
 }
 
@@ -218,9 +271,14 @@ async fn writes_garbage_to_stdout() {
 async fn closes_stdout_mid_call() {
     let setup = Setup::start("close_stdout", "").await;
     let started = Instant::now();
-    let err = call_with_deadline(&setup.gateway, "bad__echo", Duration::from_secs(30)).await.unwrap_err();
+    let err = call_with_deadline(&setup.gateway, "bad__echo", Duration::from_secs(30))
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), tonic::Code::Unavailable, "{err:?}");
-    assert!(started.elapsed() < Duration::from_secs(10), "answered promptly");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "answered promptly"
+    );
     setup.others_still_work().await;
 }
 
@@ -228,7 +286,9 @@ async fn closes_stdout_mid_call() {
 async fn floods_stderr() {
     let setup = Setup::start("flood_stderr", "").await;
     for _ in 0..5 {
-        let answer = call_with_deadline(&setup.gateway, "bad__echo", Duration::from_secs(10)).await.unwrap();
+        let answer = call_with_deadline(&setup.gateway, "bad__echo", Duration::from_secs(10))
+            .await
+            .unwrap();
         assert_eq!(answer.text, "x");
     }
     setup.others_still_work().await;
@@ -237,7 +297,9 @@ async fn floods_stderr() {
 #[tokio::test]
 async fn sends_progress_forever() {
     let setup = Setup::start("progress_forever", "").await;
-    let err = call_with_deadline(&setup.gateway, "bad__echo", Duration::from_secs(1)).await.unwrap_err();
+    let err = call_with_deadline(&setup.gateway, "bad__echo", Duration::from_secs(1))
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), tonic::Code::DeadlineExceeded);
     wait_cancelled(&setup).await;
     setup.others_still_work().await;
@@ -248,9 +310,16 @@ async fn answers_discover_with_an_empty_result() {
     // `auto` falls back to `initialize` on a fresh connection.
     let setup = Setup::start("empty_discover", "        lifecycle: auto\n").await;
     assert!(wait_connected(&setup).await.connected);
-    let answer = call_with_deadline(&setup.gateway, "bad__echo", Duration::from_secs(10)).await.unwrap();
+    let answer = call_with_deadline(&setup.gateway, "bad__echo", Duration::from_secs(10))
+        .await
+        .unwrap();
     assert_eq!(answer.text, "x");
-    assert!(setup.messages().iter().any(|m| m["method"] == "server/discover"));
+    assert!(
+        setup
+            .messages()
+            .iter()
+            .any(|m| m["method"] == "server/discover")
+    );
     assert!(setup.messages().iter().any(|m| m["method"] == "initialize"));
     setup.others_still_work().await;
 }
@@ -260,12 +329,20 @@ async fn speaks_only_the_modern_lifecycle() {
     for lifecycle in ["discover", "auto"] {
         let setup = Setup::start("modern_only", &format!("        lifecycle: {lifecycle}\n")).await;
         assert!(wait_connected(&setup).await.connected, "{lifecycle}");
-        let answer = call_with_deadline(&setup.gateway, "bad__echo", Duration::from_secs(10)).await.unwrap();
+        let answer = call_with_deadline(&setup.gateway, "bad__echo", Duration::from_secs(10))
+            .await
+            .unwrap();
         assert_eq!(answer.text, "x", "{lifecycle}");
-        assert!(!setup.messages().iter().any(|m| m["method"] == "initialize"), "{lifecycle}");
+        assert!(
+            !setup.messages().iter().any(|m| m["method"] == "initialize"),
+            "{lifecycle}"
+        );
     }
     // With `initialize` (the default) it is reported, not hidden.
     let setup = Setup::start("modern_only", "").await;
-    assert_eq!(setup.bad_status().await.state, pb::ServerState::Failed as i32);
+    assert_eq!(
+        setup.bad_status().await.state,
+        pb::ServerState::Failed as i32
+    );
     setup.others_still_work().await;
 }

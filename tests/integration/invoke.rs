@@ -210,14 +210,56 @@ async fn a_server_that_dies_answers_unavailable_with_retry_info() {
     let mut client = gateway.client().await;
     invoke(&mut client, TOKEN, "t__echo", "{}").await.unwrap();
     drop(server); // the HTTP server goes away
+    // The call that finds out may have been sent: UNAVAILABLE, no RetryInfo.
     let err = invoke(&mut client, TOKEN, "t__echo", "{}")
         .await
         .unwrap_err();
     assert_eq!(err.code(), tonic::Code::Unavailable, "{err:?}");
     use tonic_types::StatusExt;
-    assert!(
-        err.get_details_retry_info().is_some(),
-        "UNAVAILABLE carries RetryInfo"
+    // From then on the server is down: its tools answer UNAVAILABLE with
+    // RetryInfo (nothing is sent), not NOT_FOUND.
+    let started = std::time::Instant::now();
+    loop {
+        let err = invoke(&mut client, TOKEN, "t__echo", "{}")
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), tonic::Code::Unavailable, "{err:?}");
+        if reason(&err) == "UPSTREAM_UNAVAILABLE" {
+            assert!(
+                err.get_details_retry_info().is_some(),
+                "UNAVAILABLE carries RetryInfo"
+            );
+            assert!(
+                err.message().contains("server `t` is not connected"),
+                "{}",
+                err.message()
+            );
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "{err:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn without_trace_export_the_callers_traceparent_goes_upstream_unchanged() {
+    let server = serve_mcp(TestServer::new(&["echo"])).await;
+    let gateway = gateway_for(&server, "").await;
+    let mut client = gateway.client().await;
+    let traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    let mut request = authed(
+        TOKEN,
+        pb::InvokeToolRequest {
+            name: "t__echo".into(),
+            arguments_json: "{}".into(),
+        },
     );
+    request
+        .metadata_mut()
+        .insert("traceparent", traceparent.parse().unwrap());
+    client.invoke_tool(request).await.unwrap();
+    let seen = server.log.call_traceparents.lock().unwrap().clone();
+    assert_eq!(seen, [Some(traceparent.to_string())]);
     gateway.shutdown().await;
 }

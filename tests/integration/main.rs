@@ -9,5 +9,6 @@ mod binary;
 mod catalog;
 mod hostile;
 mod invoke;
+mod limits;
 mod ops;
 mod third_party;

@@ -37,13 +37,21 @@ async fn health_and_reflection_answer_standard_clients() {
     // grpcio-reflection speaks v1alpha.
     let (code, listed) = ops_probe(&["reflect", "--addr", &addr]).await;
     assert_eq!(code, 0, "{listed}");
-    let services: Vec<&str> = listed["services"].as_array().unwrap().iter().map(|s| s.as_str().unwrap()).collect();
+    let services: Vec<&str> = listed["services"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap())
+        .collect();
     for expected in ["toolgate.v1.ToolGateway", "grpc.health.v1.Health"] {
         assert!(services.contains(&expected), "{services:?}");
     }
     // And v1, from tonic's reflection client.
     use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
-    use tonic_reflection::pb::v1::{ServerReflectionRequest, server_reflection_request::MessageRequest, server_reflection_response::MessageResponse};
+    use tonic_reflection::pb::v1::{
+        ServerReflectionRequest, server_reflection_request::MessageRequest,
+        server_reflection_response::MessageResponse,
+    };
     let channel = tonic::transport::Channel::from_shared(format!("http://{addr}"))
         .unwrap()
         .connect()
@@ -52,11 +60,20 @@ async fn health_and_reflection_answer_standard_clients() {
     let mut client = ServerReflectionClient::new(channel);
     let request = ServerReflectionRequest {
         host: String::new(),
-        message_request: Some(MessageRequest::FileContainingSymbol("toolgate.v1.ToolGateway".into())),
+        message_request: Some(MessageRequest::FileContainingSymbol(
+            "toolgate.v1.ToolGateway".into(),
+        )),
     };
-    let mut replies = client.server_reflection_info(tokio_stream::iter([request])).await.unwrap().into_inner();
+    let mut replies = client
+        .server_reflection_info(tokio_stream::iter([request]))
+        .await
+        .unwrap()
+        .into_inner();
     let reply = replies.message().await.unwrap().unwrap();
-    assert!(matches!(reply.message_response, Some(MessageResponse::FileDescriptorResponse(ref f)) if !f.file_descriptor_proto.is_empty()), "{reply:?}");
+    assert!(
+        matches!(reply.message_response, Some(MessageResponse::FileDescriptorResponse(ref f)) if !f.file_descriptor_proto.is_empty()),
+        "{reply:?}"
+    );
     gateway.shutdown().await;
 
     let gateway = TestGateway::start(&yaml("reflection: false\n", &server.url), &[]).await;
@@ -66,52 +83,110 @@ async fn health_and_reflection_answer_standard_clients() {
     gateway.shutdown().await;
 }
 
-fn sample(families: &serde_json::Value, family: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    families[family]["samples"].as_array()?.iter().find_map(|s| {
-        (s["name"] == name && labels.iter().all(|(k, v)| s["labels"][k] == *v)).then(|| s["value"].as_f64().unwrap())
-    })
+fn sample(
+    families: &serde_json::Value,
+    family: &str,
+    name: &str,
+    labels: &[(&str, &str)],
+) -> Option<f64> {
+    families[family]["samples"]
+        .as_array()?
+        .iter()
+        .find_map(|s| {
+            (s["name"] == name && labels.iter().all(|(k, v)| s["labels"][k] == *v))
+                .then(|| s["value"].as_f64().unwrap())
+        })
 }
 
 #[tokio::test]
 async fn metrics_parse_with_prometheus_and_move_with_calls() {
     let server = serve_mcp(TestServer::new(&["echo", "fail"])).await;
     let port = free_port();
-    let gateway = TestGateway::start(&yaml(&format!("metrics:\n  listen: \"127.0.0.1:{port}\"\n"), &server.url), &[]).await;
+    let gateway = TestGateway::start(
+        &yaml(
+            &format!("metrics:\n  listen: \"127.0.0.1:{port}\"\n"),
+            &server.url,
+        ),
+        &[],
+    )
+    .await;
     let url = format!("http://127.0.0.1:{port}/metrics");
     let mut client = gateway.client().await;
     invoke(&mut client, TOKEN, "t__echo", "{}").await.unwrap();
     let (code, before) = ops_probe(&["metrics", "--url", &url]).await;
     assert_eq!(code, 0, "{before}");
     let families = &before["families"];
-    let ok = [("tenant", "acme"), ("server", "t"), ("tool", "t__echo"), ("outcome", "ok")];
-    assert_eq!(sample(families, "toolgate_calls", "toolgate_calls_total", &ok), Some(1.0), "{families}");
+    let ok = [
+        ("tenant", "acme"),
+        ("server", "t"),
+        ("tool", "t__echo"),
+        ("outcome", "ok"),
+    ];
     assert_eq!(
-        sample(families, "toolgate_upstream_session_up", "toolgate_upstream_session_up", &[("tenant", "acme"), ("server", "t")]),
+        sample(families, "toolgate_calls", "toolgate_calls_total", &ok),
+        Some(1.0),
+        "{families}"
+    );
+    assert_eq!(
+        sample(
+            families,
+            "toolgate_upstream_session_up",
+            "toolgate_upstream_session_up",
+            &[("tenant", "acme"), ("server", "t")]
+        ),
         Some(1.0)
     );
-    assert_eq!(families["toolgate_call_duration_seconds"]["type"], "histogram");
+    assert_eq!(
+        families["toolgate_call_duration_seconds"]["type"],
+        "histogram"
+    );
 
     invoke(&mut client, TOKEN, "t__echo", "{}").await.unwrap();
     invoke(&mut client, TOKEN, "t__fail", "{}").await.unwrap();
-    invoke(&mut client, TOKEN, "t__missing", "{}").await.unwrap_err();
+    invoke(&mut client, TOKEN, "t__missing", "{}")
+        .await
+        .unwrap_err();
     let (_, after) = ops_probe(&["metrics", "--url", &url]).await;
     let families = &after["families"];
-    assert_eq!(sample(families, "toolgate_calls", "toolgate_calls_total", &ok), Some(2.0));
     assert_eq!(
-        sample(families, "toolgate_calls", "toolgate_calls_total", &[("tool", "t__fail"), ("outcome", "tool_error")]),
+        sample(families, "toolgate_calls", "toolgate_calls_total", &ok),
+        Some(2.0)
+    );
+    assert_eq!(
+        sample(
+            families,
+            "toolgate_calls",
+            "toolgate_calls_total",
+            &[("tool", "t__fail"), ("outcome", "tool_error")]
+        ),
         Some(1.0)
     );
     assert_eq!(
-        sample(families, "toolgate_calls", "toolgate_calls_total", &[("tool", ""), ("outcome", "TOOL_NOT_FOUND")]),
+        sample(
+            families,
+            "toolgate_calls",
+            "toolgate_calls_total",
+            &[("tool", ""), ("outcome", "TOOL_NOT_FOUND")]
+        ),
         Some(1.0),
         "unknown names are not label values"
     );
     assert_eq!(
-        sample(families, "toolgate_call_duration_seconds", "toolgate_call_duration_seconds_count", &[("tenant", "acme"), ("server", "t")]),
+        sample(
+            families,
+            "toolgate_call_duration_seconds",
+            "toolgate_call_duration_seconds_count",
+            &[("tenant", "acme"), ("server", "t")]
+        ),
         Some(3.0)
     );
     assert_eq!(
-        sample(families, "toolgate_calls_in_flight", "toolgate_calls_in_flight", &[("tenant", "acme")]),
+        sample(
+            families,
+            "toolgate_calls_in_flight",
+            "toolgate_calls_in_flight",
+            &[("tenant", "acme")]
+        ),
         Some(0.0)
     );
     gateway.shutdown().await;
@@ -159,12 +234,22 @@ async fn traces_continue_the_callers_trace_and_go_upstream() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let config = dir.path().join("toolgate.yaml");
-    std::fs::write(&config, yaml(&format!("listen: \"127.0.0.1:{port}\"\nshutdown_delay: \"1ms\"\n"), &server.url)).unwrap();
+    std::fs::write(
+        &config,
+        yaml(
+            &format!("listen: \"127.0.0.1:{port}\"\nshutdown_delay: \"1ms\"\n"),
+            &server.url,
+        ),
+    )
+    .unwrap();
     let mut gateway = ChildGuard(
         Command::new(toolgate_bin())
             .args(["serve", "--config"])
             .arg(&config)
-            .env("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://127.0.0.1:{otlp_port}"))
+            .env(
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+                format!("http://127.0.0.1:{otlp_port}"),
+            )
             .env("OTEL_SERVICE_NAME", "toolgate-test")
             .env("OTEL_BSP_SCHEDULE_DELAY", "100")
             .stdout(Stdio::null())
@@ -173,18 +258,23 @@ async fn traces_continue_the_callers_trace_and_go_upstream() {
             .unwrap(),
     );
     wait_for_port(port).await;
-    let mut client = pb::tool_gateway_client::ToolGatewayClient::connect(format!("http://127.0.0.1:{port}"))
-        .await
-        .unwrap();
+    let mut client =
+        pb::tool_gateway_client::ToolGatewayClient::connect(format!("http://127.0.0.1:{port}"))
+            .await
+            .unwrap();
     let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
     let caller_span = "00f067aa0ba902b7";
     let mut request = authed(
         TOKEN,
-        pb::InvokeToolRequest { name: "t__echo".into(), arguments_json: "{}".into() },
+        pb::InvokeToolRequest {
+            name: "t__echo".into(),
+            arguments_json: "{}".into(),
+        },
     );
-    request
-        .metadata_mut()
-        .insert("traceparent", format!("00-{trace_id}-{caller_span}-01").parse().unwrap());
+    request.metadata_mut().insert(
+        "traceparent",
+        format!("00-{trace_id}-{caller_span}-01").parse().unwrap(),
+    );
     client.invoke_tool(request).await.unwrap();
 
     // The upstream request carries the trace: `_meta` and the HTTP header.
@@ -193,7 +283,9 @@ async fn traces_continue_the_callers_trace_and_go_upstream() {
     assert!(upstream_parent.contains(trace_id), "{upstream_parent}");
     let headers = server.log.headers.lock().unwrap().clone();
     assert!(
-        headers.iter().any(|h| h.get("traceparent") == Some(&upstream_parent)),
+        headers
+            .iter()
+            .any(|h| h.get("traceparent") == Some(&upstream_parent)),
         "traceparent header sent to the HTTP server"
     );
 
@@ -203,28 +295,53 @@ async fn traces_continue_the_callers_trace_and_go_upstream() {
     let (rpc, upstream) = loop {
         {
             let spans = receiver.spans.lock().unwrap();
-            let rpc = spans.iter().find(|s| s.name == "toolgate.v1.ToolGateway/InvokeTool").cloned();
+            let rpc = spans
+                .iter()
+                .find(|s| s.name == "toolgate.v1.ToolGateway/InvokeTool")
+                .cloned();
             let upstream = spans.iter().find(|s| s.name == "tools/call").cloned();
             if let (Some(rpc), Some(upstream)) = (rpc, upstream) {
                 break (rpc, upstream);
             }
         }
-        assert!(started.elapsed() < Duration::from_secs(20), "spans did not arrive");
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "spans did not arrive"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     assert_eq!(hex(&rpc.trace_id), trace_id);
     assert_eq!(hex(&rpc.parent_span_id), caller_span);
     assert_eq!(hex(&upstream.trace_id), trace_id);
     assert_eq!(upstream.parent_span_id, rpc.span_id);
-    assert!(upstream_parent.contains(&hex(&upstream.span_id)), "the server's parent is the upstream span");
+    assert!(
+        upstream_parent.contains(&hex(&upstream.span_id)),
+        "the server's parent is the upstream span"
+    );
     let attribute = |span: &Span, key: &str| {
-        span.attributes.iter().find(|a| a.key == key).and_then(|a| a.value.clone()).map(|v| format!("{v:?}"))
+        span.attributes
+            .iter()
+            .find(|a| a.key == key)
+            .and_then(|a| a.value.clone())
+            .map(|v| format!("{v:?}"))
     };
     assert!(attribute(&rpc, "tenant").unwrap().contains("acme"));
-    assert!(attribute(&upstream, "mcp.method.name").unwrap().contains("tools/call"));
-    assert!(attribute(&upstream, "gen_ai.tool.name").unwrap().contains("echo"));
+    assert!(
+        attribute(&upstream, "mcp.method.name")
+            .unwrap()
+            .contains("tools/call")
+    );
+    assert!(
+        attribute(&upstream, "gen_ai.tool.name")
+            .unwrap()
+            .contains("echo")
+    );
     signal(gateway.0.id(), "TERM");
-    assert!(wait_exit(&mut gateway.0, Duration::from_secs(30)).await.success());
+    assert!(
+        wait_exit(&mut gateway.0, Duration::from_secs(30))
+            .await
+            .success()
+    );
 }
 
 #[tokio::test]
@@ -253,13 +370,20 @@ async fn a_second_signal_ends_the_drain_and_logs_are_json() {
     );
     let pid = gateway.0.id();
     wait_for_port(port).await;
-    let mut client = pb::tool_gateway_client::ToolGatewayClient::connect(format!("http://127.0.0.1:{port}"))
-        .await
-        .unwrap();
+    let mut client =
+        pb::tool_gateway_client::ToolGatewayClient::connect(format!("http://127.0.0.1:{port}"))
+            .await
+            .unwrap();
     assert!(list(&mut client, TOKEN).await.servers[0].connected);
     let children = children_of(pid);
     let long = tokio::spawn(async move {
-        invoke(&mut client, TOKEN, "everything__trigger-long-running-operation", r#"{"duration":60,"steps":60}"#).await
+        invoke(
+            &mut client,
+            TOKEN,
+            "everything__trigger-long-running-operation",
+            r#"{"duration":60,"steps":60}"#,
+        )
+        .await
     });
     tokio::time::sleep(Duration::from_secs(1)).await;
     signal(pid, "TERM");
@@ -268,8 +392,14 @@ async fn a_second_signal_ends_the_drain_and_logs_are_json() {
     signal(pid, "INT");
     let status = wait_exit(&mut gateway.0, Duration::from_secs(20)).await;
     assert_eq!(status.code(), Some(0));
-    assert!(second.elapsed() < Duration::from_secs(15), "the drain ended at once");
-    let answer = tokio::time::timeout(Duration::from_secs(10), long).await.unwrap().unwrap();
+    assert!(
+        second.elapsed() < Duration::from_secs(15),
+        "the drain ended at once"
+    );
+    let answer = tokio::time::timeout(Duration::from_secs(10), long)
+        .await
+        .unwrap()
+        .unwrap();
     let err = answer.expect_err("the cut-off call is answered with an error");
     assert_eq!(err.code(), tonic::Code::Unavailable, "{err:?}");
     for child in children {
@@ -278,8 +408,12 @@ async fn a_second_signal_ends_the_drain_and_logs_are_json() {
     let log = std::fs::read_to_string(&log_path).unwrap();
     assert!(!log.is_empty());
     for line in log.lines() {
-        let value: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
-        assert!(value.get("level").is_some() && value.get("timestamp").is_some(), "{line}");
+        let value: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        assert!(
+            value.get("level").is_some() && value.get("timestamp").is_some(),
+            "{line}"
+        );
     }
     assert!(log.contains("second signal"), "{log}");
 }
