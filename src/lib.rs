@@ -13,6 +13,8 @@ pub mod cli;
 pub mod config;
 pub mod demo;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod grpc;
 pub mod limits;
 pub mod registry;

@@ -563,3 +563,89 @@ mod tests {
         assert_ne!(v1, v2);
     }
 }
+
+#[cfg(test)]
+mod properties {
+    use std::collections::{HashMap, HashSet};
+    use std::sync::Arc;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn tools(names: &[String]) -> Vec<rmcp::model::Tool> {
+        names
+            .iter()
+            .map(|n| rmcp::model::Tool::new(n.clone(), "d", Arc::new(serde_json::Map::new())))
+            .collect()
+    }
+
+    /// Servers: (name, bare, tool names). Names are drawn from small
+    /// alphabets so that collisions (including `a__b` shapes) happen often.
+    fn servers() -> impl Strategy<Value = Vec<(String, bool, Vec<String>)>> {
+        let server = (
+            "[ab][ab-]{0,2}",
+            any::<bool>(),
+            prop::collection::vec("[ab_]{1,6}|[ !.]{1,2}", 0..6),
+        );
+        prop::collection::vec(server, 1..5).prop_map(|mut servers| {
+            // Configuration guarantees distinct server names without `__`.
+            let mut seen = HashSet::new();
+            servers.retain(|(name, _, _)| !name.contains("__") && seen.insert(name.clone()));
+            for (_, _, names) in &mut servers {
+                let mut unique = HashSet::new();
+                names.retain(|n| unique.insert(n.clone()));
+            }
+            servers
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn exposing_then_routing_is_the_identity(servers in servers()) {
+            let filter = ToolFilter::default();
+            let listed: Vec<Vec<rmcp::model::Tool>> = servers.iter().map(|(_, _, n)| tools(n)).collect();
+            let inputs: Vec<ServerInput<'_>> = servers
+                .iter()
+                .zip(&listed)
+                .map(|((name, bare, _), tools)| ServerInput {
+                    name,
+                    transport: "http",
+                    bare: *bare,
+                    filter: &filter,
+                    state: InputState::Listed(tools),
+                })
+                .collect();
+            let catalog = Catalog::build(&inputs, &crate::config::Limits::default());
+
+            // No two tools map to one name.
+            let mut names = HashSet::new();
+            for tool in catalog.tools() {
+                prop_assert!(names.insert(tool.name.clone()), "duplicate {}", tool.name);
+            }
+            // Every exposed tool routes back to exactly its server and tool,
+            // and its name is what exposing gives and is valid.
+            for tool in catalog.tools() {
+                let (server, bare, _) = &servers[tool.server_index];
+                prop_assert_eq!(&tool.server, server);
+                prop_assert_eq!(&tool.name, &name::expose(server, &tool.upstream_name, *bare));
+                prop_assert!(name::is_valid_exposed(&tool.name));
+                let routed = catalog.get(&tool.name).unwrap();
+                prop_assert_eq!((&routed.server, &routed.upstream_name), (&tool.server, &tool.upstream_name));
+            }
+            // A name claimed by two connected servers is exposed by neither.
+            let mut claims: HashMap<String, usize> = HashMap::new();
+            for (i, (server, bare, tool_names)) in servers.iter().enumerate() {
+                if catalog.servers()[i].state != ServerState::Connected {
+                    continue;
+                }
+                for t in tool_names {
+                    *claims.entry(name::expose(server, t, *bare)).or_default() += 1;
+                }
+            }
+            for (exposed, count) in claims {
+                prop_assert!(count == 1, "{exposed} claimed {count} times by connected servers");
+            }
+        }
+    }
+}

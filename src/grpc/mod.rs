@@ -89,7 +89,10 @@ fn caller_timeout<T>(request: &Request<T>) -> Option<Duration> {
 
 /// Parses `arguments_json`: empty means `{}`; anything but an object is
 /// refused, saying what it is.
-fn parse_arguments(tool: &str, text: &str) -> Result<rmcp::model::JsonObject, CallError> {
+///
+/// # Errors
+/// The text is not empty and not a JSON object.
+pub fn parse_arguments(tool: &str, text: &str) -> Result<rmcp::model::JsonObject, CallError> {
     let invalid = |reason: String| CallError::InvalidArguments {
         tool: tool.to_owned(),
         reason,

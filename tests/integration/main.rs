@@ -7,6 +7,7 @@ mod common;
 mod auth;
 mod binary;
 mod catalog;
+mod fuzz_corpus;
 mod hostile;
 mod invoke;
 mod limits;

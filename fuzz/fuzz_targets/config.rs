@@ -1,0 +1,4 @@
+//! Fuzz target: see `toolgate::fuzzing::config`.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| toolgate::fuzzing::config(data));

@@ -1,0 +1,4 @@
+//! Fuzz target: see `toolgate::fuzzing::convert`.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| toolgate::fuzzing::convert(data));
