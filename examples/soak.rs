@@ -148,6 +148,7 @@ async fn one_call(
     let mut request = tonic::Request::new(pb::InvokeToolRequest {
         name: name.into(),
         arguments_json: args,
+        ..Default::default()
     });
     request
         .metadata_mut()

@@ -154,7 +154,7 @@ pub async fn run() -> anyhow::Result<()> {
     let mut client = ToolGatewayClient::connect(format!("http://{addr}")).await?;
 
     let listed = client
-        .list_tools(authed(pb::ListToolsRequest {}))
+        .list_tools(authed(pb::ListToolsRequest::default()))
         .await?
         .into_inner();
     say!("\nListTools  catalog_version {}", listed.catalog_version);
@@ -174,6 +174,7 @@ pub async fn run() -> anyhow::Result<()> {
             .invoke_tool(authed(pb::InvokeToolRequest {
                 name: name.to_owned(),
                 arguments_json: args.to_owned(),
+                ..Default::default()
             }))
             .await;
         let elapsed = started.elapsed();

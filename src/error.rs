@@ -70,6 +70,21 @@ pub enum CallError {
         /// The limit.
         limit: usize,
     },
+    /// The caller pinned a catalog version or definition hash and the tool
+    /// changed or went away since.
+    #[error("{detail}")]
+    PlanOutdated {
+        /// The exposed tool name.
+        tool: String,
+        /// What moved.
+        pin: Pin,
+        /// A sentence saying what changed.
+        detail: String,
+        /// The tenant's catalog version now.
+        current_version: String,
+        /// The tool's definition hash now (empty when gone).
+        current_hash: String,
+    },
     /// The gateway is draining for shutdown and takes no new calls; nothing
     /// was sent upstream, so another replica can take the call.
     #[error("the gateway is shutting down and takes no new calls; retry on another replica")]
@@ -94,4 +109,15 @@ fn shed_message(shed: &crate::limits::Shed, server: Option<&str>) -> String {
             server.unwrap_or("?")
         ),
     }
+}
+
+/// What moved under a caller's plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pin {
+    /// The tool's definition differs from the pinned one.
+    DefinitionChanged,
+    /// The tool is no longer in the catalog.
+    Gone,
+    /// The pinned catalog version cannot be compared (too old, or unknown).
+    VersionUnknown,
 }

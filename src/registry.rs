@@ -49,7 +49,12 @@ pub struct Tenant {
     limits: crate::config::Limits,
     states: Mutex<Vec<SlotState>>,
     catalog: watch::Sender<SharedCatalog>,
+    /// Recent catalogs by version, newest last, for plans pinned to one.
+    history: Mutex<std::collections::VecDeque<SharedCatalog>>,
 }
+
+/// Catalog versions remembered per tenant for pinned plans.
+const CATALOG_HISTORY: usize = 16;
 
 /// The state of one server slot.
 #[derive(Debug, Clone)]
@@ -165,6 +170,7 @@ impl Tenant {
             servers: config.servers.clone(),
             limits: limits.clone(),
             states: Mutex::new(states),
+            history: Mutex::new(std::collections::VecDeque::from([catalog.clone()])),
             catalog: watch::channel(catalog).0,
         })
     }
@@ -180,7 +186,35 @@ impl Tenant {
         }
         states[index] = state;
         let catalog = Arc::new(build_catalog(&self.servers, &states, &self.limits));
+        {
+            let mut history = self.history.lock().expect("history lock");
+            if history
+                .back()
+                .is_none_or(|c| c.version() != catalog.version())
+            {
+                if history.len() == CATALOG_HISTORY {
+                    history.pop_front();
+                }
+                history.push_back(catalog.clone());
+            }
+        }
         self.catalog.send_replace(catalog);
+    }
+
+    /// A recent catalog with this version, if remembered.
+    pub fn catalog_with_version(&self, version: &str) -> Option<SharedCatalog> {
+        self.history
+            .lock()
+            .expect("history lock")
+            .iter()
+            .rev()
+            .find(|c| c.version() == version)
+            .cloned()
+    }
+
+    /// A receiver of every new catalog snapshot.
+    pub fn subscribe(&self) -> watch::Receiver<SharedCatalog> {
+        self.catalog.subscribe()
     }
 
     /// The current catalog snapshot.

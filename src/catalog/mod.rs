@@ -6,6 +6,7 @@
 //! `Arc<Catalog>` and never see a half-built catalog.
 
 pub mod name;
+mod search;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -112,9 +113,25 @@ pub struct CatalogTool {
     pub definition_hash: String,
 }
 
+impl CatalogTool {
+    /// Rough model tokens of the whole definition: one per four bytes of
+    /// name, title, description and schemas (the usual rule of thumb for
+    /// English text and JSON with BPE tokenizers).
+    pub fn estimated_tokens(&self) -> u32 {
+        let bytes = self.name.len()
+            + self.title.len()
+            + self.description.len()
+            + self.input_schema_json.len()
+            + self.output_schema_json.len();
+        u32::try_from(bytes.div_ceil(4)).unwrap_or(u32::MAX)
+    }
+}
+
 /// An immutable snapshot of one tenant's catalog.
 #[derive(Debug, Default)]
 pub struct Catalog {
+    /// Built on the first search of this snapshot.
+    search_index: std::sync::OnceLock<search::Index>,
     tools: Vec<CatalogTool>,
     index: HashMap<String, usize>,
     servers: Vec<ServerStatus>,
@@ -209,6 +226,7 @@ impl Catalog {
         // A name that is live now is not "down".
         down_routes.retain(|name, _| !index.contains_key(name));
         Catalog {
+            search_index: std::sync::OnceLock::new(),
             tools,
             index,
             servers,
@@ -233,6 +251,17 @@ impl Catalog {
             ServerState::Failed(_) | ServerState::Connecting
         )
         .then_some(status)
+    }
+
+    /// The tools matching a natural-language `query`, most relevant first,
+    /// with their BM25 scores.
+    pub fn search(&self, query: &str) -> Vec<(&CatalogTool, f32)> {
+        self.search_index
+            .get_or_init(|| search::Index::new(&self.tools))
+            .search(query)
+            .into_iter()
+            .filter_map(|(i, score)| self.tools.get(i).map(|t| (t, score)))
+            .collect()
     }
 
     /// Every exposed tool, sorted by name.

@@ -9,37 +9,32 @@ use rmcp::model::{CallToolResult, ContentBlock, ResourceContents};
 use crate::catalog::{Catalog, CatalogTool, ServerState};
 use crate::pb;
 
-/// The catalog as a `ListToolsResponse`.
-pub fn list_response(catalog: &Catalog) -> pb::ListToolsResponse {
-    pb::ListToolsResponse {
-        tools: catalog.tools().iter().map(tool).collect(),
-        catalog_version: catalog.version().to_owned(),
-        servers: catalog
-            .servers()
-            .iter()
-            .map(|s| {
-                let (state, error) = match &s.state {
-                    ServerState::Connecting => {
-                        (pb::ServerState::Connecting, "connecting".to_owned())
-                    }
-                    ServerState::Connected => (pb::ServerState::Connected, String::new()),
-                    ServerState::Failed(reason) => (pb::ServerState::Failed, reason.clone()),
-                    ServerState::Refused(reason) => (pb::ServerState::Refused, reason.clone()),
-                };
-                pb::ServerStatus {
-                    name: s.name.clone(),
-                    connected: state == pb::ServerState::Connected,
-                    error,
-                    tool_count: s.tool_count,
-                    transport: s.transport.to_owned(),
-                    state: state.into(),
-                }
-            })
-            .collect(),
-    }
+/// The state of each configured server.
+pub fn server_statuses(catalog: &Catalog) -> Vec<pb::ServerStatus> {
+    catalog
+        .servers()
+        .iter()
+        .map(|s| {
+            let (state, error) = match &s.state {
+                ServerState::Connecting => (pb::ServerState::Connecting, "connecting".to_owned()),
+                ServerState::Connected => (pb::ServerState::Connected, String::new()),
+                ServerState::Failed(reason) => (pb::ServerState::Failed, reason.clone()),
+                ServerState::Refused(reason) => (pb::ServerState::Refused, reason.clone()),
+            };
+            pb::ServerStatus {
+                name: s.name.clone(),
+                connected: state == pb::ServerState::Connected,
+                error,
+                tool_count: s.tool_count,
+                transport: s.transport.to_owned(),
+                state: state.into(),
+            }
+        })
+        .collect()
 }
 
-fn tool(tool: &CatalogTool) -> pb::Tool {
+/// One catalog tool as a `Tool` message.
+pub fn tool(tool: &CatalogTool) -> pb::Tool {
     let a = &tool.annotations;
     pb::Tool {
         name: tool.name.clone(),
@@ -56,6 +51,9 @@ fn tool(tool: &CatalogTool) -> pb::Tool {
         }),
         upstream_name: tool.upstream_name.clone(),
         definition_hash: tool.definition_hash.clone(),
+        schema_bytes: u32::try_from(tool.input_schema_json.len() + tool.output_schema_json.len())
+            .unwrap_or(u32::MAX),
+        estimated_tokens: tool.estimated_tokens(),
     }
 }
 

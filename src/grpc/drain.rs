@@ -7,11 +7,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
 
 /// Counts calls in flight and refuses new ones while draining.
 #[derive(Debug, Default)]
 pub struct Drain {
     draining: AtomicBool,
+    started: CancellationToken,
     in_flight: AtomicUsize,
     idle: Notify,
 }
@@ -39,6 +41,12 @@ impl Drain {
     /// Refuses new calls from now on.
     pub fn start(&self) {
         self.draining.store(true, Ordering::Release);
+        self.started.cancel();
+    }
+
+    /// Resolves once the drain has started.
+    pub async fn draining(&self) {
+        self.started.cancelled().await;
     }
 
     /// Calls in flight now.

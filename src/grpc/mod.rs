@@ -1,23 +1,28 @@
 //! The `toolgate.v1.ToolGateway` service. Handlers stay thin: find the
-//! caller's tenant (put there by [`crate::auth`]), look the tool up in the
-//! tenant's catalog snapshot, call the upstream session, convert.
+//! caller's tenant (put there by [`crate::auth`]), then hand over to
+//! [`call`] (one tool call), [`listing`] (filtered catalogs, search) or
+//! [`stream`] (progress relay, catalog watch).
 
+mod call;
 pub mod convert;
 pub mod drain;
+mod listing;
 pub mod status;
+mod stream;
 
+use std::pin::Pin;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use futures::Stream;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 use tracing::Instrument;
 
 use crate::error::CallError;
 use crate::pb;
-use crate::registry::{Registry, SessionUnavailable, Tenant, TenantId};
+use crate::registry::{Registry, Tenant, TenantId};
 use crate::telemetry::{Metrics, trace};
-use crate::upstream::UpstreamError;
 
 /// How long ListTools waits for servers that are still connecting when the
 /// caller set no deadline.
@@ -117,6 +122,9 @@ pub fn parse_arguments(tool: &str, text: &str) -> Result<rmcp::model::JsonObject
     }
 }
 
+/// A server-streaming response.
+type EventStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+
 #[tonic::async_trait]
 impl pb::tool_gateway_server::ToolGateway for Gateway {
     async fn list_tools(
@@ -124,265 +132,84 @@ impl pb::tool_gateway_server::ToolGateway for Gateway {
         request: Request<pb::ListToolsRequest>,
     ) -> Result<Response<pb::ListToolsResponse>, Status> {
         let tenant = self.tenant(&request)?;
-        let span = tracing::info_span!(
-            "ListTools",
-            otel.name = "toolgate.v1.ToolGateway/ListTools",
-            otel.kind = "server",
-            rpc.system = "grpc",
-            rpc.service = "toolgate.v1.ToolGateway",
-            rpc.method = "ListTools",
-            tenant = %tenant.name,
-        );
+        let span = rpc_span("ListTools", &tenant.name);
         trace::continue_caller_trace(&span, request.metadata());
-        let wait = caller_timeout(&request)
-            .map(|t| t.saturating_sub(deadline_margin(t)))
-            .unwrap_or(LIST_SETTLE_WAIT)
-            .min(LIST_SETTLE_WAIT);
+        let wait = settle_wait(&request);
         let catalog = tenant.settled_catalog(wait).instrument(span).await;
-        Ok(Response::new(convert::list_response(&catalog)))
+        let filter = listing::Filter::new(request.get_ref())?;
+        Ok(Response::new(listing::list_response(&catalog, &filter)))
     }
 
     async fn invoke_tool(
         &self,
         request: Request<pb::InvokeToolRequest>,
     ) -> Result<Response<pb::InvokeToolResponse>, Status> {
-        let started = Instant::now();
+        call::run_call(self, request, None).await.map(Response::new)
+    }
+
+    type InvokeToolStreamStream = EventStream<pb::InvokeToolEvent>;
+
+    async fn invoke_tool_stream(
+        &self,
+        request: Request<pb::InvokeToolRequest>,
+    ) -> Result<Response<Self::InvokeToolStreamStream>, Status> {
+        // Authenticate before the stream starts.
+        self.tenant(&request)?;
+        Ok(Response::new(stream::invoke_with_progress(
+            self.clone(),
+            request,
+        )))
+    }
+
+    type WatchToolsStream = EventStream<pb::ListToolsResponse>;
+
+    async fn watch_tools(
+        &self,
+        request: Request<pb::WatchToolsRequest>,
+    ) -> Result<Response<Self::WatchToolsStream>, Status> {
         let tenant = self.tenant(&request)?.clone();
-        let Some(_call) = self.drain.enter() else {
-            return Err(CallError::Draining.into());
-        };
-        let caller_deadline =
-            caller_timeout(&request).map(|t| t.saturating_sub(deadline_margin(t)));
-        let span = tracing::info_span!(
-            "InvokeTool",
-            otel.name = "toolgate.v1.ToolGateway/InvokeTool",
-            otel.kind = "server",
-            otel.status_code = tracing::field::Empty,
-            rpc.system = "grpc",
-            rpc.service = "toolgate.v1.ToolGateway",
-            rpc.method = "InvokeTool",
-            rpc.grpc.status_code = tracing::field::Empty,
-            tenant = %tenant.name,
-            gen_ai.tool.name = %request.get_ref().name,
-            server = tracing::field::Empty,
-            outcome = tracing::field::Empty,
-        );
+        let filter = listing::Filter::new(&request.get_ref().filter.clone().unwrap_or_default())?;
+        Ok(Response::new(stream::watch(
+            tenant,
+            filter,
+            self.drain.clone(),
+        )))
+    }
+
+    async fn search_tools(
+        &self,
+        request: Request<pb::SearchToolsRequest>,
+    ) -> Result<Response<pb::SearchToolsResponse>, Status> {
+        let tenant = self.tenant(&request)?;
+        let span = rpc_span("SearchTools", &tenant.name);
         trace::continue_caller_trace(&span, request.metadata());
-        let inherited_trace = trace::caller_context(request.metadata());
+        let wait = settle_wait(&request);
+        let catalog = tenant.settled_catalog(wait).instrument(span).await;
         let request = request.into_inner();
-        let _in_flight = self.metrics.in_flight(&tenant.name);
-        let call = async {
-            tokio::select! {
-                result = invoke(&tenant, &request, caller_deadline, started, &self.metrics, inherited_trace) => result,
-                () = self.abort.cancelled() => Err((None, CallError::ShuttingDown)),
-            }
-        };
-        let result = call.instrument(span.clone()).await;
-        let (routed, outcome, code) = match &result {
-            Ok((routed, r)) if r.is_error => (Some(routed), "tool_error", tonic::Code::Ok),
-            Ok((routed, _)) => (Some(routed), "ok", tonic::Code::Ok),
-            Err((routed, e)) => {
-                let (code, reason) = status::classify(e);
-                (routed.as_ref(), reason, code)
-            }
-        };
-        let elapsed = started.elapsed();
-        span.record("outcome", outcome);
-        span.record("rpc.grpc.status_code", code as i32);
-        if code != tonic::Code::Ok {
-            span.record("otel.status_code", "ERROR");
-        }
-        // Only names that resolved to a tool become label values: callers
-        // cannot grow the metric set with made-up names.
-        let tool_label = match routed {
-            Some((_, true)) => request.name.as_str(),
-            _ => "",
-        };
-        self.metrics.call_finished(
-            &tenant.name,
-            routed.map(|(s, _)| s.as_str()).unwrap_or(""),
-            tool_label,
-            outcome,
-            elapsed.as_secs_f64(),
-        );
-        span.in_scope(|| match &result {
-            Err((_, error)) => tracing::info!(
-                elapsed_ms = elapsed.as_millis() as u64,
-                %error,
-                "call failed"
-            ),
-            Ok(_) => tracing::debug!(elapsed_ms = elapsed.as_millis() as u64, "call done"),
-        });
-        result
-            .map(|(_, response)| Response::new(response))
-            .map_err(|(_, e)| Status::from(e))
+        let filter = listing::Filter::new(&request.filter.clone().unwrap_or_default())?;
+        Ok(Response::new(listing::search(&catalog, &filter, &request)))
     }
 }
 
-/// The server a call went to (when known), and whether the requested name
-/// resolved to a tool of it.
-type Routed = (String, bool);
-
-/// Runs one call. The server name travels with the answer (when known)
-/// for metrics and logs.
-async fn invoke(
-    tenant: &Tenant,
-    request: &pb::InvokeToolRequest,
-    caller_deadline: Option<Duration>,
-    started: Instant,
-    metrics: &Metrics,
-    inherited_trace: Vec<(String, String)>,
-) -> Result<(Routed, pb::InvokeToolResponse), (Option<Routed>, CallError)> {
-    let mut routing = Routing {
-        server_name: None,
-        resolved: true,
-    };
-    let context = CallContext {
-        caller_deadline,
-        started,
-        inherited_trace,
-    };
-    let result = invoke_inner(tenant, request, context, metrics, &mut routing).await;
-    let routed = routing.server_name.map(|s| (s, routing.resolved));
-    result
-        .map_err(|e| (routed.clone(), e))
-        .map(|r| (routed.unwrap_or_default(), r))
+/// How long a listing waits for servers still connecting.
+fn settle_wait<T>(request: &Request<T>) -> Duration {
+    caller_timeout(request)
+        .map(|t| t.saturating_sub(deadline_margin(t)))
+        .unwrap_or(LIST_SETTLE_WAIT)
+        .min(LIST_SETTLE_WAIT)
 }
 
-/// What a call brings from its RPC.
-struct CallContext {
-    caller_deadline: Option<Duration>,
-    started: Instant,
-    inherited_trace: Vec<(String, String)>,
-}
-
-/// Where a call was routed, for metrics and logs.
-struct Routing {
-    server_name: Option<String>,
-    /// Whether the name resolved to a tool (only then is it a label value).
-    resolved: bool,
-}
-
-async fn invoke_inner(
-    tenant: &Tenant,
-    request: &pb::InvokeToolRequest,
-    context: CallContext,
-    metrics: &Metrics,
-    routing: &mut Routing,
-) -> Result<pb::InvokeToolResponse, CallError> {
-    let CallContext {
-        caller_deadline,
-        started,
-        inherited_trace,
-    } = context;
-    let name = request.name.as_str();
-    let mut catalog = tenant.catalog();
-    if catalog.get(name).is_none() && catalog.is_settling() {
-        // A server that is still connecting may provide the tool.
-        let wait = caller_deadline
-            .unwrap_or(LIST_SETTLE_WAIT)
-            .min(LIST_SETTLE_WAIT);
-        catalog = tenant.settled_catalog(wait).await;
-    }
-    let Some(tool) = catalog.get(name) else {
-        // Not a resolved tool: the name must not become a metric label.
-        routing.resolved = false;
-        // A tool of a server that is down is unavailable, not unknown.
-        if let Some(server) = catalog.down_server_for(name) {
-            routing.server_name = Some(server.name.clone());
-            return Err(CallError::ServerUnavailable {
-                server: server.name.clone(),
-                tool: name.to_owned(),
-                reason: match &server.state {
-                    crate::catalog::ServerState::Failed(reason) => reason.clone(),
-                    _ => "still connecting".to_owned(),
-                },
-            });
-        }
-        return Err(CallError::ToolNotFound {
-            name: name.to_owned(),
-        });
-    };
-    tracing::Span::current().record("server", tool.server.as_str());
-    routing.server_name = Some(tool.server.clone());
-    let max_arguments = tenant.limits().max_argument_bytes;
-    if request.arguments_json.len() > max_arguments {
-        return Err(CallError::ArgumentsTooLarge {
-            tool: name.to_owned(),
-            size: request.arguments_json.len(),
-            limit: max_arguments,
-        });
-    }
-    let arguments = parse_arguments(name, &request.arguments_json)?;
-    let server = tenant.server(tool.server_index);
-    // Load shedding: a bounded wait for a slot, never an unbounded queue.
-    let _admission = tenant
-        .limiter
-        .admit()
-        .await
-        .map_err(|shed| CallError::Shed(shed, None))?;
-    let _server_slot = match tenant.server_limit(tool.server_index) {
-        Some(limit) => Some(
-            limit
-                .acquire(tenant.limiter.queue_timeout())
-                .await
-                .ok_or_else(|| {
-                    CallError::Shed(
-                        crate::limits::Shed::ServerConcurrency(limit.limit()),
-                        Some(tool.server.clone()),
-                    )
-                })?,
-        ),
-        None => None,
-    };
-    let session = tenant
-        .session(tool.server_index)
-        .map_err(|e| CallError::ServerUnavailable {
-            server: tool.server.clone(),
-            tool: name.to_owned(),
-            reason: match e {
-                SessionUnavailable::Connecting => "still connecting".to_owned(),
-                SessionUnavailable::Down(reason) => reason,
-            },
-        })?;
-    let remaining = caller_deadline.map(|d| d.saturating_sub(started.elapsed()));
-    let timeout = remaining
-        .unwrap_or_else(|| server.timeout_for(&tool.upstream_name))
-        .min(server.max_call_timeout);
-    let upstream_started = Instant::now();
-    let result = session
-        .call(&tool.upstream_name, arguments, timeout, inherited_trace)
-        .await;
-    metrics.upstream_request(
-        &tenant.name,
-        &tool.server,
-        "tools/call",
-        upstream_started.elapsed().as_secs_f64(),
-    );
-    let result = match result {
-        Ok(result) => result,
-        Err(UpstreamError::Timeout(_))
-            if remaining.is_some_and(|r| r <= server.max_call_timeout) =>
-        {
-            return Err(CallError::DeadlineExceeded {
-                server: tool.server.clone(),
-                tool: name.to_owned(),
-                after: started.elapsed(),
-            });
-        }
-        Err(error) => {
-            return Err(CallError::Upstream {
-                server: tool.server.clone(),
-                tool: name.to_owned(),
-                error,
-            });
-        }
-    };
-    convert::invoke_response(result).map_err(|e| CallError::Upstream {
-        server: tool.server.clone(),
-        tool: name.to_owned(),
-        error: UpstreamError::Protocol(e.to_string()),
-    })
+/// The span of a catalog RPC.
+fn rpc_span(method: &'static str, tenant: &str) -> tracing::Span {
+    tracing::info_span!(
+        "rpc",
+        otel.name = format!("toolgate.v1.ToolGateway/{method}"),
+        otel.kind = "server",
+        rpc.system = "grpc",
+        rpc.service = "toolgate.v1.ToolGateway",
+        rpc.method = method,
+        tenant = %tenant,
+    )
 }
 
 #[cfg(test)]

@@ -41,6 +41,14 @@ pub fn classify(error: &CallError) -> (Code, &'static str) {
         CallError::DeadlineExceeded { .. } => (Code::DeadlineExceeded, "DEADLINE_EXCEEDED"),
         CallError::ShuttingDown => (Code::Unavailable, "SHUTTING_DOWN"),
         CallError::Draining => (Code::Unavailable, "DRAINING"),
+        CallError::PlanOutdated { pin, .. } => (
+            Code::FailedPrecondition,
+            match pin {
+                crate::error::Pin::DefinitionChanged => "TOOL_DEFINITION_CHANGED",
+                crate::error::Pin::Gone => "TOOL_GONE",
+                crate::error::Pin::VersionUnknown => "CATALOG_VERSION_UNKNOWN",
+            },
+        ),
         CallError::ArgumentsTooLarge { .. } => (Code::ResourceExhausted, "ARGUMENTS_TOO_LARGE"),
         CallError::Shed(shed, _) => match shed {
             crate::limits::Shed::Rate(_) => (Code::ResourceExhausted, "RATE_LIMITED"),
@@ -152,6 +160,21 @@ fn metadata(error: &CallError) -> HashMap<String, String> {
             metadata.insert("tool".to_owned(), tool.clone());
             if let UpstreamError::JsonRpc { code, .. } = error {
                 metadata.insert("jsonrpc_code".to_owned(), code.to_string());
+            }
+        }
+        CallError::PlanOutdated {
+            tool,
+            current_version,
+            current_hash,
+            ..
+        } => {
+            metadata.insert("tool".to_owned(), tool.clone());
+            metadata.insert(
+                "current_catalog_version".to_owned(),
+                current_version.clone(),
+            );
+            if !current_hash.is_empty() {
+                metadata.insert("current_definition_hash".to_owned(), current_hash.clone());
             }
         }
         CallError::Unauthenticated(_) | CallError::ShuttingDown | CallError::Draining => {}

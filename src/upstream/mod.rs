@@ -3,6 +3,7 @@
 //! and cancellation, and close.
 
 mod error;
+mod handler;
 mod http;
 mod stdio;
 
@@ -11,9 +12,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ClientConfig,
-    Implementation, JsonObject, PaginatedRequestParams, Tool,
+    CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam,
+    ClientRequest, JsonObject, PaginatedRequestParams, ProgressNotificationParam, RequestId,
+    ServerResult, Tool,
 };
+use rmcp::service::PeerRequestOptions;
 use rmcp::service::{Peer, RoleClient, RunningService};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -33,6 +36,7 @@ pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
 #[derive(Debug)]
 pub struct Session {
     peer: Peer<RoleClient>,
+    client: handler::GatewayClient,
     label: Label,
     cancel: CancellationToken,
     /// Becomes `true` when the session's service loop has ended.
@@ -47,13 +51,6 @@ pub struct Connected {
     pub session: Arc<Session>,
     /// Every tool of the server, all pages.
     pub tools: Vec<Tool>,
-}
-
-fn client_config() -> ClientConfig {
-    ClientConfig::new(
-        ClientCapabilities::default(),
-        Implementation::new("toolgate", env!("CARGO_PKG_VERSION")),
-    )
 }
 
 /// Starts a session to `server` and reads its whole tool list, all within
@@ -160,6 +157,7 @@ async fn finish_connect(
         }
     };
     let peer = service.peer().clone();
+    let client = service.service().clone();
     let (ended_tx, ended) = watch::channel(false);
     tokio::spawn(async move {
         let _ = service.waiting().await;
@@ -168,6 +166,7 @@ async fn finish_connect(
     Ok(Connected {
         session: Arc::new(Session {
             peer,
+            client,
             label: label.clone(),
             cancel,
             ended,
@@ -177,7 +176,7 @@ async fn finish_connect(
     })
 }
 
-type Service = RunningService<RoleClient, ClientConfig>;
+type Service = RunningService<RoleClient, handler::GatewayClient>;
 
 async fn start(
     server: &ServerConfig,
@@ -197,14 +196,14 @@ async fn start(
     match &server.transport {
         Transport::Stdio { command, cwd, env } => {
             let (transport, pid) = stdio::spawn(command, cwd.as_deref(), env, gateway_env, label)?;
-            let service = serve(transport, lifecycle, cancel)
+            let service = serve(transport, lifecycle, cancel, label)
                 .await
                 .map_err(handshake)?;
             Ok((service, pid))
         }
         Transport::Http { url, headers } => {
             let transport = http::transport(url, headers, max_result_bytes);
-            let service = serve(transport, lifecycle, cancel)
+            let service = serve(transport, lifecycle, cancel, label)
                 .await
                 .map_err(handshake)?;
             Ok((service, None))
@@ -217,6 +216,7 @@ async fn serve<T, E, A>(
     transport: T,
     lifecycle: Lifecycle,
     cancel: &CancellationToken,
+    label: &Label,
 ) -> Result<Service, rmcp::service::ClientInitializeError>
 where
     T: rmcp::transport::IntoTransport<RoleClient, E, A>,
@@ -229,7 +229,7 @@ where
         Lifecycle::Initialize | Lifecycle::Auto => rmcp::service::ClientLifecycleMode::Initialize,
     };
     rmcp::service::serve_client_with_lifecycle_and_ct(
-        client_config(),
+        handler::GatewayClient::new(label.clone()),
         transport,
         mode,
         cancel.clone(),
@@ -325,6 +325,7 @@ impl Session {
         arguments: JsonObject,
         timeout: Duration,
         inherited_trace: Vec<(String, String)>,
+        progress: Option<tokio::sync::mpsc::Sender<ProgressNotificationParam>>,
     ) -> Result<CallToolResult, UpstreamError> {
         if self.is_ended() {
             return Err(UpstreamError::Closed);
@@ -353,46 +354,72 @@ impl Session {
             }
             params.meta = Some(meta);
         }
-        // rmcp sends `notifications/cancelled` when this future is dropped
-        // before the answer arrives, which the timeout below does.
-        let call = self.peer.call_tool_once(params);
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         let mut ended = self.ended.clone();
         let response = async {
-            tokio::select! {
-                result = tokio::time::timeout(timeout, call) => match result {
-                    Ok(result) => result.map_err(|e| match UpstreamError::from_service(e) {
-                        UpstreamError::Closed => UpstreamError::Lost,
-                        UpstreamError::Transport(reason) => {
-                            // A transport that failed mid-request (an HTTP
-                            // server that forgot the session and answers 400
-                            // or 404, a reset connection) is not trusted
-                            // again: end the session so the supervisor
-                            // reconnects it.
-                            tracing::warn!(
-                                tenant = %self.label.tenant,
-                                server = %self.label.server,
-                                %reason,
-                                "transport failed; the session will be reconnected"
-                            );
-                            self.cancel.cancel();
-                            UpstreamError::Transport(reason)
-                        }
-                        other => other,
-                    }),
+            let handle = self
+                .peer
+                .send_request_with_option(request, PeerRequestOptions::no_options())
+                .await
+                .map_err(|e| self.classify(e, false))?;
+            // From here on, leaving early (timeout, caller gone, session
+            // lost) tells the server with `notifications/cancelled`.
+            let mut cancel = CancelOnDrop {
+                peer: self.peer.clone(),
+                id: Some(handle.id.clone()),
+            };
+            let _tracking =
+                progress.map(|sink| self.client.track(handle.progress_token.clone(), sink));
+            let result = tokio::select! {
+                result = tokio::time::timeout(timeout, handle.await_response()) => match result {
+                    Ok(result) => result.map_err(|e| self.classify(e, true)),
                     Err(_) => Err(UpstreamError::Timeout(timeout)),
                 },
                 _ = ended.wait_for(|ended| *ended) => Err(UpstreamError::Lost),
+            };
+            if !matches!(
+                result,
+                Err(UpstreamError::Timeout(_)) | Err(UpstreamError::Lost)
+            ) {
+                cancel.id = None;
             }
+            result
         }
         .instrument(span)
         .await?;
         match response {
-            CallToolResponse::Complete(result) => Ok(result),
-            CallToolResponse::InputRequired(_) => Err(UpstreamError::Unsupported("client input")),
-            CallToolResponse::Task(_) => Err(UpstreamError::Unsupported("a long-running task")),
+            ServerResult::CallToolResult(result) => Ok(result),
+            ServerResult::InputRequiredResult(_) => Err(UpstreamError::Unsupported("client input")),
+            ServerResult::CreateTaskResult(_) => {
+                Err(UpstreamError::Unsupported("a long-running task"))
+            }
+            // A result without content (some servers answer `{}`).
+            ServerResult::EmptyResult(_) => Ok(CallToolResult::default()),
             _ => Err(UpstreamError::Protocol(
                 "an unknown kind of tools/call result".to_owned(),
             )),
+        }
+    }
+
+    /// Maps a request error; a transport that failed mid-request ends the
+    /// session so the supervisor reconnects it.
+    fn classify(&self, error: rmcp::ServiceError, sent: bool) -> UpstreamError {
+        match UpstreamError::from_service(error) {
+            UpstreamError::Closed if sent => UpstreamError::Lost,
+            UpstreamError::Transport(reason) => {
+                // A transport that failed (an HTTP server that forgot the
+                // session and answers 400 or 404, a reset connection) is not
+                // trusted again.
+                tracing::warn!(
+                    tenant = %self.label.tenant,
+                    server = %self.label.server,
+                    %reason,
+                    "transport failed; the session will be reconnected"
+                );
+                self.cancel.cancel();
+                UpstreamError::Transport(reason)
+            }
+            other => other,
         }
     }
 
@@ -423,6 +450,29 @@ impl Session {
             .is_err()
         {
             tracing::warn!(pid = ?self.pid, "session did not close in time");
+        }
+    }
+}
+
+/// Sends `notifications/cancelled` for a request abandoned before its
+/// answer arrived.
+struct CancelOnDrop {
+    peer: Peer<RoleClient>,
+    id: Option<RequestId>,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if let Some(id) = self.id.take() {
+            let peer = self.peer.clone();
+            tokio::spawn(async move {
+                let _ = peer
+                    .notify_cancelled(CancelledNotificationParam::new(
+                        Some(id),
+                        Some("cancelled by the gateway's caller".to_owned()),
+                    ))
+                    .await;
+            });
         }
     }
 }

@@ -159,7 +159,7 @@ pub fn authed<T>(token: &str, message: T) -> tonic::Request<T> {
 /// Lists the tools of the tenant that `token` selects.
 pub async fn list(client: &mut ToolGatewayClient<Channel>, token: &str) -> pb::ListToolsResponse {
     client
-        .list_tools(authed(token, pb::ListToolsRequest {}))
+        .list_tools(authed(token, pb::ListToolsRequest::default()))
         .await
         .expect("ListTools")
         .into_inner()
@@ -178,6 +178,7 @@ pub async fn invoke(
             pb::InvokeToolRequest {
                 name: name.to_string(),
                 arguments_json: args.to_string(),
+                ..Default::default()
             },
         ))
         .await

@@ -23,18 +23,18 @@ async fn missing_malformed_and_unknown_tokens_are_unauthenticated() {
     let (_a, _b, gateway) = two_tenants().await;
     let mut client = gateway.client().await;
     let err = client
-        .list_tools(tonic::Request::new(pb::ListToolsRequest {}))
+        .list_tools(tonic::Request::new(pb::ListToolsRequest::default()))
         .await
         .unwrap_err();
     assert_eq!(err.code(), tonic::Code::Unauthenticated);
-    let mut request = tonic::Request::new(pb::ListToolsRequest {});
+    let mut request = tonic::Request::new(pb::ListToolsRequest::default());
     request
         .metadata_mut()
         .insert("authorization", "Basic abc".parse().unwrap());
     let err = client.list_tools(request).await.unwrap_err();
     assert_eq!(err.code(), tonic::Code::Unauthenticated);
     let err = client
-        .list_tools(authed("acme-tokenX", pb::ListToolsRequest {}))
+        .list_tools(authed("acme-tokenX", pb::ListToolsRequest::default()))
         .await
         .unwrap_err();
     assert_eq!(err.code(), tonic::Code::Unauthenticated);

@@ -85,6 +85,7 @@ async fn call_with_deadline(
         pb::InvokeToolRequest {
             name: name.into(),
             arguments_json: r#"{"text":"x"}"#.into(),
+            ..Default::default()
         },
     );
     request.set_timeout(deadline);

@@ -113,6 +113,7 @@ async fn a_caller_deadline_bounds_the_call_and_cancels_upstream() {
         pb::InvokeToolRequest {
             name: "t__slow".into(),
             arguments_json: "{}".into(),
+            ..Default::default()
         },
     );
     request.set_timeout(Duration::from_secs(1));
@@ -253,6 +254,7 @@ async fn without_trace_export_the_callers_traceparent_goes_upstream_unchanged() 
         pb::InvokeToolRequest {
             name: "t__echo".into(),
             arguments_json: "{}".into(),
+            ..Default::default()
         },
     );
     request

@@ -269,6 +269,7 @@ async fn traces_continue_the_callers_trace_and_go_upstream() {
         pb::InvokeToolRequest {
             name: "t__echo".into(),
             arguments_json: "{}".into(),
+            ..Default::default()
         },
     );
     request.metadata_mut().insert(

@@ -1,0 +1,119 @@
+//! Filtered views of a catalog: ListTools/WatchTools filters and
+//! SearchTools ranking.
+
+use globset::{Glob, GlobSet, GlobSetBuilder};
+use tonic::Status;
+
+use super::convert;
+use crate::catalog::{Catalog, CatalogTool};
+use crate::pb;
+
+/// Most results SearchTools returns.
+const MAX_SEARCH_RESULTS: usize = 100;
+/// Results when the request sets no limit.
+const DEFAULT_SEARCH_RESULTS: usize = 10;
+
+/// A validated ListToolsRequest filter.
+#[derive(Debug, Default, Clone)]
+pub(super) struct Filter {
+    servers: Vec<String>,
+    names: Option<GlobSet>,
+    annotations: pb::AnnotationFilter,
+}
+
+impl Filter {
+    /// Validates the request's filters.
+    ///
+    /// # Errors
+    /// INVALID_ARGUMENT naming a glob that does not parse.
+    pub(super) fn new(request: &pb::ListToolsRequest) -> Result<Self, Status> {
+        let names = if request.name_globs.is_empty() {
+            None
+        } else {
+            let mut builder = GlobSetBuilder::new();
+            for (i, glob) in request.name_globs.iter().enumerate() {
+                let glob = Glob::new(glob).map_err(|e| {
+                    Status::invalid_argument(format!(
+                        "name_globs[{i}] `{glob}` is not a valid glob: {e}"
+                    ))
+                })?;
+                builder.add(glob);
+            }
+            Some(
+                builder
+                    .build()
+                    .map_err(|e| Status::invalid_argument(format!("name_globs: {e}")))?,
+            )
+        };
+        Ok(Self {
+            servers: request.servers.clone(),
+            names,
+            annotations: request.annotations.unwrap_or_default(),
+        })
+    }
+
+    /// Whether `tool` passes every filter.
+    pub(super) fn allows(&self, tool: &CatalogTool) -> bool {
+        if !self.servers.is_empty() && !self.servers.contains(&tool.server) {
+            return false;
+        }
+        if let Some(names) = &self.names
+            && !names.is_match(&tool.name)
+        {
+            return false;
+        }
+        // Unset hints take the MCP defaults.
+        let a = &tool.annotations;
+        let want = &self.annotations;
+        let matches = |want: Option<bool>, have: Option<bool>, default: bool| {
+            want.is_none_or(|w| w == have.unwrap_or(default))
+        };
+        matches(want.read_only, a.read_only, false)
+            && matches(want.destructive, a.destructive, true)
+            && matches(want.idempotent, a.idempotent, false)
+            && matches(want.open_world, a.open_world, true)
+    }
+}
+
+/// The filtered catalog as a ListToolsResponse.
+pub(super) fn list_response(catalog: &Catalog, filter: &Filter) -> pb::ListToolsResponse {
+    let tools: Vec<pb::Tool> = catalog
+        .tools()
+        .iter()
+        .filter(|t| filter.allows(t))
+        .map(convert::tool)
+        .collect();
+    let total_estimated_tokens = tools.iter().map(|t| t.estimated_tokens).sum();
+    pb::ListToolsResponse {
+        tools,
+        catalog_version: catalog.version().to_owned(),
+        servers: convert::server_statuses(catalog),
+        total_estimated_tokens,
+    }
+}
+
+/// Ranks the filtered catalog against the request's query.
+pub(super) fn search(
+    catalog: &Catalog,
+    filter: &Filter,
+    request: &pb::SearchToolsRequest,
+) -> pb::SearchToolsResponse {
+    let limit = match request.limit {
+        0 => DEFAULT_SEARCH_RESULTS,
+        n => (n as usize).min(MAX_SEARCH_RESULTS),
+    };
+    let results = catalog
+        .search(&request.query)
+        .into_iter()
+        .filter(|(tool, _)| filter.allows(tool))
+        .take(limit)
+        .map(|(tool, score)| pb::ScoredTool {
+            tool: Some(convert::tool(tool)),
+            score: f64::from(score),
+        })
+        .collect();
+    pb::SearchToolsResponse {
+        results,
+        catalog_version: catalog.version().to_owned(),
+    }
+}
