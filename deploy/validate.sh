@@ -4,7 +4,7 @@
 #   1. consistency: deploy/kubernetes/config.yaml parses, its ports match the
 #      Deployment's, every `{file: /etc/toolgate/secrets/KEY}` has KEY in
 #      secret.example.yaml, and terminationGracePeriodSeconds exceeds
-#      shutdown_delay + shutdown_grace + 11s (1s abort flush, 10s session close);
+#      shutdown_delay + shutdown_grace + 12s (1s abort flush, 1s GOAWAY, 10s session close);
 #   2. schemas: every manifest in deploy/kubernetes, the ConfigMap that
 #      kustomize generates from config.yaml, and (when kubectl or kustomize is
 #      installed) the whole rendered kustomization, against the Kubernetes
@@ -159,10 +159,10 @@ def seconds(duration):
 delay = seconds(config.get("shutdown_delay", "5s"))
 grace = seconds(config.get("shutdown_grace", "20s"))
 period = pod.get("terminationGracePeriodSeconds", 30)
-if period <= delay + grace + 11:
+if period <= delay + grace + 12:
     problems.append(
         f"terminationGracePeriodSeconds {period} <= shutdown_delay {delay:g}s + "
-        f"shutdown_grace {grace:g}s + 11s (answer cut-off calls, close sessions)"
+        f"shutdown_grace {grace:g}s + 12s (answer cut-off calls, GOAWAY, close sessions)"
     )
 
 for problem in problems:
@@ -171,7 +171,7 @@ if problems:
     sys.exit(1)
 print(
     f"  ports grpc={ports['grpc']} metrics={ports['metrics']}; secret keys {sorted(keys)}; "
-    f"grace {period}s > {delay:g}s + {grace:g}s + 11s"
+    f"grace {period}s > {delay:g}s + {grace:g}s + 12s"
 )
 PY
     echo "PASS consistency"

@@ -174,8 +174,12 @@ pub async fn run(
         metrics.clone(),
         drain.clone(),
     );
-    let service =
-        ToolGatewayServer::with_interceptor(gateway, Authenticate::new(TokenTable::new(&config)));
+    let service = tonic::service::interceptor::InterceptedService::new(
+        ToolGatewayServer::new(gateway)
+            .max_decoding_message_size(config.limits.max_message_bytes)
+            .max_encoding_message_size(config.limits.max_message_bytes),
+        Authenticate::new(TokenTable::new(&config)),
+    );
 
     let (health, health_service) = tonic_health::server::health_reporter();
     health
@@ -201,7 +205,13 @@ pub async fn run(
     let incoming = TcpIncoming::from(listener)
         .with_nodelay(Some(true))
         .with_keepalive(Some(grpc.tcp_keepalive));
+    let max_message_bytes = config.limits.max_message_bytes;
     let mut builder = tonic::transport::Server::builder()
+        .layer(tower::util::MapResponseLayer::new(
+            move |response: http::Response<tonic::body::Body>| {
+                crate::grpc::status::oversized_message(response, max_message_bytes)
+            },
+        ))
         .http2_keepalive_interval(Some(grpc.keepalive_interval))
         .http2_keepalive_timeout(Some(grpc.keepalive_timeout))
         .max_concurrent_streams(Some(grpc.max_concurrent_streams));

@@ -176,6 +176,31 @@ async fn check(path: PathBuf, offline: bool) -> ExitCode {
                 println!("    {}", tool.name);
             }
         }
+        let mut warnings = crate::catalog::lint::lint(&catalog);
+        // Overrides that match no tool are likely typos.
+        for (index, server) in tenant.servers().iter().enumerate() {
+            let connected = catalog
+                .servers()
+                .get(index)
+                .is_some_and(|s| s.state == ServerState::Connected);
+            for tool in server.overrides.keys() {
+                if connected
+                    && !catalog
+                        .tools()
+                        .iter()
+                        .any(|t| t.server == server.name && &t.upstream_name == tool)
+                {
+                    warnings.push(crate::catalog::lint::Warning {
+                        server: server.name.clone(),
+                        tool: tool.clone(),
+                        message: "has an override but the server exposes no such tool".to_owned(),
+                    });
+                }
+            }
+        }
+        for warning in &warnings {
+            println!("  warning: {warning}");
+        }
     }
     registry.shutdown().await;
     if healthy {

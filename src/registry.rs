@@ -243,6 +243,11 @@ impl Tenant {
         &self.limits
     }
 
+    /// Every configured server, in configuration order.
+    pub fn servers(&self) -> &[ServerConfig] {
+        &self.servers
+    }
+
     /// The configuration of server `index`.
     pub fn server(&self, index: usize) -> &ServerConfig {
         &self.servers[index]
@@ -280,6 +285,7 @@ fn build_catalog(
             transport: server.transport.kind(),
             bare: server.bare,
             filter: &server.filter,
+            overrides: &server.overrides,
             state: match state {
                 SlotState::Connecting => InputState::Connecting,
                 SlotState::Ready { tools, .. } => InputState::Listed(tools),
@@ -318,6 +324,7 @@ impl Supervisor {
             server: server.name.clone(),
         };
         let mut attempt: u32 = 0;
+        let mut first_attempt_done = false;
         let mut last_tools: Option<Arc<Vec<rmcp::model::Tool>>> = None;
         loop {
             // A panic while connecting (a bug, or a misbehaving library)
@@ -337,17 +344,19 @@ impl Supervisor {
                 }),
                 () = self.shutdown.cancelled() => return,
             };
+            // Any attempt after the first is a reconnect, whatever the backoff.
+            let tried = std::mem::replace(&mut first_attempt_done, true);
             let reason = match result {
                 Ok(connected) => {
                     tracing::info!(
                         tenant = %tenant,
                         server = %server.name,
                         tools = connected.tools.len(),
-                        reconnect = attempt > 0,
+                        reconnect = tried,
                         "upstream connected"
                     );
                     self.metrics
-                        .connect_result(tenant, &server.name, true, attempt > 0);
+                        .connect_result(tenant, &server.name, true, tried);
                     let session = connected.session.clone();
                     let tools = Arc::new(connected.tools);
                     last_tools = Some(tools.clone());
@@ -373,7 +382,7 @@ impl Supervisor {
                 Err(error) => {
                     tracing::warn!(tenant = %tenant, server = %server.name, %error, "upstream connect failed");
                     self.metrics
-                        .connect_result(tenant, &server.name, false, attempt > 0);
+                        .connect_result(tenant, &server.name, false, tried);
                     error.to_string()
                 }
             };

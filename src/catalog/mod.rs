@@ -5,6 +5,7 @@
 //! A new snapshot is built whenever a server's state changes; readers hold an
 //! `Arc<Catalog>` and never see a half-built catalog.
 
+pub mod lint;
 pub mod name;
 mod search;
 
@@ -26,6 +27,8 @@ pub struct ServerInput<'a> {
     pub bare: bool,
     /// Which of the server's tools are exposed.
     pub filter: &'a ToolFilter,
+    /// Operator overrides by the server's tool name.
+    pub overrides: &'a std::collections::HashMap<String, crate::config::ToolOverride>,
     /// The server's current state.
     pub state: InputState<'a>,
 }
@@ -333,7 +336,13 @@ fn server_tools(
                 printable(&exposed)
             ));
         }
-        let tool = catalog_tool(server_index, input.name, exposed, tool);
+        let tool = catalog_tool(
+            server_index,
+            input.name,
+            exposed,
+            tool,
+            input.overrides.get(upstream_name),
+        );
         check_shape(&tool, input.name, limits)?;
         tools.push(tool);
     }
@@ -410,6 +419,7 @@ fn catalog_tool(
     server: &str,
     exposed: String,
     tool: &rmcp::model::Tool,
+    overrides: Option<&crate::config::ToolOverride>,
 ) -> CatalogTool {
     let annotations = tool.annotations.as_ref();
     let title = tool
@@ -417,7 +427,13 @@ fn catalog_tool(
         .clone()
         .or_else(|| annotations.and_then(|a| a.title.clone()))
         .unwrap_or_default();
-    let input_schema_json = serde_json::to_string(tool.input_schema.as_ref()).unwrap_or_default();
+    let input_schema_json = if overrides.is_some_and(|o| o.hide_defaults) {
+        let mut schema = serde_json::Value::Object(tool.input_schema.as_ref().clone());
+        strip_defaults(&mut schema);
+        schema.to_string()
+    } else {
+        serde_json::to_string(tool.input_schema.as_ref()).unwrap_or_default()
+    };
     let output_schema_json = tool
         .output_schema
         .as_ref()
@@ -434,8 +450,10 @@ fn catalog_tool(
         server: server.to_owned(),
         server_index,
         upstream_name: tool.name.to_string(),
-        description: tool.description.as_deref().unwrap_or_default().to_owned(),
-        title,
+        description: overrides
+            .and_then(|o| o.description.clone())
+            .unwrap_or_else(|| tool.description.as_deref().unwrap_or_default().to_owned()),
+        title: overrides.and_then(|o| o.title.clone()).unwrap_or(title),
         input_schema_json,
         output_schema_json,
         annotations,
@@ -443,6 +461,21 @@ fn catalog_tool(
     };
     tool.definition_hash = definition_hash(&tool);
     tool
+}
+
+/// Removes `default` from every property schema (nested ones too).
+fn strip_defaults(schema: &mut serde_json::Value) {
+    if let Some(properties) = schema.get_mut("properties").and_then(|p| p.as_object_mut()) {
+        for property in properties.values_mut() {
+            if let Some(object) = property.as_object_mut() {
+                object.remove("default");
+            }
+            strip_defaults(property);
+        }
+    }
+    if let Some(items) = schema.get_mut("items") {
+        strip_defaults(items);
+    }
 }
 
 /// SHA-256 over every field a caller sees, each length-prefixed so that no
@@ -514,8 +547,16 @@ mod tests {
             transport: "stdio",
             bare,
             filter,
+            overrides: no_overrides(),
             state: InputState::Listed(tools),
         }
+    }
+
+    fn no_overrides() -> &'static std::collections::HashMap<String, crate::config::ToolOverride> {
+        static EMPTY: std::sync::OnceLock<
+            std::collections::HashMap<String, crate::config::ToolOverride>,
+        > = std::sync::OnceLock::new();
+        EMPTY.get_or_init(Default::default)
     }
 
     #[test]
@@ -633,6 +674,7 @@ mod properties {
         #[test]
         fn exposing_then_routing_is_the_identity(servers in servers()) {
             let filter = ToolFilter::default();
+            let overrides = HashMap::new();
             let listed: Vec<Vec<rmcp::model::Tool>> = servers.iter().map(|(_, _, n)| tools(n)).collect();
             let inputs: Vec<ServerInput<'_>> = servers
                 .iter()
@@ -642,6 +684,7 @@ mod properties {
                     transport: "http",
                     bare: *bare,
                     filter: &filter,
+                    overrides: &overrides,
                     state: InputState::Listed(tools),
                 })
                 .collect();

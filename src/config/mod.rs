@@ -200,6 +200,20 @@ pub struct ServerConfig {
     pub max_concurrent_calls: Option<usize>,
     /// How the session is established.
     pub lifecycle: Lifecycle,
+    /// Operator overrides of tool definitions, by the server's tool name.
+    pub overrides: std::collections::HashMap<String, ToolOverride>,
+}
+
+/// An operator's override of one tool's definition, applied before the
+/// tool is exposed (and so counted in its definition hash).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ToolOverride {
+    /// Replaces the server's description.
+    pub description: Option<String>,
+    /// Replaces the server's title.
+    pub title: Option<String>,
+    /// Removes every `default` from the input schema's properties.
+    pub hide_defaults: bool,
 }
 
 impl ServerConfig {

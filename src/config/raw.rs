@@ -115,9 +115,20 @@ pub(crate) struct RawServer {
     pub(crate) call_timeout: Option<String>,
     pub(crate) max_list_pages: Option<u32>,
     pub(crate) tool_timeouts: Option<BTreeMap<String, String>>,
+    pub(crate) overrides: Option<BTreeMap<String, RawOverride>>,
     pub(crate) reconnect: Option<RawReconnect>,
     pub(crate) max_concurrent_calls: Option<usize>,
     pub(crate) lifecycle: Option<super::Lifecycle>,
+}
+
+/// An operator's override of one tool's definition.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawOverride {
+    pub(crate) description: Option<String>,
+    pub(crate) title: Option<String>,
+    #[serde(default)]
+    pub(crate) hide_defaults: bool,
 }
 
 /// Allow and deny globs over a server's own tool names.

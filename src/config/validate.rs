@@ -586,6 +586,27 @@ fn validate_server(
         }
         tool_timeouts.insert(tool, value);
     }
+    let mut overrides = HashMap::new();
+    for (tool, raw) in server.overrides.unwrap_or_default() {
+        if raw
+            .description
+            .as_deref()
+            .is_some_and(|d| d.trim().is_empty())
+        {
+            errors.push(
+                format!("{path}.overrides.{tool}.description"),
+                "must not be empty (an empty description misleads a model)",
+            );
+        }
+        overrides.insert(
+            tool,
+            super::ToolOverride {
+                description: raw.description,
+                title: raw.title,
+                hide_defaults: raw.hide_defaults,
+            },
+        );
+    }
     let reconnect = reconnect(
         errors,
         &format!("{path}.reconnect"),
@@ -617,6 +638,7 @@ fn validate_server(
         reconnect,
         max_concurrent_calls,
         lifecycle: server.lifecycle.unwrap_or(defaults.lifecycle),
+        overrides,
     })
 }
 

@@ -32,6 +32,9 @@ pub(crate) async fn run_call(
     let tenant = gateway.tenant(&request)?.clone();
     let started = Instant::now();
     let Some(_call) = gateway.drain.enter() else {
+        gateway
+            .metrics
+            .call_finished(&tenant.name, "", "", "DRAINING", 0.0);
         return Err(CallError::Draining.into());
     };
     let caller_deadline = caller_timeout(&request).map(|t| t.saturating_sub(deadline_margin(t)));

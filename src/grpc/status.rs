@@ -20,6 +20,9 @@ pub const DOMAIN: &str = "toolgate";
 /// How long a client should wait before retrying an unavailable server.
 const RETRY_DELAY: Duration = Duration::from_secs(1);
 
+/// How long a client should wait after a concurrency limit shed its call.
+const SHED_RETRY_DELAY: Duration = Duration::from_millis(100);
+
 /// JSON-RPC error codes (JSON-RPC 2.0 and MCP).
 mod jsonrpc {
     pub(super) const PARSE_ERROR: i32 = -32700;
@@ -139,12 +142,17 @@ fn metadata(error: &CallError) -> HashMap<String, String> {
             if let Some(server) = server {
                 metadata.insert("server".to_owned(), server.clone());
             }
-            let limit = match shed {
-                crate::limits::Shed::Rate(_) => "limits.rate_per_second",
-                crate::limits::Shed::TenantConcurrency(_) => "limits.max_concurrent_calls",
-                crate::limits::Shed::ServerConcurrency(_) => "max_concurrent_calls",
+            let (limit, value) = match shed {
+                crate::limits::Shed::Rate(_) => ("limits.rate_per_second", None),
+                crate::limits::Shed::TenantConcurrency(n) => {
+                    ("limits.max_concurrent_calls", Some(n))
+                }
+                crate::limits::Shed::ServerConcurrency(n) => ("max_concurrent_calls", Some(n)),
             };
             metadata.insert("limit".to_owned(), limit.to_owned());
+            if let Some(value) = value {
+                metadata.insert("limit_value".to_owned(), value.to_string());
+            }
         }
         CallError::ServerUnavailable { server, tool, .. }
         | CallError::DeadlineExceeded { server, tool, .. } => {
@@ -160,6 +168,10 @@ fn metadata(error: &CallError) -> HashMap<String, String> {
             metadata.insert("tool".to_owned(), tool.clone());
             if let UpstreamError::JsonRpc { code, .. } = error {
                 metadata.insert("jsonrpc_code".to_owned(), code.to_string());
+            }
+            if let UpstreamError::TooLarge(max) = error {
+                metadata.insert("limit".to_owned(), "limits.max_result_bytes".to_owned());
+                metadata.insert("limit_value".to_owned(), max.to_string());
             }
         }
         CallError::PlanOutdated {
@@ -194,17 +206,52 @@ impl From<CallError> for Status {
         }
         let (code, reason) = classify(&error);
         let mut details = ErrorDetails::with_error_info(reason, DOMAIN, metadata(&error));
-        // RetryInfo only where a retry is safe: not after a request that may
-        // have reached the server, not when the gateway's credentials are
-        // refused (retrying will not help).
-        if code == Code::Unavailable
-            && !matches!(
-                reason,
-                "UPSTREAM_AUTH_REJECTED" | "UPSTREAM_CONNECTION_LOST"
-            )
-        {
-            details.set_retry_info(Some(RETRY_DELAY));
+        // RetryInfo only where a retry is safe because nothing was sent
+        // upstream: the server is down, the gateway is draining, or a limit
+        // shed the call. Not after a request that may have reached the
+        // server (a session or transport lost mid-call, a call cut off by
+        // shutdown), and not when the gateway's credentials are refused
+        // (retrying will not help).
+        let retry = match &error {
+            CallError::Shed(crate::limits::Shed::Rate(wait), _) => {
+                Some((*wait).max(Duration::from_millis(1)))
+            }
+            CallError::Shed(..) => Some(SHED_RETRY_DELAY),
+            _ if matches!(reason, "UPSTREAM_UNAVAILABLE" | "DRAINING") => Some(RETRY_DELAY),
+            _ => None,
+        };
+        if let Some(delay) = retry {
+            details.set_retry_info(Some(delay));
         }
         Status::with_error_details(code, message(&error), details)
     }
 }
+
+/// Rewrites tonic's answer to a request message over the size limit
+/// (OUT_OF_RANGE, "decoded message length too large") as RESOURCE_EXHAUSTED
+/// naming the limit, like every other limit. A tower response layer: the
+/// message is refused while decoding, before any handler runs.
+pub fn oversized_message<B>(mut response: http::Response<B>, limit: usize) -> http::Response<B> {
+    let headers = response.headers();
+    let oversized = headers.get("grpc-status").and_then(|v| v.to_str().ok()) == Some(OUT_OF_RANGE)
+        && headers
+            .get("grpc-message")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|m| {
+                m.contains("message%20length%20too%20large")
+                    || m.contains("message length too large")
+            });
+    if oversized {
+        let status = Status::resource_exhausted(format!(
+            "the request message is over limits.max_message_bytes ({limit} bytes)"
+        ));
+        let headers = response.headers_mut();
+        headers.remove("grpc-message");
+        headers.remove("grpc-status");
+        let _ = status.add_header(headers);
+    }
+    response
+}
+
+/// `grpc-status` of OUT_OF_RANGE.
+const OUT_OF_RANGE: &str = "11";

@@ -1,18 +1,14 @@
-//! The gateway's side of an MCP session: its client info, progress
-//! notifications routed to the call they belong to, and the server's log
-//! messages forwarded to the gateway's log.
+//! The gateway's side of an MCP session: its client info, and progress
+//! notifications routed to the call they belong to.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use rmcp::model::{
-    ClientCapabilities, ClientConfig, Implementation, LoggingMessageNotificationParam,
-    ProgressNotificationParam, ProgressToken,
+    ClientCapabilities, ClientConfig, Implementation, ProgressNotificationParam, ProgressToken,
 };
 use rmcp::service::{NotificationContext, RoleClient};
 use tokio::sync::mpsc;
-
-use super::Label;
 
 /// Where progress of one call goes.
 type ProgressSinks = Arc<Mutex<HashMap<ProgressToken, mpsc::Sender<ProgressNotificationParam>>>>;
@@ -22,18 +18,16 @@ type ProgressSinks = Arc<Mutex<HashMap<ProgressToken, mpsc::Sender<ProgressNotif
 pub(super) struct GatewayClient {
     info: ClientConfig,
     progress: ProgressSinks,
-    label: Label,
 }
 
 impl GatewayClient {
-    pub(super) fn new(label: Label) -> Self {
+    pub(super) fn new() -> Self {
         Self {
             info: ClientConfig::new(
                 ClientCapabilities::default(),
                 Implementation::new("toolgate", env!("CARGO_PKG_VERSION")),
             ),
             progress: Arc::default(),
-            label,
         }
     }
 
@@ -91,21 +85,5 @@ impl rmcp::ClientHandler for GatewayClient {
             // session's message loop.
             let _ = sink.try_send(params);
         }
-    }
-
-    async fn on_logging_message(
-        &self,
-        params: LoggingMessageNotificationParam,
-        _context: NotificationContext<RoleClient>,
-    ) {
-        let text = params.data.to_string();
-        tracing::debug!(
-            target: "toolgate::upstream::log",
-            tenant = %self.label.tenant,
-            server = %self.label.server,
-            level = ?params.level,
-            "{}",
-            super::truncate(&text, 2000)
-        );
     }
 }

@@ -46,8 +46,10 @@ pub(super) fn transport(
         .custom_headers(custom)
         .max_json_response_size(max_result_bytes)
         .max_sse_event_size(max_result_bytes)
-        // A server that forgot the session (404) gets a new one at once.
-        .reinit_on_expired_session(true);
+        // A server that forgot the session (404, 400) fails the call in
+        // flight; the supervisor then reconnects and re-reads the tool list
+        // (a transparent re-initialisation would keep a stale catalog).
+        .reinit_on_expired_session(false);
     let client = reqwest::Client::builder()
         // Redirects could carry the configured credentials elsewhere.
         .redirect(reqwest::redirect::Policy::none())

@@ -196,14 +196,14 @@ async fn start(
     match &server.transport {
         Transport::Stdio { command, cwd, env } => {
             let (transport, pid) = stdio::spawn(command, cwd.as_deref(), env, gateway_env, label)?;
-            let service = serve(transport, lifecycle, cancel, label)
+            let service = serve(transport, lifecycle, cancel)
                 .await
                 .map_err(handshake)?;
             Ok((service, pid))
         }
         Transport::Http { url, headers } => {
             let transport = http::transport(url, headers, max_result_bytes);
-            let service = serve(transport, lifecycle, cancel, label)
+            let service = serve(transport, lifecycle, cancel)
                 .await
                 .map_err(handshake)?;
             Ok((service, None))
@@ -216,7 +216,6 @@ async fn serve<T, E, A>(
     transport: T,
     lifecycle: Lifecycle,
     cancel: &CancellationToken,
-    label: &Label,
 ) -> Result<Service, rmcp::service::ClientInitializeError>
 where
     T: rmcp::transport::IntoTransport<RoleClient, E, A>,
@@ -229,7 +228,7 @@ where
         Lifecycle::Initialize | Lifecycle::Auto => rmcp::service::ClientLifecycleMode::Initialize,
     };
     rmcp::service::serve_client_with_lifecycle_and_ct(
-        handler::GatewayClient::new(label.clone()),
+        handler::GatewayClient::new(),
         transport,
         mode,
         cancel.clone(),

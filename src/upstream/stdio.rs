@@ -80,22 +80,37 @@ async fn forward_stderr(stderr: ChildStderr, label: Label) {
             .allow_burst(rate.saturating_mul(std::num::NonZeroU32::new(2).expect("non-zero"))),
     );
     let mut dropped: u64 = 0;
-    let mut lines = FramedRead::new(stderr, LinesCodec::new_with_max_length(MAX_STDERR_LINE));
-    while let Some(line) = lines.next().await {
-        if limiter.check().is_err() {
-            dropped += 1;
-            continue;
-        }
-        if dropped > 0 {
+    let report = |dropped: &mut u64| {
+        if *dropped > 0 {
             tracing::warn!(
                 target: "toolgate::upstream::stderr",
                 tenant = %label.tenant,
                 server = %label.server,
-                dropped,
+                dropped = *dropped,
                 "[stderr lines dropped by the rate limit]"
             );
-            dropped = 0;
+            *dropped = 0;
         }
+    };
+    let mut lines = FramedRead::new(stderr, LinesCodec::new_with_max_length(MAX_STDERR_LINE));
+    // Reports drops even when the flood ends with no line after it.
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(5));
+    loop {
+        let line = tokio::select! {
+            line = lines.next() => match line {
+                Some(line) => line,
+                None => break,
+            },
+            _ = tick.tick() => {
+                report(&mut dropped);
+                continue;
+            }
+        };
+        if limiter.check().is_err() {
+            dropped += 1;
+            continue;
+        }
+        report(&mut dropped);
         match line {
             Ok(line) => tracing::info!(
                 target: "toolgate::upstream::stderr",

@@ -358,6 +358,23 @@ impl rmcp::ServerHandler for TestServer {
                 }
                 CallToolResult::success(vec![ContentBlock::text("slow done")])
             }
+            "progress" => {
+                // Out-of-order and repeated values, spaced past the relay's
+                // rate limit: the gateway must pass on 1, 2, 3 only.
+                if let Some(token) = context.meta.get_progress_token() {
+                    for value in [1.0, 2.0, 2.0, 1.5, 3.0] {
+                        let _ = context
+                            .peer
+                            .notify_progress(
+                                rmcp::model::ProgressNotificationParam::new(token.clone(), value)
+                                    .with_total(3.0),
+                            )
+                            .await;
+                        tokio::time::sleep(Duration::from_millis(80)).await;
+                    }
+                }
+                CallToolResult::success(vec![ContentBlock::text("progress done")])
+            }
             "image" => CallToolResult::success(vec![
                 ContentBlock::text("a pixel"),
                 ContentBlock::image(PNG_B64, "image/png"),
@@ -400,7 +417,16 @@ pub async fn serve_mcp_json(server: TestServer) -> McpServer {
     serve_mcp_with(server, true).await
 }
 
+/// Like [`serve_mcp`], on a given port (to restart a server in place).
+pub async fn serve_mcp_at(server: TestServer, port: u16) -> McpServer {
+    serve_mcp_on(server, false, port).await
+}
+
 async fn serve_mcp_with(server: TestServer, json: bool) -> McpServer {
+    serve_mcp_on(server, json, 0).await
+}
+
+async fn serve_mcp_on(server: TestServer, json: bool, port: u16) -> McpServer {
     let log = server.log.clone();
     let stop = CancellationToken::new();
     let mut config =
@@ -434,7 +460,14 @@ async fn serve_mcp_with(server: TestServer, json: bool) -> McpServer {
                     }
                 },
             ));
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let listener = loop {
+        // A port just released may take a moment to be free again.
+        match TcpListener::bind(("127.0.0.1", port)).await {
+            Ok(listener) => break listener,
+            Err(_) if port != 0 => tokio::time::sleep(Duration::from_millis(20)).await,
+            Err(e) => panic!("bind: {e}"),
+        }
+    };
     let addr = listener.local_addr().unwrap();
     let shutdown = stop.clone();
     tokio::spawn(async move {
@@ -578,4 +611,12 @@ pub async fn wait_exit(
         );
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
+}
+
+/// A tool with annotation hints.
+pub fn annotated(name: &str, read_only: bool, description: &str) -> Tool {
+    let mut t = tool(name);
+    t.description = Some(description.to_string().into());
+    t.annotations = Some(rmcp::model::ToolAnnotations::new().read_only(read_only));
+    t
 }

@@ -260,10 +260,9 @@ async fn exits_at_start() {
 async fn writes_garbage_to_stdout() {
     let setup = Setup::start("garbage_stdout", "").await;
     // Garbage lines are skipped by the transport; the session answers.
-    let answer = call_with_deadline(&setup.gateway, "bad__echo", Duration::from_secs(10)).await;
-    match answer {
-        Ok(answer) => assert_eq!(answer.text, "x"),
-        Err(status) => assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}"),
+    for _ in 0..3 {
+        let answer = call_with_deadline(&setup.gateway, "bad__echo", Duration::from_secs(10)).await;
+        assert_eq!(answer.unwrap().text, "x");
     }
     setup.others_still_work().await;
 }

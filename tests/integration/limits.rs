@@ -50,6 +50,19 @@ async fn concurrency_limits_shed_at_once_with_resource_exhausted() {
             "{}",
             err.message()
         );
+        use tonic_types::StatusExt;
+        assert!(
+            err.get_details_retry_info().is_some(),
+            "a shed call may be retried"
+        );
+        assert_eq!(
+            err.get_details_error_info()
+                .unwrap()
+                .metadata
+                .get("limit_value")
+                .map(String::as_str),
+            Some("1")
+        );
         assert!(
             started.elapsed() < Duration::from_secs(2),
             "shed, not queued"
@@ -87,6 +100,15 @@ async fn the_rate_limit_sheds_beyond_the_burst() {
         .count();
     assert!(limited >= 2, "{outcomes:?}");
     assert!(outcomes[0].is_ok());
+    let err = invoke(&mut client, TOKEN, "t__echo", "{}")
+        .await
+        .unwrap_err();
+    use tonic_types::StatusExt;
+    let retry = err.get_details_retry_info().expect("RetryInfo says when");
+    assert!(
+        retry.retry_delay.unwrap() <= Duration::from_secs(1),
+        "{retry:?}"
+    );
     gateway.shutdown().await;
 }
 
@@ -121,6 +143,11 @@ async fn size_limits_name_the_limit_and_the_gateway_stays_up() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), tonic::Code::ResourceExhausted, "{err:?}");
+    assert!(
+        err.message().contains("limits.max_message_bytes"),
+        "{}",
+        err.message()
+    );
     // Still serving.
     assert_eq!(
         invoke(&mut client, TOKEN, "t__echo", r#"{"text":"ok"}"#)

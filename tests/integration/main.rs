@@ -13,3 +13,4 @@ mod invoke;
 mod limits;
 mod ops;
 mod third_party;
+mod worker_api;
