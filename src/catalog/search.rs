@@ -7,6 +7,12 @@ use bm25::{Document, Language, SearchEngine, SearchEngineBuilder};
 
 use super::CatalogTool;
 
+/// BM25 `b`: tool descriptions are short and similar in length, so length
+/// normalisation is kept weak.
+const LENGTH_NORMALISATION: f32 = 0.3;
+/// BM25 `k1`, the usual value.
+const TERM_SATURATION: f32 = 1.2;
+
 /// The search index of one catalog snapshot.
 pub(super) struct Index(SearchEngine<usize>);
 
@@ -23,7 +29,12 @@ impl Index {
             .iter()
             .enumerate()
             .map(|(i, tool)| Document::new(i, searchable_text(tool)));
-        Self(SearchEngineBuilder::<usize>::with_documents(Language::English, documents).build())
+        Self(
+            SearchEngineBuilder::<usize>::with_documents(Language::English, documents)
+                .b(LENGTH_NORMALISATION)
+                .k1(TERM_SATURATION)
+                .build(),
+        )
     }
 
     /// Positions and scores of the tools matching `query`, best first.
@@ -36,23 +47,24 @@ impl Index {
     }
 }
 
-/// What a tool is searched by. Names are split into words (`get_issue`,
-/// `getIssue`, `get-issue` all give "get issue"); the name counts twice, as
-/// the strongest signal of what a tool does.
+/// What a tool is searched by: its server, name, title, description and
+/// parameter names. Names are split into words (`get_issue`, `getIssue`,
+/// `get-issue` all give "get issue").
 fn searchable_text(tool: &CatalogTool) -> String {
     let name = split_identifier(&tool.upstream_name);
-    let mut text = format!("{name} {name} {} {}", tool.title, tool.description);
+    let mut text = format!(
+        "{} {name} {} {}",
+        split_identifier(&tool.server),
+        tool.title,
+        tool.description
+    );
     if let Ok(serde_json::Value::Object(schema)) =
         serde_json::from_str::<serde_json::Value>(&tool.input_schema_json)
         && let Some(serde_json::Value::Object(properties)) = schema.get("properties")
     {
-        for (param, spec) in properties {
+        for (param, _spec) in properties {
             text.push(' ');
             text.push_str(&split_identifier(param));
-            if let Some(description) = spec.get("description").and_then(|d| d.as_str()) {
-                text.push(' ');
-                text.push_str(description);
-            }
         }
     }
     text

@@ -12,5 +12,6 @@ mod hostile;
 mod invoke;
 mod limits;
 mod ops;
+mod search;
 mod third_party;
 mod worker_api;
