@@ -305,3 +305,122 @@ async fn python_grpc_client_lists_and_invokes() {
     assert_eq!(unauth["error"]["code"], "UNAUTHENTICATED");
     gateway.shutdown().await;
 }
+
+#[tokio::test]
+async fn python_client_uses_the_worker_api() {
+    let server = serve_mcp(TestServer::new(&[]).with_tools(vec![
+        annotated(
+            "read_file",
+            true,
+            "Read a file from the workspace and return its text.",
+        ),
+        annotated(
+            "progress",
+            false,
+            "Do slow work and report progress while doing it.",
+        ),
+        annotated("echo", true, "Echo the given text back unchanged."),
+    ]))
+    .await;
+    let gateway = TestGateway::start(
+        &format!(
+            "tenants:\n  - name: acme\n    tokens: [{TOKEN}]\n    servers:\n      - name: t\n        url: \"{}\"\n",
+            server.url
+        ),
+        &[],
+    )
+    .await;
+    let addr = gateway.addr;
+
+    let (code, all) = python_client(addr, Some(TOKEN), &["list"]).await;
+    assert_eq!(code, 0, "{all}");
+    let tools = all["tools"].as_array().unwrap();
+    let total: u64 = tools
+        .iter()
+        .map(|t| t["estimated_tokens"].as_u64().unwrap())
+        .sum();
+    assert_eq!(all["total_estimated_tokens"].as_u64().unwrap(), total);
+    let (_, filtered) = python_client(
+        addr,
+        Some(TOKEN),
+        &["list", "--read-only", "--glob", "t__r*"],
+    )
+    .await;
+    let names: Vec<&str> = filtered["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["t__read_file"]);
+
+    // Pins: the current ones pass, a stale hash is refused with its reason.
+    let echo = tools.iter().find(|t| t["name"] == "t__echo").unwrap();
+    let hash = echo["definition_hash"].as_str().unwrap();
+    let version = all["catalog_version"].as_str().unwrap();
+    let (code, ok) = python_client(
+        addr,
+        Some(TOKEN),
+        &[
+            "invoke",
+            "t__echo",
+            r#"{"text":"pinned"}"#,
+            "--catalog-version",
+            version,
+            "--definition-hash",
+            hash,
+        ],
+    )
+    .await;
+    assert_eq!((code, ok["text"].as_str()), (0, Some("pinned")), "{ok}");
+    let (code, stale) = python_client(
+        addr,
+        Some(TOKEN),
+        &["invoke", "t__echo", "{}", "--definition-hash", "0000"],
+    )
+    .await;
+    assert_eq!(code, 3);
+    assert_eq!(stale["error"]["code"], "FAILED_PRECONDITION");
+    assert_eq!(
+        stale["error"]["details"][0]["reason"],
+        "TOOL_DEFINITION_CHANGED"
+    );
+
+    // Streaming: progress in order, then the result.
+    let (code, streamed) = python_client(addr, Some(TOKEN), &["stream", "t__progress", "{}"]).await;
+    assert_eq!(code, 0, "{streamed}");
+    let events = streamed["events"].as_array().unwrap();
+    let progress: Vec<f64> = events
+        .iter()
+        .filter(|e| e["type"] == "progress")
+        .map(|e| e["progress"].as_f64().unwrap())
+        .collect();
+    assert_eq!(progress, [1.0, 2.0, 3.0]);
+    assert_eq!(events.last().unwrap()["type"], "result");
+    assert_eq!(events.last().unwrap()["text"], "progress done");
+
+    // Watching: the current catalog arrives first.
+    let (code, watched) = python_client(
+        addr,
+        Some(TOKEN),
+        &["watch", "--count", "1", "--timeout", "10"],
+    )
+    .await;
+    assert_eq!(code, 0, "{watched}");
+    assert_eq!(
+        watched["snapshots"][0]["catalog_version"],
+        all["catalog_version"]
+    );
+
+    // Search: the file reader for a file question.
+    let (code, found) = python_client(
+        addr,
+        Some(TOKEN),
+        &["search", "show me what is in this file", "--limit", "2"],
+    )
+    .await;
+    assert_eq!(code, 0, "{found}");
+    assert_eq!(found["results"][0]["name"], "t__read_file", "{found}");
+    assert!(found["results"].as_array().unwrap().len() <= 2);
+    gateway.shutdown().await;
+}
