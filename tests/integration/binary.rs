@@ -247,3 +247,124 @@ fn demo_runs_end_to_end() {
         assert!(stdout.contains(expected), "{expected} in {stdout}");
     }
 }
+
+async fn cli(args: &[&str], token: Option<&str>) -> (i32, String, String) {
+    let mut command = tokio::process::Command::new(toolgate_bin());
+    command
+        .args(args)
+        .env_remove("TOOLGATE_TOKEN")
+        .env_remove("TOOLGATE_ADDR");
+    if let Some(token) = token {
+        command.env("TOOLGATE_TOKEN", token);
+    }
+    let output = tokio::time::timeout(Duration::from_secs(60), command.output())
+        .await
+        .unwrap()
+        .unwrap();
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn cli_verbs_list_call_and_exit_by_status() {
+    let gateway = TestGateway::start(
+        &format!(
+            "tenants:\n  - name: acme\n    tokens: [cli-token]\n    servers:\n      - name: py\n        command: [\"{}\", \"{}\"]\n",
+            python().display(),
+            fixture("python/env_server.py").display()
+        ),
+        &[],
+    )
+    .await;
+    let addr = gateway.addr.to_string();
+    let token = Some("cli-token");
+
+    let (code, table, _) = cli(&["tools", "--addr", &addr], token).await;
+    assert_eq!(code, 0);
+    assert!(table.starts_with("TOOL"), "{table}");
+    assert!(table.contains("py__tiny_image"), "{table}");
+    let (code, json, _) = cli(&["tools", "--addr", &addr, "--json"], token).await;
+    assert_eq!(code, 0);
+    let listing: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert!(
+        listing["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["name"] == "py__echo")
+    );
+
+    let (code, out, _) = cli(
+        &["call", "--addr", &addr, "py__echo", r#"{"text":"hello"}"#],
+        token,
+    )
+    .await;
+    assert_eq!((code, out.trim()), (0, "hello"));
+
+    let dir = tempfile::tempdir().unwrap();
+    let images = dir.path().join("images");
+    let (code, out, _) = cli(
+        &[
+            "call",
+            "--addr",
+            &addr,
+            "--json",
+            "--save-images",
+            images.to_str().unwrap(),
+            "py__tiny_image",
+        ],
+        token,
+    )
+    .await;
+    assert_eq!(code, 0, "{out}");
+    let result: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let saved = result["saved"][0].as_str().unwrap();
+    assert!(
+        std::fs::read(saved).unwrap().starts_with(b"\x89PNG"),
+        "{saved}"
+    );
+
+    let (code, out, _) = cli(
+        &[
+            "call",
+            "--addr",
+            &addr,
+            "py__fail",
+            r#"{"message":"broken"}"#,
+        ],
+        token,
+    )
+    .await;
+    assert_eq!((code, out.trim()), (17, "broken"), "a tool error exits 17");
+    let (code, _, err) = cli(&["call", "--addr", &addr, "py__nope"], token).await;
+    assert_eq!(code, 5, "NOT_FOUND exits 5: {err}");
+    assert!(err.contains("TOOL_NOT_FOUND"), "{err}");
+    let (code, _, _) = cli(&["call", "--addr", &addr, "py__echo", "[1]"], token).await;
+    assert_eq!(code, 3, "INVALID_ARGUMENT exits 3");
+    let (code, _, _) = cli(&["tools", "--addr", &addr], Some("wrong")).await;
+    assert_eq!(code, 16, "UNAUTHENTICATED exits 16");
+    let (code, _, err) = cli(&["tools", "--addr", &addr], None).await;
+    assert_eq!(code, 64, "{err}");
+    assert!(err.contains("TOOLGATE_TOKEN"), "{err}");
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, "cli-token\n").unwrap();
+    let (code, _, _) = cli(
+        &[
+            "tools",
+            "--addr",
+            &addr,
+            "--token-file",
+            token_file.to_str().unwrap(),
+        ],
+        None,
+    )
+    .await;
+    assert_eq!(code, 0);
+    let closed = format!("127.0.0.1:{}", free_port());
+    let (code, _, _) = cli(&["tools", "--addr", &closed], token).await;
+    assert_eq!(code, 14, "UNAVAILABLE exits 14");
+    gateway.shutdown().await;
+}

@@ -1,4 +1,7 @@
-//! The command line: `serve`, `check` and `demo`.
+//! The command line: `serve`, `check` and `demo`, and the client verbs
+//! `tools` and `call` (in [`client`]).
+
+pub mod client;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -48,6 +51,10 @@ enum Command {
     /// Run an in-process MCP server, a gateway in front of it, and a gRPC
     /// client against that; print what happens.
     Demo,
+    /// List the tools of a running gateway (token: TOOLGATE_TOKEN or --token-file).
+    Tools(client::ToolsArgs),
+    /// Invoke one tool on a running gateway and print the result.
+    Call(client::CallArgs),
 }
 
 /// Parses the command line and runs the command.
@@ -72,6 +79,8 @@ pub fn main() -> ExitCode {
                 guard.shutdown().await;
                 code
             }
+            Command::Tools(args) => client::tools(args).await,
+            Command::Call(args) => client::call(args).await,
             Command::Demo => {
                 let guard = telemetry::init(cli.log_format.unwrap_or_default(), "warn");
                 let code = match crate::demo::run().await {
