@@ -1,4 +1,5 @@
-//! Caller authentication: `authorization: Bearer <token>` → [`TenantId`].
+//! Caller authentication: `authorization: Bearer <token>` → the caller's
+//! [`Tenant`], put into the request extensions.
 //!
 //! Tokens are kept only as SHA-256 digests. A presented token is hashed and
 //! looked up by digest, then the digests are compared in constant time, so
@@ -13,12 +14,13 @@ use tonic::service::Interceptor;
 
 use crate::config::Config;
 use crate::error::CallError;
-use crate::registry::TenantId;
+use crate::registry::{Registry, Tenant};
 
-/// Token digests of every tenant.
-#[derive(Clone)]
+/// Token digests of every tenant, mapped to the tenant's position in the
+/// configuration.
+#[derive(Clone, Default)]
 pub struct TokenTable {
-    by_digest: Arc<HashMap<[u8; 32], TenantId>>,
+    by_digest: Arc<HashMap<[u8; 32], usize>>,
 }
 
 impl std::fmt::Debug for TokenTable {
@@ -40,7 +42,7 @@ impl TokenTable {
         let mut by_digest = HashMap::new();
         for (index, tenant) in config.tenants.iter().enumerate() {
             for token in &tenant.tokens {
-                by_digest.insert(digest(token.expose()), TenantId(index));
+                by_digest.insert(digest(token.expose()), index);
             }
         }
         Self {
@@ -49,7 +51,7 @@ impl TokenTable {
     }
 
     /// The tenant a presented token selects.
-    pub fn tenant_for(&self, token: &str) -> Option<TenantId> {
+    pub fn tenant_for(&self, token: &str) -> Option<usize> {
         let presented = digest(token);
         self.by_digest
             .get_key_value(&presented)
@@ -68,16 +70,18 @@ impl TokenTable {
 }
 
 /// The gRPC interceptor that authenticates every ToolGateway call and puts
-/// the caller's [`TenantId`] into the request extensions.
+/// the caller's [`Tenant`] into the request extensions. It reads the
+/// registry's current tokens, so a configuration reload applies to the
+/// next call.
 #[derive(Debug, Clone)]
 pub struct Authenticate {
-    tokens: TokenTable,
+    registry: Arc<Registry>,
 }
 
 impl Authenticate {
-    /// An interceptor over `tokens`.
-    pub fn new(tokens: TokenTable) -> Self {
-        Self { tokens }
+    /// An interceptor over the registry's tenants.
+    pub fn new(registry: Arc<Registry>) -> Self {
+        Self { registry }
     }
 }
 
@@ -100,9 +104,9 @@ impl Interceptor for Authenticate {
                 .ok_or(CallError::Unauthenticated(
                     "the `authorization` metadata is not `Bearer <token>`",
                 ))?;
-        let tenant = self
-            .tokens
-            .tenant_for(token)
+        let tenant: Arc<Tenant> = self
+            .registry
+            .authenticate(token)
             .ok_or(CallError::Unauthenticated("unknown token"))?;
         // The caller's credential goes no further than this layer.
         request.metadata_mut().remove("authorization");

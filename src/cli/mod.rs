@@ -187,7 +187,7 @@ async fn check(path: PathBuf, offline: bool) -> ExitCode {
         }
         let mut warnings = crate::catalog::lint::lint(&catalog);
         // Overrides that match no tool are likely typos.
-        for (index, server) in tenant.servers().iter().enumerate() {
+        for (index, server) in tenant.servers().enumerate() {
             let connected = catalog
                 .servers()
                 .get(index)

@@ -217,6 +217,66 @@ pub struct ToolOverride {
 }
 
 impl ServerConfig {
+    /// A digest of everything that shapes the server's session and
+    /// catalog, secret values included (they are hashed, never kept): two
+    /// configurations with the same fingerprint need no new session.
+    pub fn fingerprint(&self) -> [u8; 32] {
+        use sha2::{Digest, Sha256};
+        let mut h = Sha256::new();
+        let mut field = |bytes: &[u8]| {
+            h.update((bytes.len() as u64).to_le_bytes());
+            h.update(bytes);
+        };
+        field(self.name.as_bytes());
+        match &self.transport {
+            Transport::Stdio { command, cwd, env } => {
+                field(b"stdio");
+                for part in command {
+                    field(part.as_bytes());
+                }
+                field(
+                    cwd.as_ref()
+                        .map(|c| c.to_string_lossy().into_owned())
+                        .unwrap_or_default()
+                        .as_bytes(),
+                );
+                for (key, value) in env {
+                    field(key.as_bytes());
+                    field(value.expose().as_bytes());
+                }
+            }
+            Transport::Http { url, headers } => {
+                field(b"http");
+                field(url.as_str().as_bytes());
+                for (name, value) in headers {
+                    field(name.as_str().as_bytes());
+                    field(value.expose().as_bytes());
+                }
+            }
+        }
+        let (allow, deny) = &self.filter.patterns;
+        field(format!("{allow:?}{deny:?}").as_bytes());
+        let mut timeouts: Vec<_> = self.tool_timeouts.iter().collect();
+        timeouts.sort();
+        let mut overrides: Vec<_> = self.overrides.iter().collect();
+        overrides.sort_by(|a, b| a.0.cmp(b.0));
+        field(
+            format!(
+                "{}{:?}{:?}{:?}{}{timeouts:?}{:?}{:?}{:?}{overrides:?}",
+                self.bare,
+                self.connect_timeout,
+                self.call_timeout,
+                self.max_call_timeout,
+                self.max_list_pages,
+                self.reconnect,
+                self.max_concurrent_calls,
+                self.lifecycle,
+            )
+            .as_bytes(),
+        );
+        h.finalize().into()
+    }
+
     /// The upstream timeout of a call to `tool` without a caller deadline.
     pub fn timeout_for(&self, tool: &str) -> Duration {
         self.tool_timeouts
@@ -264,12 +324,23 @@ impl Transport {
 pub struct ToolFilter {
     allow: Option<globset::GlobSet>,
     deny: Option<globset::GlobSet>,
+    /// The globs as written (allow, deny), to compare configurations.
+    patterns: (Option<Vec<String>>, Vec<String>),
 }
 
 impl ToolFilter {
-    /// Builds a filter from already validated glob sets.
-    pub fn new(allow: Option<globset::GlobSet>, deny: Option<globset::GlobSet>) -> Self {
-        Self { allow, deny }
+    /// Builds a filter from already validated glob sets and the patterns
+    /// they were built from.
+    pub fn new(
+        allow: Option<globset::GlobSet>,
+        deny: Option<globset::GlobSet>,
+        patterns: (Option<Vec<String>>, Vec<String>),
+    ) -> Self {
+        Self {
+            allow,
+            deny,
+            patterns,
+        }
     }
 
     /// Whether the server's tool `name` is exposed.

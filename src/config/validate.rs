@@ -774,9 +774,10 @@ fn redact_url(url: &url::Url) -> String {
 fn tool_filter(errors: &mut Errors, path: &str, raw: RawToolFilter) -> ToolFilter {
     let allow = raw
         .allow
-        .map(|globs| glob_set(errors, &format!("{path}.allow"), &globs));
+        .as_ref()
+        .map(|globs| glob_set(errors, &format!("{path}.allow"), globs));
     let deny = (!raw.deny.is_empty()).then(|| glob_set(errors, &format!("{path}.deny"), &raw.deny));
-    ToolFilter::new(allow, deny)
+    ToolFilter::new(allow, deny, (raw.allow, raw.deny))
 }
 
 fn glob_set(errors: &mut Errors, path: &str, globs: &[String]) -> globset::GlobSet {

@@ -29,7 +29,7 @@ pub(crate) async fn run_call(
     request: Request<pb::InvokeToolRequest>,
     progress: Option<ProgressSink>,
 ) -> Result<pb::InvokeToolResponse, Status> {
-    let tenant = gateway.tenant(&request)?.clone();
+    let tenant = gateway.tenant(&request)?;
     let started = Instant::now();
     let Some(_call) = gateway.drain.enter() else {
         gateway

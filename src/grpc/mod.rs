@@ -21,7 +21,7 @@ use tracing::Instrument;
 
 use crate::error::CallError;
 use crate::pb;
-use crate::registry::{Registry, Tenant, TenantId};
+use crate::registry::Tenant;
 use crate::telemetry::{Metrics, trace};
 
 /// How long ListTools waits for servers that are still connecting when the
@@ -38,7 +38,6 @@ fn deadline_margin(deadline: Duration) -> Duration {
 /// The ToolGateway service.
 #[derive(Debug, Clone)]
 pub struct Gateway {
-    registry: Arc<Registry>,
     /// Cancelled when the shutdown grace period runs out: calls still in
     /// flight are cancelled upstream and answered UNAVAILABLE.
     abort: CancellationToken,
@@ -47,29 +46,22 @@ pub struct Gateway {
 }
 
 impl Gateway {
-    /// A service over `registry`; `abort` ends calls still running when the
-    /// shutdown grace period is over.
-    pub fn new(
-        registry: Arc<Registry>,
-        abort: CancellationToken,
-        metrics: Arc<Metrics>,
-        drain: Arc<drain::Drain>,
-    ) -> Self {
+    /// The service; `abort` ends calls still running when the shutdown
+    /// grace period is over. Callers' tenants come from [`crate::auth`].
+    pub fn new(abort: CancellationToken, metrics: Arc<Metrics>, drain: Arc<drain::Drain>) -> Self {
         Self {
-            registry,
             abort,
             metrics,
             drain,
         }
     }
 
-    fn tenant<T>(&self, request: &Request<T>) -> Result<&Arc<Tenant>, Status> {
-        let id = request
+    fn tenant<T>(&self, request: &Request<T>) -> Result<Arc<Tenant>, Status> {
+        request
             .extensions()
-            .get::<TenantId>()
-            .copied()
-            .ok_or(CallError::Unauthenticated("no credential was checked"))?;
-        Ok(self.registry.tenant(id))
+            .get::<Arc<Tenant>>()
+            .cloned()
+            .ok_or_else(|| CallError::Unauthenticated("no credential was checked").into())
     }
 }
 

@@ -1,0 +1,92 @@
+//! One server slot of a tenant: the server's configuration and the state of
+//! its session, kept by a supervisor. A slot outlives configuration
+//! reloads that leave its server unchanged; it then moves to the new
+//! tenant object and its session is untouched.
+
+use std::sync::{Arc, Mutex, Weak};
+
+use tokio_util::sync::CancellationToken;
+
+use super::Tenant;
+use crate::config::ServerConfig;
+use crate::limits::Concurrency;
+use crate::upstream::Session;
+
+/// The state of a slot's session.
+#[derive(Debug, Clone)]
+pub(super) enum SlotState {
+    Connecting,
+    Ready {
+        session: Arc<Session>,
+        tools: Arc<Vec<rmcp::model::Tool>>,
+    },
+    Failed {
+        reason: String,
+        /// What the server listed when it was last connected.
+        last_tools: Option<Arc<Vec<rmcp::model::Tool>>>,
+    },
+}
+
+/// A server of a tenant and its session.
+#[derive(Debug)]
+pub(crate) struct Slot {
+    pub(super) config: ServerConfig,
+    pub(super) fingerprint: [u8; 32],
+    pub(super) limit: Option<Concurrency>,
+    state: Mutex<SlotState>,
+    /// The tenant object whose catalog this slot feeds (replaced on reload).
+    owner: Mutex<Weak<Tenant>>,
+    /// Stops the slot's supervisor (shutdown, or the server was removed or
+    /// changed by a reload).
+    pub(super) stop: CancellationToken,
+}
+
+impl Slot {
+    pub(super) fn new(
+        config: ServerConfig,
+        fingerprint: [u8; 32],
+        stop: CancellationToken,
+    ) -> Self {
+        Self {
+            limit: config.max_concurrent_calls.map(Concurrency::new),
+            config,
+            fingerprint,
+            state: Mutex::new(SlotState::Connecting),
+            owner: Mutex::new(Weak::new()),
+            stop,
+        }
+    }
+
+    pub(super) fn state(&self) -> SlotState {
+        self.state.lock().expect("slot lock").clone()
+    }
+
+    pub(super) fn set_owner(&self, tenant: &Arc<Tenant>) {
+        *self.owner.lock().expect("slot lock") = Arc::downgrade(tenant);
+    }
+
+    /// Records a new state and republishes the owner's catalog. A slot
+    /// that was stopped publishes nothing more; a session it is handed then
+    /// is closed at once.
+    pub(super) fn set_state(&self, state: SlotState) {
+        if self.stop.is_cancelled() {
+            if let SlotState::Ready { session, .. } = state {
+                tokio::spawn(async move { session.close().await });
+            }
+            return;
+        }
+        *self.state.lock().expect("slot lock") = state;
+        let owner = self.owner.lock().expect("slot lock").upgrade();
+        if let Some(tenant) = owner {
+            tenant.rebuild();
+        }
+    }
+
+    /// The live session, if any.
+    pub(super) fn session(&self) -> Option<Arc<Session>> {
+        match &*self.state.lock().expect("slot lock") {
+            SlotState::Ready { session, .. } => Some(session.clone()),
+            _ => None,
+        }
+    }
+}

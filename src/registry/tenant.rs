@@ -1,0 +1,201 @@
+//! One tenant: its slots, limits and published catalog.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use super::slot::{Slot, SlotState};
+use crate::catalog::{Catalog, InputState, ServerInput, SharedCatalog};
+use crate::config::{Limits, ServerConfig};
+use crate::limits::{Concurrency, TenantLimiter};
+use crate::upstream::Session;
+
+/// Catalog versions remembered per tenant for pinned plans.
+const CATALOG_HISTORY: usize = 16;
+
+/// Where a tenant publishes its catalog; kept across configuration
+/// reloads, so watchers and pinned plans see one continuous history.
+#[derive(Debug, Clone)]
+pub(super) struct Publication {
+    catalog: Arc<watch::Sender<SharedCatalog>>,
+    history: Arc<Mutex<VecDeque<SharedCatalog>>>,
+}
+
+impl Publication {
+    pub(super) fn new() -> Self {
+        let empty: SharedCatalog = Arc::new(Catalog::default());
+        Self {
+            catalog: Arc::new(watch::channel(empty).0),
+            history: Arc::default(),
+        }
+    }
+}
+
+/// One tenant: its servers' slots and its current catalog.
+#[derive(Debug)]
+pub struct Tenant {
+    /// The configured tenant name.
+    pub name: String,
+    /// Rate and concurrency limits of the tenant's calls.
+    pub limiter: TenantLimiter,
+    pub(super) slots: Vec<Arc<Slot>>,
+    limits: Limits,
+    publication: Publication,
+    /// Serialises catalog rebuilds.
+    rebuilding: Mutex<()>,
+}
+
+/// Why a server's session could not be had for a call.
+#[derive(Debug, Clone)]
+pub enum SessionUnavailable {
+    /// Still connecting after the caller's wait.
+    Connecting,
+    /// Not connected, for this reason.
+    Down(String),
+}
+
+impl Tenant {
+    pub(super) fn new(
+        name: String,
+        limiter: TenantLimiter,
+        slots: Vec<Arc<Slot>>,
+        limits: Limits,
+        publication: Publication,
+    ) -> Arc<Tenant> {
+        let tenant = Arc::new(Tenant {
+            name,
+            limiter,
+            slots,
+            limits,
+            publication,
+            rebuilding: Mutex::new(()),
+        });
+        for slot in &tenant.slots {
+            slot.set_owner(&tenant);
+        }
+        tenant.rebuild();
+        tenant
+    }
+
+    pub(super) fn publication(&self) -> &Publication {
+        &self.publication
+    }
+
+    /// Builds and publishes a new catalog from the slots' states.
+    pub(super) fn rebuild(&self) {
+        let _serial = self.rebuilding.lock().expect("rebuild lock");
+        let states: Vec<SlotState> = self.slots.iter().map(|s| s.state()).collect();
+        let inputs: Vec<ServerInput<'_>> = self
+            .slots
+            .iter()
+            .zip(&states)
+            .map(|(slot, state)| ServerInput {
+                name: &slot.config.name,
+                transport: slot.config.transport.kind(),
+                bare: slot.config.bare,
+                filter: &slot.config.filter,
+                overrides: &slot.config.overrides,
+                state: match state {
+                    SlotState::Connecting => InputState::Connecting,
+                    SlotState::Ready { tools, .. } => InputState::Listed(tools),
+                    SlotState::Failed { reason, last_tools } => InputState::Failed {
+                        reason,
+                        last_tools: last_tools.as_deref().map(Vec::as_slice),
+                    },
+                },
+            })
+            .collect();
+        let catalog = Arc::new(Catalog::build(&inputs, &self.limits));
+        {
+            let mut history = self.publication.history.lock().expect("history lock");
+            if history
+                .back()
+                .is_none_or(|c| c.version() != catalog.version())
+            {
+                if history.len() == CATALOG_HISTORY {
+                    history.pop_front();
+                }
+                history.push_back(catalog.clone());
+            }
+        }
+        self.publication.catalog.send_replace(catalog);
+    }
+
+    /// The current catalog snapshot.
+    pub fn catalog(&self) -> SharedCatalog {
+        self.publication.catalog.borrow().clone()
+    }
+
+    /// A receiver of every new catalog snapshot.
+    pub fn subscribe(&self) -> watch::Receiver<SharedCatalog> {
+        self.publication.catalog.subscribe()
+    }
+
+    /// A recent catalog with this version, if remembered.
+    pub fn catalog_with_version(&self, version: &str) -> Option<SharedCatalog> {
+        self.publication
+            .history
+            .lock()
+            .expect("history lock")
+            .iter()
+            .rev()
+            .find(|c| c.version() == version)
+            .cloned()
+    }
+
+    /// The catalog once no server is connecting any more, or the current
+    /// one when `wait` runs out first.
+    pub async fn settled_catalog(&self, wait: Duration) -> SharedCatalog {
+        let mut rx = self.subscribe();
+        let settled = tokio::time::timeout(wait, rx.wait_for(|c| !c.is_settling())).await;
+        match settled {
+            Ok(Ok(catalog)) => catalog.clone(),
+            _ => self.catalog(),
+        }
+    }
+
+    /// Every configured server, in configuration order.
+    pub fn servers(&self) -> impl Iterator<Item = &ServerConfig> {
+        self.slots.iter().map(|s| &s.config)
+    }
+
+    /// The configuration of server `index`.
+    pub fn server(&self, index: usize) -> &ServerConfig {
+        &self.slots[index].config
+    }
+
+    /// The concurrency limit of server `index`, if any.
+    pub fn server_limit(&self, index: usize) -> Option<&Concurrency> {
+        self.slots.get(index).and_then(|s| s.limit.as_ref())
+    }
+
+    /// The gateway-wide size limits.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// The live session of server `index`.
+    ///
+    /// # Errors
+    /// The server is not connected.
+    pub fn session(&self, index: usize) -> Result<Arc<Session>, SessionUnavailable> {
+        let Some(slot) = self.slots.get(index) else {
+            return Err(SessionUnavailable::Down("no such server".to_owned()));
+        };
+        if slot.stop.is_cancelled() {
+            return Err(SessionUnavailable::Down(
+                "the server was removed or changed by a configuration reload".to_owned(),
+            ));
+        }
+        match slot.state() {
+            SlotState::Ready { session, .. } if !session.is_ended() => Ok(session),
+            SlotState::Ready { .. } => {
+                Err(SessionUnavailable::Down("the session ended".to_owned()))
+            }
+            SlotState::Connecting => Err(SessionUnavailable::Connecting),
+            SlotState::Failed { reason, .. } => Err(SessionUnavailable::Down(reason)),
+        }
+    }
+}
