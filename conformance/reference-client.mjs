@@ -95,7 +95,8 @@ function answerInputRequest(req) {
 // ---------------------------------------------------------------------------
 
 const TCHAR = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/; // RFC 9110 token
-const PRIMITIVE = new Set(['string', 'number', 'integer', 'boolean']);
+// 0.2.0-alpha.12: `number` is NOT allowed (invalid_number_header must be dropped).
+const PRIMITIVE = new Set(['string', 'integer', 'boolean']);
 
 /** Map of argument name -> header suffix, or null when the tool is invalid. */
 function headerAnnotations(tool) {

@@ -111,6 +111,7 @@ pub async fn serve(
     config: Config,
     env: Arc<dyn Environment>,
     shutdown: Shutdown,
+    reload: Option<crate::reload::ConfigSource>,
 ) -> Result<(), AppError> {
     let listener = TcpListener::bind(config.listen)
         .await
@@ -118,7 +119,7 @@ pub async fn serve(
             addr: config.listen,
             source,
         })?;
-    run(config, listener, env, shutdown).await
+    run_with_reload(config, listener, env, shutdown, reload).await
 }
 
 /// Runs the gateway on `listener` until `shutdown` drains it, in the order
@@ -144,6 +145,21 @@ pub async fn run(
     env: Arc<dyn Environment>,
     shutdown: Shutdown,
 ) -> Result<(), AppError> {
+    run_with_reload(config, listener, env, shutdown, None).await
+}
+
+/// [`run`], reloading the configuration from `reload` on SIGHUP and when
+/// the file changes.
+///
+/// # Errors
+/// The metrics address cannot be bound, or the server fails.
+pub async fn run_with_reload(
+    config: Config,
+    listener: TcpListener,
+    env: Arc<dyn Environment>,
+    shutdown: Shutdown,
+    reload: Option<crate::reload::ConfigSource>,
+) -> Result<(), AppError> {
     let local = listener
         .local_addr()
         .map(|a| a.to_string())
@@ -166,6 +182,16 @@ pub async fn run(
     }
 
     let registry = Registry::start(&config, env, metrics.clone());
+    let stop_reload = CancellationToken::new();
+    if let Some(source) = reload {
+        tokio::spawn(crate::reload::watch(
+            source,
+            config.clone(),
+            registry.clone(),
+            metrics.clone(),
+            stop_reload.clone(),
+        ));
+    }
     let abort = CancellationToken::new();
     let drain = Arc::new(Drain::default());
     let gateway = Gateway::new(abort.clone(), metrics.clone(), drain.clone());
@@ -267,6 +293,7 @@ pub async fn run(
                 .unwrap_or(Ok(()))
         }
     };
+    stop_reload.cancel();
     // 5. Close every upstream session.
     tracing::info!("closing upstream sessions");
     registry.shutdown().await;

@@ -18,6 +18,7 @@ pub mod fuzzing;
 pub mod grpc;
 pub mod limits;
 pub mod registry;
+pub mod reload;
 pub mod telemetry;
 pub mod upstream;
 

@@ -118,7 +118,12 @@ async fn serve(path: PathBuf, log_format: Option<LogFormat>) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let result = crate::app::serve(config, Arc::new(ProcessEnv), shutdown).await;
+    let env: Arc<dyn crate::config::Environment> = Arc::new(ProcessEnv);
+    let source = crate::reload::ConfigSource {
+        path: path.clone(),
+        env: env.clone(),
+    };
+    let result = crate::app::serve(config, env, shutdown, Some(source)).await;
     guard.shutdown().await;
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -11,6 +11,7 @@
 //! | `toolgate_upstream_connects_total` | counter | tenant, server, result |
 //! | `toolgate_upstream_reconnects_total` | counter | tenant, server |
 //! | `toolgate_upstream_session_lost_total` | counter | tenant, server |
+//! | `toolgate_config_reloads_total` | counter | result |
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -81,6 +82,13 @@ pub struct Metrics {
     connects: Family<ConnectLabels, Counter>,
     reconnects: Family<ServerLabels, Counter>,
     sessions_lost: Family<ServerLabels, Counter>,
+    reloads: Family<ReloadLabels, Counter>,
+}
+
+/// A reload's result.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReloadLabels {
+    result: String,
 }
 
 impl Default for Metrics {
@@ -107,6 +115,12 @@ impl Metrics {
         let connects = Family::<ConnectLabels, Counter>::default();
         let sessions_lost = Family::<ServerLabels, Counter>::default();
         let reconnects = Family::<ServerLabels, Counter>::default();
+        let reloads = Family::<ReloadLabels, Counter>::default();
+        registry.register(
+            "toolgate_config_reloads",
+            "Configuration reloads by result (applied, invalid)",
+            reloads.clone(),
+        );
         registry.register(
             "toolgate_upstream_reconnects",
             "Reconnect attempts after a failed connect or a lost session",
@@ -157,6 +171,7 @@ impl Metrics {
             connects,
             reconnects,
             sessions_lost,
+            reloads,
         }
     }
 
@@ -228,6 +243,15 @@ impl Metrics {
         self.session_up
             .get_or_create(&server_labels)
             .set(i64::from(ok));
+    }
+
+    /// Counts a configuration reload.
+    pub fn config_reload(&self, applied: bool) {
+        self.reloads
+            .get_or_create(&ReloadLabels {
+                result: if applied { "applied" } else { "invalid" }.to_owned(),
+            })
+            .inc();
     }
 
     /// Records that a session ended on its own.

@@ -12,6 +12,7 @@ mod hostile;
 mod invoke;
 mod limits;
 mod ops;
+mod reload;
 mod search;
 mod third_party;
 mod worker_api;

@@ -1,0 +1,113 @@
+//! Configuration reload: on SIGHUP, or when the config file's content
+//! changes (polled, which also catches the symlink swap Kubernetes uses to
+//! update a mounted ConfigMap). A new configuration is validated first; an
+//! invalid one is logged and counted, and the gateway keeps serving the
+//! old one. A valid one is applied by [`Registry::apply`].
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{Config, Environment};
+use crate::registry::Registry;
+use crate::telemetry::Metrics;
+
+/// How often the config file's content is checked.
+pub const POLL_INTERVAL: Duration = Duration::from_secs(2);
+
+/// Where the configuration comes from, for reloads.
+#[derive(Debug, Clone)]
+pub struct ConfigSource {
+    /// The config file (symlinks are followed on every read).
+    pub path: PathBuf,
+    /// The environment secret sources read from.
+    pub env: Arc<dyn Environment>,
+}
+
+fn digest(path: &std::path::Path) -> Option<[u8; 32]> {
+    std::fs::read(path)
+        .ok()
+        .map(|bytes| Sha256::digest(&bytes).into())
+}
+
+/// Watches for reload triggers until `stop` is cancelled.
+pub async fn watch(
+    source: ConfigSource,
+    initial: Config,
+    registry: Arc<Registry>,
+    metrics: Arc<Metrics>,
+    stop: CancellationToken,
+) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut hangup = match signal(SignalKind::hangup()) {
+        Ok(hangup) => Some(hangup),
+        Err(e) => {
+            tracing::warn!(error = %e, "no SIGHUP handler; reloading on file changes only");
+            None
+        }
+    };
+    let mut seen = digest(&source.path);
+    let mut applied = initial;
+    let mut poll = tokio::time::interval(POLL_INTERVAL);
+    poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let trigger = tokio::select! {
+            () = stop.cancelled() => return,
+            Some(()) = async {
+                match hangup.as_mut() {
+                    Some(h) => h.recv().await,
+                    None => std::future::pending().await,
+                }
+            } => "SIGHUP",
+            _ = poll.tick() => {
+                let now = digest(&source.path);
+                if now == seen || now.is_none() {
+                    continue;
+                }
+                seen = now;
+                "file change"
+            }
+        };
+        seen = digest(&source.path).or(seen);
+        match Config::load(&source.path, source.env.as_ref()) {
+            Err(error) => {
+                tracing::error!(%trigger, %error, "configuration reload refused; still serving the previous configuration");
+                metrics.config_reload(false);
+            }
+            Ok(config) => {
+                let summary = registry.apply(&config);
+                tracing::info!(
+                    %trigger,
+                    tenants_added = ?summary.tenants_added,
+                    tenants_removed = ?summary.tenants_removed,
+                    servers_started = ?summary.servers_started,
+                    servers_retired = ?summary.servers_retired,
+                    servers_kept = summary.servers_kept.len(),
+                    "configuration reloaded"
+                );
+                metrics.config_reload(true);
+                for (what, changed) in [
+                    ("listen", config.listen != applied.listen),
+                    ("metrics", config.metrics_listen != applied.metrics_listen),
+                    ("grpc", config.grpc != applied.grpc),
+                    ("reflection", config.reflection != applied.reflection),
+                    (
+                        "limits.max_message_bytes",
+                        config.limits.max_message_bytes != applied.limits.max_message_bytes,
+                    ),
+                ] {
+                    if changed {
+                        tracing::warn!(
+                            setting = what,
+                            "this setting changed but takes effect only after a restart"
+                        );
+                    }
+                }
+                applied = config;
+            }
+        }
+    }
+}
