@@ -55,6 +55,9 @@ pub enum CallError {
         /// How long the call ran.
         after: Duration,
     },
+    /// A ListTools/WatchTools/SearchTools filter is malformed.
+    #[error("invalid filter: {0}")]
+    InvalidFilter(String),
     /// A call limit shed the call.
     #[error("{}", shed_message(.0, .1.as_deref()))]
     Shed(crate::limits::Shed, Option<String>),

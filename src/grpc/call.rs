@@ -354,7 +354,9 @@ fn gone_since_pin(tenant: &Tenant, request: &pb::InvokeToolRequest) -> Option<Ca
             .catalog_with_version(&request.catalog_version)
             .is_some_and(|c| c.get(&request.name).is_some())
     } else {
+        // Only a hash this gateway has served for this name counts.
         !request.definition_hash.is_empty()
+            && tenant.served_definition(&request.name, &request.definition_hash)
     };
     existed.then(|| CallError::PlanOutdated {
         tool: request.name.clone(),

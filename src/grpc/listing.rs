@@ -6,6 +6,7 @@ use tonic::Status;
 
 use super::convert;
 use crate::catalog::{Catalog, CatalogTool};
+use crate::error::CallError;
 use crate::pb;
 
 /// Most results SearchTools returns.
@@ -27,24 +28,23 @@ impl Filter {
     /// # Errors
     /// INVALID_ARGUMENT naming a glob that does not parse.
     pub(super) fn new(request: &pb::ListToolsRequest) -> Result<Self, Status> {
-        let names = if request.name_globs.is_empty() {
-            None
-        } else {
-            let mut builder = GlobSetBuilder::new();
-            for (i, glob) in request.name_globs.iter().enumerate() {
-                let glob = Glob::new(glob).map_err(|e| {
-                    Status::invalid_argument(format!(
-                        "name_globs[{i}] `{glob}` is not a valid glob: {e}"
-                    ))
-                })?;
-                builder.add(glob);
-            }
-            Some(
-                builder
-                    .build()
-                    .map_err(|e| Status::invalid_argument(format!("name_globs: {e}")))?,
-            )
-        };
+        let names =
+            if request.name_globs.is_empty() {
+                None
+            } else {
+                let mut builder = GlobSetBuilder::new();
+                for (i, glob) in request.name_globs.iter().enumerate() {
+                    let glob = Glob::new(glob).map_err(|e| {
+                        Status::invalid_argument(format!(
+                            "name_globs[{i}] `{glob}` is not a valid glob: {e}"
+                        ))
+                    })?;
+                    builder.add(glob);
+                }
+                Some(builder.build().map_err(|e| {
+                    Status::from(CallError::InvalidFilter(format!("name_globs: {e}")))
+                })?)
+            };
         Ok(Self {
             servers: request.servers.clone(),
             names,

@@ -44,6 +44,7 @@ pub fn classify(error: &CallError) -> (Code, &'static str) {
         CallError::DeadlineExceeded { .. } => (Code::DeadlineExceeded, "DEADLINE_EXCEEDED"),
         CallError::ShuttingDown => (Code::Unavailable, "SHUTTING_DOWN"),
         CallError::Draining => (Code::Unavailable, "DRAINING"),
+        CallError::InvalidFilter(_) => (Code::InvalidArgument, "INVALID_FILTER"),
         CallError::PlanOutdated { pin, .. } => (
             Code::FailedPrecondition,
             match pin {
@@ -189,7 +190,10 @@ fn metadata(error: &CallError) -> HashMap<String, String> {
                 metadata.insert("current_definition_hash".to_owned(), current_hash.clone());
             }
         }
-        CallError::Unauthenticated(_) | CallError::ShuttingDown | CallError::Draining => {}
+        CallError::Unauthenticated(_)
+        | CallError::ShuttingDown
+        | CallError::Draining
+        | CallError::InvalidFilter(_) => {}
     }
     metadata
 }

@@ -99,7 +99,7 @@ impl Supervisor {
             attempt = attempt.saturating_add(1);
             self.slot.set_state(SlotState::Failed {
                 reason: format!(
-                    "{reason}; reconnecting in {}",
+                    "{reason}; reconnect attempt {attempt} scheduled {} after the failure",
                     humantime::format_duration(Duration::from_millis(delay.as_millis() as u64))
                 ),
                 last_tools: last_tools.clone(),

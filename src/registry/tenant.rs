@@ -145,6 +145,17 @@ impl Tenant {
             .cloned()
     }
 
+    /// Whether a remembered catalog exposed `name` with this definition
+    /// hash.
+    pub fn served_definition(&self, name: &str, hash: &str) -> bool {
+        self.publication
+            .history
+            .lock()
+            .expect("history lock")
+            .iter()
+            .any(|c| c.get(name).is_some_and(|t| t.definition_hash == hash))
+    }
+
     /// The catalog once no server is connecting any more, or the current
     /// one when `wait` runs out first.
     pub async fn settled_catalog(&self, wait: Duration) -> SharedCatalog {

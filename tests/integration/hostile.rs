@@ -244,7 +244,11 @@ async fn exits_at_start() {
     let setup = Setup::start("exit_at_start", "").await;
     let status = setup.bad_status().await;
     assert_eq!(status.state, pb::ServerState::Failed as i32);
-    assert!(status.error.contains("reconnecting in"), "{}", status.error);
+    assert!(
+        status.error.contains("reconnect attempt"),
+        "{}",
+        status.error
+    );
     let err = call_with_deadline(&setup.gateway, "bad__echo", Duration::from_secs(5))
         .await
         .unwrap_err();
