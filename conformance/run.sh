@@ -50,14 +50,16 @@ node_major="$("$NODE" -p 'process.versions.node.split(".")[0]')"
 
 # Put the pinned node first on PATH so a client command starting with `node`
 # (e.g. the reference client) gets the same runtime.
-export PATH="$(dirname "$NODE"):$PATH"
+PATH="$(dirname "$NODE"):$PATH"
+export PATH
 
 declare -A PKG_DIR=( [latest]="$HERE/node_modules/conformance-latest" [next]="$HERE/node_modules/conformance-next" )
 pkg_version() { "$NODE" -p "require('$1/package.json').version"; }
 cli() { local dir="$1"; shift; "$NODE" "$dir/dist/index.js" "$@"; }
 
+# The runner splits the command on single spaces (no quoting): keep paths space-free.
 first_word="${CLIENT%% *}"
-if [[ "$first_word" == /* && ! -x "$first_word" ]]; then
+if [[ "$first_word" == */* && ! -x "$first_word" ]]; then
   die "client command not found or not executable: $first_word (build it first, or set CONFORMANCE_CLIENT)"
 fi
 
@@ -110,8 +112,8 @@ fi
 
 echo "== conformance: client: $CLIENT"
 echo "== conformance: latest=$(pkg_version "${PKG_DIR[latest]}") next=$(pkg_version "${PKG_DIR[next]}") node=$("$NODE" --version), $total runs, $JOBS at a time"
-rm -rf "$OUT"
 mkdir -p "$OUT"
+rm -rf "$OUT/results" "$OUT"/*.log "$OUT"/*.result
 
 # --- run one scenario; writes "<status> <seconds>" to its .result file ---
 run_one() {
@@ -120,9 +122,10 @@ run_one() {
   local log="$OUT/$slug.log" args=()
   [[ "$spec" != - ]] && args+=(--spec-version "$spec")
   local start=$SECONDS rc=0
-  ( cd "$OUT" && timeout -k 5 "$HARD_TIMEOUT" "$NODE" "${PKG_DIR[$suite]}/dist/index.js" client \
+  # Runs in the caller's directory, so a relative CONFORMANCE_CLIENT works.
+  timeout -k 5 "$HARD_TIMEOUT" "$NODE" "${PKG_DIR[$suite]}/dist/index.js" client \
       --command "$CLIENT" --scenario "$scenario" --timeout "$TIMEOUT_MS" \
-      -o "$OUT/results/$run" "${args[@]}" ) >"$log" 2>&1 </dev/null || rc=$?
+      -o "$OUT/results/$run" "${args[@]}" >"$log" 2>&1 </dev/null || rc=$?
   local status=PASS
   if (( rc == 124 || rc == 137 )); then status=TIMEOUT
   elif grep -q '^SKIPPED: scenario' "$log"; then status=SKIP

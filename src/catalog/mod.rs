@@ -36,6 +36,8 @@ pub struct ServerInput<'a> {
 /// The state of a server as seen by the catalog.
 #[derive(Debug)]
 pub enum InputState<'a> {
+    /// Not connected and not trying (a lazy tenant not in use).
+    Idle,
     /// Not connected yet (or reconnecting).
     Connecting,
     /// Connected; these are every tool it listed.
@@ -54,6 +56,9 @@ pub enum InputState<'a> {
 /// How a server stands in the catalog.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ServerState {
+    /// Not connected and not trying: the tenant connects lazily and is not
+    /// in use.
+    Idle,
     /// The session is being established.
     Connecting,
     /// Connected; its tools are in the catalog.
@@ -202,6 +207,7 @@ impl Catalog {
         for (server_index, (input, candidate)) in inputs.iter().zip(candidates).enumerate() {
             let (state, mut server_tools) = match (&input.state, candidate) {
                 (InputState::Connecting, _) => (ServerState::Connecting, Vec::new()),
+                (InputState::Idle, _) => (ServerState::Idle, Vec::new()),
                 (InputState::Failed { reason, .. }, _) => {
                     (ServerState::Failed((*reason).to_owned()), Vec::new())
                 }

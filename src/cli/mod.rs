@@ -172,6 +172,7 @@ async fn check(path: PathBuf, offline: bool) -> ExitCode {
         for server in catalog.servers() {
             let state = match &server.state {
                 ServerState::Connected => format!("connected, {} tool(s)", server.tool_count),
+                ServerState::Idle => "idle (lazy tenant, not connected)".to_owned(),
                 ServerState::Connecting => {
                     healthy = false;
                     "still connecting (timed out)".to_owned()

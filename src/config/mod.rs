@@ -50,6 +50,9 @@ pub struct Config {
     pub grpc: GrpcSettings,
     /// Size and shape limits.
     pub limits: Limits,
+    /// Most sessions live at once in this replica; lazy tenants used least
+    /// recently are closed to make room. Unlimited when unset.
+    pub max_live_sessions: Option<usize>,
     /// Every tenant, in file order.
     pub tenants: Vec<TenantConfig>,
 }
@@ -171,7 +174,26 @@ pub struct TenantConfig {
     pub servers: Vec<ServerConfig>,
     /// Call limits.
     pub limits: TenantLimits,
+    /// When the tenant's sessions connect.
+    pub connect: ConnectMode,
+    /// For lazy tenants: sessions unused this long are closed.
+    pub idle_timeout: Duration,
 }
+
+/// When a tenant's sessions connect.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ConnectMode {
+    /// At start (and on reload), and kept up.
+    #[default]
+    Eager,
+    /// On the tenant's first call or listing; closed after `idle_timeout`
+    /// without use, or when `sessions.max_live` needs room.
+    Lazy,
+}
+
+/// How long an unused lazy tenant keeps its sessions, by default.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(15 * 60);
 
 /// One upstream MCP server of a tenant.
 #[derive(Debug, Clone)]

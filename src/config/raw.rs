@@ -20,6 +20,7 @@ pub(crate) struct RawConfig {
     pub(crate) metrics: Option<RawMetrics>,
     pub(crate) grpc: Option<RawGrpc>,
     pub(crate) limits: Option<RawLimits>,
+    pub(crate) sessions: Option<RawSessions>,
     pub(crate) defaults: Option<RawDefaults>,
     #[serde(default)]
     pub(crate) tenants: Vec<RawTenant>,
@@ -55,6 +56,13 @@ pub(crate) struct RawLimits {
     pub(crate) max_description_chars: Option<usize>,
 }
 
+/// Replica-wide session settings.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawSessions {
+    pub(crate) max_live: Option<usize>,
+}
+
 /// Per-tenant call limits.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -84,6 +92,8 @@ pub(crate) struct RawDefaults {
     pub(crate) reconnect: Option<RawReconnect>,
     pub(crate) max_concurrent_calls: Option<usize>,
     pub(crate) lifecycle: Option<super::Lifecycle>,
+    pub(crate) connect: Option<super::ConnectMode>,
+    pub(crate) idle_timeout: Option<String>,
 }
 
 /// One tenant.
@@ -96,6 +106,8 @@ pub(crate) struct RawTenant {
     #[serde(default)]
     pub(crate) servers: Vec<RawServer>,
     pub(crate) limits: Option<RawTenantLimits>,
+    pub(crate) connect: Option<super::ConnectMode>,
+    pub(crate) idle_timeout: Option<String>,
 }
 
 /// One upstream MCP server of a tenant.

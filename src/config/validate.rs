@@ -13,7 +13,7 @@ use super::raw::{
     RawTenantLimits, RawToolFilter, RawValue,
 };
 use super::{
-    Config, DEFAULT_CALL_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_LISTEN,
+    Config, DEFAULT_CALL_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_LISTEN,
     DEFAULT_MAX_CALL_TIMEOUT, DEFAULT_MAX_LIST_PAGES, DEFAULT_SHUTDOWN_DELAY,
     DEFAULT_SHUTDOWN_GRACE, Environment, FieldError, GrpcSettings, Secret, ServerConfig,
     TenantConfig, ToolFilter, Transport, ValueSource,
@@ -126,6 +126,13 @@ pub(super) fn validate(
     }
     let grpc = grpc_settings(&mut errors, raw.grpc.unwrap_or_default());
     let limits = limits(&mut errors, raw.limits.unwrap_or_default());
+    let max_live_sessions = match raw.sessions.and_then(|s| s.max_live) {
+        Some(0) => {
+            errors.push("sessions.max_live", "must be at least 1");
+            None
+        }
+        other => other,
+    };
     let shutdown_grace = duration(
         &mut errors,
         "shutdown_grace",
@@ -179,6 +186,7 @@ pub(super) fn validate(
         metrics_listen,
         grpc,
         limits,
+        max_live_sessions,
         tenants,
     })
 }
@@ -344,6 +352,8 @@ struct Defaults {
     reconnect: Reconnect,
     max_concurrent_calls: Option<usize>,
     lifecycle: Lifecycle,
+    connect: Option<super::ConnectMode>,
+    idle_timeout: Option<String>,
 }
 
 fn defaults(errors: &mut Errors, raw: RawDefaults) -> Defaults {
@@ -382,6 +392,8 @@ fn defaults(errors: &mut Errors, raw: RawDefaults) -> Defaults {
             .max_concurrent_calls
             .map(|n| positive(errors, "defaults.max_concurrent_calls", Some(n), 1)),
         lifecycle: raw.lifecycle.unwrap_or_default(),
+        connect: raw.connect,
+        idle_timeout: raw.idle_timeout,
     }
 }
 
@@ -465,11 +477,23 @@ fn validate_tenant(
         &format!("{path}.limits"),
         tenant.limits.unwrap_or_default(),
     );
+    let connect = tenant.connect.or(defaults.connect).unwrap_or_default();
+    let idle_timeout = duration(
+        errors,
+        &format!("{path}.idle_timeout"),
+        tenant
+            .idle_timeout
+            .as_deref()
+            .or(defaults.idle_timeout.as_deref()),
+        DEFAULT_IDLE_TIMEOUT,
+    );
     (errors.0.len() == before).then_some(TenantConfig {
         name: tenant.name,
         tokens,
         servers,
         limits,
+        connect,
+        idle_timeout,
     })
 }
 

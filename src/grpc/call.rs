@@ -30,6 +30,7 @@ pub(crate) async fn run_call(
     progress: Option<ProgressSink>,
 ) -> Result<pb::InvokeToolResponse, Status> {
     let tenant = gateway.tenant(&request)?;
+    let _busy = tenant.busy();
     let started = Instant::now();
     let Some(_call) = gateway.drain.enter() else {
         gateway

@@ -17,6 +17,7 @@ pub fn server_statuses(catalog: &Catalog) -> Vec<pb::ServerStatus> {
         .map(|s| {
             let (state, error) = match &s.state {
                 ServerState::Connecting => (pb::ServerState::Connecting, "connecting".to_owned()),
+                ServerState::Idle => (pb::ServerState::Idle, String::new()),
                 ServerState::Connected => (pb::ServerState::Connected, String::new()),
                 ServerState::Failed(reason) => (pb::ServerState::Failed, reason.clone()),
                 ServerState::Refused(reason) => (pb::ServerState::Refused, reason.clone()),

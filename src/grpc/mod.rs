@@ -56,12 +56,15 @@ impl Gateway {
         }
     }
 
+    /// The caller's tenant, marked used (a lazy tenant connects now).
     fn tenant<T>(&self, request: &Request<T>) -> Result<Arc<Tenant>, Status> {
-        request
+        let tenant = request
             .extensions()
             .get::<Arc<Tenant>>()
             .cloned()
-            .ok_or_else(|| CallError::Unauthenticated("no credential was checked").into())
+            .ok_or_else(|| Status::from(CallError::Unauthenticated("no credential was checked")))?;
+        tenant.activate();
+        Ok(tenant)
     }
 }
 

@@ -16,8 +16,11 @@ mod supervisor;
 mod tenant;
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
 
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -29,8 +32,7 @@ use slot::Slot;
 use tenant::Publication;
 
 use crate::auth::TokenTable;
-use crate::config::{Config, Environment};
-use crate::limits::TenantLimiter;
+use crate::config::{Config, ConnectMode, Environment};
 use crate::telemetry::Metrics;
 
 /// How long a retired session may keep serving calls that started on it
@@ -59,16 +61,57 @@ pub struct ReloadSummary {
     pub servers_retired: Vec<String>,
 }
 
+/// How often idle lazy tenants are looked for.
+const REAP_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Starts supervisors for slots, with what they need.
+#[derive(Debug)]
+pub(crate) struct Spawner {
+    env: Arc<dyn Environment>,
+    metrics: Arc<Metrics>,
+    tasks: TaskTracker,
+    max_result_bytes: AtomicUsize,
+    started: Instant,
+    /// Woken when a lazy tenant connects, so the session cap is enforced.
+    activated: Notify,
+}
+
+impl Spawner {
+    pub(crate) fn now_ms(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    pub(crate) fn supervise(&self, tenant: &str, slot: Arc<Slot>, stop: CancellationToken) {
+        self.tasks.spawn(
+            supervisor::Supervisor {
+                env: self.env.clone(),
+                metrics: self.metrics.clone(),
+                max_result_bytes: self.max_result_bytes.load(Ordering::Relaxed),
+                tenant: tenant.to_owned(),
+                slot,
+                stop,
+            }
+            .run(),
+        );
+    }
+
+    pub(crate) fn activated(&self) {
+        self.activated.notify_one();
+    }
+}
+
 /// Every tenant of the gateway.
 #[derive(Debug)]
 pub struct Registry {
     generation: RwLock<Arc<Generation>>,
-    env: Arc<dyn Environment>,
+    spawner: Arc<Spawner>,
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
     tasks: TaskTracker,
     /// Slots retired by reloads whose sessions may still be closing.
     retired: Mutex<Vec<Arc<Slot>>>,
+    /// `sessions.max_live`, 0 for no cap.
+    max_live: AtomicUsize,
 }
 
 impl Registry {
@@ -79,18 +122,28 @@ impl Registry {
         env: Arc<dyn Environment>,
         metrics: Arc<Metrics>,
     ) -> Arc<Registry> {
+        let tasks = TaskTracker::new();
         let registry = Arc::new(Registry {
             generation: RwLock::new(Arc::new(Generation {
                 tenants: Vec::new(),
                 tokens: TokenTable::default(),
             })),
-            env,
+            spawner: Arc::new(Spawner {
+                env,
+                metrics: metrics.clone(),
+                tasks: tasks.clone(),
+                max_result_bytes: AtomicUsize::new(config.limits.max_result_bytes),
+                started: Instant::now(),
+                activated: Notify::new(),
+            }),
             metrics,
             shutdown: CancellationToken::new(),
-            tasks: TaskTracker::new(),
+            tasks,
             retired: Mutex::default(),
+            max_live: AtomicUsize::new(0),
         });
         registry.apply(config);
+        registry.tasks.spawn(reap(registry.clone()));
         registry
     }
 
@@ -116,6 +169,11 @@ impl Registry {
     /// and changed ones connect, removed and changed ones close once idle.
     pub fn apply(&self, config: &Config) -> ReloadSummary {
         let mut summary = ReloadSummary::default();
+        self.spawner
+            .max_result_bytes
+            .store(config.limits.max_result_bytes, Ordering::Relaxed);
+        self.max_live
+            .store(config.max_live_sessions.unwrap_or(0), Ordering::Relaxed);
         let mut generation = self.generation.write().expect("generation lock");
         let old = generation.clone();
         let old_by_name: HashMap<&str, &Arc<Tenant>> =
@@ -148,16 +206,6 @@ impl Registry {
                             fingerprint,
                             self.shutdown.child_token(),
                         ));
-                        self.tasks.spawn(
-                            supervisor::Supervisor {
-                                env: self.env.clone(),
-                                metrics: self.metrics.clone(),
-                                max_result_bytes: config.limits.max_result_bytes,
-                                tenant: tenant_config.name.clone(),
-                                slot: slot.clone(),
-                            }
-                            .run(),
-                        );
                         slots.push(slot);
                         summary.servers_started.push(label);
                     }
@@ -166,13 +214,19 @@ impl Registry {
             let publication = previous
                 .map(|t| t.publication().clone())
                 .unwrap_or_else(Publication::new);
-            tenants.push(Tenant::new(
-                tenant_config.name.clone(),
-                TenantLimiter::new(&tenant_config.limits),
+            let tenant = Tenant::new(
+                tenant_config,
                 slots,
                 config.limits.clone(),
                 publication,
-            ));
+                self.spawner.clone(),
+            );
+            if tenant.connect == ConnectMode::Eager || tenant.is_active() {
+                // Eager tenants connect now; a lazy tenant in use connects
+                // its added or changed servers now too.
+                tenant.activate();
+            }
+            tenants.push(tenant);
         }
         let new_names: HashSet<&str> = config.tenants.iter().map(|t| t.name.as_str()).collect();
         for tenant in &old.tenants {
@@ -221,6 +275,15 @@ impl Registry {
         });
     }
 
+    /// Live sessions across every tenant.
+    pub fn live_sessions(&self) -> usize {
+        self.current()
+            .tenants
+            .iter()
+            .map(|t| t.live_sessions())
+            .sum()
+    }
+
     /// Stops connecting and closes every session (each bounded by
     /// [`crate::upstream::CLOSE_TIMEOUT`]), all in parallel.
     pub async fn shutdown(&self) {
@@ -243,6 +306,47 @@ impl Registry {
             for server in tenant.servers() {
                 self.metrics.session_closed(&tenant.name, &server.name);
             }
+        }
+    }
+}
+
+/// Closes lazy tenants' sessions after `idle_timeout` without use, and the
+/// least recently used ones while more than `sessions.max_live` are live.
+/// Tenants with calls in flight are never touched.
+async fn reap(registry: Arc<Registry>) {
+    loop {
+        tokio::select! {
+            () = registry.shutdown.cancelled() => return,
+            () = tokio::time::sleep(REAP_INTERVAL) => {}
+            () = registry.spawner.activated.notified() => {}
+        }
+        let now = registry.spawner.now_ms();
+        let tenants = registry.tenants();
+        let mut lazy: Vec<&Arc<Tenant>> = tenants
+            .iter()
+            .filter(|t| t.connect == ConnectMode::Lazy && t.is_active() && t.calls_in_flight() == 0)
+            .collect();
+        for tenant in &lazy {
+            let idle_ms = now.saturating_sub(tenant.last_used.load(Ordering::Relaxed));
+            if Duration::from_millis(idle_ms) >= tenant.idle_timeout {
+                tracing::info!(tenant = %tenant.name, "closing the sessions of an idle tenant");
+                tenant.deactivate();
+            }
+        }
+        let cap = registry.max_live.load(Ordering::Relaxed);
+        if cap == 0 {
+            continue;
+        }
+        let mut live: usize = tenants.iter().map(|t| t.live_sessions()).sum();
+        lazy.retain(|t| t.is_active());
+        lazy.sort_by_key(|t| t.last_used.load(Ordering::Relaxed));
+        for tenant in lazy {
+            if live <= cap {
+                break;
+            }
+            tracing::info!(tenant = %tenant.name, live, cap, "closing the least recently used tenant's sessions");
+            live = live.saturating_sub(tenant.live_sessions());
+            tenant.deactivate();
         }
     }
 }

@@ -15,6 +15,8 @@ use crate::upstream::Session;
 /// The state of a slot's session.
 #[derive(Debug, Clone)]
 pub(super) enum SlotState {
+    /// Not connected and not trying: a lazy tenant not in use.
+    Idle,
     Connecting,
     Ready {
         session: Arc<Session>,
@@ -36,9 +38,11 @@ pub(crate) struct Slot {
     state: Mutex<SlotState>,
     /// The tenant object whose catalog this slot feeds (replaced on reload).
     owner: Mutex<Weak<Tenant>>,
-    /// Stops the slot's supervisor (shutdown, or the server was removed or
+    /// Stops the slot for good (shutdown, or the server was removed or
     /// changed by a reload).
     pub(super) stop: CancellationToken,
+    /// Stops the current supervisor: set while the slot is active.
+    activation: Mutex<Option<CancellationToken>>,
 }
 
 impl Slot {
@@ -51,9 +55,44 @@ impl Slot {
             limit: config.max_concurrent_calls.map(Concurrency::new),
             config,
             fingerprint,
-            state: Mutex::new(SlotState::Connecting),
+            state: Mutex::new(SlotState::Idle),
             owner: Mutex::new(Weak::new()),
             stop,
+            activation: Mutex::new(None),
+        }
+    }
+
+    /// Starts a supervisor unless one runs; returns its stop token when a
+    /// new one is to be spawned. Concurrent callers share one connect.
+    pub(super) fn activate(&self) -> Option<CancellationToken> {
+        let mut activation = self.activation.lock().expect("slot lock");
+        if activation.is_some() || self.stop.is_cancelled() {
+            return None;
+        }
+        let token = self.stop.child_token();
+        *activation = Some(token.clone());
+        *self.state.lock().expect("slot lock") = SlotState::Connecting;
+        Some(token)
+    }
+
+    /// Whether a supervisor runs for this slot.
+    pub(super) fn is_active(&self) -> bool {
+        self.activation.lock().expect("slot lock").is_some()
+    }
+
+    /// Stops the supervisor, closes the session and goes idle.
+    pub(super) fn deactivate(&self) {
+        let Some(token) = self.activation.lock().expect("slot lock").take() else {
+            return;
+        };
+        token.cancel();
+        let previous =
+            std::mem::replace(&mut *self.state.lock().expect("slot lock"), SlotState::Idle);
+        if let SlotState::Ready { session, .. } = previous {
+            tokio::spawn(async move { session.close().await });
+        }
+        if let Some(tenant) = self.owner.lock().expect("slot lock").upgrade() {
+            tenant.rebuild();
         }
     }
 
@@ -69,7 +108,7 @@ impl Slot {
     /// that was stopped publishes nothing more; a session it is handed then
     /// is closed at once.
     pub(super) fn set_state(&self, state: SlotState) {
-        if self.stop.is_cancelled() {
+        if self.stop.is_cancelled() || !self.is_active() {
             if let SlotState::Ready { session, .. } = state {
                 tokio::spawn(async move { session.close().await });
             }

@@ -24,13 +24,15 @@ pub(super) struct Supervisor {
     pub(super) max_result_bytes: usize,
     pub(super) tenant: String,
     pub(super) slot: Arc<Slot>,
+    /// Ends this supervisor (the slot's activation).
+    pub(super) stop: tokio_util::sync::CancellationToken,
 }
 
 impl Supervisor {
     pub(super) async fn run(self) {
         let server = &self.slot.config;
         let tenant = &self.tenant;
-        let stop = self.slot.stop.clone();
+        let stop = self.stop.clone();
         let label = Label {
             tenant: tenant.clone(),
             server: server.name.clone(),

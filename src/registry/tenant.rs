@@ -1,14 +1,16 @@
 //! One tenant: its slots, limits and published catalog.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::watch;
 
+use super::Spawner;
 use super::slot::{Slot, SlotState};
 use crate::catalog::{Catalog, InputState, ServerInput, SharedCatalog};
-use crate::config::{Limits, ServerConfig};
+use crate::config::{ConnectMode, Limits, ServerConfig, TenantConfig};
 use crate::limits::{Concurrency, TenantLimiter};
 use crate::upstream::Session;
 
@@ -45,6 +47,23 @@ pub struct Tenant {
     publication: Publication,
     /// Serialises catalog rebuilds.
     rebuilding: Mutex<()>,
+    pub(super) connect: ConnectMode,
+    pub(super) idle_timeout: Duration,
+    /// When the tenant was last used, in ms since the registry started.
+    pub(super) last_used: AtomicU64,
+    /// Calls of the tenant running now (idle eviction waits for zero).
+    in_flight: Arc<AtomicUsize>,
+    spawner: Arc<Spawner>,
+}
+
+/// Holds a tenant as busy while a call runs.
+#[derive(Debug)]
+pub struct Busy(Arc<AtomicUsize>);
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// Why a server's session could not be had for a call.
@@ -58,25 +77,77 @@ pub enum SessionUnavailable {
 
 impl Tenant {
     pub(super) fn new(
-        name: String,
-        limiter: TenantLimiter,
+        config: &TenantConfig,
         slots: Vec<Arc<Slot>>,
         limits: Limits,
         publication: Publication,
+        spawner: Arc<Spawner>,
     ) -> Arc<Tenant> {
         let tenant = Arc::new(Tenant {
-            name,
-            limiter,
+            name: config.name.clone(),
+            limiter: TenantLimiter::new(&config.limits),
             slots,
             limits,
             publication,
             rebuilding: Mutex::new(()),
+            connect: config.connect,
+            idle_timeout: config.idle_timeout,
+            last_used: AtomicU64::new(spawner.now_ms()),
+            in_flight: Arc::default(),
+            spawner,
         });
         for slot in &tenant.slots {
             slot.set_owner(&tenant);
         }
         tenant.rebuild();
         tenant
+    }
+
+    /// Marks the tenant used now and connects its servers if it is lazy
+    /// and idle. Concurrent first calls share one connect; callers then
+    /// wait for the catalog to settle (bounded by their deadline).
+    pub fn activate(&self) {
+        self.last_used
+            .store(self.spawner.now_ms(), Ordering::Relaxed);
+        let mut started = false;
+        for slot in &self.slots {
+            if let Some(stop) = slot.activate() {
+                self.spawner.supervise(&self.name, slot.clone(), stop);
+                started = true;
+            }
+        }
+        if started {
+            self.rebuild();
+            self.spawner.activated();
+        }
+    }
+
+    /// Closes the sessions of a lazy tenant (idle, or evicted for room).
+    pub(super) fn deactivate(&self) {
+        for slot in &self.slots {
+            slot.deactivate();
+        }
+    }
+
+    /// Whether any of the tenant's servers is active.
+    pub(super) fn is_active(&self) -> bool {
+        self.slots.iter().any(|s| s.is_active())
+    }
+
+    /// Active sessions of the tenant.
+    pub(super) fn live_sessions(&self) -> usize {
+        self.slots.iter().filter(|s| s.is_active()).count()
+    }
+
+    /// Marks a call running until the guard drops.
+    pub fn busy(&self) -> Busy {
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        Busy(self.in_flight.clone())
+    }
+
+    /// Calls of the tenant running now.
+    pub(super) fn calls_in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::Acquire)
     }
 
     pub(super) fn publication(&self) -> &Publication {
@@ -98,6 +169,7 @@ impl Tenant {
                 filter: &slot.config.filter,
                 overrides: &slot.config.overrides,
                 state: match state {
+                    SlotState::Idle => InputState::Idle,
                     SlotState::Connecting => InputState::Connecting,
                     SlotState::Ready { tools, .. } => InputState::Listed(tools),
                     SlotState::Failed { reason, last_tools } => InputState::Failed {
@@ -205,7 +277,7 @@ impl Tenant {
             SlotState::Ready { .. } => {
                 Err(SessionUnavailable::Down("the session ended".to_owned()))
             }
-            SlotState::Connecting => Err(SessionUnavailable::Connecting),
+            SlotState::Connecting | SlotState::Idle => Err(SessionUnavailable::Connecting),
             SlotState::Failed { reason, .. } => Err(SessionUnavailable::Down(reason)),
         }
     }

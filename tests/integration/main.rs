@@ -10,6 +10,7 @@ mod catalog;
 mod fuzz_corpus;
 mod hostile;
 mod invoke;
+mod lazy;
 mod limits;
 mod ops;
 mod reload;

@@ -1,0 +1,139 @@
+//! Many tenants: lazy sessions connect on first use (concurrent first
+//! calls share one connect), close after an idle time, and a cap on live
+//! sessions evicts the least recently used tenant.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use toolgate::pb;
+
+use crate::common::*;
+
+#[tokio::test]
+async fn a_lazy_tenant_connects_on_first_use_once() {
+    let server = serve_mcp(TestServer::new(&["echo"])).await;
+    let gateway = TestGateway::start(
+        &format!(
+            "tenants:\n  - name: acme\n    tokens: [t]\n    connect: lazy\n    servers:\n      - name: s\n        url: \"{}\"\n",
+            server.url
+        ),
+        &[],
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        *server.log.list_calls.lock().unwrap(),
+        0,
+        "nothing connects before first use"
+    );
+    // Ten concurrent first calls share one connect.
+    let mut calls = Vec::new();
+    for i in 0..10 {
+        let mut client = gateway.client().await;
+        calls.push(tokio::spawn(async move {
+            invoke(&mut client, "t", "s__echo", &format!(r#"{{"text":"{i}"}}"#)).await
+        }));
+    }
+    for (i, call) in calls.into_iter().enumerate() {
+        assert_eq!(call.await.unwrap().unwrap().text, i.to_string());
+    }
+    assert_eq!(
+        *server.log.list_calls.lock().unwrap(),
+        1,
+        "one connect, one tools/list"
+    );
+    gateway.shutdown().await;
+}
+
+fn py(name: &str) -> String {
+    format!(
+        "      - name: {name}\n        command: [\"{}\", \"{}\"]\n",
+        python().display(),
+        fixture("python/env_server.py").display()
+    )
+}
+
+async fn wait_children(pid: u32, expected: usize) -> Vec<u32> {
+    let started = Instant::now();
+    loop {
+        let children: Vec<u32> = children_of(pid)
+            .into_iter()
+            .filter(|c| process_alive(*c))
+            .collect();
+        if children.len() == expected {
+            return children;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{} children, expected {expected}",
+            children.len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn idle_tenants_close_and_the_session_cap_evicts_the_least_recently_used() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config = dir.path().join("c.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "listen: \"127.0.0.1:{port}\"\nshutdown_delay: \"0s\"\nsessions:\n  max_live: 1\ndefaults:\n  connect: lazy\n  idle_timeout: \"3s\"\ntenants:\n  - name: a\n    tokens: [ta]\n    servers:\n{}  - name: b\n    tokens: [tb]\n    servers:\n{}",
+            py("py"),
+            py("py")
+        ),
+    )
+    .unwrap();
+    let mut gateway = ChildGuard(
+        Command::new(toolgate_bin())
+            .args(["serve", "--config"])
+            .arg(&config)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let pid = gateway.0.id();
+    wait_for_port(port).await;
+    let mut client =
+        pb::tool_gateway_client::ToolGatewayClient::connect(format!("http://127.0.0.1:{port}"))
+            .await
+            .unwrap();
+    assert!(children_of(pid).is_empty(), "lazy tenants start nothing");
+    assert_eq!(
+        invoke(&mut client, "ta", "py__echo", r#"{"text":"a"}"#)
+            .await
+            .unwrap()
+            .text,
+        "a"
+    );
+    let first = wait_children(pid, 1).await;
+    // Tenant b's first call needs a session; the cap of one evicts a's.
+    assert_eq!(
+        invoke(&mut client, "tb", "py__echo", r#"{"text":"b"}"#)
+            .await
+            .unwrap()
+            .text,
+        "b"
+    );
+    let second = wait_children(pid, 1).await;
+    assert_ne!(first, second, "a's session made room for b's");
+    // Unused for idle_timeout, b's session closes too.
+    wait_children(pid, 0).await;
+    // And comes back on the next call.
+    assert_eq!(
+        invoke(&mut client, "tb", "py__echo", r#"{"text":"again"}"#)
+            .await
+            .unwrap()
+            .text,
+        "again"
+    );
+    signal(pid, "TERM");
+    assert!(
+        wait_exit(&mut gateway.0, Duration::from_secs(30))
+            .await
+            .success()
+    );
+}
