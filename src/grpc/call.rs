@@ -309,7 +309,14 @@ fn check_pins(
             ),
         ));
     }
-    if !request.catalog_version.is_empty() && request.catalog_version != current.version() {
+    // A matching definition hash answers the question on its own: the
+    // catalog version may be from before a restart or another replica.
+    let hash_confirms =
+        !request.definition_hash.is_empty() && request.definition_hash == tool.definition_hash;
+    if !hash_confirms
+        && !request.catalog_version.is_empty()
+        && request.catalog_version != current.version()
+    {
         let Some(pinned) = tenant.catalog_with_version(&request.catalog_version) else {
             return Err(refuse(
                 Pin::VersionUnknown,

@@ -35,9 +35,9 @@ impl Filter {
                 let mut builder = GlobSetBuilder::new();
                 for (i, glob) in request.name_globs.iter().enumerate() {
                     let glob = Glob::new(glob).map_err(|e| {
-                        Status::invalid_argument(format!(
+                        Status::from(CallError::InvalidFilter(format!(
                             "name_globs[{i}] `{glob}` is not a valid glob: {e}"
-                        ))
+                        )))
                     })?;
                     builder.add(glob);
                 }

@@ -127,11 +127,11 @@ impl pb::tool_gateway_server::ToolGateway for Gateway {
         request: Request<pb::ListToolsRequest>,
     ) -> Result<Response<pb::ListToolsResponse>, Status> {
         let tenant = self.tenant(&request)?;
+        let filter = listing::Filter::new(request.get_ref())?;
         let span = rpc_span("ListTools", &tenant.name);
         trace::continue_caller_trace(&span, request.metadata());
         let wait = settle_wait(&request);
         let catalog = tenant.settled_catalog(wait).instrument(span).await;
-        let filter = listing::Filter::new(request.get_ref())?;
         Ok(Response::new(listing::list_response(&catalog, &filter)))
     }
 
@@ -176,13 +176,17 @@ impl pb::tool_gateway_server::ToolGateway for Gateway {
         request: Request<pb::SearchToolsRequest>,
     ) -> Result<Response<pb::SearchToolsResponse>, Status> {
         let tenant = self.tenant(&request)?;
+        let filter = listing::Filter::new(&request.get_ref().filter.clone().unwrap_or_default())?;
         let span = rpc_span("SearchTools", &tenant.name);
         trace::continue_caller_trace(&span, request.metadata());
         let wait = settle_wait(&request);
         let catalog = tenant.settled_catalog(wait).instrument(span).await;
-        let request = request.into_inner();
-        let filter = listing::Filter::new(&request.filter.clone().unwrap_or_default())?;
-        Ok(Response::new(listing::search(&catalog, &filter, &request)))
+
+        Ok(Response::new(listing::search(
+            &catalog,
+            &filter,
+            request.get_ref(),
+        )))
     }
 }
 

@@ -19,7 +19,8 @@ use crate::registry::Tenant;
 /// a higher value, goes through).
 const PROGRESS_INTERVAL: Duration = Duration::from_millis(50);
 
-/// Progress notifications buffered per call before the oldest are dropped.
+/// Progress notifications buffered per call; when the caller reads too
+/// slowly, newer ones are dropped (the relay thins them anyway).
 const PROGRESS_BUFFER: usize = 64;
 
 /// Runs the call in its own task and streams its progress, then its
@@ -101,6 +102,12 @@ pub(super) fn watch(
                 () = out.closed() => return,
                 () = drain.draining() => {
                     let _ = out.send(Err(CallError::Draining.into())).await;
+                    return;
+                }
+                () = tenant.removed() => {
+                    let _ = out
+                        .send(Err(CallError::Unauthenticated("the tenant was removed by a configuration reload").into()))
+                        .await;
                     return;
                 }
             }

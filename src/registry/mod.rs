@@ -232,6 +232,7 @@ impl Registry {
         for tenant in &old.tenants {
             if !new_names.contains(tenant.name.as_str()) {
                 summary.tenants_removed.push(tenant.name.clone());
+                tenant.publication().removed.cancel();
             }
             for slot in &tenant.slots {
                 if !kept.contains(&Arc::as_ptr(slot)) {

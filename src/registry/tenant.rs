@@ -23,6 +23,8 @@ const CATALOG_HISTORY: usize = 16;
 pub(super) struct Publication {
     catalog: Arc<watch::Sender<SharedCatalog>>,
     history: Arc<Mutex<VecDeque<SharedCatalog>>>,
+    /// Cancelled when a reload removes the tenant: watches end.
+    pub(super) removed: tokio_util::sync::CancellationToken,
 }
 
 impl Publication {
@@ -31,6 +33,7 @@ impl Publication {
         Self {
             catalog: Arc::new(watch::channel(empty).0),
             history: Arc::default(),
+            removed: tokio_util::sync::CancellationToken::new(),
         }
     }
 }
@@ -198,6 +201,11 @@ impl Tenant {
     /// The current catalog snapshot.
     pub fn catalog(&self) -> SharedCatalog {
         self.publication.catalog.borrow().clone()
+    }
+
+    /// Resolves when a configuration reload removes this tenant.
+    pub async fn removed(&self) {
+        self.publication.removed.cancelled().await;
     }
 
     /// A receiver of every new catalog snapshot.
