@@ -140,6 +140,9 @@ impl CatalogTool {
 pub struct Catalog {
     /// Built on the first search of this snapshot.
     search_index: std::sync::OnceLock<search::Index>,
+    /// One value derived from this snapshot by the API layer (its wire
+    /// form), built once per snapshot rather than per call.
+    derived: std::sync::OnceLock<Arc<dyn std::any::Any + Send + Sync>>,
     tools: Vec<CatalogTool>,
     index: HashMap<String, usize>,
     servers: Vec<ServerStatus>,
@@ -236,6 +239,7 @@ impl Catalog {
         down_routes.retain(|name, _| !index.contains_key(name));
         Catalog {
             search_index: std::sync::OnceLock::new(),
+            derived: std::sync::OnceLock::new(),
             tools,
             index,
             servers,
@@ -260,6 +264,22 @@ impl Catalog {
             ServerState::Failed(_) | ServerState::Connecting
         )
         .then_some(status)
+    }
+
+    /// The value `build` derives from this snapshot, built on first use and
+    /// shared afterwards (the API layer keeps its wire form here, so a
+    /// snapshot is converted once, not per call). One type per snapshot:
+    /// asking for another type builds it without keeping it.
+    pub fn derived<T: Send + Sync + 'static>(&self, build: impl FnOnce(&Catalog) -> T) -> Arc<T> {
+        let mut build = Some(build);
+        let stored = self.derived.get_or_init(|| {
+            let value: Arc<T> = Arc::new((build.take().expect("once"))(self));
+            Arc::new(value)
+        });
+        match stored.clone().downcast::<Arc<T>>() {
+            Ok(value) => (*value).clone(),
+            Err(_) => Arc::new((build.take().expect("unused"))(self)),
+        }
     }
 
     /// The tools matching a natural-language `query`, most relevant first,

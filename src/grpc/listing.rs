@@ -52,6 +52,13 @@ impl Filter {
         })
     }
 
+    /// Whether the filter lets everything through.
+    fn is_empty(&self) -> bool {
+        self.servers.is_empty()
+            && self.names.is_none()
+            && self.annotations == pb::AnnotationFilter::default()
+    }
+
     /// Whether `tool` passes every filter.
     pub(super) fn allows(&self, tool: &CatalogTool) -> bool {
         if !self.servers.is_empty() && !self.servers.contains(&tool.server) {
@@ -75,8 +82,16 @@ impl Filter {
     }
 }
 
-/// The filtered catalog as a ListToolsResponse.
+/// The filtered catalog as a ListToolsResponse. Without filters the
+/// response is built once per catalog snapshot and cloned per call.
 pub(super) fn list_response(catalog: &Catalog, filter: &Filter) -> pb::ListToolsResponse {
+    if filter.is_empty() {
+        return (*catalog.derived(|c| build_list_response(c, filter))).clone();
+    }
+    build_list_response(catalog, filter)
+}
+
+fn build_list_response(catalog: &Catalog, filter: &Filter) -> pb::ListToolsResponse {
     let tools: Vec<pb::Tool> = catalog
         .tools()
         .iter()
