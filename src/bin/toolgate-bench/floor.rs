@@ -44,7 +44,9 @@ impl pb::tool_gateway_server::ToolGateway for Echo {
         Ok(Response::new(pb::InvokeToolResponse {
             text: request.arguments_json,
             content: vec![pb::Content {
-                kind: Some(pb::content::Kind::Text(pb::TextContent { text: request.name })),
+                kind: Some(pb::content::Kind::Text(pb::TextContent {
+                    text: request.name,
+                })),
             }],
             ..Default::default()
         }))
@@ -80,8 +82,13 @@ impl pb::tool_gateway_server::ToolGateway for Echo {
 pub async fn serve(port: u16, list_bytes: usize) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
     tonic::transport::Server::builder()
-        .add_service(pb::tool_gateway_server::ToolGatewayServer::new(Echo::new(list_bytes)).max_encoding_message_size(usize::MAX))
-        .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)))
+        .add_service(
+            pb::tool_gateway_server::ToolGatewayServer::new(Echo::new(list_bytes))
+                .max_encoding_message_size(usize::MAX),
+        )
+        .serve_with_incoming(
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+        )
         .await?;
     Ok(())
 }

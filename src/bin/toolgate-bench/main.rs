@@ -104,12 +104,17 @@ fn node() -> PathBuf {
 }
 
 fn everything_js() -> PathBuf {
-    repo().join("tests/fixtures/node/node_modules/@modelcontextprotocol/server-everything/dist/index.js")
+    repo().join(
+        "tests/fixtures/node/node_modules/@modelcontextprotocol/server-everything/dist/index.js",
+    )
 }
 
 async fn wait_port(port: u16) {
     for _ in 0..600 {
-        if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+        {
             return;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -142,7 +147,10 @@ async fn gateway(servers: &str) -> (Proc, u16) {
     )
     .expect("config");
     let mut command = Command::new(toolgate_exe());
-    command.args(["serve", "--config"]).arg(&config).env("RUST_LOG", "error");
+    command
+        .args(["serve", "--config"])
+        .arg(&config)
+        .env("RUST_LOG", "error");
     let proc = spawn(command);
     wait_port(port).await;
     (proc, port)
@@ -155,19 +163,22 @@ async fn grpc(port: u16) -> pb::tool_gateway_client::ToolGatewayClient<tonic::tr
         .connect()
         .await
         .expect("connect");
-    pb::tool_gateway_client::ToolGatewayClient::new(channel)
-        .max_decoding_message_size(usize::MAX)
+    pb::tool_gateway_client::ToolGatewayClient::new(channel).max_decoding_message_size(usize::MAX)
 }
 
 fn authed<T>(message: T) -> tonic::Request<T> {
     let mut request = tonic::Request::new(message);
-    request
-        .metadata_mut()
-        .insert("authorization", "Bearer bench-token".parse().expect("ascii"));
+    request.metadata_mut().insert(
+        "authorization",
+        "Bearer bench-token".parse().expect("ascii"),
+    );
     request
 }
 
-fn invoke_fn(client: pb::tool_gateway_client::ToolGatewayClient<tonic::transport::Channel>, name: &str) -> CallFn {
+fn invoke_fn(
+    client: pb::tool_gateway_client::ToolGatewayClient<tonic::transport::Channel>,
+    name: &str,
+) -> CallFn {
     let name = name.to_owned();
     std::sync::Arc::new(move || {
         let mut client = client.clone();
@@ -226,7 +237,9 @@ const LEVELS: [usize; 3] = [1, 16, 64];
 async fn measure(path: &Path_, args: &Args, figures: &mut Figures) -> anyhow::Result<()> {
     // Warm up.
     measure::sequential(&path.call, 50).await?;
-    figures.latency.push(measure::sequential(&path.call, args.sequential).await?);
+    figures
+        .latency
+        .push(measure::sequential(&path.call, args.sequential).await?);
     for level in LEVELS {
         let cpu_before: f64 = path.serving.iter().map(|p| measure::cpu_seconds(*p)).sum();
         let gw_before = path.gateway.map(measure::cpu_seconds).unwrap_or(0.0);
@@ -253,7 +266,10 @@ async fn measure(path: &Path_, args: &Args, figures: &mut Figures) -> anyhow::Re
     Ok(())
 }
 
-async fn direct_stdio(name: &'static str, mut command: tokio::process::Command) -> anyhow::Result<Path_> {
+async fn direct_stdio(
+    name: &'static str,
+    mut command: tokio::process::Command,
+) -> anyhow::Result<Path_> {
     use rmcp::ServiceExt;
     command.stderr(Stdio::null());
     let transport = rmcp::transport::TokioChildProcess::new(command)?;
@@ -270,12 +286,20 @@ async fn direct_stdio(name: &'static str, mut command: tokio::process::Command) 
     })
 }
 
-async fn through_toolgate(name: &'static str, servers: &str, tool: &str, extra: Vec<Proc>) -> anyhow::Result<Path_> {
+async fn through_toolgate(
+    name: &'static str,
+    servers: &str,
+    tool: &str,
+    extra: Vec<Proc>,
+) -> anyhow::Result<Path_> {
     let (gw, port) = gateway(servers).await;
     let client = grpc(port).await;
     // Wait for the upstream to be connected.
     for _ in 0..300 {
-        if let Ok(r) = client.clone().list_tools(authed(pb::ListToolsRequest::default())).await
+        if let Ok(r) = client
+            .clone()
+            .list_tools(authed(pb::ListToolsRequest::default()))
+            .await
             && r.get_ref().servers.iter().all(|s| s.connected)
         {
             break;
@@ -301,7 +325,13 @@ async fn through_toolgate(name: &'static str, servers: &str, tool: &str, extra: 
 fn fast_http_server(tools: usize) -> (Proc, u16) {
     let port = free_port();
     let mut command = Command::new(exe());
-    command.args(["mcp-server", "--http", &port.to_string(), "--tools", &tools.to_string()]);
+    command.args([
+        "mcp-server",
+        "--http",
+        &port.to_string(),
+        "--tools",
+        &tools.to_string(),
+    ]);
     (spawn(command), port)
 }
 
@@ -335,7 +365,13 @@ async fn build_paths() -> anyhow::Result<Vec<Path_>> {
     });
 
     // Fast Rust upstream over stdio.
-    paths.push(direct_stdio("direct rmcp → fast stdio", stdio_command(&exe, &["mcp-server"])).await?);
+    paths.push(
+        direct_stdio(
+            "direct rmcp → fast stdio",
+            stdio_command(&exe, &["mcp-server"]),
+        )
+        .await?,
+    );
     paths.push(
         through_toolgate(
             "toolgate → fast stdio",
@@ -407,7 +443,10 @@ fn mcpo(args: &Args) -> anyhow::Result<serde_json::Value> {
         .env("BENCH_SEQ", args.sequential.to_string())
         .stderr(Stdio::null())
         .output()?;
-    anyhow::ensure!(output.status.success(), "bench/mcpo/run.sh failed (run bench/mcpo/setup.sh first)");
+    anyhow::ensure!(
+        output.status.success(),
+        "bench/mcpo/run.sh failed (run bench/mcpo/setup.sh first)"
+    );
     Ok(serde_json::from_slice(&output.stdout)?)
 }
 
@@ -424,7 +463,10 @@ async fn large_catalog() -> anyhow::Result<(f64, f64, usize)> {
     let mut client = grpc(gw_port).await;
     let mut size = 0;
     for _ in 0..500 {
-        let listing = client.list_tools(authed(pb::ListToolsRequest::default())).await?.into_inner();
+        let listing = client
+            .list_tools(authed(pb::ListToolsRequest::default()))
+            .await?
+            .into_inner();
         if listing.tools.len() == 10_000 {
             size = listing.encoded_len();
             break;
@@ -437,7 +479,9 @@ async fn large_catalog() -> anyhow::Result<(f64, f64, usize)> {
         std::sync::Arc::new(move || {
             let mut client = client.clone();
             Box::pin(async move {
-                client.list_tools(authed(pb::ListToolsRequest::default())).await?;
+                client
+                    .list_tools(authed(pb::ListToolsRequest::default()))
+                    .await?;
                 Ok(())
             })
         })
@@ -448,14 +492,21 @@ async fn large_catalog() -> anyhow::Result<(f64, f64, usize)> {
 
     let floor_port = free_port();
     let mut command = Command::new(exe());
-    command.args(["echo-server", &floor_port.to_string(), "--list-bytes", &size.to_string()]);
+    command.args([
+        "echo-server",
+        &floor_port.to_string(),
+        "--list-bytes",
+        &size.to_string(),
+    ]);
     let _floor = spawn(command);
     wait_port(floor_port).await;
     let floor_client = grpc(floor_port).await;
     let floor_list: CallFn = std::sync::Arc::new(move || {
         let mut client = floor_client.clone();
         Box::pin(async move {
-            client.list_tools(authed(pb::ListToolsRequest::default())).await?;
+            client
+                .list_tools(authed(pb::ListToolsRequest::default()))
+                .await?;
             Ok(())
         })
     });
@@ -471,15 +522,23 @@ async fn many_tenants() -> anyhow::Result<(f64, f64, f64)> {
     wait_port(port).await;
     let dir = std::env::temp_dir().join(format!("toolgate-bench-tenants-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let write = |name: &str, tenants: usize, connect: &str, servers: usize| -> anyhow::Result<(PathBuf, u16)> {
+    let write = |name: &str,
+                 tenants: usize,
+                 connect: &str,
+                 servers: usize|
+     -> anyhow::Result<(PathBuf, u16)> {
         let gw_port = free_port();
         let mut yaml = format!(
             "listen: \"127.0.0.1:{gw_port}\"\nshutdown_delay: \"0s\"\ndefaults:\n  connect: {connect}\ntenants:\n"
         );
         for t in 0..tenants {
-            yaml.push_str(&format!("  - name: t{t}\n    tokens: [token-{t:05}-bench]\n    servers:\n"));
+            yaml.push_str(&format!(
+                "  - name: t{t}\n    tokens: [token-{t:05}-bench]\n    servers:\n"
+            ));
             for s in 0..servers {
-                yaml.push_str(&format!("      - name: s{s}\n        url: \"http://127.0.0.1:{port}/mcp\"\n"));
+                yaml.push_str(&format!(
+                    "      - name: s{s}\n        url: \"http://127.0.0.1:{port}/mcp\"\n"
+                ));
             }
         }
         let path = dir.join(name);
@@ -491,18 +550,25 @@ async fn many_tenants() -> anyhow::Result<(f64, f64, f64)> {
     let (config, gw_port) = write("idle.yaml", 10_000, "lazy", 1)?;
     let started = Instant::now();
     let mut command = Command::new(toolgate_exe());
-    command.args(["serve", "--config"]).arg(&config).env("RUST_LOG", "error");
+    command
+        .args(["serve", "--config"])
+        .arg(&config)
+        .env("RUST_LOG", "error");
     let gw = spawn(command);
     let serving_ms = loop {
-        if let Ok(channel) = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{gw_port}"))?
-            .connect()
-            .await
+        if let Ok(channel) =
+            tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{gw_port}"))?
+                .connect()
+                .await
         {
             let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
             if let Ok(r) = health
-                .check(tonic_health::pb::HealthCheckRequest { service: String::new() })
+                .check(tonic_health::pb::HealthCheckRequest {
+                    service: String::new(),
+                })
                 .await
-                && r.get_ref().status == tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+                && r.get_ref().status
+                    == tonic_health::pb::health_check_response::ServingStatus::Serving as i32
             {
                 break started.elapsed().as_secs_f64() * 1000.0;
             }
@@ -517,7 +583,10 @@ async fn many_tenants() -> anyhow::Result<(f64, f64, f64)> {
     // 1,000 tenants × 2 live HTTP sessions.
     let (config, gw_port) = write("live.yaml", 1_000, "eager", 2)?;
     let mut command = Command::new(toolgate_exe());
-    command.args(["serve", "--config"]).arg(&config).env("RUST_LOG", "error");
+    command
+        .args(["serve", "--config"])
+        .arg(&config)
+        .env("RUST_LOG", "error");
     let gw = spawn(command);
     wait_port(gw_port).await;
     let client = grpc(gw_port).await;
@@ -525,15 +594,19 @@ async fn many_tenants() -> anyhow::Result<(f64, f64, f64)> {
     for t in [0usize, 499, 999] {
         loop {
             let mut request = tonic::Request::new(pb::ListToolsRequest::default());
-            request
-                .metadata_mut()
-                .insert("authorization", format!("Bearer token-{t:05}-bench").parse()?);
+            request.metadata_mut().insert(
+                "authorization",
+                format!("Bearer token-{t:05}-bench").parse()?,
+            );
             if let Ok(r) = client.clone().list_tools(request).await
                 && r.get_ref().servers.iter().all(|s| s.connected)
             {
                 break;
             }
-            anyhow::ensure!(started.elapsed() < Duration::from_secs(120), "sessions never all connected");
+            anyhow::ensure!(
+                started.elapsed() < Duration::from_secs(120),
+                "sessions never all connected"
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
@@ -545,7 +618,11 @@ async fn many_tenants() -> anyhow::Result<(f64, f64, f64)> {
 }
 
 fn fmt(v: f64, digits: usize) -> String {
-    if v.is_nan() { "-".to_owned() } else { format!("{v:.digits$}") }
+    if v.is_nan() {
+        "-".to_owned()
+    } else {
+        format!("{v:.digits$}")
+    }
 }
 
 fn verdict(ok: bool) -> &'static str {
@@ -558,12 +635,23 @@ async fn main() -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     match &args.command {
         Some(Cmd::McpServer { http: None, tools }) => return upstream::serve_stdio(*tools).await,
-        Some(Cmd::McpServer { http: Some(port), tools }) => return upstream::serve_http(*port, *tools).await,
-        Some(Cmd::EchoServer { port, list_bytes }) => return floor::serve(*port, *list_bytes).await,
+        Some(Cmd::McpServer {
+            http: Some(port),
+            tools,
+        }) => return upstream::serve_http(*port, *tools).await,
+        Some(Cmd::EchoServer { port, list_bytes }) => {
+            return floor::serve(*port, *list_bytes).await;
+        }
         None => {}
     }
-    anyhow::ensure!(toolgate_exe().exists(), "build the gateway first: cargo build --release");
-    eprintln!("toolgate-bench: {} round(s), {:?} per throughput run, {} sequential calls", args.rounds, args.duration, args.sequential);
+    anyhow::ensure!(
+        toolgate_exe().exists(),
+        "build the gateway first: cargo build --release"
+    );
+    eprintln!(
+        "toolgate-bench: {} round(s), {:?} per throughput run, {} sequential calls",
+        args.rounds, args.duration, args.sequential
+    );
     let paths = build_paths().await?;
     let mut figures: Vec<Figures> = vec![Figures::default(); paths.len()];
     let mut mcpo_runs = Vec::new();
@@ -581,7 +669,9 @@ async fn main() -> anyhow::Result<()> {
         }
     }
 
-    println!("| path | p50 ms | p90 ms | p99 ms | calls/s @1 | @16 | @64 | CPU ms/call @16 (serving) | gateway-only CPU ms/call @16 | peak RSS MiB |");
+    println!(
+        "| path | p50 ms | p90 ms | p99 ms | calls/s @1 | @16 | @64 | CPU ms/call @16 (serving) | gateway-only CPU ms/call @16 | peak RSS MiB |"
+    );
     println!("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
     let mut summary: BTreeMap<&str, (f64, f64, f64, f64)> = BTreeMap::new();
     for (path, f) in paths.iter().zip(&figures) {
@@ -594,19 +684,58 @@ async fn main() -> anyhow::Result<()> {
         let rss = median(f.peak_rss.clone());
         println!(
             "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-            path.name, fmt(p50, 3), fmt(p90, 3), fmt(p99, 3), fmt(rps(1), 0), fmt(rps(16), 0), fmt(rps(64), 0), fmt(cpu, 3), fmt(gw_cpu, 3), fmt(rss, 1)
+            path.name,
+            fmt(p50, 3),
+            fmt(p90, 3),
+            fmt(p99, 3),
+            fmt(rps(1), 0),
+            fmt(rps(16), 0),
+            fmt(rps(64), 0),
+            fmt(cpu, 3),
+            fmt(gw_cpu, 3),
+            fmt(rss, 1)
         );
         summary.insert(path.name, (p50, rps(16), cpu, gw_cpu));
     }
-    let mcpo_rps16 = median(mcpo_runs.iter().filter_map(|v| v["rps"]["16"].as_f64()).collect());
+    let mcpo_rps16 = median(
+        mcpo_runs
+            .iter()
+            .filter_map(|v| v["rps"]["16"].as_f64())
+            .collect(),
+    );
     if !mcpo_runs.is_empty() {
         let m = |k: &str| median(mcpo_runs.iter().filter_map(|v| v[k].as_f64()).collect());
-        let rps = |l: &str| median(mcpo_runs.iter().filter_map(|v| v["rps"][l].as_f64()).collect());
-        let cpu = median(mcpo_runs.iter().filter_map(|v| v["cpu_ms_per_call"]["16"].as_f64()).collect());
-        let rss: f64 = mcpo_runs.last().map(|v| v["peak_rss_mib"]["mcpo"].as_f64().unwrap_or(0.0) + v["peak_rss_mib"]["node"].as_f64().unwrap_or(0.0)).unwrap_or(f64::NAN);
+        let rps = |l: &str| {
+            median(
+                mcpo_runs
+                    .iter()
+                    .filter_map(|v| v["rps"][l].as_f64())
+                    .collect(),
+            )
+        };
+        let cpu = median(
+            mcpo_runs
+                .iter()
+                .filter_map(|v| v["cpu_ms_per_call"]["16"].as_f64())
+                .collect(),
+        );
+        let rss: f64 = mcpo_runs
+            .last()
+            .map(|v| {
+                v["peak_rss_mib"]["mcpo"].as_f64().unwrap_or(0.0)
+                    + v["peak_rss_mib"]["node"].as_f64().unwrap_or(0.0)
+            })
+            .unwrap_or(f64::NAN);
         println!(
             "| mcpo → everything stdio (wrk) | {} | {} | {} | {} | {} | {} | {} | - | {} |",
-            fmt(m("p50_ms"), 3), fmt(m("p90_ms"), 3), fmt(m("p99_ms"), 3), fmt(rps("1"), 0), fmt(rps("16"), 0), fmt(rps("64"), 0), fmt(cpu, 3), fmt(rss, 1)
+            fmt(m("p50_ms"), 3),
+            fmt(m("p90_ms"), 3),
+            fmt(m("p99_ms"), 3),
+            fmt(rps("1"), 0),
+            fmt(rps("16"), 0),
+            fmt(rps("64"), 0),
+            fmt(cpu, 3),
+            fmt(rss, 1)
         );
     }
 
@@ -618,26 +747,57 @@ async fn main() -> anyhow::Result<()> {
     println!("\n| target | figure | goal | |");
     println!("| --- | --- | --- | --- |");
     let cpu_ratio = via_fast.3 / floor.2;
-    println!("| gateway CPU per call / bare tonic echo CPU per call | {} | ≤ 2 | {} |", fmt(cpu_ratio, 2), verdict(cpu_ratio <= 2.0));
+    println!(
+        "| gateway CPU per call / bare tonic echo CPU per call | {} | ≤ 2 | {} |",
+        fmt(cpu_ratio, 2),
+        verdict(cpu_ratio <= 2.0)
+    );
     let added = (via_fast.0 - direct_fast.0) / floor.0;
-    println!("| added p50 (toolgate − direct, fast stdio) / bare echo p50 | {} | ≤ 1.5 | {} |", fmt(added, 2), verdict(added <= 1.5));
+    println!(
+        "| added p50 (toolgate − direct, fast stdio) / bare echo p50 | {} | ≤ 1.5 | {} |",
+        fmt(added, 2),
+        verdict(added <= 1.5)
+    );
     let vs_direct = via_every.1 / direct_every.1;
-    println!("| everything stdio @16: toolgate / direct rmcp throughput | {} | ≥ 0.9 | {} |", fmt(vs_direct, 2), verdict(vs_direct >= 0.9));
+    println!(
+        "| everything stdio @16: toolgate / direct rmcp throughput | {} | ≥ 0.9 | {} |",
+        fmt(vs_direct, 2),
+        verdict(vs_direct >= 0.9)
+    );
     if !mcpo_rps16.is_nan() {
         let vs_mcpo = via_every.1 / mcpo_rps16;
-        println!("| everything stdio @16: toolgate / mcpo throughput | {} | ≥ 3 | {} |", fmt(vs_mcpo, 2), verdict(vs_mcpo >= 3.0));
+        println!(
+            "| everything stdio @16: toolgate / mcpo throughput | {} | ≥ 3 | {} |",
+            fmt(vs_mcpo, 2),
+            verdict(vs_mcpo >= 3.0)
+        );
     }
     let (list_tg, list_floor, bytes) = large_catalog().await?;
     let list_ratio = list_tg / list_floor;
     println!(
         "| ListTools, 10,000 tools ({bytes} bytes): toolgate p50 {} ms / echo p50 {} ms | {} | ≤ 2 | {} |",
-        fmt(list_tg, 2), fmt(list_floor, 2), fmt(list_ratio, 2), verdict(list_ratio <= 2.0)
+        fmt(list_tg, 2),
+        fmt(list_floor, 2),
+        fmt(list_ratio, 2),
+        verdict(list_ratio <= 2.0)
     );
     if !args.skip_tenants {
         let (serving_ms, idle_rss, live_rss) = many_tenants().await?;
-        println!("| start to SERVING, 10,000 tenants | {} ms | ≤ 200 ms | {} |", fmt(serving_ms, 0), verdict(serving_ms <= 200.0));
-        println!("| RSS, 10,000 idle tenants | {} MiB | ≤ 50 MiB | {} |", fmt(idle_rss, 1), verdict(idle_rss <= 50.0));
-        println!("| RSS, 1,000 tenants × 2 live HTTP sessions | {} MiB | ≤ 100 MiB | {} |", fmt(live_rss, 1), verdict(live_rss <= 100.0));
+        println!(
+            "| start to SERVING, 10,000 tenants | {} ms | ≤ 200 ms | {} |",
+            fmt(serving_ms, 0),
+            verdict(serving_ms <= 200.0)
+        );
+        println!(
+            "| RSS, 10,000 idle tenants | {} MiB | ≤ 50 MiB | {} |",
+            fmt(idle_rss, 1),
+            verdict(idle_rss <= 50.0)
+        );
+        println!(
+            "| RSS, 1,000 tenants × 2 live HTTP sessions | {} MiB | ≤ 100 MiB | {} |",
+            fmt(live_rss, 1),
+            verdict(live_rss <= 100.0)
+        );
     }
     Ok(())
 }

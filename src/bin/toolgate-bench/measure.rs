@@ -38,7 +38,11 @@ pub async fn sequential(call: &CallFn, n: usize) -> anyhow::Result<Latency> {
 
 /// Calls per second with `in_flight` workers for `duration`; returns the
 /// rate and the number of calls made.
-pub async fn throughput(call: &CallFn, in_flight: usize, duration: Duration) -> anyhow::Result<(f64, u64)> {
+pub async fn throughput(
+    call: &CallFn,
+    in_flight: usize,
+    duration: Duration,
+) -> anyhow::Result<(f64, u64)> {
     let done = Arc::new(AtomicU64::new(0));
     let deadline = Instant::now() + duration;
     let started = Instant::now();
@@ -69,9 +73,19 @@ fn clock_ticks() -> f64 {
 /// CPU seconds (user + system) used so far by `pid`.
 pub fn cpu_seconds(pid: u32) -> f64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
     // After the command: state is field 0; utime 11, stime 12.
-    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
     (ticks(11) + ticks(12)) / clock_ticks()
 }
 
@@ -102,7 +116,12 @@ pub fn children(parent: u32) -> Vec<u32> {
             continue;
         };
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
+        let fields: Vec<&str> = stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .collect();
         if fields.get(1).and_then(|p| p.parse::<u32>().ok()) == Some(parent) {
             found.push(pid);
         }

@@ -43,6 +43,8 @@ impl rmcp::ServerHandler for FastServer {
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
     }
 
+    // ListToolsResult is non-exhaustive: it cannot be built literally.
+    #[allow(clippy::field_reassign_with_default)]
     async fn list_tools(
         &self,
         request: Option<PaginatedRequestParams>,
