@@ -95,6 +95,15 @@ pub async fn watch(
                     ("grpc", config.grpc != applied.grpc),
                     ("reflection", config.reflection != applied.reflection),
                     (
+                        "shutdown_delay",
+                        config.shutdown_delay != applied.shutdown_delay,
+                    ),
+                    (
+                        "shutdown_grace",
+                        config.shutdown_grace != applied.shutdown_grace,
+                    ),
+                    ("log_format", config.log_format != applied.log_format),
+                    (
                         "limits.max_message_bytes",
                         config.limits.max_message_bytes != applied.limits.max_message_bytes,
                     ),

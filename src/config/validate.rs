@@ -353,7 +353,7 @@ struct Defaults {
     max_concurrent_calls: Option<usize>,
     lifecycle: Lifecycle,
     connect: Option<super::ConnectMode>,
-    idle_timeout: Option<String>,
+    idle_timeout: Duration,
 }
 
 fn defaults(errors: &mut Errors, raw: RawDefaults) -> Defaults {
@@ -393,7 +393,12 @@ fn defaults(errors: &mut Errors, raw: RawDefaults) -> Defaults {
             .map(|n| positive(errors, "defaults.max_concurrent_calls", Some(n), 1)),
         lifecycle: raw.lifecycle.unwrap_or_default(),
         connect: raw.connect,
-        idle_timeout: raw.idle_timeout,
+        idle_timeout: duration(
+            errors,
+            "defaults.idle_timeout",
+            raw.idle_timeout.as_deref(),
+            DEFAULT_IDLE_TIMEOUT,
+        ),
     }
 }
 
@@ -481,11 +486,8 @@ fn validate_tenant(
     let idle_timeout = duration(
         errors,
         &format!("{path}.idle_timeout"),
-        tenant
-            .idle_timeout
-            .as_deref()
-            .or(defaults.idle_timeout.as_deref()),
-        DEFAULT_IDLE_TIMEOUT,
+        tenant.idle_timeout.as_deref(),
+        defaults.idle_timeout,
     );
     (errors.0.len() == before).then_some(TenantConfig {
         name: tenant.name,

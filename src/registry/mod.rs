@@ -95,6 +95,10 @@ impl Spawner {
         );
     }
 
+    pub(crate) fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
     pub(crate) fn activated(&self) {
         self.activated.notify_one();
     }
@@ -239,6 +243,7 @@ impl Registry {
                     summary
                         .servers_retired
                         .push(format!("{}/{}", tenant.name, slot.config.name));
+                    self.metrics.session_closed(&tenant.name, &slot.config.name);
                     self.retire(slot.clone());
                 }
             }

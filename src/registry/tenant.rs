@@ -25,6 +25,9 @@ pub(super) struct Publication {
     history: Arc<Mutex<VecDeque<SharedCatalog>>>,
     /// Cancelled when a reload removes the tenant: watches end.
     pub(super) removed: tokio_util::sync::CancellationToken,
+    /// Calls of the tenant running now, across reloads (idle eviction
+    /// waits for zero).
+    in_flight: Arc<AtomicUsize>,
 }
 
 impl Publication {
@@ -34,6 +37,7 @@ impl Publication {
             catalog: Arc::new(watch::channel(empty).0),
             history: Arc::default(),
             removed: tokio_util::sync::CancellationToken::new(),
+            in_flight: Arc::default(),
         }
     }
 }
@@ -54,8 +58,6 @@ pub struct Tenant {
     pub(super) idle_timeout: Duration,
     /// When the tenant was last used, in ms since the registry started.
     pub(super) last_used: AtomicU64,
-    /// Calls of the tenant running now (idle eviction waits for zero).
-    in_flight: Arc<AtomicUsize>,
     spawner: Arc<Spawner>,
 }
 
@@ -96,7 +98,6 @@ impl Tenant {
             connect: config.connect,
             idle_timeout: config.idle_timeout,
             last_used: AtomicU64::new(spawner.now_ms()),
-            in_flight: Arc::default(),
             spawner,
         });
         for slot in &tenant.slots {
@@ -128,7 +129,12 @@ impl Tenant {
     /// Closes the sessions of a lazy tenant (idle, or evicted for room).
     pub(super) fn deactivate(&self) {
         for slot in &self.slots {
-            slot.deactivate();
+            if slot.is_active() {
+                slot.deactivate();
+                self.spawner
+                    .metrics()
+                    .session_closed(&self.name, &slot.config.name);
+            }
         }
     }
 
@@ -144,13 +150,14 @@ impl Tenant {
 
     /// Marks a call running until the guard drops.
     pub fn busy(&self) -> Busy {
-        self.in_flight.fetch_add(1, Ordering::AcqRel);
-        Busy(self.in_flight.clone())
+        let in_flight = &self.publication.in_flight;
+        in_flight.fetch_add(1, Ordering::AcqRel);
+        Busy(in_flight.clone())
     }
 
     /// Calls of the tenant running now.
     pub(super) fn calls_in_flight(&self) -> usize {
-        self.in_flight.load(Ordering::Acquire)
+        self.publication.in_flight.load(Ordering::Acquire)
     }
 
     pub(super) fn publication(&self) -> &Publication {
