@@ -182,6 +182,12 @@ pub async fn run_with_reload(
     }
 
     let registry = Registry::start(&config, env, metrics.clone());
+    // The registry holds what it needs of each tenant; the rest of the
+    // configuration is kept without them (with many tenants, a second copy
+    // would cost as much as the registry itself).
+    let mut config = config;
+    let tenant_count = config.tenants.len();
+    config.tenants = Vec::new();
     let stop_reload = CancellationToken::new();
     if let Some(source) = reload {
         tokio::spawn(crate::reload::watch(
@@ -244,7 +250,7 @@ pub async fn run_with_reload(
     let server =
         router.serve_with_incoming_shutdown(incoming, stop_accepting.clone().cancelled_owned());
     tokio::pin!(server);
-    tracing::info!(addr = %local, tenants = config.tenants.len(), "toolgate serving");
+    tracing::info!(addr = %local, tenants = tenant_count, "toolgate serving");
 
     let served = tokio::select! {
         result = &mut server => Some(result),

@@ -11,6 +11,8 @@ pub mod auth;
 pub mod catalog;
 pub mod cli;
 pub mod config;
+#[doc(hidden)]
+pub mod conformance;
 pub mod demo;
 pub mod error;
 #[doc(hidden)]

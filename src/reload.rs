@@ -116,6 +116,8 @@ pub async fn watch(
                     }
                 }
                 applied = config;
+                // Only the restart-only settings are compared later.
+                applied.tenants = Vec::new();
             }
         }
     }

@@ -55,6 +55,13 @@ enum Command {
     Tools(client::ToolsArgs),
     /// Invoke one tool on a running gateway and print the result.
     Call(client::CallArgs),
+    /// Run one scenario of the MCP conformance suite against URL with the
+    /// gateway's upstream client (scenario from MCP_CONFORMANCE_SCENARIO).
+    #[command(hide = true)]
+    ConformanceClient {
+        /// The scenario server's URL.
+        url: String,
+    },
 }
 
 /// Parses the command line and runs the command.
@@ -81,6 +88,18 @@ pub fn main() -> ExitCode {
             }
             Command::Tools(args) => client::tools(args).await,
             Command::Call(args) => client::call(args).await,
+            Command::ConformanceClient { url } => {
+                let guard = telemetry::init(cli.log_format.unwrap_or_default(), "info,rmcp=warn");
+                let code = match crate::conformance::run(&url).await {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(e) => {
+                        eprintln!("toolgate conformance-client: {e:#}");
+                        ExitCode::FAILURE
+                    }
+                };
+                guard.shutdown().await;
+                code
+            }
             Command::Demo => {
                 let guard = telemetry::init(cli.log_format.unwrap_or_default(), "warn");
                 let code = match crate::demo::run().await {
@@ -162,6 +181,10 @@ async fn check(path: PathBuf, offline: bool) -> ExitCode {
         .unwrap_or_default()
         + Duration::from_secs(1);
     let mut healthy = true;
+    // `check` connects every tenant, lazy ones included.
+    for tenant in registry.tenants() {
+        tenant.activate();
+    }
     for tenant in registry.tenants() {
         let catalog = tenant.settled_catalog(wait).await;
         println!(

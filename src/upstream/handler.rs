@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use rmcp::model::{
     ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult, ElicitationAction,
     ElicitationCapability, FormElicitationCapability, Implementation, ProgressNotificationParam,
-    ProgressToken,
+    ProgressToken, ProtocolVersion,
 };
 use rmcp::service::{NotificationContext, RequestContext, RoleClient};
 use tokio::sync::mpsc;
@@ -57,6 +57,12 @@ impl GatewayClient {
         self.info.capabilities.elicitation =
             Some(ElicitationCapability::new().with_form(FormElicitationCapability::new()));
         self.elicitation_defaults = true;
+        self
+    }
+
+    /// Asks `initialize` for `version` rather than rmcp's default.
+    pub(super) fn with_initialize_version(mut self, version: ProtocolVersion) -> Self {
+        self.info.protocol_version = version;
         self
     }
 

@@ -50,15 +50,27 @@ pub(super) fn transport(
         // flight; the supervisor then reconnects and re-reads the tool list
         // (a transparent re-initialisation would keep a stale catalog).
         .reinit_on_expired_session(false);
-    let client = reqwest::Client::builder()
-        // Redirects could carry the configured credentials elsewhere.
-        .redirect(reqwest::redirect::Policy::none())
-        // As rmcp's own client: no idle pooling, which avoids delayed-ACK
-        // stalls when a response body was not read to the end.
-        .pool_max_idle_per_host(0)
-        .build()
-        .unwrap_or_default();
-    StreamableHttpClientTransport::with_client(TraceHeaders(client), config)
+    StreamableHttpClientTransport::with_client(TraceHeaders(shared_client()), config)
+}
+
+/// One HTTP client for every session of the process: its TLS roots and
+/// settings are built once (per-session clients cost hundreds of KiB
+/// each). Headers are per session, passed with every request.
+fn shared_client() -> reqwest::Client {
+    static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
+    CLIENT
+        .get_or_init(|| {
+            reqwest::Client::builder()
+                // Redirects could carry the configured credentials elsewhere.
+                .redirect(reqwest::redirect::Policy::none())
+                // As rmcp's own client: no idle pooling, which avoids
+                // delayed-ACK stalls when a response body was not read to
+                // the end.
+                .pool_max_idle_per_host(0)
+                .build()
+                .unwrap_or_default()
+        })
+        .clone()
 }
 
 /// A reqwest client that adds the trace-context headers of each

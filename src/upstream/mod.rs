@@ -23,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 pub use error::UpstreamError;
+pub(crate) use handler::accept_with_defaults;
 pub use stdio::Label;
 
 use crate::config::{Environment, Lifecycle, ServerConfig, Transport};
@@ -65,6 +66,37 @@ pub async fn connect(
     gateway_env: &dyn Environment,
     max_result_bytes: usize,
 ) -> Result<Connected, UpstreamError> {
+    connect_with(
+        server,
+        label,
+        gateway_env,
+        max_result_bytes,
+        SessionOptions::default(),
+    )
+    .await
+}
+
+/// Opt-in session behaviour beyond the gateway's own, for
+/// `toolgate conformance-client`. The default is the gateway's.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SessionOptions {
+    /// Declare form elicitation and accept every elicitation with its
+    /// schema's defaults.
+    pub(crate) elicitation_defaults: bool,
+    /// The `protocolVersion` of `initialize`, instead of rmcp's default
+    /// (its newest version, 2026-07-28 in rmcp 3.11, which itself has no
+    /// `initialize`).
+    pub(crate) initialize_version: Option<rmcp::model::ProtocolVersion>,
+}
+
+/// [`connect`] with [`SessionOptions`].
+pub(crate) async fn connect_with(
+    server: &ServerConfig,
+    label: &Label,
+    gateway_env: &dyn Environment,
+    max_result_bytes: usize,
+    options: SessionOptions,
+) -> Result<Connected, UpstreamError> {
     let timeout = server.connect_timeout;
     // One deadline covers starting, the handshake and every page.
     let deadline = tokio::time::Instant::now() + timeout;
@@ -74,7 +106,15 @@ pub async fn connect(
             let mode = server.lifecycle;
             tokio::time::timeout_at(
                 deadline,
-                start(server, label, gateway_env, &cancel, mode, max_result_bytes),
+                start(
+                    server,
+                    label,
+                    gateway_env,
+                    &cancel,
+                    mode,
+                    max_result_bytes,
+                    &options,
+                ),
             )
             .await
             .map_err(|_| UpstreamError::ConnectTimeout(timeout))?
@@ -95,6 +135,7 @@ pub async fn connect(
                     &probe_cancel,
                     Lifecycle::Discover,
                     max_result_bytes,
+                    &options,
                 ),
             )
             .await;
@@ -121,6 +162,7 @@ pub async fn connect(
                     &cancel,
                     Lifecycle::Initialize,
                     max_result_bytes,
+                    &options,
                 ),
             )
             .await
@@ -185,6 +227,7 @@ async fn start(
     cancel: &CancellationToken,
     lifecycle: Lifecycle,
     max_result_bytes: usize,
+    options: &SessionOptions,
 ) -> Result<(Service, Option<u32>), UpstreamError> {
     let url = match &server.transport {
         Transport::Http { url, .. } => Some(url.as_str()),
@@ -196,14 +239,14 @@ async fn start(
     match &server.transport {
         Transport::Stdio { command, cwd, env } => {
             let (transport, pid) = stdio::spawn(command, cwd.as_deref(), env, gateway_env, label)?;
-            let service = serve(transport, lifecycle, cancel)
+            let service = serve(transport, lifecycle, cancel, options)
                 .await
                 .map_err(handshake)?;
             Ok((service, pid))
         }
         Transport::Http { url, headers } => {
             let transport = http::transport(url, headers, max_result_bytes);
-            let service = serve(transport, lifecycle, cancel)
+            let service = serve(transport, lifecycle, cancel, options)
                 .await
                 .map_err(handshake)?;
             Ok((service, None))
@@ -216,6 +259,7 @@ async fn serve<T, E, A>(
     transport: T,
     lifecycle: Lifecycle,
     cancel: &CancellationToken,
+    options: &SessionOptions,
 ) -> Result<Service, rmcp::service::ClientInitializeError>
 where
     T: rmcp::transport::IntoTransport<RoleClient, E, A>,
@@ -227,13 +271,19 @@ where
         },
         Lifecycle::Initialize | Lifecycle::Auto => rmcp::service::ClientLifecycleMode::Initialize,
     };
-    rmcp::service::serve_client_with_lifecycle_and_ct(
-        handler::GatewayClient::new(),
-        transport,
-        mode,
-        cancel.clone(),
-    )
-    .await
+    let mut client = handler::GatewayClient::new();
+    if options.elicitation_defaults {
+        client = client.with_elicitation_defaults();
+    }
+    // `initialize` asks for the newest version that still has it (rmcp's
+    // default is its newest version, 2026-07-28, which has no `initialize`,
+    // and strict servers refuse it).
+    let version = options
+        .initialize_version
+        .clone()
+        .unwrap_or(rmcp::model::ProtocolVersion::LATEST_WITH_INITIALIZE);
+    client = client.with_initialize_version(version);
+    rmcp::service::serve_client_with_lifecycle_and_ct(client, transport, mode, cancel.clone()).await
 }
 
 /// Describes a handshake failure without echoing whole messages (which could
@@ -432,6 +482,12 @@ impl Session {
     pub async fn wait_ended(&self) {
         let mut ended = self.ended.clone();
         let _ = ended.wait_for(|ended| *ended).await;
+    }
+
+    /// The session's rmcp peer, for requests [`Session::call`] does not
+    /// make (`toolgate conformance-client`).
+    pub(crate) fn peer(&self) -> &Peer<RoleClient> {
+        &self.peer
     }
 
     /// The child's process id, for stdio sessions.

@@ -1,0 +1,490 @@
+//! `toolgate conformance-client URL` (hidden): drives the gateway's own
+//! upstream session code ([`crate::upstream`], as `serve` uses it) through
+//! the client scenarios of the official `@modelcontextprotocol/conformance`
+//! suite (see `conformance/run.sh`).
+//!
+//! The suite's contract: the scenario server's URL is the last argument;
+//! `MCP_CONFORMANCE_SCENARIO` names the scenario, `MCP_CONFORMANCE_CONTEXT`
+//! carries JSON extras (e.g. `toolCalls`), and
+//! `MCP_CONFORMANCE_PROTOCOL_VERSION` (0.2.x suites only) selects the
+//! revision: a stateful one (the `initialize` lifecycle) or `2026-07-28`
+//! (stateless: `server/discover`, per-request `_meta`). Exit 0 when the
+//! scenario's flow completed. Logs go to stderr only.
+//!
+//! The session is the gateway's: its HTTP transport, lifecycle and tool
+//! listing ([`crate::upstream::connect_with`]) and [`Session::call`]. The
+//! only additions are opt-in: elicitations are answered (accepted with the
+//! schema's defaults), and in the stateless revision `input_required`
+//! results (SEP-2322) are answered and retried over the session's rmcp peer,
+//! which the gateway's own calls refuse.
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{Context, anyhow, bail};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, GetPromptRequestParams,
+    GetPromptResponse, InputRequest, InputRequiredResult, InputResponses, JsonObject,
+    ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, Tool,
+};
+use serde_json::{Value, json};
+
+use crate::config::{Config, Lifecycle, ProcessEnv, ServerConfig};
+use crate::upstream::{self, Label, Session, SessionOptions};
+
+/// Protocol revisions with the `initialize` lifecycle.
+const STATEFUL_VERSIONS: &[&str] = &["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
+
+/// Bound on each tool call (the suite gives a whole scenario 20 s by default).
+const CALL_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Most `input_required` rounds driven for one request.
+const MAX_INPUT_ROUNDS: usize = 8;
+
+/// What the suite asks for, from the environment.
+#[derive(Debug)]
+struct Scenario {
+    name: String,
+    /// `MCP_CONFORMANCE_PROTOCOL_VERSION`, if set.
+    version: Option<String>,
+    /// `MCP_CONFORMANCE_CONTEXT`, parsed (`{}` when unset).
+    context: Value,
+}
+
+impl Scenario {
+    fn from_env() -> anyhow::Result<Self> {
+        let name = std::env::var("MCP_CONFORMANCE_SCENARIO")
+            .context("MCP_CONFORMANCE_SCENARIO is not set")?;
+        let version = std::env::var("MCP_CONFORMANCE_PROTOCOL_VERSION")
+            .ok()
+            .filter(|v| !v.is_empty());
+        let context = match std::env::var("MCP_CONFORMANCE_CONTEXT") {
+            Ok(text) if !text.trim().is_empty() => {
+                serde_json::from_str(&text).context("MCP_CONFORMANCE_CONTEXT is not valid JSON")?
+            }
+            _ => json!({}),
+        };
+        Ok(Self {
+            name,
+            version,
+            context,
+        })
+    }
+
+    /// Whether the revision is stateless (no `initialize`): any version the
+    /// suite names that is not one of the stateful ones.
+    fn stateless(&self) -> bool {
+        self.version
+            .as_deref()
+            .is_some_and(|v| !STATEFUL_VERSIONS.contains(&v))
+    }
+}
+
+/// Runs the scenario named in the environment against the server at `url`.
+///
+/// # Errors
+/// The environment is incomplete, the scenario is unknown, or any step of
+/// its flow fails.
+pub async fn run(url: &str) -> anyhow::Result<()> {
+    let scenario = Scenario::from_env()?;
+    let stateless = scenario.stateless();
+    tracing::info!(
+        scenario = %scenario.name,
+        version = scenario.version.as_deref().unwrap_or("(unset)"),
+        stateless,
+        "conformance client"
+    );
+    let flow = Flow::for_scenario(&scenario.name)
+        .ok_or_else(|| anyhow!("unsupported scenario `{}`", scenario.name))?;
+
+    let (server, max_result_bytes) = server_config(url, stateless)?;
+    let label = Label {
+        tenant: "conformance".to_owned(),
+        server: server.name.clone(),
+    };
+    let connected = upstream::connect_with(
+        &server,
+        &label,
+        &ProcessEnv,
+        max_result_bytes,
+        SessionOptions {
+            elicitation_defaults: true,
+            initialize_version: (!stateless).then(|| initialize_version(&scenario)),
+        },
+    )
+    .await
+    .context("connecting")?;
+    tracing::info!(
+        tools = ?connected.tools.iter().map(|t| t.name.as_ref()).collect::<Vec<_>>(),
+        "connected"
+    );
+    let client = Client {
+        session: &connected.session,
+        stateless,
+    };
+    let result = flow.run(&client, &connected.tools, &scenario.context).await;
+    connected.session.close().await;
+    result
+}
+
+/// The `protocolVersion` `initialize` asks for: the one the suite names,
+/// else the newest revision that has `initialize` (rmcp 3.11 would ask for
+/// its newest, 2026-07-28, which has none; the 0.1.x suite rejects that).
+fn initialize_version(scenario: &Scenario) -> ProtocolVersion {
+    ProtocolVersion::KNOWN_VERSIONS
+        .iter()
+        .find(|known| Some(known.as_str()) == scenario.version.as_deref())
+        .cloned()
+        .unwrap_or(ProtocolVersion::LATEST_WITH_INITIALIZE)
+}
+
+/// The server's configuration, as the gateway would read it from its file:
+/// one HTTP server, `initialize` or `discover` by the revision.
+fn server_config(url: &str, stateless: bool) -> anyhow::Result<(ServerConfig, usize)> {
+    let lifecycle = if stateless { "discover" } else { "initialize" };
+    // JSON strings are YAML strings: the URL needs no further escaping.
+    let yaml = format!(
+        "tenants:\n  - name: conformance\n    tokens: [\"conformance-client\"]\n    servers:\n      \
+         - name: conformance\n        url: {url}\n        lifecycle: {lifecycle}\n        \
+         connect_timeout: 15s\n        call_timeout: 15s\n",
+        url = serde_json::to_string(url)?,
+    );
+    let mut config = Config::from_yaml(&yaml, "<conformance-client>", Path::new("."), &ProcessEnv)
+        .map_err(|e| anyhow!("{e}"))?;
+    let max_result_bytes = config.limits.max_result_bytes;
+    let server = config
+        .tenants
+        .pop()
+        .and_then(|mut t| t.servers.pop())
+        .context("the generated configuration has no server")?;
+    debug_assert_eq!(
+        server.lifecycle,
+        if stateless {
+            Lifecycle::Discover
+        } else {
+            Lifecycle::Initialize
+        }
+    );
+    Ok((server, max_result_bytes))
+}
+
+/// A scenario's flow after connecting (which already listed the tools).
+#[derive(Debug, Clone, Copy)]
+enum Flow {
+    /// Nothing more: the handshake and the listing are the test.
+    ConnectOnly,
+    /// Call `add_numbers` (else the first tool) with `{a: 5, b: 3}`.
+    AddNumbers,
+    /// Call one named tool with `{}`.
+    CallNamed(&'static str),
+    /// Call every tool with `{}`.
+    CallEveryEmpty,
+    /// Call every tool with synthetic arguments; stateless: also read every
+    /// resource and get every prompt.
+    StandardHeaders,
+    /// Call every tool with synthetic arguments.
+    CallEverySynthetic,
+    /// Call the tools of `context.toolCalls` with their arguments.
+    ContextToolCalls,
+    /// Send `json_schema_2020_12_tool`'s input schema to `json_schema_echo`.
+    SchemaEcho,
+}
+
+impl Flow {
+    fn for_scenario(name: &str) -> Option<Self> {
+        Some(match name {
+            "initialize" | "request-metadata" | "json-schema-ref-no-deref" => Flow::ConnectOnly,
+            // SEP-2640 skills extension: unsupported, so never `skills/list`.
+            n if n.starts_with("sep-2640-client-") => Flow::ConnectOnly,
+            // No OAuth: connecting without credentials is all we can do;
+            // the 401 fails these (the expected-failures baseline).
+            n if n.starts_with("auth/") => Flow::ConnectOnly,
+            "tools_call" => Flow::AddNumbers,
+            "elicitation-sep1034-client-defaults" => {
+                Flow::CallNamed("test_client_elicitation_defaults")
+            }
+            "sse-retry" => Flow::CallNamed("test_reconnection"),
+            "sep-2322-client-request-state" => Flow::CallEveryEmpty,
+            "http-standard-headers" => Flow::StandardHeaders,
+            "http-invalid-tool-headers" => Flow::CallEverySynthetic,
+            "http-custom-headers" => Flow::ContextToolCalls,
+            "json-schema-2020-12-preservation" => Flow::SchemaEcho,
+            _ => return None,
+        })
+    }
+
+    async fn run(self, client: &Client<'_>, tools: &[Tool], context: &Value) -> anyhow::Result<()> {
+        match self {
+            Flow::ConnectOnly => {}
+            Flow::AddNumbers => {
+                let tool = tools
+                    .iter()
+                    .find(|t| t.name == "add_numbers")
+                    .or_else(|| tools.first())
+                    .context("the server lists no tools")?;
+                client
+                    .call(&tool.name, object(json!({"a": 5, "b": 3})))
+                    .await?;
+            }
+            Flow::CallNamed(name) => {
+                client.call(name, JsonObject::new()).await?;
+            }
+            Flow::CallEveryEmpty => {
+                for tool in tools {
+                    client.call(&tool.name, JsonObject::new()).await?;
+                }
+            }
+            Flow::StandardHeaders | Flow::CallEverySynthetic => {
+                for tool in tools {
+                    client.call(&tool.name, synthetic_arguments(tool)).await?;
+                }
+                if matches!(self, Flow::StandardHeaders) && client.stateless {
+                    client.read_every_resource().await?;
+                    client.get_every_prompt().await?;
+                }
+            }
+            Flow::ContextToolCalls => {
+                let calls = context
+                    .get("toolCalls")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
+                for call in calls {
+                    let name = call
+                        .get("name")
+                        .and_then(Value::as_str)
+                        .context("context.toolCalls[]: no `name`")?;
+                    let arguments = call.get("arguments").cloned().unwrap_or_else(|| json!({}));
+                    client.call(name, object(arguments)).await?;
+                }
+            }
+            Flow::SchemaEcho => {
+                let focal = tools
+                    .iter()
+                    .find(|t| t.name == "json_schema_2020_12_tool")
+                    .context("the server does not list json_schema_2020_12_tool")?;
+                let schema = Value::Object(focal.input_schema.as_ref().clone());
+                client
+                    .call("json_schema_echo", object(json!({ "schema": schema })))
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The connected session, and how to call through it.
+struct Client<'a> {
+    session: &'a Session,
+    stateless: bool,
+}
+
+impl Client<'_> {
+    /// Calls `tool`: stateful, through the gateway's [`Session::call`];
+    /// stateless, over the session's peer, answering `input_required`
+    /// rounds (which the gateway's calls refuse).
+    async fn call(&self, tool: &str, arguments: JsonObject) -> anyhow::Result<CallToolResult> {
+        let shown = Value::Object(arguments.clone());
+        tracing::info!(tool, arguments = %shown, "tools/call");
+        let result = if self.stateless {
+            self.call_answering(tool, arguments).await?
+        } else {
+            self.session
+                .call(tool, arguments, CALL_TIMEOUT, Vec::new(), None)
+                .await
+                .with_context(|| format!("tools/call {tool}"))?
+        };
+        tracing::info!(
+            tool,
+            result = %serde_json::to_string(&result).unwrap_or_default(),
+            "tools/call result"
+        );
+        Ok(result)
+    }
+
+    async fn call_answering(
+        &self,
+        tool: &str,
+        arguments: JsonObject,
+    ) -> anyhow::Result<CallToolResult> {
+        let peer = self.session.peer();
+        let mut params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
+        for _ in 0..=MAX_INPUT_ROUNDS {
+            let response = tokio::time::timeout(CALL_TIMEOUT, peer.call_tool_once(params.clone()))
+                .await
+                .with_context(|| format!("tools/call {tool}: no answer in time"))?
+                .with_context(|| format!("tools/call {tool}"))?;
+            match response {
+                CallToolResponse::Complete(result) => return Ok(result),
+                CallToolResponse::InputRequired(input) => {
+                    (params.input_responses, params.request_state) = answer(input)?;
+                }
+                _ => bail!("tools/call {tool}: unsupported result (a task)"),
+            }
+        }
+        bail!("tools/call {tool}: more than {MAX_INPUT_ROUNDS} input_required rounds")
+    }
+
+    /// `resources/list`, then `resources/read` of each (stateless only).
+    async fn read_every_resource(&self) -> anyhow::Result<()> {
+        let peer = self.session.peer();
+        let resources = peer.list_all_resources().await.context("resources/list")?;
+        for resource in resources {
+            let uri = resource.uri.clone();
+            tracing::info!(%uri, "resources/read");
+            let mut params = ReadResourceRequestParams::new(uri.clone());
+            let mut rounds = 0;
+            loop {
+                match peer.read_resource_once(params.clone()).await {
+                    Ok(ReadResourceResponse::Complete(_)) => break,
+                    Ok(ReadResourceResponse::InputRequired(input)) if rounds < MAX_INPUT_ROUNDS => {
+                        rounds += 1;
+                        (params.input_responses, params.request_state) = answer(input)?;
+                    }
+                    Ok(_) => bail!("resources/read {uri}: too many input_required rounds"),
+                    Err(e) => return Err(e).context(format!("resources/read {uri}")),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `prompts/list`, then `prompts/get` of each (stateless only).
+    async fn get_every_prompt(&self) -> anyhow::Result<()> {
+        let peer = self.session.peer();
+        let prompts = peer.list_all_prompts().await.context("prompts/list")?;
+        for prompt in prompts {
+            let name = prompt.name.clone();
+            tracing::info!(%name, "prompts/get");
+            let mut params = GetPromptRequestParams::new(name.clone());
+            params.arguments = Some(JsonObject::new());
+            let mut rounds = 0;
+            loop {
+                match peer.get_prompt_once(params.clone()).await {
+                    Ok(GetPromptResponse::Complete(_)) => break,
+                    Ok(GetPromptResponse::InputRequired(input)) if rounds < MAX_INPUT_ROUNDS => {
+                        rounds += 1;
+                        (params.input_responses, params.request_state) = answer(input)?;
+                    }
+                    Ok(_) => bail!("prompts/get {name}: too many input_required rounds"),
+                    Err(e) => return Err(e).context(format!("prompts/get {name}")),
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Answers every input request of an `input_required` result (SEP-2322) and
+/// returns what the retry carries: the responses (none when nothing was
+/// asked) and the server's `requestState`, echoed untouched (absent when the
+/// server sent none).
+fn answer(input: InputRequiredResult) -> anyhow::Result<(Option<InputResponses>, Option<String>)> {
+    let requests = input.input_requests.unwrap_or_default();
+    if requests.is_empty() && input.request_state.is_none() {
+        bail!("an input_required result with neither inputRequests nor requestState");
+    }
+    let mut responses = InputResponses::new();
+    for (key, request) in requests {
+        let response = match request {
+            InputRequest::Elicitation(request) => {
+                serde_json::to_value(upstream::accept_with_defaults(&request.params))?
+            }
+            InputRequest::ListRoots(_) => json!({ "roots": [] }),
+            InputRequest::CreateMessage(_) => {
+                bail!("input request `{key}`: sampling is not supported")
+            }
+            _ => bail!("input request `{key}`: unsupported kind"),
+        };
+        tracing::info!(%key, %response, "answering input request");
+        responses.insert(key, response);
+    }
+    Ok((
+        (!responses.is_empty()).then_some(responses),
+        input.request_state,
+    ))
+}
+
+/// Arguments for a tool nobody described: one value per required property
+/// (`1` for numbers, `true` for booleans, else a string).
+fn synthetic_arguments(tool: &Tool) -> JsonObject {
+    let schema = tool.input_schema.as_ref();
+    let properties = schema.get("properties").and_then(Value::as_object);
+    let mut arguments = JsonObject::new();
+    for key in schema
+        .get("required")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+    {
+        let kind = properties
+            .and_then(|p| p.get(key))
+            .and_then(|p| p.get("type"))
+            .and_then(Value::as_str);
+        let value = match kind {
+            Some("number" | "integer") => json!(1),
+            Some("boolean") => json!(true),
+            _ => json!("us-west1"),
+        };
+        arguments.insert(key.to_owned(), value);
+    }
+    arguments
+}
+
+/// `value` as a JSON object (anything else becomes `{}`).
+fn object(value: Value) -> JsonObject {
+    match value {
+        Value::Object(map) => map,
+        _ => JsonObject::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn input_required(value: Value) -> InputRequiredResult {
+        serde_json::from_value(value).expect("an input_required result")
+    }
+
+    #[test]
+    fn elicitations_are_accepted_with_defaults_and_state_is_echoed() {
+        let input = input_required(json!({
+            "resultType": "input_required",
+            "inputRequests": {"confirm": {"method": "elicitation/create", "params": {
+                "mode": "form",
+                "message": "?",
+                "requestedSchema": {"type": "object", "properties": {
+                    "name": {"type": "string", "default": "Ada"},
+                    "age": {"type": "integer", "default": 36},
+                    "ok": {"type": "boolean"},
+                    "note": {"type": "string"}
+                }}
+            }}},
+            "requestState": "opaque-state"
+        }));
+        let (responses, state) = answer(input).expect("answered");
+        assert_eq!(state.as_deref(), Some("opaque-state"));
+        assert_eq!(
+            responses.expect("responses")["confirm"],
+            json!({"action": "accept", "content": {
+                "name": "Ada", "age": 36, "ok": true, "note": "conformance"
+            }})
+        );
+    }
+
+    #[test]
+    fn no_request_state_is_invented() {
+        let input = input_required(json!({
+            "resultType": "input_required",
+            "inputRequests": {"c": {"method": "elicitation/create", "params": {
+                "message": "?",
+                "requestedSchema": {"type": "object", "properties": {}}
+            }}}
+        }));
+        let (responses, state) = answer(input).expect("answered");
+        assert!(state.is_none());
+        assert!(responses.is_some());
+    }
+}
