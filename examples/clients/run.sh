@@ -125,8 +125,8 @@ run_worker_checks() {
     'INVALID_ARGUMENT \(INVALID_ARGUMENTS\)' \
     -- "$@" --addr "$ADDR" py__add '[1, 2]'
   check "$lang: a stale pin is re-listed and retried" 0 \
-    'FAILED_PRECONDITION \(CATALOG_VERSION_UNKNOWN\)' '^structured_content: \{"result":3\}$' \
-    -- "$@" --addr "$ADDR" --catalog-version stale py__add '{"a": 1, "b": 2}'
+    'FAILED_PRECONDITION \(TOOL_DEFINITION_CHANGED\)' '^structured_content: \{"result":3\}$' \
+    -- "$@" --addr "$ADDR" --definition-hash stale py__add '{"a": 1, "b": 2}'
   TOOLGATE_TOKEN="wrong-token" check "$lang: a wrong token is UNAUTHENTICATED" 3 \
     'UNAUTHENTICATED \(UNAUTHENTICATED\)' \
     -- "$@" --addr "$ADDR" py__add '{"a": 1, "b": 2}'
