@@ -147,6 +147,13 @@ impl Drop for TestGateway {
     }
 }
 
+/// A client of a gateway (a `toolgate serve` process) on 127.0.0.1:`port`.
+pub async fn client_at(port: u16) -> ToolGatewayClient<Channel> {
+    ToolGatewayClient::connect(format!("http://127.0.0.1:{port}"))
+        .await
+        .expect("connect to the gateway")
+}
+
 /// `message` with `authorization: Bearer <token>`.
 pub fn authed<T>(token: &str, message: T) -> tonic::Request<T> {
     let mut request = tonic::Request::new(message);

@@ -4,7 +4,6 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use toolgate::pb;
 
 use crate::common::*;
 
@@ -131,10 +130,7 @@ async fn serve_drains_on_sigterm_and_leaves_no_child_behind() {
     );
     let pid = gateway.0.id();
     wait_for_port(port).await;
-    let mut client =
-        pb::tool_gateway_client::ToolGatewayClient::connect(format!("http://127.0.0.1:{port}"))
-            .await
-            .unwrap();
+    let mut client = client_at(port).await;
     let listing = list(&mut client, "acme-token").await;
     assert!(
         listing.servers.iter().all(|s| s.connected),

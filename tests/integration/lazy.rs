@@ -5,7 +5,6 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use toolgate::pb;
 
 use crate::common::*;
 
@@ -97,10 +96,7 @@ async fn idle_tenants_close_and_the_session_cap_evicts_the_least_recently_used()
     );
     let pid = gateway.0.id();
     wait_for_port(port).await;
-    let mut client =
-        pb::tool_gateway_client::ToolGatewayClient::connect(format!("http://127.0.0.1:{port}"))
-            .await
-            .unwrap();
+    let mut client = client_at(port).await;
     assert!(children_of(pid).is_empty(), "lazy tenants start nothing");
     assert_eq!(
         invoke(&mut client, "ta", "py__echo", r#"{"text":"a"}"#)

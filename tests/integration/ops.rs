@@ -258,10 +258,7 @@ async fn traces_continue_the_callers_trace_and_go_upstream() {
             .unwrap(),
     );
     wait_for_port(port).await;
-    let mut client =
-        pb::tool_gateway_client::ToolGatewayClient::connect(format!("http://127.0.0.1:{port}"))
-            .await
-            .unwrap();
+    let mut client = client_at(port).await;
     let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
     let caller_span = "00f067aa0ba902b7";
     let mut request = authed(
@@ -371,10 +368,7 @@ async fn a_second_signal_ends_the_drain_and_logs_are_json() {
     );
     let pid = gateway.0.id();
     wait_for_port(port).await;
-    let mut client =
-        pb::tool_gateway_client::ToolGatewayClient::connect(format!("http://127.0.0.1:{port}"))
-            .await
-            .unwrap();
+    let mut client = client_at(port).await;
     assert!(list(&mut client, TOKEN).await.servers[0].connected);
     let children = children_of(pid);
     let long = tokio::spawn(async move {

@@ -94,10 +94,7 @@ async fn reload_on_sighup_keeps_unchanged_sessions_and_refuses_bad_configs() {
     );
     let pid = gateway.0.id();
     wait_for_port(port).await;
-    let mut client =
-        pb::tool_gateway_client::ToolGatewayClient::connect(format!("http://127.0.0.1:{port}"))
-            .await
-            .unwrap();
+    let mut client = client_at(port).await;
     wait_for(&mut client, "acme-token", |l| {
         l.servers.iter().all(|s| s.connected)
     })
@@ -231,10 +228,7 @@ async fn a_configmap_style_symlink_swap_is_picked_up() {
             .unwrap(),
     );
     wait_for_port(port).await;
-    let mut client =
-        pb::tool_gateway_client::ToolGatewayClient::connect(format!("http://127.0.0.1:{port}"))
-            .await
-            .unwrap();
+    let mut client = client_at(port).await;
     wait_for(&mut client, "first-token", |l| !l.tools.is_empty()).await;
 
     // Swap ..data atomically to a new version with a rotated token.
