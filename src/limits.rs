@@ -2,7 +2,6 @@
 //! per-server concurrency, each with a bounded wait. Beyond a limit a call
 //! is shed at once with RESOURCE_EXHAUSTED; nothing queues without bound.
 
-use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -124,13 +123,10 @@ impl TenantLimiter {
     }
 }
 
-/// A rate of one call per second, for tests.
-pub fn one_per_second() -> NonZeroU32 {
-    NonZeroU32::MIN
-}
-
 #[cfg(test)]
 mod tests {
+    use std::num::NonZeroU32;
+
     use super::*;
 
     #[tokio::test]
@@ -152,7 +148,7 @@ mod tests {
     #[tokio::test]
     async fn rate_sheds_beyond_the_burst() {
         let limiter = TenantLimiter::new(&TenantLimits {
-            rate_per_second: Some(one_per_second()),
+            rate_per_second: Some(NonZeroU32::MIN),
             burst: NonZeroU32::new(2),
             ..TenantLimits::default()
         });

@@ -4,7 +4,6 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-
 use crate::common::*;
 
 fn write_config(dir: &std::path::Path, yaml: &str) -> std::path::PathBuf {

@@ -5,7 +5,6 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-
 use crate::common::*;
 
 #[tokio::test]
