@@ -15,6 +15,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use toolgate::pb;
+
+/// /proc accounting, shared with the benchmark.
+#[path = "../src/bin/toolgate-bench/measure.rs"]
+#[allow(dead_code)]
+mod measure;
 use toolgate::pb::tool_gateway_client::ToolGatewayClient;
 
 const TOKENS: [&str; 2] = ["soak-a", "soak-b"];
@@ -57,35 +62,6 @@ fn which(program: &str) -> PathBuf {
         .map(|d| d.join(program))
         .find(|p| p.is_file())
         .unwrap_or_else(|| panic!("{program} not on PATH"))
-}
-
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
-}
-
-fn children(parent: u32) -> Vec<u32> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let fields: Vec<&str> = stat
-            .rsplit(')')
-            .next()
-            .unwrap_or("")
-            .split_whitespace()
-            .collect();
-        if fields.get(1).and_then(|p| p.parse::<u32>().ok()) == Some(parent) {
-            found.push(pid);
-        }
-    }
-    found
 }
 
 fn alive(pid: u32) -> bool {
@@ -215,7 +191,7 @@ async fn main() {
             one_call(&mut client, token, n, &Counts::default()).await;
         }
     }
-    let rss_start = rss_kib(pid);
+    let rss_start = measure::rss_mib(pid);
     let deadline = Instant::now() + Duration::from_secs_f64(minutes * 60.0);
     let seen_children = Arc::new(std::sync::Mutex::new(HashSet::new()));
 
@@ -237,7 +213,7 @@ async fn main() {
             let mut kills = 0u64;
             while Instant::now() + kill_every < deadline {
                 tokio::time::sleep(kill_every).await;
-                let kids = children(pid);
+                let kids = measure::children(pid);
                 seen.lock().unwrap().extend(kids.iter().copied());
                 if let Some(victim) = kids.get(fastrand::usize(..kids.len().max(1))) {
                     let _ = Command::new("kill")
@@ -253,8 +229,8 @@ async fn main() {
         task.await.unwrap();
     }
     let kills = killer.await.unwrap();
-    seen_children.lock().unwrap().extend(children(pid));
-    let rss_end = rss_kib(pid);
+    seen_children.lock().unwrap().extend(measure::children(pid));
+    let rss_end = measure::rss_mib(pid);
     let _ = Command::new("kill")
         .args(["-TERM", &pid.to_string()])
         .status();
@@ -282,11 +258,7 @@ async fn main() {
     );
     println!("| calls hung (must be 0) | {} |", total(&counts.hung));
     println!("| wrong results (must be 0) | {} |", total(&counts.wrong));
-    println!(
-        "| gateway RSS at start / end | {} / {} MiB |",
-        rss_start / 1024,
-        rss_end / 1024
-    );
+    println!("| gateway RSS at start / end | {rss_start:.0} / {rss_end:.0} MiB |",);
     println!("| child processes left (must be 0) | {} |", left.len());
     println!("| gateway exit code | {:?} |", status.code());
     let _ = std::fs::remove_dir_all(Path::new(&dir));

@@ -25,7 +25,6 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-pub use supervisor::backoff;
 pub use tenant::{SessionUnavailable, Tenant};
 
 use slot::Slot;
@@ -228,7 +227,7 @@ impl Registry {
             if tenant.connect == ConnectMode::Eager || tenant.is_active() {
                 // Eager tenants connect now; a lazy tenant in use connects
                 // its added or changed servers now too.
-                tenant.activate();
+                tenant.connect_all();
             }
             tenants.push(tenant);
         }
@@ -279,15 +278,6 @@ impl Registry {
             }
             session.close().await;
         });
-    }
-
-    /// Live sessions across every tenant.
-    pub fn live_sessions(&self) -> usize {
-        self.current()
-            .tenants
-            .iter()
-            .map(|t| t.live_sessions())
-            .sum()
     }
 
     /// Stops connecting and closes every session (each bounded by

@@ -117,7 +117,7 @@ impl Supervisor {
 /// The delay before reconnect attempt `attempt` (0-based): `initial × 2^n`
 /// capped at `max`, with "equal jitter" (half fixed, half random) so that
 /// many sessions lost together do not reconnect in step.
-pub fn backoff(policy: crate::config::Reconnect, attempt: u32) -> Duration {
+pub(super) fn backoff(policy: crate::config::Reconnect, attempt: u32) -> Duration {
     let exp = policy
         .initial
         .saturating_mul(2u32.saturating_pow(attempt.min(20)))

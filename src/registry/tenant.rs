@@ -111,8 +111,17 @@ impl Tenant {
     /// and idle. Concurrent first calls share one connect; callers then
     /// wait for the catalog to settle (bounded by their deadline).
     pub fn activate(&self) {
+        if self.connect == ConnectMode::Eager {
+            // Connected when the configuration was applied, never evicted.
+            return;
+        }
         self.last_used
             .store(self.spawner.now_ms(), Ordering::Relaxed);
+        self.connect_all();
+    }
+
+    /// Starts a supervisor for every slot without one.
+    pub(super) fn connect_all(&self) {
         let mut started = false;
         for slot in &self.slots {
             if let Some(stop) = slot.activate() {

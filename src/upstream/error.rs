@@ -96,14 +96,6 @@ impl UpstreamError {
             other => UpstreamError::Protocol(other.to_string()),
         }
     }
-
-    /// Whether the failure means the session itself is unusable.
-    pub fn is_session_lost(&self) -> bool {
-        matches!(
-            self,
-            UpstreamError::Closed | UpstreamError::Lost | UpstreamError::Transport(_)
-        )
-    }
 }
 
 /// The innermost source of an error.

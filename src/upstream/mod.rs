@@ -490,11 +490,6 @@ impl Session {
         &self.peer
     }
 
-    /// The child's process id, for stdio sessions.
-    pub fn pid(&self) -> Option<u32> {
-        self.pid
-    }
-
     /// Closes the session: stdin closed, then SIGTERM, then SIGKILL of the
     /// child's process group for stdio; the HTTP session deleted for HTTP.
     /// Bounded by [`CLOSE_TIMEOUT`].

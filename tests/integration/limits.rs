@@ -3,8 +3,6 @@
 
 use std::time::{Duration, Instant};
 
-use toolgate::pb;
-
 use crate::common::*;
 
 const TOKEN: &str = "acme-token";
@@ -307,6 +305,5 @@ async fn an_http_server_restart_is_recovered() {
     }
     let listing = list(&mut client, TOKEN).await;
     assert!(listing.servers[0].connected);
-    let _ = pb::ServerState::Connected;
     gateway.shutdown().await;
 }

@@ -196,6 +196,20 @@ fn invoke_fn(
     })
 }
 
+fn list_fn(
+    client: pb::tool_gateway_client::ToolGatewayClient<tonic::transport::Channel>,
+) -> CallFn {
+    std::sync::Arc::new(move || {
+        let mut client = client.clone();
+        Box::pin(async move {
+            client
+                .list_tools(authed(pb::ListToolsRequest::default()))
+                .await?;
+            Ok(())
+        })
+    })
+}
+
 fn rmcp_fn(peer: rmcp::service::Peer<rmcp::service::RoleClient>) -> CallFn {
     std::sync::Arc::new(move || {
         let peer = peer.clone();
@@ -474,18 +488,7 @@ async fn large_catalog() -> anyhow::Result<(f64, f64, usize)> {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     anyhow::ensure!(size > 0, "the 10,000-tool catalog never appeared");
-    let list: CallFn = {
-        let client = client.clone();
-        std::sync::Arc::new(move || {
-            let mut client = client.clone();
-            Box::pin(async move {
-                client
-                    .list_tools(authed(pb::ListToolsRequest::default()))
-                    .await?;
-                Ok(())
-            })
-        })
-    };
+    let list = list_fn(client.clone());
     measure::sequential(&list, 10).await?;
     let toolgate = measure::sequential(&list, 100).await?.p50;
     drop((gw, server));
@@ -501,15 +504,7 @@ async fn large_catalog() -> anyhow::Result<(f64, f64, usize)> {
     let _floor = spawn(command);
     wait_port(floor_port).await;
     let floor_client = grpc(floor_port).await;
-    let floor_list: CallFn = std::sync::Arc::new(move || {
-        let mut client = floor_client.clone();
-        Box::pin(async move {
-            client
-                .list_tools(authed(pb::ListToolsRequest::default()))
-                .await?;
-            Ok(())
-        })
-    });
+    let floor_list = list_fn(floor_client);
     measure::sequential(&floor_list, 10).await?;
     let floor = measure::sequential(&floor_list, 100).await?.p50;
     Ok((toolgate, floor, size))
