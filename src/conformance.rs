@@ -107,6 +107,7 @@ pub async fn run(url: &str) -> anyhow::Result<()> {
         &label,
         &ProcessEnv,
         max_result_bytes,
+        &crate::credentials::Redactor::default().shared(),
         SessionOptions {
             elicitation_defaults: true,
             initialize_version: (!stateless).then(|| initialize_version(&scenario)),

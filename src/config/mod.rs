@@ -224,6 +224,9 @@ pub struct ServerConfig {
     pub lifecycle: Lifecycle,
     /// Operator overrides of tool definitions, by the server's tool name.
     pub overrides: std::collections::HashMap<String, ToolOverride>,
+    /// Replace configured credential values in this server's tool results
+    /// with `[redacted]` (on by default).
+    pub redact_results: bool,
 }
 
 /// An operator's override of one tool's definition, applied before the
@@ -284,7 +287,7 @@ impl ServerConfig {
         overrides.sort_by(|a, b| a.0.cmp(b.0));
         field(
             format!(
-                "{}{:?}{:?}{:?}{}{timeouts:?}{:?}{:?}{:?}{overrides:?}",
+                "{}{:?}{:?}{:?}{}{timeouts:?}{:?}{:?}{:?}{overrides:?}{}",
                 self.bare,
                 self.connect_timeout,
                 self.call_timeout,
@@ -293,6 +296,7 @@ impl ServerConfig {
                 self.reconnect,
                 self.max_concurrent_calls,
                 self.lifecycle,
+                self.redact_results,
             )
             .as_bytes(),
         );

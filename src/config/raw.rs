@@ -131,6 +131,7 @@ pub(crate) struct RawServer {
     pub(crate) reconnect: Option<RawReconnect>,
     pub(crate) max_concurrent_calls: Option<usize>,
     pub(crate) lifecycle: Option<super::Lifecycle>,
+    pub(crate) redact_results: Option<bool>,
 }
 
 /// An operator's override of one tool's definition.

@@ -10,17 +10,38 @@ use std::path::{Path, PathBuf};
 
 /// A value that must never appear in logs, errors or responses.
 #[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
+pub struct Secret {
+    value: String,
+    /// Read from a secret source (`{env: ...}`, `{file: ...}`) rather than
+    /// written as a literal in the config file.
+    sourced: bool,
+}
 
 impl Secret {
-    /// Wraps a value as a secret.
+    /// Wraps a value as a secret (as if written literally in the config).
     pub fn new(value: impl Into<String>) -> Self {
-        Self(value.into())
+        Self {
+            value: value.into(),
+            sourced: false,
+        }
+    }
+
+    /// Wraps a value read from a secret source (`{env:}`, `{file:}`).
+    pub fn sourced(value: impl Into<String>) -> Self {
+        Self {
+            value: value.into(),
+            sourced: true,
+        }
     }
 
     /// Returns the secret value. Call only where the value is used.
     pub fn expose(&self) -> &str {
-        &self.0
+        &self.value
+    }
+
+    /// Whether the value came from a secret source rather than a literal.
+    pub fn is_sourced(&self) -> bool {
+        self.sourced
     }
 }
 
@@ -108,7 +129,7 @@ impl ValueSource {
             ValueSource::Env(name) => match env.var(name) {
                 None => Err(SourceError::EnvMissing(name.clone())),
                 Some(value) if value.is_empty() => Err(SourceError::EnvEmpty(name.clone())),
-                Some(value) => Ok(Secret::new(value)),
+                Some(value) => Ok(Secret::sourced(value)),
             },
             ValueSource::File(path) => {
                 let path = base.join(path);
@@ -126,7 +147,7 @@ impl ValueSource {
                 if text.is_empty() {
                     return Err(SourceError::FileEmpty(path));
                 }
-                Ok(Secret::new(text))
+                Ok(Secret::sourced(text))
             }
         }
     }

@@ -665,6 +665,7 @@ fn validate_server(
         max_concurrent_calls,
         lifecycle: server.lifecycle.unwrap_or(defaults.lifecycle),
         overrides,
+        redact_results: server.redact_results.unwrap_or(true),
     })
 }
 

@@ -32,6 +32,7 @@ use tenant::Publication;
 
 use crate::auth::TokenTable;
 use crate::config::{Config, ConnectMode, Environment};
+use crate::credentials::{Redactor, SharedRedactor};
 use crate::telemetry::Metrics;
 
 /// How long a retired session may keep serving calls that started on it
@@ -70,6 +71,8 @@ pub(crate) struct Spawner {
     metrics: Arc<Metrics>,
     tasks: TaskTracker,
     max_result_bytes: AtomicUsize,
+    /// The current configuration's credential redactor.
+    redactor: SharedRedactor,
     started: Instant,
     /// Woken when a lazy tenant connects, so the session cap is enforced.
     activated: Notify,
@@ -86,12 +89,18 @@ impl Spawner {
                 env: self.env.clone(),
                 metrics: self.metrics.clone(),
                 max_result_bytes: self.max_result_bytes.load(Ordering::Relaxed),
+                redactor: self.redactor.clone(),
                 tenant: tenant.to_owned(),
                 slot,
                 stop,
             }
             .run(),
         );
+    }
+
+    /// The current configuration's credential redactor.
+    pub(crate) fn redactor(&self) -> &SharedRedactor {
+        &self.redactor
     }
 
     pub(crate) fn metrics(&self) -> &Metrics {
@@ -136,6 +145,7 @@ impl Registry {
                 metrics: metrics.clone(),
                 tasks: tasks.clone(),
                 max_result_bytes: AtomicUsize::new(config.limits.max_result_bytes),
+                redactor: Redactor::for_config(config).shared(),
                 started: Instant::now(),
                 activated: Notify::new(),
             }),
@@ -175,6 +185,9 @@ impl Registry {
         self.spawner
             .max_result_bytes
             .store(config.limits.max_result_bytes, Ordering::Relaxed);
+        self.spawner
+            .redactor
+            .store(Arc::new(Redactor::for_config(config)));
         self.max_live
             .store(config.max_live_sessions.unwrap_or(0), Ordering::Relaxed);
         let mut generation = self.generation.write().expect("generation lock");

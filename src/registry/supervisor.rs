@@ -22,6 +22,7 @@ pub(super) struct Supervisor {
     pub(super) env: Arc<dyn Environment>,
     pub(super) metrics: Arc<Metrics>,
     pub(super) max_result_bytes: usize,
+    pub(super) redactor: crate::credentials::SharedRedactor,
     pub(super) tenant: String,
     pub(super) slot: Arc<Slot>,
     /// Ends this supervisor (the slot's activation).
@@ -48,6 +49,7 @@ impl Supervisor {
                 &label,
                 self.env.as_ref(),
                 self.max_result_bytes,
+                &self.redactor,
             ))
             .catch_unwind();
             let result = tokio::select! {

@@ -27,6 +27,7 @@ pub(crate) use handler::accept_with_defaults;
 pub use stdio::Label;
 
 use crate::config::{Environment, Lifecycle, ServerConfig, Transport};
+use crate::credentials::SharedRedactor;
 
 /// How long closing a session may take before it is abandoned. rmcp closes
 /// a child's stdin, waits, sends SIGTERM to its process group, waits, then
@@ -43,6 +44,10 @@ pub struct Session {
     /// Becomes `true` when the session's service loop has ended.
     ended: watch::Receiver<bool>,
     pid: Option<u32>,
+    /// Removes configured credentials from what the server sends back.
+    redactor: SharedRedactor,
+    /// Whether tool results are redacted too (`redact_results`).
+    redact_results: bool,
 }
 
 /// What connecting yields: the session and every tool it listed.
@@ -65,12 +70,14 @@ pub async fn connect(
     label: &Label,
     gateway_env: &dyn Environment,
     max_result_bytes: usize,
+    redactor: &SharedRedactor,
 ) -> Result<Connected, UpstreamError> {
     connect_with(
         server,
         label,
         gateway_env,
         max_result_bytes,
+        redactor,
         SessionOptions::default(),
     )
     .await
@@ -95,6 +102,7 @@ pub(crate) async fn connect_with(
     label: &Label,
     gateway_env: &dyn Environment,
     max_result_bytes: usize,
+    redactor: &SharedRedactor,
     options: SessionOptions,
 ) -> Result<Connected, UpstreamError> {
     let timeout = server.connect_timeout;
@@ -141,8 +149,16 @@ pub(crate) async fn connect_with(
             .await;
             match probe {
                 Ok(Ok(started)) => {
-                    return finish_connect(server, label, started, deadline, timeout, probe_cancel)
-                        .await;
+                    return finish_connect(
+                        server,
+                        label,
+                        started,
+                        deadline,
+                        timeout,
+                        probe_cancel,
+                        redactor,
+                    )
+                    .await;
                 }
                 Ok(Err(error)) => {
                     probe_cancel.cancel();
@@ -169,7 +185,7 @@ pub(crate) async fn connect_with(
             .map_err(|_| UpstreamError::ConnectTimeout(timeout))?
         }
     };
-    finish_connect(server, label, started?, deadline, timeout, cancel).await
+    finish_connect(server, label, started?, deadline, timeout, cancel, redactor).await
 }
 
 /// How long `lifecycle: auto` tries `server/discover` at most.
@@ -183,6 +199,7 @@ async fn finish_connect(
     deadline: tokio::time::Instant,
     timeout: Duration,
     cancel: CancellationToken,
+    redactor: &SharedRedactor,
 ) -> Result<Connected, UpstreamError> {
     let listed = tokio::time::timeout_at(
         deadline,
@@ -213,6 +230,8 @@ async fn finish_connect(
             cancel,
             ended,
             pid,
+            redactor: redactor.clone(),
+            redact_results: server.redact_results,
         }),
         tools,
     })

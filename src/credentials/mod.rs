@@ -1,0 +1,10 @@
+//! Upstream credentials and what keeps them in: every configured
+//! credential value is removed from upstream text ([`Redactor`]) before
+//! that text reaches a caller, a log line or a span.
+
+mod redact;
+
+pub use redact::{
+    MAX_STATUS_MESSAGE, MAX_UPSTREAM_TEXT, MIN_REDACTED_LEN, REDACTED, Redactor, SharedRedactor,
+    bounded,
+};

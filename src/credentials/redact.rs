@@ -1,0 +1,263 @@
+//! Redaction of configured credentials from upstream text.
+//!
+//! An upstream can echo what it received (an `Authorization` header in an
+//! error page, an API key in a tool result). Every text that comes from an
+//! upstream passes through a [`Redactor`] built once per configuration: each
+//! configured credential value of [`MIN_REDACTED_LEN`] characters or more is
+//! replaced by [`REDACTED`] in a single pass (Aho-Corasick, leftmost-longest),
+//! then the text is cut to a documented bound ([`bounded`]).
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
+use arc_swap::ArcSwap;
+
+use crate::config::{Config, Secret, Transport};
+
+/// What replaces a credential value.
+pub const REDACTED: &str = "[redacted]";
+
+/// Credential values shorter than this are not redacted: short values
+/// (`"1"`, `"true"`) would mangle ordinary text, and are not credentials.
+pub const MIN_REDACTED_LEN: usize = 8;
+
+/// Most bytes of upstream text quoted in a status message, a
+/// `ServerStatus.error` or a log line.
+pub const MAX_UPSTREAM_TEXT: usize = 1024;
+
+/// Most bytes of a whole status message (upstream text included).
+pub const MAX_STATUS_MESSAGE: usize = 2000;
+
+/// Replaces every configured credential value in a text.
+pub struct Redactor {
+    /// `None` when no value is long enough to redact.
+    matcher: Option<AhoCorasick>,
+    patterns: usize,
+}
+
+/// The current configuration's redactor, replaced on reload.
+pub type SharedRedactor = Arc<ArcSwap<Redactor>>;
+
+impl std::fmt::Debug for Redactor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the values.
+        f.debug_struct("Redactor")
+            .field("patterns", &self.patterns)
+            .finish()
+    }
+}
+
+impl Default for Redactor {
+    fn default() -> Self {
+        Self::new(std::iter::empty::<&str>())
+    }
+}
+
+impl Redactor {
+    /// A redactor of `values` (those shorter than [`MIN_REDACTED_LEN`]
+    /// characters are skipped).
+    pub fn new<'a>(values: impl IntoIterator<Item = &'a str>) -> Self {
+        let mut patterns: Vec<&str> = values
+            .into_iter()
+            .filter(|v| v.chars().count() >= MIN_REDACTED_LEN)
+            .collect();
+        patterns.sort_unstable();
+        patterns.dedup();
+        let matcher = (!patterns.is_empty()).then(|| {
+            AhoCorasickBuilder::new()
+                .match_kind(MatchKind::LeftmostLongest)
+                .build(&patterns)
+                .expect("literal patterns of bounded count always build")
+        });
+        Self {
+            matcher,
+            patterns: patterns.len(),
+        }
+    }
+
+    /// The redactor of every credential in `config`: each caller token,
+    /// each HTTP header value, and each stdio environment value read from a
+    /// secret source (`{env:}`, `{file:}`).
+    pub fn for_config(config: &Config) -> Self {
+        let mut values: Vec<&Secret> = Vec::new();
+        for tenant in &config.tenants {
+            values.extend(tenant.tokens.iter());
+            for server in &tenant.servers {
+                match &server.transport {
+                    Transport::Http { headers, .. } => {
+                        values.extend(headers.iter().map(|(_, v)| v));
+                    }
+                    Transport::Stdio { env, .. } => {
+                        values.extend(env.iter().map(|(_, v)| v).filter(|v| v.is_sourced()));
+                    }
+                }
+            }
+        }
+        let mut exposed: Vec<&str> = Vec::with_capacity(values.len() * 2);
+        for value in values {
+            let text = value.expose();
+            exposed.push(text);
+            // `Authorization: Bearer <token>`: the token alone is as secret
+            // as the whole value, and is what a server echoes most often.
+            if let Some((_, rest)) = text.split_once(' ') {
+                exposed.push(rest.trim());
+            }
+        }
+        Self::new(exposed)
+    }
+
+    /// A handle that can be swapped on reload.
+    pub fn shared(self) -> SharedRedactor {
+        Arc::new(ArcSwap::from_pointee(self))
+    }
+
+    /// Whether any value is redacted.
+    pub fn is_empty(&self) -> bool {
+        self.matcher.is_none()
+    }
+
+    /// `text` with every credential value replaced by [`REDACTED`].
+    pub fn redact<'a>(&self, text: &'a str) -> Cow<'a, str> {
+        match &self.matcher {
+            Some(matcher) if matcher.is_match(text) => {
+                Cow::Owned(matcher.replace_all(text, &vec![REDACTED; self.patterns]))
+            }
+            _ => Cow::Borrowed(text),
+        }
+    }
+
+    /// Redacts `text` in place; returns whether anything was replaced.
+    pub fn redact_in_place(&self, text: &mut String) -> bool {
+        match self.redact(text) {
+            Cow::Borrowed(_) => false,
+            Cow::Owned(redacted) => {
+                *text = redacted;
+                true
+            }
+        }
+    }
+
+    /// Redacts every string (keys and values) of a JSON value in place.
+    pub fn redact_json(&self, value: &mut serde_json::Value) {
+        if self.is_empty() {
+            return;
+        }
+        match value {
+            serde_json::Value::String(text) => {
+                self.redact_in_place(text);
+            }
+            serde_json::Value::Array(items) => {
+                for item in items {
+                    self.redact_json(item);
+                }
+            }
+            serde_json::Value::Object(map) => {
+                let keys: Vec<String> = map.keys().cloned().collect();
+                for key in keys {
+                    let Some(mut item) = map.remove(&key) else {
+                        continue;
+                    };
+                    self.redact_json(&mut item);
+                    map.insert(self.redact(&key).into_owned(), item);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Upstream text on its way to a status message, a `ServerStatus` or a
+    /// log line: redacted first, then cut to [`MAX_UPSTREAM_TEXT`] bytes.
+    pub fn upstream_text(&self, text: &str) -> String {
+        bounded(&self.redact(text), MAX_UPSTREAM_TEXT)
+    }
+}
+
+/// `text` cut to at most `max` bytes (on a character boundary), with a note
+/// of how much was cut. Control characters other than newline and tab are
+/// shown escaped, so upstream text cannot forge log lines.
+pub fn bounded(text: &str, max: usize) -> String {
+    let clean: Cow<'_, str> = if text
+        .chars()
+        .any(|c| c.is_control() && c != '\n' && c != '\t')
+    {
+        Cow::Owned(
+            text.chars()
+                .map(|c| {
+                    if c.is_control() && c != '\n' && c != '\t' {
+                        ' '
+                    } else {
+                        c
+                    }
+                })
+                .collect(),
+        )
+    } else {
+        Cow::Borrowed(text)
+    };
+    if clean.len() <= max {
+        return clean.into_owned();
+    }
+    let note = format!("… [{} more bytes cut]", clean.len());
+    let keep = max.saturating_sub(note.len() + 8);
+    let mut end = keep.min(clean.len());
+    while !clean.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… [{} more bytes cut]", &clean[..end], clean.len() - end)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replaces_every_value_in_one_pass() {
+        let redactor = Redactor::new([
+            "Bearer s3cr3t-token-1",
+            "s3cr3t-token-1",
+            "api-key-42424242",
+        ]);
+        let text = "header was: Bearer s3cr3t-token-1; key api-key-42424242 and s3cr3t-token-1";
+        assert_eq!(
+            redactor.redact(text),
+            "header was: [redacted]; key [redacted] and [redacted]"
+        );
+    }
+
+    #[test]
+    fn short_values_are_left_alone() {
+        let redactor = Redactor::new(["true", "1234567"]);
+        assert!(redactor.is_empty());
+        assert_eq!(redactor.redact("true 1234567"), "true 1234567");
+    }
+
+    #[test]
+    fn json_strings_and_keys_are_redacted() {
+        let redactor = Redactor::new(["very-secret-value"]);
+        let mut value = serde_json::json!({
+            "a": ["x very-secret-value y", 3],
+            "very-secret-value": {"b": "very-secret-value"}
+        });
+        redactor.redact_json(&mut value);
+        let text = value.to_string();
+        assert!(!text.contains("very-secret-value"), "{text}");
+        assert!(text.contains("[redacted]"));
+    }
+
+    #[test]
+    fn bounded_cuts_on_a_char_boundary_and_says_so() {
+        let long = "é".repeat(5000);
+        let cut = bounded(&long, MAX_UPSTREAM_TEXT);
+        assert!(cut.len() <= MAX_UPSTREAM_TEXT, "{}", cut.len());
+        assert!(cut.ends_with("more bytes cut]"));
+        assert_eq!(bounded("short", 100), "short");
+        assert_eq!(bounded("a\u{1b}[31mb", 100), "a [31mb");
+    }
+
+    #[test]
+    fn debug_never_shows_values() {
+        let redactor = Redactor::new(["very-secret-value"]);
+        assert!(!format!("{redactor:?}").contains("very-secret"));
+    }
+}
