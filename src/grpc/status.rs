@@ -81,6 +81,13 @@ fn classify_upstream(error: &UpstreamError) -> (Code, &'static str) {
             (Code::Unavailable, "UPSTREAM_CONNECTION_LOST")
         }
         UpstreamError::TooLarge(_) => (Code::ResourceExhausted, "RESULT_TOO_LARGE"),
+        UpstreamError::HttpStatus { status: 429, .. } => {
+            (Code::Unavailable, "UPSTREAM_RATE_LIMITED")
+        }
+        UpstreamError::HttpStatus { status, .. } if *status >= 500 => {
+            (Code::Unknown, "UPSTREAM_HTTP_ERROR")
+        }
+        UpstreamError::HttpStatus { .. } => (Code::Internal, "UPSTREAM_HTTP_ERROR"),
         UpstreamError::AuthRejected => (Code::Unavailable, "UPSTREAM_AUTH_REJECTED"),
         UpstreamError::Timeout(_) => (Code::DeadlineExceeded, "UPSTREAM_TIMEOUT"),
         UpstreamError::Protocol(_) => (Code::Internal, "UPSTREAM_PROTOCOL_ERROR"),

@@ -43,6 +43,17 @@ pub enum UpstreamError {
     /// The server's answer is larger than `limits.max_result_bytes`.
     #[error("the server's answer exceeds limits.max_result_bytes ({0} bytes)")]
     TooLarge(usize),
+    /// The HTTP server answered this one request with an error status. The
+    /// session stays up: only session-level failures (its session id
+    /// unknown, the connection lost) end a session. `body` is redacted and
+    /// bounded.
+    #[error("the server answered HTTP {status}: {body}")]
+    HttpStatus {
+        /// The HTTP status code.
+        status: u16,
+        /// The start of the response body, credentials redacted.
+        body: String,
+    },
     /// The HTTP server refused the configured credentials.
     #[error("the server refused the gateway's credentials (HTTP 401/403)")]
     AuthRejected,
