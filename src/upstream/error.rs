@@ -1,7 +1,11 @@
 //! Why an upstream session or call failed. Messages never contain secrets:
-//! transport errors are described by kind, not by the request they carried.
+//! transport errors are described by kind, not by the request they carried,
+//! and every text that came from an upstream is redacted and bounded when
+//! the error is built ([`UpstreamError::from_service`]).
 
 use std::time::Duration;
+
+use crate::credentials::Redactor;
 
 /// A failure to start a session or to complete a request on one.
 #[derive(Debug, thiserror::Error)]
@@ -14,13 +18,13 @@ pub enum UpstreamError {
         /// Why, e.g. "not found on the gateway's PATH".
         reason: String,
     },
-    /// The MCP handshake failed.
+    /// The MCP handshake failed (the server's text redacted and bounded).
     #[error("MCP handshake failed: {0}")]
     Handshake(String),
     /// Starting the session and listing its tools took too long.
     #[error("connecting took longer than {}", humantime::format_duration(*.0))]
     ConnectTimeout(Duration),
-    /// Listing the tools failed.
+    /// Listing the tools failed (the server's text redacted and bounded).
     #[error("tools/list failed: {0}")]
     ListTools(String),
     /// The server kept paging beyond the configured bound.
@@ -37,7 +41,9 @@ pub enum UpstreamError {
     /// or may not have acted on it.
     #[error("the session ended while the request was in flight; the server may have acted on it")]
     Lost,
-    /// Sending on the transport failed.
+    /// The transport failed: the connection refused, reset or lost, or an
+    /// HTTP session id the server no longer knows. The session ends (the
+    /// supervisor reconnects it). The text is redacted and bounded.
     #[error("transport error: {0}")]
     Transport(String),
     /// The server's answer is larger than `limits.max_result_bytes`.
@@ -65,11 +71,12 @@ pub enum UpstreamError {
     JsonRpc {
         /// The JSON-RPC error code.
         code: i32,
-        /// The server's message (logged; shown to callers only where they
-        /// can act on it).
+        /// The server's message, redacted and bounded (logged; shown to
+        /// callers only where they can act on it).
         message: String,
     },
-    /// The server answered something the protocol does not allow here.
+    /// The server answered something the protocol does not allow here
+    /// (its text redacted and bounded).
     #[error("unexpected answer: {0}")]
     Protocol(String),
     /// The server asked for client input (elicitation, sampling) or started
@@ -79,8 +86,11 @@ pub enum UpstreamError {
 }
 
 impl UpstreamError {
-    /// Maps an rmcp request error.
-    pub(crate) fn from_service(error: rmcp::ServiceError) -> Self {
+    /// Maps an rmcp request error. Every text that came from the upstream
+    /// (a JSON-RPC message, an HTTP error body, a transport error) is
+    /// redacted and bounded here, so no later use (status, `ServerStatus`,
+    /// log, span) can leak a credential or carry an unbounded text.
+    pub(crate) fn from_service(error: rmcp::ServiceError, redactor: &Redactor) -> Self {
         use rmcp::ServiceError as E;
         if error.auth_challenge().is_some() {
             return UpstreamError::AuthRejected;
@@ -88,25 +98,82 @@ impl UpstreamError {
         match error {
             E::McpError(data) => UpstreamError::JsonRpc {
                 code: data.code.0,
-                message: data.message.into_owned(),
+                message: redactor.upstream_text(&data.message),
             },
             E::TransportClosed => UpstreamError::Closed,
-            E::TransportSend(e) => {
-                let text = root_cause(e.error.as_ref());
-                match too_large(e.error.as_ref()) {
-                    Some(max) => UpstreamError::TooLarge(max),
-                    None => UpstreamError::Transport(text),
-                }
-            }
+            E::TransportSend(e) => from_transport(e.error.as_ref(), redactor),
             E::Timeout { timeout } => UpstreamError::Timeout(timeout),
             E::Cancelled { .. } => UpstreamError::Closed,
             E::UnexpectedResponse => {
                 UpstreamError::Protocol("a response of the wrong type".to_owned())
             }
             E::InputRequiredRoundsExceeded { .. } => UpstreamError::Unsupported("client input"),
-            other => UpstreamError::Protocol(other.to_string()),
+            other => UpstreamError::Protocol(redactor.upstream_text(&other.to_string())),
         }
     }
+
+    /// Whether the error ends the session: the transport itself failed (the
+    /// connection refused, reset or lost; an HTTP session id the server no
+    /// longer knows), so nothing more can be sent on it. An HTTP error
+    /// status answered to one request, a JSON-RPC error or a malformed
+    /// answer fail that request only.
+    pub(crate) fn ends_session(&self) -> bool {
+        matches!(self, UpstreamError::Transport(_))
+    }
+}
+
+/// Maps a transport's failure to send a request (and, over HTTP, to read
+/// its answer).
+fn from_transport(error: &(dyn std::error::Error + 'static), redactor: &Redactor) -> UpstreamError {
+    use rmcp::transport::streamable_http_client::StreamableHttpError as H;
+    let Some(http) = find::<H<reqwest::Error>>(error) else {
+        // stdio: writing to the child failed.
+        return UpstreamError::Transport(redactor.upstream_text(&root_cause(error)));
+    };
+    match http {
+        H::ResponseBodyTooLarge { max_size } => UpstreamError::TooLarge(*max_size),
+        H::HttpStatus(status) => http_status(status.status, "", redactor),
+        H::UnexpectedServerResponse(text) => match super::http::split_status(text) {
+            Some((status, body)) => http_status(status, body, redactor),
+            None => UpstreamError::Protocol(redactor.upstream_text(text)),
+        },
+        H::AuthRequired(_) | H::InsufficientScope(_) => UpstreamError::AuthRejected,
+        H::SessionExpired => {
+            UpstreamError::Transport("the server no longer knows the session (HTTP 404)".to_owned())
+        }
+        H::UnexpectedContentType(_) | H::Deserialize(_) => {
+            UpstreamError::Protocol(redactor.upstream_text(&http.to_string()))
+        }
+        // The connection refused, reset or lost mid-answer, a broken
+        // stream: the session is not usable any more.
+        _ => UpstreamError::Transport(redactor.upstream_text(&root_cause(error))),
+    }
+}
+
+/// An HTTP error status answered to one request; 401/403 are the
+/// credentials refused.
+fn http_status(status: u16, body: &str, redactor: &Redactor) -> UpstreamError {
+    match status {
+        401 | 403 => UpstreamError::AuthRejected,
+        _ => UpstreamError::HttpStatus {
+            status,
+            body: redactor.upstream_text(body.trim()),
+        },
+    }
+}
+
+/// The first error of type `T` in `error`'s source chain.
+fn find<'a, T: std::error::Error + 'static>(
+    error: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a T> {
+    let mut current = Some(error);
+    while let Some(e) = current {
+        if let Some(found) = e.downcast_ref::<T>() {
+            return Some(found);
+        }
+        current = e.source();
+    }
+    None
 }
 
 /// The innermost source of an error.
@@ -116,19 +183,4 @@ pub(crate) fn root_cause(error: &(dyn std::error::Error + 'static)) -> String {
         current = source;
     }
     current.to_string()
-}
-
-/// The byte limit, when the error is an HTTP response over the size cap.
-fn too_large(error: &(dyn std::error::Error + 'static)) -> Option<usize> {
-    use rmcp::transport::streamable_http_client::StreamableHttpError;
-    let mut current = Some(error);
-    while let Some(e) = current {
-        if let Some(StreamableHttpError::<reqwest::Error>::ResponseBodyTooLarge { max_size }) =
-            e.downcast_ref::<StreamableHttpError<reqwest::Error>>()
-        {
-            return Some(*max_size);
-        }
-        current = e.source();
-    }
-    None
 }

@@ -1,10 +1,14 @@
 //! The Streamable HTTP transport, carrying the configured headers on every
 //! request. Header values are marked sensitive so the HTTP stack never
 //! prints them. The W3C trace context of a `tools/call` (put in `_meta` by
-//! the session) is also sent as `traceparent`/`tracestate` headers.
+//! the session) is also sent as `traceparent`/`tracestate` headers. Error
+//! bodies are read only as a bounded prefix and redacted before rmcp sees
+//! them; one client (and connection pool) serves every session.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::stream::BoxStream;
 use http::{HeaderName, HeaderValue};
@@ -16,7 +20,9 @@ use rmcp::transport::streamable_http_client::{
 };
 use sse_stream::Sse;
 
+use super::{UpstreamError, error};
 use crate::config::Secret;
+use crate::credentials::SharedRedactor;
 
 /// Installs the process-wide TLS crypto provider (ring) once.
 fn ensure_crypto_provider() {
@@ -27,12 +33,30 @@ fn ensure_crypto_provider() {
     });
 }
 
-/// Builds the transport for `url` with `headers`.
+/// Most bytes of an HTTP error body read (a prefix; the rest is dropped
+/// with the connection). Redaction runs on this prefix before it is cut to
+/// [`MAX_UPSTREAM_TEXT`](crate::credentials::MAX_UPSTREAM_TEXT), so a
+/// credential that straddles the final cut is still recognised whole.
+const MAX_ERROR_BODY: usize = 4096;
+
+/// Idle connections kept per upstream host (shared by every session).
+const POOL_MAX_IDLE_PER_HOST: usize = 32;
+
+/// How long an idle pooled connection is kept.
+const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// Builds the transport for `url` with `headers`. Error texts the server
+/// sends back are redacted with `redactor` before rmcp sees (or logs) them.
+///
+/// # Errors
+/// The process-wide HTTP client cannot be built (its TLS backend failed to
+/// initialise).
 pub(super) fn transport(
     url: &url::Url,
     headers: &[(HeaderName, Secret)],
     max_result_bytes: usize,
-) -> StreamableHttpClientTransport<TraceHeaders> {
+    redactor: &SharedRedactor,
+) -> Result<StreamableHttpClientTransport<TraceHeaders>, UpstreamError> {
     ensure_crypto_provider();
     let mut custom = HashMap::new();
     for (name, value) in headers {
@@ -46,37 +70,93 @@ pub(super) fn transport(
         .custom_headers(custom)
         .max_json_response_size(max_result_bytes)
         .max_sse_event_size(max_result_bytes)
-        // A server that forgot the session (404, 400) fails the call in
-        // flight; the supervisor then reconnects and re-reads the tool list
-        // (a transparent re-initialisation would keep a stale catalog).
+        .max_error_response_size(MAX_ERROR_BODY)
+        // A server that forgot the session (404) fails the call in flight;
+        // the supervisor then reconnects and re-reads the tool list (a
+        // transparent re-initialisation would keep a stale catalog).
         .reinit_on_expired_session(false);
-    StreamableHttpClientTransport::with_client(TraceHeaders(shared_client()), config)
+    let client = TraceHeaders {
+        client: shared_client()?,
+        redactor: redactor.clone(),
+    };
+    Ok(StreamableHttpClientTransport::with_client(client, config))
 }
 
-/// One HTTP client for every session of the process: its TLS roots and
-/// settings are built once (per-session clients cost hundreds of KiB
-/// each). Headers are per session, passed with every request.
-fn shared_client() -> reqwest::Client {
-    static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
+/// One HTTP client for every session of the process: its TLS roots,
+/// settings and connection pool are built once (per-session clients cost
+/// hundreds of KiB each, and could not share connections). Headers are per
+/// session, passed with every request.
+fn shared_client() -> Result<reqwest::Client, UpstreamError> {
+    static CLIENT: std::sync::OnceLock<Result<reqwest::Client, String>> =
+        std::sync::OnceLock::new();
     CLIENT
         .get_or_init(|| {
             reqwest::Client::builder()
                 // Redirects could carry the configured credentials elsewhere.
                 .redirect(reqwest::redirect::Policy::none())
-                // As rmcp's own client: no idle pooling, which avoids
-                // delayed-ACK stalls when a response body was not read to
-                // the end.
-                .pool_max_idle_per_host(0)
+                // Keep connections (and their TLS sessions) for reuse: a
+                // call to an HTTPS upstream must not cost a new TCP and TLS
+                // handshake. hyper puts a connection back in the pool only
+                // once its response body was read to the end; a response
+                // dropped early (rmcp reads only a prefix of an error body)
+                // closes its connection instead, so no reused connection
+                // waits on unread bytes.
+                .pool_max_idle_per_host(POOL_MAX_IDLE_PER_HOST)
+                .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+                // No Nagle: a request written in two segments (headers,
+                // body) must not wait for the server's delayed ACK.
+                .tcp_nodelay(true)
                 .build()
-                .unwrap_or_default()
+                .map_err(|e| error::root_cause(&e))
         })
         .clone()
+        .map_err(|reason| {
+            UpstreamError::Transport(format!("cannot build the HTTP client: {reason}"))
+        })
+}
+
+/// The answer to an HTTP request that failed with an error status, as rmcp
+/// reports it (`HTTP 400 Bad Request: <body prefix>`): the status code and
+/// the body. `None` for any other text.
+pub(super) fn split_status(text: &str) -> Option<(u16, &str)> {
+    let rest = text.strip_prefix("HTTP ")?;
+    let code = rest.get(..3)?;
+    if !code.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let status = code.parse().ok()?;
+    let body = rest.split_once(": ").map_or("", |(_, body)| body);
+    Some((status, body))
 }
 
 /// A reqwest client that adds the trace-context headers of each
-/// `tools/call` request.
+/// `tools/call` request, and takes configured credentials (and the URL) out
+/// of the errors it hands to rmcp.
 #[derive(Clone, Debug)]
-pub(super) struct TraceHeaders(reqwest::Client);
+pub(super) struct TraceHeaders {
+    client: reqwest::Client,
+    redactor: SharedRedactor,
+}
+
+impl TraceHeaders {
+    /// `error` without upstream text that could carry a credential: an
+    /// error body redacted and bounded, a reqwest error without its URL
+    /// (whose query may hold a token).
+    fn clean(
+        &self,
+        error: StreamableHttpError<reqwest::Error>,
+    ) -> StreamableHttpError<reqwest::Error> {
+        match error {
+            StreamableHttpError::UnexpectedServerResponse(text) => {
+                StreamableHttpError::UnexpectedServerResponse(Cow::Owned(
+                    self.redactor.load().upstream_text(&text),
+                ))
+            }
+            StreamableHttpError::Client(e) => StreamableHttpError::Client(e.without_url()),
+            other => other,
+        }
+    }
+}
 
 fn with_trace_headers(
     message: &ClientJsonRpcMessage,
@@ -110,9 +190,10 @@ impl StreamableHttpClient for TraceHeaders {
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
         let headers = with_trace_headers(&message, custom_headers);
-        self.0
+        self.client
             .post_message(uri, message, session_id, auth_header, headers)
             .await
+            .map_err(|e| self.clean(e))
     }
 
     async fn post_message_with_response_limits(
@@ -125,7 +206,7 @@ impl StreamableHttpClient for TraceHeaders {
         limits: StreamableHttpResponseLimits,
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
         let headers = with_trace_headers(&message, custom_headers);
-        self.0
+        self.client
             .post_message_with_response_limits(
                 uri,
                 message,
@@ -135,6 +216,7 @@ impl StreamableHttpClient for TraceHeaders {
                 limits,
             )
             .await
+            .map_err(|e| self.clean(e))
     }
 
     async fn delete_session(
@@ -144,9 +226,10 @@ impl StreamableHttpClient for TraceHeaders {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<(), StreamableHttpError<Self::Error>> {
-        self.0
+        self.client
             .delete_session(uri, session_id, auth_header, custom_headers)
             .await
+            .map_err(|e| self.clean(e))
     }
 
     async fn get_stream(
@@ -157,9 +240,10 @@ impl StreamableHttpClient for TraceHeaders {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<BoxStream<'static, Result<Sse, SseError>>, StreamableHttpError<Self::Error>> {
-        self.0
+        self.client
             .get_stream(uri, session_id, last_event_id, auth_header, custom_headers)
             .await
+            .map_err(|e| self.clean(e))
     }
 
     async fn get_stream_with_max_sse_event_size(
@@ -171,7 +255,7 @@ impl StreamableHttpClient for TraceHeaders {
         custom_headers: HashMap<HeaderName, HeaderValue>,
         max_sse_event_size: usize,
     ) -> Result<BoxStream<'static, Result<Sse, SseError>>, StreamableHttpError<Self::Error>> {
-        self.0
+        self.client
             .get_stream_with_max_sse_event_size(
                 uri,
                 session_id,
@@ -181,5 +265,25 @@ impl StreamableHttpClient for TraceHeaders {
                 max_sse_event_size,
             )
             .await
+            .map_err(|e| self.clean(e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_status_reads_rmcps_error_text() {
+        assert_eq!(
+            split_status("HTTP 400 Bad Request: no such tool"),
+            Some((400, "no such tool"))
+        );
+        assert_eq!(
+            split_status("HTTP 418 <unknown status code>: "),
+            Some((418, ""))
+        );
+        assert_eq!(split_status("could not parse JSON response"), None);
+        assert_eq!(split_status("HTTP abc"), None);
     }
 }

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam,
-    ClientRequest, JsonObject, PaginatedRequestParams, ProgressNotificationParam, RequestId,
-    ServerResult, Tool,
+    ClientRequest, ContentBlock, JsonObject, PaginatedRequestParams, ProgressNotificationParam,
+    RequestId, ResourceContents, ServerResult, Tool,
 };
 use rmcp::service::PeerRequestOptions;
 use rmcp::service::{Peer, RoleClient, RunningService};
@@ -27,7 +27,7 @@ pub(crate) use handler::accept_with_defaults;
 pub use stdio::Label;
 
 use crate::config::{Environment, Lifecycle, ServerConfig, Transport};
-use crate::credentials::SharedRedactor;
+use crate::credentials::{Redactor, SharedRedactor};
 
 /// How long closing a session may take before it is abandoned. rmcp closes
 /// a child's stdin, waits, sends SIGTERM to its process group, waits, then
@@ -122,6 +122,7 @@ pub(crate) async fn connect_with(
                     mode,
                     max_result_bytes,
                     &options,
+                    redactor,
                 ),
             )
             .await
@@ -144,6 +145,7 @@ pub(crate) async fn connect_with(
                     Lifecycle::Discover,
                     max_result_bytes,
                     &options,
+                    redactor,
                 ),
             )
             .await;
@@ -179,6 +181,7 @@ pub(crate) async fn connect_with(
                     Lifecycle::Initialize,
                     max_result_bytes,
                     &options,
+                    redactor,
                 ),
             )
             .await
@@ -203,7 +206,7 @@ async fn finish_connect(
 ) -> Result<Connected, UpstreamError> {
     let listed = tokio::time::timeout_at(
         deadline,
-        list_all_tools(service.peer(), server.max_list_pages),
+        list_all_tools(service.peer(), server.max_list_pages, redactor),
     )
     .await
     .map_err(|_| UpstreamError::ConnectTimeout(timeout));
@@ -247,13 +250,14 @@ async fn start(
     lifecycle: Lifecycle,
     max_result_bytes: usize,
     options: &SessionOptions,
+    redactor: &SharedRedactor,
 ) -> Result<(Service, Option<u32>), UpstreamError> {
     let url = match &server.transport {
         Transport::Http { url, .. } => Some(url.as_str()),
         Transport::Stdio { .. } => None,
     };
     let handshake = |e: rmcp::service::ClientInitializeError| {
-        UpstreamError::Handshake(describe_init_error(&e, url))
+        UpstreamError::Handshake(describe_init_error(&e, url, &redactor.load()))
     };
     match &server.transport {
         Transport::Stdio { command, cwd, env } => {
@@ -264,7 +268,7 @@ async fn start(
             Ok((service, pid))
         }
         Transport::Http { url, headers } => {
-            let transport = http::transport(url, headers, max_result_bytes);
+            let transport = http::transport(url, headers, max_result_bytes, redactor)?;
             let service = serve(transport, lifecycle, cancel, options)
                 .await
                 .map_err(handshake)?;
@@ -305,9 +309,14 @@ where
     rmcp::service::serve_client_with_lifecycle_and_ct(client, transport, mode, cancel.clone()).await
 }
 
-/// Describes a handshake failure without echoing whole messages (which could
-/// be large or carry server data).
-fn describe_init_error(error: &rmcp::service::ClientInitializeError, url: Option<&str>) -> String {
+/// Describes a handshake failure: the server's text with the configured
+/// URL and every credential taken out, cut to
+/// [`MAX_UPSTREAM_TEXT`](crate::credentials::MAX_UPSTREAM_TEXT).
+fn describe_init_error(
+    error: &rmcp::service::ClientInitializeError,
+    url: Option<&str>,
+    redactor: &Redactor,
+) -> String {
     use rmcp::service::ClientInitializeError as E;
     if error.is_authorization_required() || error.auth_challenge().is_some() {
         return "the server refused the gateway's credentials (HTTP 401/403)".to_owned();
@@ -324,7 +333,7 @@ fn describe_init_error(error: &rmcp::service::ClientInitializeError, url: Option
         E::TransportError { error, .. } => format!("transport error: {}", error::root_cause(error)),
         other => other.to_string(),
     };
-    truncate(&redact(&text, url), 300)
+    redactor.upstream_text(&redact(&text, url))
 }
 
 /// Removes the configured URL (which may carry a token in its query) from
@@ -351,6 +360,7 @@ pub(crate) fn truncate(text: &str, max: usize) -> String {
 async fn list_all_tools(
     peer: &Peer<RoleClient>,
     max_pages: u32,
+    redactor: &SharedRedactor,
 ) -> Result<Vec<Tool>, UpstreamError> {
     let mut tools = Vec::new();
     let mut cursor: Option<String> = None;
@@ -359,10 +369,10 @@ async fn list_all_tools(
         let params = cursor
             .take()
             .map(|c| PaginatedRequestParams::default().with_cursor(Some(c)));
-        let page = peer
-            .list_tools(params)
-            .await
-            .map_err(|e| UpstreamError::ListTools(UpstreamError::from_service(e).to_string()))?;
+        let page = peer.list_tools(params).await.map_err(|e| {
+            // Already redacted and bounded by `from_service`.
+            UpstreamError::ListTools(UpstreamError::from_service(e, &redactor.load()).to_string())
+        })?;
         tools.extend(page.tools);
         match page.next_cursor {
             None => return Ok(tools),
@@ -456,7 +466,12 @@ impl Session {
         .instrument(span)
         .await?;
         match response {
-            ServerResult::CallToolResult(result) => Ok(result),
+            ServerResult::CallToolResult(mut result) => {
+                if self.redact_results {
+                    redact_result(&mut result, &self.redactor.load());
+                }
+                Ok(result)
+            }
             ServerResult::InputRequiredResult(_) => Err(UpstreamError::Unsupported("client input")),
             ServerResult::CreateTaskResult(_) => {
                 Err(UpstreamError::Unsupported("a long-running task"))
@@ -469,23 +484,31 @@ impl Session {
         }
     }
 
-    /// Maps a request error; a transport that failed mid-request ends the
-    /// session so the supervisor reconnects it.
+    /// Maps a request error (its upstream text redacted and bounded). A
+    /// transport that failed (the connection lost, the HTTP session
+    /// forgotten) ends the session so the supervisor reconnects it; an HTTP
+    /// error status answered to this one request fails only this call.
     fn classify(&self, error: rmcp::ServiceError, sent: bool) -> UpstreamError {
-        match UpstreamError::from_service(error) {
+        match UpstreamError::from_service(error, &self.redactor.load()) {
             UpstreamError::Closed if sent => UpstreamError::Lost,
-            UpstreamError::Transport(reason) => {
-                // A transport that failed (an HTTP server that forgot the
-                // session and answers 400 or 404, a reset connection) is not
-                // trusted again.
+            error if error.ends_session() => {
                 tracing::warn!(
                     tenant = %self.label.tenant,
                     server = %self.label.server,
-                    %reason,
+                    %error,
                     "transport failed; the session will be reconnected"
                 );
                 self.cancel.cancel();
-                UpstreamError::Transport(reason)
+                error
+            }
+            error @ UpstreamError::HttpStatus { .. } => {
+                tracing::warn!(
+                    tenant = %self.label.tenant,
+                    server = %self.label.server,
+                    %error,
+                    "the server refused one request; the session is kept"
+                );
+                error
             }
             other => other,
         }
@@ -521,6 +544,68 @@ impl Session {
             tracing::warn!(pid = ?self.pid, "session did not close in time");
         }
     }
+}
+
+/// Replaces every configured credential in a tool result: each text block,
+/// the text of embedded resources, the text fields of resource links,
+/// structured content, and every `_meta` (of the blocks and the result).
+/// Binary data (base64) is left alone.
+fn redact_result(result: &mut CallToolResult, redactor: &Redactor) {
+    if redactor.is_empty() {
+        return;
+    }
+    let redact_meta = |meta: &mut Option<rmcp::model::MetaObject>| {
+        if let Some(meta) = meta {
+            let mut value = serde_json::Value::Object(std::mem::take(&mut meta.0));
+            redactor.redact_json(&mut value);
+            if let serde_json::Value::Object(object) = value {
+                meta.0 = object;
+            }
+        }
+    };
+    for block in &mut result.content {
+        match block {
+            ContentBlock::Text(text) => {
+                redactor.redact_in_place(&mut text.text);
+                redact_meta(&mut text.meta);
+            }
+            ContentBlock::Image(image) => redact_meta(&mut image.meta),
+            ContentBlock::Audio(audio) => redact_meta(&mut audio.meta),
+            ContentBlock::Resource(embedded) => {
+                redact_meta(&mut embedded.meta);
+                match &mut embedded.resource {
+                    ResourceContents::TextResourceContents {
+                        uri, text, meta, ..
+                    } => {
+                        redactor.redact_in_place(uri);
+                        redactor.redact_in_place(text);
+                        redact_meta(meta);
+                    }
+                    ResourceContents::BlobResourceContents { uri, meta, .. } => {
+                        redactor.redact_in_place(uri);
+                        redact_meta(meta);
+                    }
+                    _ => {}
+                }
+            }
+            ContentBlock::ResourceLink(link) => {
+                redactor.redact_in_place(&mut link.uri);
+                redactor.redact_in_place(&mut link.name);
+                for text in [&mut link.title, &mut link.description]
+                    .into_iter()
+                    .flatten()
+                {
+                    redactor.redact_in_place(text);
+                }
+                redact_meta(&mut link.meta);
+            }
+            _ => {}
+        }
+    }
+    if let Some(structured) = &mut result.structured_content {
+        redactor.redact_json(structured);
+    }
+    redact_meta(&mut result.meta);
 }
 
 /// Sends `notifications/cancelled` for a request abandoned before its
