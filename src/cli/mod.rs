@@ -164,6 +164,9 @@ async fn check(path: PathBuf, offline: bool) -> ExitCode {
         path.display(),
         config.tenants.len()
     );
+    for warning in config.warnings() {
+        println!("warning: {warning}");
+    }
     if offline {
         return ExitCode::SUCCESS;
     }

@@ -395,6 +395,46 @@ impl std::fmt::Display for FieldError {
     }
 }
 
+/// Something valid but risky in the configuration, at a path: printed by
+/// `toolgate check` and logged when `serve` starts. Never contains a
+/// secret value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldWarning {
+    /// Where: `tenants[0].servers[1]`.
+    pub path: String,
+    /// The tenant the field belongs to.
+    pub tenant: String,
+    /// The server the field belongs to.
+    pub server: String,
+    /// What is risky, and why.
+    pub message: String,
+}
+
+impl std::fmt::Display for FieldWarning {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} (tenant `{}`, server `{}`): {}",
+            self.path, self.tenant, self.server, self.message
+        )
+    }
+}
+
+/// Whether `url`'s host is on this machine: `localhost`, 127.0.0.0/8 or
+/// `::1` (also as `::ffff:127.x.y.z`).
+fn is_loopback(url: &url::Url) -> bool {
+    match url.host() {
+        Some(url::Host::Domain(name)) => {
+            name.trim_end_matches('.').eq_ignore_ascii_case("localhost")
+        }
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => {
+            ip.is_loopback() || ip.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+        }
+        None => false,
+    }
+}
+
 /// Why a configuration could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -456,6 +496,40 @@ impl Config {
         })?;
         let base = path.parent().unwrap_or(Path::new("."));
         Self::from_yaml(&text, &path.display().to_string(), base, env)
+    }
+
+    /// Settings that are valid but risky, each naming its tenant and server.
+    /// Today one kind: a server reached over plain `http://` on a host other
+    /// than loopback (127.0.0.0/8, `::1`, `localhost`), where its configured
+    /// headers (typically credentials), the tool arguments and the results
+    /// travel unencrypted.
+    pub fn warnings(&self) -> Vec<FieldWarning> {
+        let mut warnings = Vec::new();
+        for (t, tenant) in self.tenants.iter().enumerate() {
+            for (s, server) in tenant.servers.iter().enumerate() {
+                let Transport::Http { url, headers } = &server.transport else {
+                    continue;
+                };
+                if url.scheme() != "http" || is_loopback(url) {
+                    continue;
+                }
+                let exposed = if headers.is_empty() {
+                    "tool arguments and results travel unencrypted"
+                } else {
+                    "configured headers travel unencrypted"
+                };
+                warnings.push(FieldWarning {
+                    path: format!("tenants[{t}].servers[{s}]"),
+                    tenant: tenant.name.clone(),
+                    server: server.name.clone(),
+                    message: format!(
+                        "url uses plain http:// to a non-loopback host ({}); {exposed}",
+                        url.host_str().unwrap_or_default()
+                    ),
+                });
+            }
+        }
+        warnings
     }
 
     /// Parses and validates YAML text. `file` names it in errors; `base` is

@@ -199,14 +199,23 @@ impl<'de> Visitor<'de> for RawValueVisitor {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawValue, A::Error> {
         let mut found: Option<RawValue> = None;
         while let Some(key) = map.next_key::<String>()? {
-            let value: String = map.next_value()?;
-            let parsed = match key.as_str() {
-                "env" => RawValue::Env(value),
-                "file" => RawValue::File(value),
-                other => {
+            // The key is checked before the value is read. A key that is
+            // not a plain word may be a value written in the wrong place
+            // (`{ Bearer s3cret }` is a map in YAML): it is not echoed.
+            let parsed: fn(String) -> RawValue = match key.as_str() {
+                "env" => RawValue::Env,
+                "file" => RawValue::File,
+                other if is_word(other) => {
                     return Err(de::Error::unknown_field(other, &["env", "file"]));
                 }
+                _ => {
+                    return Err(de::Error::custom(
+                        "a secret source takes `env` or `file`; \
+                         this one has another key (not shown)",
+                    ));
+                }
             };
+            let parsed = parsed(map.next_value()?);
             if found.is_some() {
                 return Err(de::Error::custom(
                     "a secret source takes exactly one of `env` or `file`",
@@ -216,4 +225,11 @@ impl<'de> Visitor<'de> for RawValueVisitor {
         }
         found.ok_or_else(|| de::Error::custom("a secret source needs `env` or `file`"))
     }
+}
+
+/// A short key of lowercase letters such as `vault` or `secret_ref`: a
+/// key name, safe to show in an error. Anything else (digits, capitals,
+/// length) may be a credential.
+fn is_word(key: &str) -> bool {
+    (1..=16).contains(&key.len()) && key.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
 }

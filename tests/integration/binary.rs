@@ -243,6 +243,137 @@ fn demo_runs_end_to_end() {
     }
 }
 
+/// The README's first command, taken from the README the way `.ci/run`
+/// takes it (and runs it), starts this binary's demo: `cargo run` picks
+/// `toolgate` among the package's binaries, and `demo` is a verb of it.
+#[test]
+fn readme_first_command_runs_the_demo() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let output = Command::new("bash")
+        .arg(root.join(".ci/run"))
+        .arg("--print-readme-demo")
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let line = String::from_utf8(output.stdout).unwrap();
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let dashes = words.iter().position(|w| *w == "--");
+    let (cargo, args) = match dashes {
+        Some(i) => (&words[..i], &words[i + 1..]),
+        None => (&words[..], &[][..]),
+    };
+    assert_eq!(cargo.get(..2), Some(&["cargo", "run"][..]), "{line}");
+    assert!(args.contains(&"demo"), "{line}");
+
+    // Which binary `cargo run` runs: `--bin NAME`, else the package's
+    // `default-run`, else its only binary.
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    let binaries = manifest.lines().filter(|l| l.trim() == "[[bin]]").count();
+    let default_run = manifest.lines().find_map(|l| {
+        let (key, value) = l.split_once('=')?;
+        (key.trim() == "default-run").then(|| value.trim().trim_matches('"').to_owned())
+    });
+    let chosen = match cargo.iter().position(|w| *w == "--bin") {
+        Some(i) => cargo.get(i + 1).map(|b| (*b).to_owned()),
+        None if binaries <= 1 => Some("toolgate".to_owned()),
+        None => default_run,
+    };
+    assert_eq!(
+        chosen.as_deref(),
+        Some("toolgate"),
+        "`{}` must run the toolgate binary ({binaries} binaries in Cargo.toml)",
+        line.trim()
+    );
+
+    let output = Command::new(toolgate_bin()).args(args).output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("done: the gateway drained"), "{stdout}");
+}
+
+/// A secret written where the file expects another shape is not echoed:
+/// the error names the path and what was expected.
+#[test]
+fn config_errors_do_not_echo_a_misplaced_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        "tenants:\n  - name: acme\n    tokens: \"super-secret-value\"\n",
+    );
+    let output = Command::new(toolgate_bin())
+        .args(["check", "--offline", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(64));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("tenants[0].tokens: invalid type: a string, expected a sequence"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("super-secret-value"), "{stderr}");
+    assert!(!String::from_utf8_lossy(&output.stdout).contains("super-secret-value"));
+}
+
+/// `check` warns about servers reached over plain http:// on another
+/// host, naming tenant and server, with or without `--offline`.
+#[test]
+fn check_warns_about_plain_http_to_a_remote_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let check = |yaml: &str, offline: bool| {
+        let config = write_config(dir.path(), yaml);
+        let mut command = Command::new(toolgate_bin());
+        command.arg("check");
+        if offline {
+            command.arg("--offline");
+        }
+        let output = command.arg("--config").arg(&config).output().unwrap();
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+        )
+    };
+    let tenant = "tenants:\n  - name: acme\n    tokens: [t]\n    servers:\n      - name: local\n        url: \"http://127.0.0.1:9/mcp\"\n        connect_timeout: \"300ms\"\n";
+    let warning = "warning: tenants[0].servers[1] (tenant `acme`, server `crm`): url uses plain \
+                   http:// to a non-loopback host";
+
+    let remote = format!(
+        "{tenant}      - name: crm\n        url: \"http://example.com/mcp\"\n        headers:\n          Authorization: \"Bearer abc\"\n"
+    );
+    let (code, stdout) = check(&remote, true);
+    assert_eq!(code, Some(0), "{stdout}");
+    assert!(
+        stdout.contains(&format!(
+            "{warning} (example.com); configured headers travel unencrypted"
+        )),
+        "{stdout}"
+    );
+    assert_eq!(stdout.matches("warning:").count(), 1, "{stdout}");
+
+    // Connecting: a non-routable address (TEST-NET-1) fails fast with a
+    // short connect timeout; the warning is printed all the same.
+    let unreachable = format!(
+        "{tenant}      - name: crm\n        url: \"http://192.0.2.1:9/mcp\"\n        connect_timeout: \"300ms\"\n"
+    );
+    let (code, stdout) = check(&unreachable, false);
+    assert_eq!(code, Some(1), "{stdout}");
+    assert!(
+        stdout.contains(&format!("{warning} (192.0.2.1)")),
+        "{stdout}"
+    );
+
+    let loopback = format!(
+        "{tenant}      - name: crm\n        url: \"http://localhost:9/mcp\"\n        headers:\n          Authorization: \"Bearer abc\"\n"
+    );
+    let (code, stdout) = check(&loopback, true);
+    assert_eq!(code, Some(0), "{stdout}");
+    assert!(!stdout.contains("warning"), "{stdout}");
+}
+
 async fn cli(args: &[&str], token: Option<&str>) -> (i32, String, String) {
     let mut command = tokio::process::Command::new(toolgate_bin());
     command
