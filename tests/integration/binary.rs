@@ -374,6 +374,69 @@ fn check_warns_about_plain_http_to_a_remote_host() {
     assert!(!stdout.contains("warning"), "{stdout}");
 }
 
+/// `serve` logs the plain-http warning at start, naming tenant and server.
+#[tokio::test]
+async fn serve_logs_the_plain_http_warning_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config = write_config(
+        dir.path(),
+        &format!(
+            "listen: \"127.0.0.1:{port}\"\nshutdown_delay: \"0s\"\ntenants:\n  - name: acme\n    tokens: [t]\n    connect: lazy\n    servers:\n      - name: crm\n        url: \"http://example.com/mcp\"\n      - name: local\n        url: \"http://127.0.0.1:9/mcp\"\n"
+        ),
+    );
+    let log_path = dir.path().join("gateway.log");
+    let mut gateway = ChildGuard(
+        Command::new(toolgate_bin())
+            .args(["serve", "--config"])
+            .arg(&config)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log_path).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let started = Instant::now();
+    let log = loop {
+        let log = std::fs::read_to_string(&log_path).unwrap();
+        if log.contains("toolgate serving") {
+            break log;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "{log}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let warnings: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("configuration warning"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{log}");
+    for expected in [
+        "WARN",
+        "path=tenants[0].servers[0]",
+        "tenant=acme",
+        "server=crm",
+        "plain http:// to a non-loopback host (example.com)",
+    ] {
+        assert!(warnings[0].contains(expected), "{expected} in {log}");
+    }
+    let pid = gateway.0.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let status = loop {
+        if let Some(status) = gateway.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(started.elapsed() < Duration::from_secs(40), "no exit");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(status.code(), Some(0));
+}
+
 async fn cli(args: &[&str], token: Option<&str>) -> (i32, String, String) {
     let mut command = tokio::process::Command::new(toolgate_bin());
     command
