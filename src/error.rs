@@ -1,9 +1,26 @@
 //! What can go wrong with one RPC, in the gateway's own terms. The single
 //! mapping to gRPC status lives in [`crate::grpc::status`].
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use crate::upstream::UpstreamError;
+
+/// Longest valid exposed tool name (`^[a-zA-Z0-9_-]{1,64}$`).
+pub const MAX_TOOL_NAME: usize = 64;
+
+/// Most characters of a caller's string quoted in a status message or a
+/// log line (a valid tool name always fits).
+pub const MAX_QUOTED: usize = 64;
+
+/// A caller's string as quoted in statuses and logs: at most
+/// [`MAX_QUOTED`] characters, then how much was left out.
+pub fn quoted(text: &str) -> Cow<'_, str> {
+    match text.char_indices().nth(MAX_QUOTED) {
+        None => Cow::Borrowed(text),
+        Some((end, _)) => Cow::Owned(format!("{}… ({} bytes in all)", &text[..end], text.len())),
+    }
+}
 
 /// A failed ToolGateway call.
 #[derive(Debug, thiserror::Error)]
@@ -16,6 +33,33 @@ pub enum CallError {
     ToolNotFound {
         /// The requested name.
         name: String,
+    },
+    /// The requested name cannot be a tool name (too long or empty).
+    #[error("`{name}` is not a valid tool name: {reason}")]
+    InvalidName {
+        /// The name as quoted ([`quoted`]).
+        name: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// A configuration reload replaced the caller's tenant while the call
+    /// was being routed, again and again; nothing was sent upstream.
+    #[error("the tenant's configuration is being reloaded; nothing was sent upstream, retry")]
+    Reloading,
+    /// The answer is larger than the gateway may send
+    /// (`limits.max_message_bytes`).
+    #[error(
+        "the result of `{tool}` on server `{server}` is {size} bytes, over limits.max_message_bytes ({limit})"
+    )]
+    ResponseTooLarge {
+        /// The server.
+        server: String,
+        /// The exposed tool name.
+        tool: String,
+        /// The encoded size.
+        size: usize,
+        /// The limit.
+        limit: usize,
     },
     /// `arguments_json` is not a JSON object.
     #[error("arguments_json for `{tool}` {reason}")]
@@ -44,9 +88,13 @@ pub enum CallError {
         tool: String,
         /// What went wrong upstream.
         error: UpstreamError,
+        /// The tool is annotated `idempotentHint: true`: a call whose
+        /// outcome is unknown may be retried.
+        idempotent: bool,
     },
-    /// The caller's deadline passed; the upstream request was cancelled.
-    #[error("deadline exceeded after {} calling `{tool}` on server `{server}`; the upstream request was cancelled", humantime::format_duration(*.after))]
+    /// The caller's deadline passed: the upstream request was cancelled,
+    /// or not sent at all when no time was left for it.
+    #[error("deadline exceeded after {} calling `{tool}` on server `{server}`; {}", humantime::format_duration(*.after), if *.sent { "the upstream request was cancelled" } else { "nothing was sent upstream" })]
     DeadlineExceeded {
         /// The server.
         server: String,
@@ -54,6 +102,8 @@ pub enum CallError {
         tool: String,
         /// How long the call ran.
         after: Duration,
+        /// Whether the request had been sent upstream.
+        sent: bool,
     },
     /// A ListTools/WatchTools/SearchTools filter is malformed.
     #[error("invalid filter: {0}")]
@@ -93,8 +143,17 @@ pub enum CallError {
     #[error("the gateway is shutting down and takes no new calls; retry on another replica")]
     Draining,
     /// The gateway is shutting down and its grace period ran out.
-    #[error("the gateway is shutting down; the call was cancelled")]
-    ShuttingDown,
+    #[error("{}", if *.sent {
+        "the gateway is shutting down; the call was cancelled after it was sent upstream (the tool may have acted)"
+    } else {
+        "the gateway is shutting down; the call was cancelled before anything was sent upstream"
+    })]
+    ShuttingDown {
+        /// Whether the request had been sent upstream.
+        sent: bool,
+        /// The tool is annotated `idempotentHint: true`.
+        idempotent: bool,
+    },
 }
 
 fn shed_message(shed: &crate::limits::Shed, server: Option<&str>) -> String {

@@ -100,17 +100,28 @@ impl TenantLimiter {
         self.queue_timeout
     }
 
+    /// Takes one token from the rate bucket (catalog RPCs count against
+    /// the tenant's rate, not its concurrency).
+    ///
+    /// # Errors
+    /// The rate limit is reached.
+    pub fn check_rate(&self) -> Result<(), Shed> {
+        if let Some(rate) = &self.rate
+            && let Err(not_until) = rate.check()
+        {
+            return Err(Shed::Rate(
+                not_until.wait_time_from(DefaultClock::default().now()),
+            ));
+        }
+        Ok(())
+    }
+
     /// Admits a call or says which limit shed it.
     ///
     /// # Errors
     /// The rate or concurrency limit is reached.
     pub async fn admit(&self) -> Result<Admission, Shed> {
-        if let Some(rate) = &self.rate
-            && let Err(not_until) = rate.check()
-        {
-            let wait = not_until.wait_time_from(DefaultClock::default().now());
-            return Err(Shed::Rate(wait));
-        }
+        self.check_rate()?;
         let tenant = match &self.concurrency {
             Some(c) => Some(
                 c.acquire(self.queue_timeout)

@@ -151,6 +151,9 @@ pub struct Catalog {
     /// Namespaces (`server` of `server__tool`) of non-bare servers.
     namespaces: HashMap<String, usize>,
     version: String,
+    /// Which tenant object built the snapshot (its server indices index
+    /// that object's servers); 0 for none.
+    stamp: u64,
 }
 
 impl Catalog {
@@ -246,7 +249,20 @@ impl Catalog {
             down_routes,
             namespaces,
             version,
+            stamp: 0,
         }
+    }
+
+    /// The snapshot, marked as built by the registry object with `stamp`.
+    pub fn with_stamp(mut self, stamp: u64) -> Catalog {
+        self.stamp = stamp;
+        self
+    }
+
+    /// The stamp of the registry object that built the snapshot (0 when
+    /// none): server indices of its tools index that object's servers.
+    pub fn stamp(&self) -> u64 {
+        self.stamp
     }
 
     /// For a name not in the catalog: the server it would belong to, when

@@ -2,6 +2,7 @@
 //! admission, span and metrics, tool lookup (with plan pins), limits,
 //! arguments, the upstream call with its deadline, and conversion.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tonic::{Request, Status};
@@ -11,9 +12,9 @@ use super::{
     Gateway, LIST_SETTLE_WAIT, caller_timeout, convert, deadline_margin, parse_arguments, status,
 };
 use crate::catalog::{Catalog, CatalogTool};
-use crate::error::{CallError, Pin};
+use crate::error::{CallError, MAX_TOOL_NAME, Pin, quoted};
 use crate::pb;
-use crate::registry::{SessionUnavailable, Tenant};
+use crate::registry::{Resolved, SessionUnavailable, Tenant, Unresolved};
 use crate::telemetry::{Metrics, trace};
 use crate::upstream::UpstreamError;
 
@@ -29,8 +30,7 @@ pub(crate) async fn run_call(
     request: Request<pb::InvokeToolRequest>,
     progress: Option<ProgressSink>,
 ) -> Result<pb::InvokeToolResponse, Status> {
-    let tenant = gateway.tenant(&request)?;
-    let _busy = tenant.busy();
+    let (tenant, _busy) = gateway.tenant(&request)?;
     let started = Instant::now();
     let Some(_call) = gateway.drain.enter() else {
         gateway
@@ -49,28 +49,39 @@ pub(crate) async fn run_call(
         rpc.method = "InvokeTool",
         rpc.grpc.status_code = tracing::field::Empty,
         tenant = %tenant.name,
-        gen_ai.tool.name = %request.get_ref().name,
+        gen_ai.tool.name = %quoted(&request.get_ref().name),
         server = tracing::field::Empty,
         outcome = tracing::field::Empty,
     );
     trace::continue_caller_trace(&span, request.metadata());
     let inherited_trace = trace::caller_context(request.metadata());
     let request = request.into_inner();
-    let progress = progress;
     let _in_flight = gateway.metrics.in_flight(&tenant.name);
+    let mut routing = Routing::default();
+    let context = CallContext {
+        caller_deadline,
+        started,
+        inherited_trace,
+        progress,
+    };
     let call = async {
         tokio::select! {
-            result = invoke(&tenant, &request, caller_deadline, started, &gateway.metrics, inherited_trace, progress) => result,
-            () = gateway.abort.cancelled() => Err((None, CallError::ShuttingDown)),
+            result = invoke(&tenant, &request, context, &gateway.metrics, &mut routing) => result,
+            () = gateway.abort.cancelled() => Err(CallError::ShuttingDown { sent: false, idempotent: false }),
         }
     };
-    let result = call.instrument(span.clone()).await;
-    let (routed, outcome, code) = match &result {
-        Ok((routed, r)) if r.is_error => (Some(routed), "tool_error", tonic::Code::Ok),
-        Ok((routed, _)) => (Some(routed), "ok", tonic::Code::Ok),
-        Err((routed, e)) => {
+    let mut result = call.instrument(span.clone()).await;
+    if let Err(CallError::ShuttingDown { sent, idempotent }) = &mut result {
+        // The call future is gone: what it had got to is in `routing`.
+        *sent = routing.sent;
+        *idempotent = routing.idempotent;
+    }
+    let (outcome, code) = match &result {
+        Ok(r) if r.is_error => ("tool_error", tonic::Code::Ok),
+        Ok(_) => ("ok", tonic::Code::Ok),
+        Err(e) => {
             let (code, reason) = status::classify(e);
-            (routed.as_ref(), reason, code)
+            (reason, code)
         }
     };
     let elapsed = started.elapsed();
@@ -81,60 +92,27 @@ pub(crate) async fn run_call(
     }
     // Only names that resolved to a tool become label values: callers
     // cannot grow the metric set with made-up names.
-    let tool_label = match routed {
-        Some((_, true)) => request.name.as_str(),
-        _ => "",
+    let tool_label = if routing.resolved {
+        request.name.as_str()
+    } else {
+        ""
     };
     gateway.metrics.call_finished(
         &tenant.name,
-        routed.map(|(s, _)| s.as_str()).unwrap_or(""),
+        routing.server_name.as_deref().unwrap_or(""),
         tool_label,
         outcome,
         elapsed.as_secs_f64(),
     );
     span.in_scope(|| match &result {
-        Err((_, error)) => tracing::info!(
+        Err(error) => tracing::info!(
             elapsed_ms = elapsed.as_millis() as u64,
             %error,
             "call failed"
         ),
         Ok(_) => tracing::debug!(elapsed_ms = elapsed.as_millis() as u64, "call done"),
     });
-    result
-        .map(|(_, response)| response)
-        .map_err(|(_, e)| Status::from(e))
-}
-
-/// The server a call went to (when known), and whether the requested name
-/// resolved to a tool of it.
-type Routed = (String, bool);
-
-/// Runs one call. The server name travels with the answer (when known)
-/// for metrics and logs.
-async fn invoke(
-    tenant: &Tenant,
-    request: &pb::InvokeToolRequest,
-    caller_deadline: Option<Duration>,
-    started: Instant,
-    metrics: &Metrics,
-    inherited_trace: Vec<(String, String)>,
-    progress: Option<ProgressSink>,
-) -> Result<(Routed, pb::InvokeToolResponse), (Option<Routed>, CallError)> {
-    let mut routing = Routing {
-        server_name: None,
-        resolved: true,
-    };
-    let context = CallContext {
-        caller_deadline,
-        started,
-        inherited_trace,
-        progress,
-    };
-    let result = invoke_inner(tenant, request, context, metrics, &mut routing).await;
-    let routed = routing.server_name.map(|s| (s, routing.resolved));
-    result
-        .map_err(|e| (routed.clone(), e))
-        .map(|r| (routed.unwrap_or_default(), r))
+    result.map_err(Status::from)
 }
 
 /// What a call brings from its RPC.
@@ -145,15 +123,24 @@ struct CallContext {
     progress: Option<ProgressSink>,
 }
 
-/// Where a call was routed, for metrics and logs.
+/// How far a call got, for metrics, logs and the shutdown status.
+#[derive(Default)]
 struct Routing {
+    /// The server the name resolved to (or whose namespace it is in).
     server_name: Option<String>,
     /// Whether the name resolved to a tool (only then is it a label value).
     resolved: bool,
+    /// Whether the tool is annotated `idempotentHint: true`.
+    idempotent: bool,
+    /// Whether the request was handed to the upstream session.
+    sent: bool,
 }
 
-async fn invoke_inner(
-    tenant: &Tenant,
+/// Runs one call: admission first (a shed call costs nothing more), then
+/// the name, the catalog it resolves in (and the tenant object that built
+/// that catalog), pins, arguments, the upstream call and conversion.
+async fn invoke(
+    authenticated: &Arc<Tenant>,
     request: &pb::InvokeToolRequest,
     context: CallContext,
     metrics: &Metrics,
@@ -166,17 +153,42 @@ async fn invoke_inner(
         progress,
     } = context;
     let name = request.name.as_str();
-    let mut catalog = tenant.catalog();
+    if name.len() > MAX_TOOL_NAME {
+        return Err(CallError::InvalidName {
+            name: quoted(name).into_owned(),
+            reason: "longer than 64 characters",
+        });
+    }
+    if name.is_empty() {
+        return Err(CallError::InvalidName {
+            name: String::new(),
+            reason: "empty",
+        });
+    }
+    // Load shedding: a bounded wait for a slot, never an unbounded queue.
+    let _admission = authenticated
+        .limiter
+        .admit()
+        .await
+        .map_err(|shed| CallError::Shed(shed, None))?;
+    let mut catalog = authenticated.catalog();
     if catalog.get(name).is_none() && catalog.is_settling() {
         // A server that is still connecting may provide the tool.
         let wait = caller_deadline
             .unwrap_or(LIST_SETTLE_WAIT)
             .min(LIST_SETTLE_WAIT);
-        catalog = tenant.settled_catalog(wait).await;
+        catalog = authenticated.settled_catalog(wait).await;
     }
+    // The catalog may have been built by a newer generation of the tenant
+    // (a reload while the call waited): route through the tenant object
+    // that built it, never by its index into another generation's servers.
+    let Resolved { tenant, catalog } = authenticated.resolve(catalog).map_err(|e| match e {
+        Unresolved::Removed => {
+            CallError::Unauthenticated("the tenant was removed by a configuration reload")
+        }
+        Unresolved::Unsettled => CallError::Reloading,
+    })?;
     let Some(tool) = catalog.get(name) else {
-        // Not a resolved tool: the name must not become a metric label.
-        routing.resolved = false;
         // A tool of a server that is down is unavailable, not unknown.
         if let Some(server) = catalog.down_server_for(name) {
             routing.server_name = Some(server.name.clone());
@@ -189,7 +201,7 @@ async fn invoke_inner(
                 },
             });
         }
-        if let Some(gone) = gone_since_pin(tenant, request) {
+        if let Some(gone) = gone_since_pin(&tenant, request) {
             return Err(gone);
         }
         return Err(CallError::ToolNotFound {
@@ -198,7 +210,10 @@ async fn invoke_inner(
     };
     tracing::Span::current().record("server", tool.server.as_str());
     routing.server_name = Some(tool.server.clone());
-    check_pins(tenant, &catalog, tool, request)?;
+    routing.resolved = true;
+    let idempotent = tool.annotations.idempotent == Some(true);
+    routing.idempotent = idempotent;
+    check_pins(&tenant, &catalog, tool, request)?;
     let max_arguments = tenant.limits().max_argument_bytes;
     if request.arguments_json.len() > max_arguments {
         return Err(CallError::ArgumentsTooLarge {
@@ -209,12 +224,6 @@ async fn invoke_inner(
     }
     let arguments = parse_arguments(name, &request.arguments_json)?;
     let server = tenant.server(tool.server_index);
-    // Load shedding: a bounded wait for a slot, never an unbounded queue.
-    let _admission = tenant
-        .limiter
-        .admit()
-        .await
-        .map_err(|shed| CallError::Shed(shed, None))?;
     let _server_slot = match tenant.server_limit(tool.server_index) {
         Some(limit) => Some(
             limit
@@ -240,10 +249,21 @@ async fn invoke_inner(
             },
         })?;
     let remaining = caller_deadline.map(|d| d.saturating_sub(started.elapsed()));
+    if remaining.is_some_and(|r| r.is_zero()) {
+        // Sending now would let the tool act while the caller is told
+        // DEADLINE_EXCEEDED: nothing is sent.
+        return Err(CallError::DeadlineExceeded {
+            server: tool.server.clone(),
+            tool: name.to_owned(),
+            after: started.elapsed(),
+            sent: false,
+        });
+    }
     let timeout = remaining
         .unwrap_or_else(|| server.timeout_for(&tool.upstream_name))
         .min(server.max_call_timeout);
     let upstream_started = Instant::now();
+    routing.sent = true;
     let result = session
         .call(
             &tool.upstream_name,
@@ -259,6 +279,12 @@ async fn invoke_inner(
         "tools/call",
         upstream_started.elapsed().as_secs_f64(),
     );
+    let upstream = |error: UpstreamError| CallError::Upstream {
+        server: tool.server.clone(),
+        tool: name.to_owned(),
+        error,
+        idempotent,
+    };
     let result = match result {
         Ok(result) => result,
         Err(UpstreamError::Timeout(_))
@@ -268,21 +294,29 @@ async fn invoke_inner(
                 server: tool.server.clone(),
                 tool: name.to_owned(),
                 after: started.elapsed(),
+                sent: true,
             });
         }
-        Err(error) => {
-            return Err(CallError::Upstream {
-                server: tool.server.clone(),
-                tool: name.to_owned(),
-                error,
-            });
+        Err(UpstreamError::Closed) => {
+            // The session was gone before the request left: nothing sent.
+            routing.sent = false;
+            return Err(upstream(UpstreamError::Closed));
         }
+        Err(error) => return Err(upstream(error)),
     };
-    convert::invoke_response(result).map_err(|e| CallError::Upstream {
-        server: tool.server.clone(),
-        tool: name.to_owned(),
-        error: UpstreamError::Protocol(e.to_string()),
-    })
+    let response = convert::invoke_response(result)
+        .map_err(|e| upstream(UpstreamError::Protocol(e.to_string())))?;
+    let size = prost::Message::encoded_len(&response);
+    let limit = tenant.limits().max_message_bytes;
+    if size > limit {
+        return Err(CallError::ResponseTooLarge {
+            server: tool.server.clone(),
+            tool: name.to_owned(),
+            size,
+            limit,
+        });
+    }
+    Ok(response)
 }
 
 /// Refuses the call when the caller pinned a definition or catalog version
@@ -305,7 +339,9 @@ fn check_pins(
             Pin::DefinitionChanged,
             format!(
                 "the definition of `{}` changed since the plan (definition_hash {} is now {})",
-                tool.name, request.definition_hash, tool.definition_hash
+                tool.name,
+                quoted(&request.definition_hash),
+                tool.definition_hash
             ),
         ));
     }
@@ -323,7 +359,7 @@ fn check_pins(
                 format!(
                     "catalog_version {} is not known to this gateway (too old, or never served); \
                      the catalog is now {}",
-                    request.catalog_version,
+                    quoted(&request.catalog_version),
                     current.version()
                 ),
             ));
@@ -335,7 +371,8 @@ fn check_pins(
                     Pin::DefinitionChanged,
                     format!(
                         "the definition of `{}` changed since catalog_version {}",
-                        tool.name, request.catalog_version
+                        tool.name,
+                        quoted(&request.catalog_version)
                     ),
                 ));
             }
@@ -344,7 +381,8 @@ fn check_pins(
                     Pin::DefinitionChanged,
                     format!(
                         "`{}` was not in catalog_version {}: the plan cannot have used it",
-                        tool.name, request.catalog_version
+                        tool.name,
+                        quoted(&request.catalog_version)
                     ),
                 ));
             }

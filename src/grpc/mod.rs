@@ -21,7 +21,7 @@ use tracing::Instrument;
 
 use crate::error::CallError;
 use crate::pb;
-use crate::registry::Tenant;
+use crate::registry::{Busy, Tenant};
 use crate::telemetry::{Metrics, trace};
 
 /// How long ListTools waits for servers that are still connecting when the
@@ -56,15 +56,32 @@ impl Gateway {
         }
     }
 
-    /// The caller's tenant, marked used (a lazy tenant connects now).
-    fn tenant<T>(&self, request: &Request<T>) -> Result<Arc<Tenant>, Status> {
+    /// The caller's tenant, marked busy and then used (a lazy tenant
+    /// connects now). The guard keeps idle eviction away until it drops.
+    fn tenant<T>(&self, request: &Request<T>) -> Result<(Arc<Tenant>, Busy), Status> {
         let tenant = request
             .extensions()
             .get::<Arc<Tenant>>()
             .cloned()
             .ok_or_else(|| Status::from(CallError::Unauthenticated("no credential was checked")))?;
+        // Busy before activation: the reaper never closes a tenant with
+        // calls in flight, and checks under the same lock as `activate`.
+        let busy = tenant.busy();
         tenant.activate();
-        Ok(tenant)
+        Ok((tenant, busy))
+    }
+
+    /// The caller's tenant for a catalog RPC (ListTools, SearchTools,
+    /// WatchTools): each takes one token from the tenant's rate bucket
+    /// (`limits.rate_per_second`), like a call; concurrency limits are for
+    /// calls only.
+    fn listing_tenant<T>(&self, request: &Request<T>) -> Result<(Arc<Tenant>, Busy), Status> {
+        let (tenant, busy) = self.tenant(request)?;
+        tenant
+            .limiter
+            .check_rate()
+            .map_err(|shed| Status::from(CallError::Shed(shed, None)))?;
+        Ok((tenant, busy))
     }
 }
 
@@ -126,7 +143,7 @@ impl pb::tool_gateway_server::ToolGateway for Gateway {
         &self,
         request: Request<pb::ListToolsRequest>,
     ) -> Result<Response<pb::ListToolsResponse>, Status> {
-        let tenant = self.tenant(&request)?;
+        let (tenant, _busy) = self.listing_tenant(&request)?;
         let filter = listing::Filter::new(request.get_ref())?;
         let span = rpc_span("ListTools", &tenant.name);
         trace::continue_caller_trace(&span, request.metadata());
@@ -162,7 +179,9 @@ impl pb::tool_gateway_server::ToolGateway for Gateway {
         &self,
         request: Request<pb::WatchToolsRequest>,
     ) -> Result<Response<Self::WatchToolsStream>, Status> {
-        let tenant = self.tenant(&request)?.clone();
+        // Busy while the watch starts; an open watch does not keep a lazy
+        // tenant's sessions from idle eviction (it then shows them idle).
+        let (tenant, _busy) = self.listing_tenant(&request)?;
         let filter = listing::Filter::new(&request.get_ref().filter.clone().unwrap_or_default())?;
         Ok(Response::new(stream::watch(
             tenant,
@@ -175,7 +194,7 @@ impl pb::tool_gateway_server::ToolGateway for Gateway {
         &self,
         request: Request<pb::SearchToolsRequest>,
     ) -> Result<Response<pb::SearchToolsResponse>, Status> {
-        let tenant = self.tenant(&request)?;
+        let (tenant, _busy) = self.listing_tenant(&request)?;
         let filter = listing::Filter::new(&request.get_ref().filter.clone().unwrap_or_default())?;
         let span = rpc_span("SearchTools", &tenant.name);
         trace::continue_caller_trace(&span, request.metadata());

@@ -11,7 +11,8 @@ use std::time::Duration;
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
-use crate::error::CallError;
+use crate::credentials::{MAX_STATUS_MESSAGE, bounded};
+use crate::error::{CallError, quoted};
 use crate::upstream::{UpstreamError, truncate};
 
 /// The `ErrorInfo.domain` of every toolgate error.
@@ -40,9 +41,14 @@ pub fn classify(error: &CallError) -> (Code, &'static str) {
         CallError::Unauthenticated(_) => (Code::Unauthenticated, "UNAUTHENTICATED"),
         CallError::ToolNotFound { .. } => (Code::NotFound, "TOOL_NOT_FOUND"),
         CallError::InvalidArguments { .. } => (Code::InvalidArgument, "INVALID_ARGUMENTS"),
+        CallError::InvalidName { .. } => (Code::InvalidArgument, "INVALID_TOOL_NAME"),
+        CallError::Reloading => (Code::Unavailable, "RELOADING"),
+        CallError::ResponseTooLarge { .. } => (Code::ResourceExhausted, "RESULT_TOO_LARGE"),
         CallError::ServerUnavailable { .. } => (Code::Unavailable, "UPSTREAM_UNAVAILABLE"),
         CallError::DeadlineExceeded { .. } => (Code::DeadlineExceeded, "DEADLINE_EXCEEDED"),
-        CallError::ShuttingDown => (Code::Unavailable, "SHUTTING_DOWN"),
+        CallError::ShuttingDown { sent, idempotent } => {
+            (in_doubt(*sent, *idempotent), "SHUTTING_DOWN")
+        }
         CallError::Draining => (Code::Unavailable, "DRAINING"),
         CallError::InvalidFilter(_) => (Code::InvalidArgument, "INVALID_FILTER"),
         CallError::PlanOutdated { pin, .. } => (
@@ -63,11 +69,26 @@ pub fn classify(error: &CallError) -> (Code, &'static str) {
                 (Code::ResourceExhausted, "SERVER_CONCURRENCY_LIMIT")
             }
         },
-        CallError::Upstream { error, .. } => classify_upstream(error),
+        CallError::Upstream {
+            error, idempotent, ..
+        } => classify_upstream(error, *idempotent),
     }
 }
 
-fn classify_upstream(error: &UpstreamError) -> (Code, &'static str) {
+/// The code of a call that ended before its outcome was known: when the
+/// request may have reached the tool, `UNKNOWN` (standard retry policies
+/// replay `UNAVAILABLE` on the code alone, and the tool may have acted),
+/// unless the tool says it is idempotent; `UNAVAILABLE` when nothing was
+/// sent.
+fn in_doubt(sent: bool, idempotent: bool) -> Code {
+    if sent && !idempotent {
+        Code::Unknown
+    } else {
+        Code::Unavailable
+    }
+}
+
+fn classify_upstream(error: &UpstreamError, idempotent: bool) -> (Code, &'static str) {
     match error {
         UpstreamError::Spawn { .. }
         | UpstreamError::Handshake(_)
@@ -78,17 +99,18 @@ fn classify_upstream(error: &UpstreamError) -> (Code, &'static str) {
         | UpstreamError::Closed => (Code::Unavailable, "UPSTREAM_UNAVAILABLE"),
         // A transport that failed mid-call may have delivered the request.
         UpstreamError::Lost | UpstreamError::Transport(_) => {
-            (Code::Unavailable, "UPSTREAM_CONNECTION_LOST")
+            (in_doubt(true, idempotent), "UPSTREAM_CONNECTION_LOST")
         }
         UpstreamError::TooLarge(_) => (Code::ResourceExhausted, "RESULT_TOO_LARGE"),
         UpstreamError::HttpStatus { status: 429, .. } => {
             (Code::Unavailable, "UPSTREAM_RATE_LIMITED")
         }
         UpstreamError::HttpStatus { status, .. } if *status >= 500 => {
-            (Code::Unknown, "UPSTREAM_HTTP_ERROR")
+            (in_doubt(true, idempotent), "UPSTREAM_HTTP_ERROR")
         }
         UpstreamError::HttpStatus { .. } => (Code::Internal, "UPSTREAM_HTTP_ERROR"),
-        UpstreamError::AuthRejected => (Code::Unavailable, "UPSTREAM_AUTH_REJECTED"),
+        // Not retryable: the operator must fix the configured credentials.
+        UpstreamError::AuthRejected => (Code::FailedPrecondition, "UPSTREAM_AUTH_REJECTED"),
         UpstreamError::Timeout(_) => (Code::DeadlineExceeded, "UPSTREAM_TIMEOUT"),
         UpstreamError::Protocol(_) => (Code::Internal, "UPSTREAM_PROTOCOL_ERROR"),
         UpstreamError::Unsupported(_) => (Code::Unimplemented, "UPSTREAM_UNSUPPORTED"),
@@ -116,6 +138,7 @@ fn message(error: &CallError) -> String {
             server,
             tool,
             error: UpstreamError::JsonRpc { code, message },
+            ..
         } => {
             if *code == jsonrpc::INVALID_PARAMS {
                 format!(
@@ -136,7 +159,18 @@ fn metadata(error: &CallError) -> HashMap<String, String> {
     let mut metadata = HashMap::new();
     match error {
         CallError::ToolNotFound { name } => {
-            metadata.insert("tool".to_owned(), name.clone());
+            metadata.insert("tool".to_owned(), quoted(name).into_owned());
+        }
+        CallError::ResponseTooLarge {
+            server,
+            tool,
+            limit,
+            ..
+        } => {
+            metadata.insert("server".to_owned(), server.clone());
+            metadata.insert("tool".to_owned(), tool.clone());
+            metadata.insert("limit".to_owned(), "limits.max_message_bytes".to_owned());
+            metadata.insert("limit_value".to_owned(), limit.to_string());
         }
         CallError::InvalidArguments { tool, .. } => {
             metadata.insert("tool".to_owned(), tool.clone());
@@ -171,6 +205,7 @@ fn metadata(error: &CallError) -> HashMap<String, String> {
             server,
             tool,
             error,
+            ..
         } => {
             metadata.insert("server".to_owned(), server.clone());
             metadata.insert("tool".to_owned(), tool.clone());
@@ -198,8 +233,10 @@ fn metadata(error: &CallError) -> HashMap<String, String> {
             }
         }
         CallError::Unauthenticated(_)
-        | CallError::ShuttingDown
+        | CallError::ShuttingDown { .. }
         | CallError::Draining
+        | CallError::Reloading
+        | CallError::InvalidName { .. }
         | CallError::InvalidFilter(_) => {}
     }
     metadata
@@ -211,30 +248,30 @@ impl From<CallError> for Status {
             server,
             tool,
             error: UpstreamError::JsonRpc { code, message },
+            ..
         } = &error
         {
             tracing::warn!(%server, %tool, code, message = %truncate(message, 2000), "upstream JSON-RPC error");
         }
         let (code, reason) = classify(&error);
         let mut details = ErrorDetails::with_error_info(reason, DOMAIN, metadata(&error));
-        // RetryInfo only where a retry is safe because nothing was sent
-        // upstream: the server is down, the gateway is draining, or a limit
-        // shed the call. Not after a request that may have reached the
-        // server (a session or transport lost mid-call, a call cut off by
-        // shutdown), and not when the gateway's credentials are refused
-        // (retrying will not help).
+        // RetryInfo where a retry is safe: a limit shed the call, or the
+        // code is UNAVAILABLE, which the table gives only when nothing
+        // reached the upstream (or the tool is idempotent). A call that may
+        // have acted is UNKNOWN, without RetryInfo.
         let retry = match &error {
             CallError::Shed(crate::limits::Shed::Rate(wait), _) => {
                 Some((*wait).max(Duration::from_millis(1)))
             }
             CallError::Shed(..) => Some(SHED_RETRY_DELAY),
-            _ if matches!(reason, "UPSTREAM_UNAVAILABLE" | "DRAINING") => Some(RETRY_DELAY),
+            _ if code == Code::Unavailable => Some(RETRY_DELAY),
             _ => None,
         };
         if let Some(delay) = retry {
             details.set_retry_info(Some(delay));
         }
-        Status::with_error_details(code, message(&error), details)
+        let message = bounded(&message(&error), MAX_STATUS_MESSAGE);
+        Status::with_error_details(code, message, details)
     }
 }
 

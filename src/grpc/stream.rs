@@ -10,6 +10,7 @@ use tonic::{Request, Status};
 
 use super::listing::{self, Filter};
 use super::{EventStream, Gateway, call, drain::Drain};
+use crate::catalog::ServerState;
 use crate::error::CallError;
 use crate::pb;
 use crate::registry::Tenant;
@@ -87,15 +88,27 @@ pub(super) fn watch(
     let (out, rx) = mpsc::channel(4);
     tokio::spawn(async move {
         let mut changes = tenant.subscribe();
-        let mut last: Option<pb::ListToolsResponse> = None;
+        // What the last snapshot sent showed: the catalog version (its
+        // tools) and each server's state. A new snapshot is built and sent
+        // only when one of them changed: no per-watcher deep copy or
+        // comparison of whole catalogs.
+        let mut last: Option<(String, Vec<(ServerState, u32)>)> = None;
         loop {
             let catalog = changes.borrow_and_update().clone();
-            let snapshot = listing::list_response(&catalog, &filter);
-            if last.as_ref() != Some(&snapshot) {
-                if out.send(Ok(snapshot.clone())).await.is_err() {
+            let seen = (
+                catalog.version().to_owned(),
+                catalog
+                    .servers()
+                    .iter()
+                    .map(|s| (s.state.clone(), s.tool_count))
+                    .collect::<Vec<_>>(),
+            );
+            if last.as_ref() != Some(&seen) {
+                let snapshot = listing::list_response(&catalog, &filter);
+                if out.send(Ok(snapshot)).await.is_err() {
                     return;
                 }
-                last = Some(snapshot);
+                last = Some(seen);
             }
             tokio::select! {
                 changed = changes.changed() => if changed.is_err() { return },

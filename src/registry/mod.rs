@@ -17,7 +17,9 @@ mod tenant;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwap;
 use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
@@ -25,7 +27,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-pub use tenant::{SessionUnavailable, Tenant};
+pub use tenant::{Busy, Resolved, SessionUnavailable, Tenant, Unresolved};
 
 use slot::Slot;
 use tenant::Publication;
@@ -98,11 +100,6 @@ impl Spawner {
         );
     }
 
-    /// The current configuration's credential redactor.
-    pub(crate) fn redactor(&self) -> &SharedRedactor {
-        &self.redactor
-    }
-
     pub(crate) fn metrics(&self) -> &Metrics {
         &self.metrics
     }
@@ -115,12 +112,16 @@ impl Spawner {
 /// Every tenant of the gateway.
 #[derive(Debug)]
 pub struct Registry {
-    generation: RwLock<Arc<Generation>>,
+    /// The current generation: read without locking by every call.
+    generation: ArcSwap<Generation>,
+    /// Serialises [`Registry::apply`]: one reload at a time.
+    applying: Mutex<()>,
     spawner: Arc<Spawner>,
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
     tasks: TaskTracker,
-    /// Slots retired by reloads whose sessions may still be closing.
+    /// Slots retired by reloads whose sessions are still closing; each is
+    /// dropped once its session has closed.
     retired: Mutex<Vec<Arc<Slot>>>,
     /// `sessions.max_live`, 0 for no cap.
     max_live: AtomicUsize,
@@ -134,12 +135,14 @@ impl Registry {
         env: Arc<dyn Environment>,
         metrics: Arc<Metrics>,
     ) -> Arc<Registry> {
+        // (`apply` is also what a reload calls.)
         let tasks = TaskTracker::new();
         let registry = Arc::new(Registry {
-            generation: RwLock::new(Arc::new(Generation {
+            generation: ArcSwap::from_pointee(Generation {
                 tenants: Vec::new(),
                 tokens: TokenTable::default(),
-            })),
+            }),
+            applying: Mutex::new(()),
             spawner: Arc::new(Spawner {
                 env,
                 metrics: metrics.clone(),
@@ -161,12 +164,12 @@ impl Registry {
     }
 
     fn current(&self) -> Arc<Generation> {
-        self.generation.read().expect("generation lock").clone()
+        self.generation.load_full()
     }
 
     /// The tenant a bearer token selects.
     pub fn authenticate(&self, token: &str) -> Option<Arc<Tenant>> {
-        let generation = self.current();
+        let generation = self.generation.load();
         generation
             .tokens
             .tenant_for(token)
@@ -178,9 +181,18 @@ impl Registry {
         self.current().tenants.clone()
     }
 
+    /// Slots retired by reloads whose sessions have not closed yet (they
+    /// close once the calls running on them end).
+    pub fn retiring(&self) -> usize {
+        self.retired.lock().expect("retired lock").len()
+    }
+
     /// Switches to `config`: unchanged servers keep their sessions, added
     /// and changed ones connect, removed and changed ones close once idle.
-    pub fn apply(&self, config: &Config) -> ReloadSummary {
+    /// The new generation is built first and swapped in at once: callers
+    /// authenticating meanwhile never wait for the build.
+    pub fn apply(self: &Arc<Self>, config: &Config) -> ReloadSummary {
+        let _applying = self.applying.lock().expect("apply lock");
         let mut summary = ReloadSummary::default();
         self.spawner
             .max_result_bytes
@@ -190,8 +202,7 @@ impl Registry {
             .store(Arc::new(Redactor::for_config(config)));
         self.max_live
             .store(config.max_live_sessions.unwrap_or(0), Ordering::Relaxed);
-        let mut generation = self.generation.write().expect("generation lock");
-        let old = generation.clone();
+        let old = self.current();
         let old_by_name: HashMap<&str, &Arc<Tenant>> =
             old.tenants.iter().map(|t| (t.name.as_str(), t)).collect();
         let mut kept: HashSet<*const Slot> = HashSet::new();
@@ -229,12 +240,13 @@ impl Registry {
             }
             let publication = previous
                 .map(|t| t.publication().clone())
-                .unwrap_or_else(Publication::new);
+                .unwrap_or_else(|| Publication::new(self.spawner.now_ms()));
             let tenant = Tenant::new(
                 tenant_config,
                 slots,
                 config.limits.clone(),
                 publication,
+                previous.map(|t| t.as_ref()),
                 self.spawner.clone(),
             );
             if tenant.connect == ConnectMode::Eager || tenant.is_active() {
@@ -260,36 +272,44 @@ impl Registry {
                 }
             }
         }
-        *generation = Arc::new(Generation {
+        self.generation.store(Arc::new(Generation {
             tokens: TokenTable::new(config),
             tenants,
-        });
+        }));
         summary
     }
 
     /// Stops a slot's supervisor and closes its session once no call runs
     /// on it (bounded by [`RETIRE_BOUND`]).
-    fn retire(&self, slot: Arc<Slot>) {
+    fn retire(self: &Arc<Self>, slot: Arc<Slot>) {
         slot.stop.cancel();
         self.retired
             .lock()
             .expect("retired lock")
             .push(slot.clone());
         let shutdown = self.shutdown.clone();
+        let registry = Arc::downgrade(self);
         self.tasks.spawn(async move {
-            let Some(session) = slot.session() else {
-                return;
-            };
-            let deadline = tokio::time::Instant::now() + RETIRE_BOUND;
-            // The slot's state holds one reference, this task another;
-            // every call in flight holds one more.
-            while Arc::strong_count(&session) > 2
-                && tokio::time::Instant::now() < deadline
-                && !shutdown.is_cancelled()
-            {
-                tokio::time::sleep(Duration::from_millis(100)).await;
+            if let Some(session) = slot.take_session() {
+                let deadline = tokio::time::Instant::now() + RETIRE_BOUND;
+                // This task holds one reference; every call in flight
+                // holds one more.
+                while Arc::strong_count(&session) > 1
+                    && tokio::time::Instant::now() < deadline
+                    && !shutdown.is_cancelled()
+                {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                session.close().await;
             }
-            session.close().await;
+            // Closed: the slot (its tool list, its secrets) goes now.
+            if let Some(registry) = registry.upgrade() {
+                registry
+                    .retired
+                    .lock()
+                    .expect("retired lock")
+                    .retain(|s| !Arc::ptr_eq(s, &slot));
+            }
         });
     }
 
@@ -336,10 +356,12 @@ async fn reap(registry: Arc<Registry>) {
             .filter(|t| t.connect == ConnectMode::Lazy && t.is_active() && t.calls_in_flight() == 0)
             .collect();
         for tenant in &lazy {
-            let idle_ms = now.saturating_sub(tenant.last_used.load(Ordering::Relaxed));
-            if Duration::from_millis(idle_ms) >= tenant.idle_timeout {
-                tracing::info!(tenant = %tenant.name, "closing the sessions of an idle tenant");
-                tenant.deactivate();
+            let last_used = tenant.last_used();
+            let idle_ms = now.saturating_sub(last_used);
+            if Duration::from_millis(idle_ms) >= tenant.idle_timeout
+                && tenant.deactivate_if_unused(last_used)
+            {
+                tracing::info!(tenant = %tenant.name, "closed the sessions of an idle tenant");
             }
         }
         let cap = registry.max_live.load(Ordering::Relaxed);
@@ -348,14 +370,16 @@ async fn reap(registry: Arc<Registry>) {
         }
         let mut live: usize = tenants.iter().map(|t| t.live_sessions()).sum();
         lazy.retain(|t| t.is_active());
-        lazy.sort_by_key(|t| t.last_used.load(Ordering::Relaxed));
+        lazy.sort_by_key(|t| t.last_used());
         for tenant in lazy {
             if live <= cap {
                 break;
             }
-            tracing::info!(tenant = %tenant.name, live, cap, "closing the least recently used tenant's sessions");
-            live = live.saturating_sub(tenant.live_sessions());
-            tenant.deactivate();
+            let sessions = tenant.live_sessions();
+            if tenant.deactivate_if_unused(tenant.last_used()) {
+                tracing::info!(tenant = %tenant.name, live, cap, "closed the least recently used tenant's sessions");
+                live = live.saturating_sub(sessions);
+            }
         }
     }
 }

@@ -104,17 +104,24 @@ impl Slot {
         *self.owner.lock().expect("slot lock") = Arc::downgrade(tenant);
     }
 
-    /// Records a new state and republishes the owner's catalog. A slot
-    /// that was stopped publishes nothing more; a session it is handed then
-    /// is closed at once.
-    pub(super) fn set_state(&self, state: SlotState) {
-        if self.stop.is_cancelled() || !self.is_active() {
-            if let SlotState::Ready { session, .. } = state {
-                tokio::spawn(async move { session.close().await });
+    /// Records a new state from the supervisor holding `supervisor` (its
+    /// activation token) and republishes the owner's catalog. The token is
+    /// checked under the state lock: a supervisor that was stopped (the
+    /// slot deactivated or retired) writes nothing, and a session it is
+    /// handed is closed at once, so no session is ever left in a slot that
+    /// a newer supervisor owns.
+    pub(super) fn set_state(&self, supervisor: &CancellationToken, state: SlotState) {
+        {
+            let mut current = self.state.lock().expect("slot lock");
+            if supervisor.is_cancelled() || self.stop.is_cancelled() {
+                drop(current);
+                if let SlotState::Ready { session, .. } = state {
+                    tokio::spawn(async move { session.close().await });
+                }
+                return;
             }
-            return;
+            *current = state;
         }
-        *self.state.lock().expect("slot lock") = state;
         let owner = self.owner.lock().expect("slot lock").upgrade();
         if let Some(tenant) = owner {
             tenant.rebuild();
@@ -125,6 +132,16 @@ impl Slot {
     pub(super) fn session(&self) -> Option<Arc<Session>> {
         match &*self.state.lock().expect("slot lock") {
             SlotState::Ready { session, .. } => Some(session.clone()),
+            _ => None,
+        }
+    }
+
+    /// Takes the session out of a stopped slot (it is being closed), so
+    /// the slot no longer holds it.
+    pub(super) fn take_session(&self) -> Option<Arc<Session>> {
+        let mut state = self.state.lock().expect("slot lock");
+        match std::mem::replace(&mut *state, SlotState::Idle) {
+            SlotState::Ready { session, .. } => Some(session),
             _ => None,
         }
     }

@@ -76,10 +76,13 @@ impl Supervisor {
                     let session = connected.session.clone();
                     let tools = Arc::new(connected.tools);
                     last_tools = Some(tools.clone());
-                    self.slot.set_state(SlotState::Ready {
-                        session: connected.session,
-                        tools,
-                    });
+                    self.slot.set_state(
+                        &stop,
+                        SlotState::Ready {
+                            session: connected.session,
+                            tools,
+                        },
+                    );
                     let up_since = tokio::time::Instant::now();
                     tokio::select! {
                         () = session.wait_ended() => {}
@@ -101,13 +104,16 @@ impl Supervisor {
             };
             let delay = backoff(server.reconnect, attempt);
             attempt = attempt.saturating_add(1);
-            self.slot.set_state(SlotState::Failed {
-                reason: format!(
-                    "{reason}; reconnect attempt {attempt} scheduled {} after the failure",
-                    humantime::format_duration(Duration::from_millis(delay.as_millis() as u64))
-                ),
-                last_tools: last_tools.clone(),
-            });
+            self.slot.set_state(
+                &stop,
+                SlotState::Failed {
+                    reason: format!(
+                        "{reason}; reconnect attempt {attempt} scheduled {} after the failure",
+                        humantime::format_duration(Duration::from_millis(delay.as_millis() as u64))
+                    ),
+                    last_tools: last_tools.clone(),
+                },
+            );
             tokio::select! {
                 () = tokio::time::sleep(delay) => {}
                 () = stop.cancelled() => return,

@@ -2,7 +2,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -10,12 +10,17 @@ use tokio::sync::watch;
 use super::Spawner;
 use super::slot::{Slot, SlotState};
 use crate::catalog::{Catalog, InputState, ServerInput, SharedCatalog};
-use crate::config::{ConnectMode, Limits, ServerConfig, TenantConfig};
+use crate::config::{ConnectMode, Limits, ServerConfig, TenantConfig, TenantLimits};
 use crate::limits::{Concurrency, TenantLimiter};
 use crate::upstream::Session;
 
 /// Catalog versions remembered per tenant for pinned plans.
 const CATALOG_HISTORY: usize = 16;
+
+/// Stamps of tenant objects: each [`Tenant`] gets its own, and every
+/// catalog it builds carries it, so a call can tell whether the catalog it
+/// read was built from the slots of the tenant it holds.
+static STAMPS: AtomicU64 = AtomicU64::new(1);
 
 /// Where a tenant publishes its catalog; kept across configuration
 /// reloads, so watchers and pinned plans see one continuous history.
@@ -23,21 +28,36 @@ const CATALOG_HISTORY: usize = 16;
 pub(super) struct Publication {
     catalog: Arc<watch::Sender<SharedCatalog>>,
     history: Arc<Mutex<VecDeque<SharedCatalog>>>,
+    /// The tenant object that publishes here now (the newest generation's).
+    /// Its lock serialises every rebuild of every generation: only the
+    /// owner publishes, so a stale generation can never publish after a
+    /// newer one.
+    owner: Arc<Mutex<Weak<Tenant>>>,
     /// Cancelled when a reload removes the tenant: watches end.
     pub(super) removed: tokio_util::sync::CancellationToken,
     /// Calls of the tenant running now, across reloads (idle eviction
     /// waits for zero).
     in_flight: Arc<AtomicUsize>,
+    /// When the tenant was last used, in ms since the registry started
+    /// (kept across reloads).
+    pub(super) last_used: Arc<AtomicU64>,
+    /// Held while a lazy tenant is marked used and connected, and while the
+    /// reaper closes it: a call that has marked itself busy is never closed
+    /// under.
+    pub(super) activity: Arc<Mutex<()>>,
 }
 
 impl Publication {
-    pub(super) fn new() -> Self {
+    pub(super) fn new(now_ms: u64) -> Self {
         let empty: SharedCatalog = Arc::new(Catalog::default());
         Self {
             catalog: Arc::new(watch::channel(empty).0),
             history: Arc::default(),
+            owner: Arc::new(Mutex::new(Weak::new())),
             removed: tokio_util::sync::CancellationToken::new(),
             in_flight: Arc::default(),
+            last_used: Arc::new(AtomicU64::new(now_ms)),
+            activity: Arc::default(),
         }
     }
 }
@@ -47,17 +67,18 @@ impl Publication {
 pub struct Tenant {
     /// The configured tenant name.
     pub name: String,
-    /// Rate and concurrency limits of the tenant's calls.
-    pub limiter: TenantLimiter,
+    /// Rate and concurrency limits of the tenant's calls (kept across
+    /// reloads that leave them unchanged).
+    pub limiter: Arc<TenantLimiter>,
+    /// The limits the limiter was built from.
+    pub(super) limiter_config: TenantLimits,
     pub(super) slots: Vec<Arc<Slot>>,
     limits: Limits,
     publication: Publication,
-    /// Serialises catalog rebuilds.
-    rebuilding: Mutex<()>,
+    /// This tenant object's stamp, carried by every catalog it builds.
+    stamp: u64,
     pub(super) connect: ConnectMode,
     pub(super) idle_timeout: Duration,
-    /// When the tenant was last used, in ms since the registry started.
-    pub(super) last_used: AtomicU64,
     spawner: Arc<Spawner>,
 }
 
@@ -71,6 +92,26 @@ impl Drop for Busy {
     }
 }
 
+/// A call's tenant resolved against the catalog it routes by: the catalog
+/// was built from exactly this tenant's slots, so the catalog's server
+/// index names the slot of the same server.
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    /// The tenant object that built `catalog`.
+    pub tenant: Arc<Tenant>,
+    /// The catalog snapshot.
+    pub catalog: SharedCatalog,
+}
+
+/// Why a call's tenant could not be resolved against a current catalog.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unresolved {
+    /// A configuration reload removed the tenant.
+    Removed,
+    /// Reloads kept replacing the tenant while the call resolved it.
+    Unsettled,
+}
+
 /// Why a server's session could not be had for a call.
 #[derive(Debug, Clone)]
 pub enum SessionUnavailable {
@@ -81,43 +122,121 @@ pub enum SessionUnavailable {
 }
 
 impl Tenant {
+    /// A tenant object for `config`, publishing on `publication` (the
+    /// previous generation's, when the tenant existed before). Its limiter
+    /// is `previous`'s when the limits did not change, so rate buckets and
+    /// concurrency permits carry over a reload. From now on only this
+    /// object publishes catalogs there.
     pub(super) fn new(
         config: &TenantConfig,
         slots: Vec<Arc<Slot>>,
         limits: Limits,
         publication: Publication,
+        previous: Option<&Tenant>,
         spawner: Arc<Spawner>,
     ) -> Arc<Tenant> {
+        let limiter = match previous {
+            Some(previous) if previous.limiter_config == config.limits => previous.limiter.clone(),
+            _ => Arc::new(TenantLimiter::new(&config.limits)),
+        };
         let tenant = Arc::new(Tenant {
             name: config.name.clone(),
-            limiter: TenantLimiter::new(&config.limits),
+            limiter,
+            limiter_config: config.limits.clone(),
             slots,
             limits,
             publication,
-            rebuilding: Mutex::new(()),
+            stamp: STAMPS.fetch_add(1, Ordering::Relaxed),
             connect: config.connect,
             idle_timeout: config.idle_timeout,
-            last_used: AtomicU64::new(spawner.now_ms()),
             spawner,
         });
-        for slot in &tenant.slots {
-            slot.set_owner(&tenant);
+        {
+            let mut owner = tenant.publication.owner.lock().expect("publication lock");
+            *owner = Arc::downgrade(&tenant);
+            for slot in &tenant.slots {
+                slot.set_owner(&tenant);
+            }
+            tenant.publish(&owner);
         }
-        tenant.rebuild();
         tenant
+    }
+
+    /// The catalog this call routes by, and the tenant object that built
+    /// it. A call holds the tenant it authenticated as; when a reload has
+    /// replaced that tenant since, the catalog it reads was built by the
+    /// newer one, and the call continues with the newer one. A call never
+    /// reads a catalog's server index against another generation's slots.
+    ///
+    /// # Errors
+    /// The tenant was removed by a reload, or reloads kept replacing it.
+    pub fn resolve(self: &Arc<Self>, catalog: SharedCatalog) -> Result<Resolved, Unresolved> {
+        let mut tenant = self.clone();
+        let mut catalog = catalog;
+        for _ in 0..8 {
+            if catalog.stamp() == tenant.stamp {
+                return Ok(Resolved { tenant, catalog });
+            }
+            if self.publication.removed.is_cancelled() {
+                return Err(Unresolved::Removed);
+            }
+            let owner = self
+                .publication
+                .owner
+                .lock()
+                .expect("publication lock")
+                .upgrade();
+            match owner {
+                Some(owner) => {
+                    catalog = owner.catalog();
+                    tenant = owner;
+                }
+                None => return Err(Unresolved::Removed),
+            }
+        }
+        Err(Unresolved::Unsettled)
+    }
+
+    /// This tenant object's stamp (see [`Tenant::resolve`]).
+    pub fn stamp(&self) -> u64 {
+        self.stamp
     }
 
     /// Marks the tenant used now and connects its servers if it is lazy
     /// and idle. Concurrent first calls share one connect; callers then
     /// wait for the catalog to settle (bounded by their deadline).
+    ///
+    /// Mark the call busy ([`Tenant::busy`]) first: the reaper never closes
+    /// a tenant with calls in flight, and it checks under the same lock.
     pub fn activate(&self) {
         if self.connect == ConnectMode::Eager {
             // Connected when the configuration was applied, never evicted.
             return;
         }
-        self.last_used
+        let _activity = self.publication.activity.lock().expect("activity lock");
+        self.publication
+            .last_used
             .store(self.spawner.now_ms(), Ordering::Relaxed);
         self.connect_all();
+    }
+
+    /// Closes the sessions of a lazy tenant if no call is in flight and it
+    /// was not used since `seen_used` (the reaper's check, repeated under
+    /// the activity lock so that a call starting meanwhile wins).
+    pub(super) fn deactivate_if_unused(&self, seen_used: u64) -> bool {
+        let _activity = self.publication.activity.lock().expect("activity lock");
+        if self.calls_in_flight() != 0
+            || self.publication.last_used.load(Ordering::Relaxed) != seen_used
+        {
+            return false;
+        }
+        self.deactivate();
+        true
+    }
+
+    /// When the tenant was last used, in ms since the registry started.
+    pub(super) fn last_used(&self) -> u64 {
+        self.publication.last_used.load(Ordering::Relaxed)
     }
 
     /// Starts a supervisor for every slot without one.
@@ -173,9 +292,19 @@ impl Tenant {
         &self.publication
     }
 
-    /// Builds and publishes a new catalog from the slots' states.
+    /// Builds and publishes a new catalog from the slots' states, if this
+    /// tenant object still owns its publication (a tenant replaced by a
+    /// reload publishes nothing more).
     pub(super) fn rebuild(&self) {
-        let _serial = self.rebuilding.lock().expect("rebuild lock");
+        let owner = self.publication.owner.lock().expect("publication lock");
+        if !std::ptr::eq(owner.as_ptr(), self) {
+            return;
+        }
+        self.publish(&owner);
+    }
+
+    /// Builds and publishes; the caller holds the publication lock.
+    fn publish(&self, _owner: &Weak<Tenant>) {
         let states: Vec<SlotState> = self.slots.iter().map(|s| s.state()).collect();
         let inputs: Vec<ServerInput<'_>> = self
             .slots
@@ -198,7 +327,7 @@ impl Tenant {
                 },
             })
             .collect();
-        let catalog = Arc::new(Catalog::build(&inputs, &self.limits));
+        let catalog = Arc::new(Catalog::build(&inputs, &self.limits).with_stamp(self.stamp));
         {
             let mut history = self.publication.history.lock().expect("history lock");
             if history

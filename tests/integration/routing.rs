@@ -1,0 +1,272 @@
+//! A call runs on the server its name names, even when a reload replaces
+//! the tenant while the call waits; retired sessions are freed; caller
+//! strings are bounded and admission comes before any other work.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use toolgate::pb;
+
+use crate::common::*;
+
+/// A stdio `env_server.py` whose `WHO` variable names it.
+fn who_server(name: &str) -> String {
+    format!(
+        "      - name: {name}\n        command: [\"{}\", \"{}\"]\n        env: {{ WHO: \"{name}\" }}\n",
+        python().display(),
+        fixture("python/env_server.py").display()
+    )
+}
+
+/// A server that takes `seconds` before it starts (so it stays
+/// "connecting" meanwhile).
+fn slow_server(seconds: u32) -> String {
+    format!(
+        "      - name: slow\n        command: [\"/bin/sh\", \"-c\", \"/bin/sleep {seconds}; exec {} {}\"]\n        connect_timeout: \"60s\"\n",
+        python().display(),
+        fixture("python/env_server.py").display()
+    )
+}
+
+fn config(port: u16, servers: &str) -> String {
+    format!(
+        "listen: \"127.0.0.1:{port}\"\nshutdown_delay: \"0s\"\ntenants:\n  - name: acme\n    tokens: [acme-token]\n    servers:\n{servers}"
+    )
+}
+
+fn replace(path: &Path, text: &str) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+/// ListTools with a short deadline (it does not wait for connecting
+/// servers beyond it).
+async fn quick_list(
+    client: &mut pb::tool_gateway_client::ToolGatewayClient<tonic::transport::Channel>,
+) -> Option<pb::ListToolsResponse> {
+    let mut request = authed("acme-token", pb::ListToolsRequest::default());
+    request.set_timeout(Duration::from_millis(300));
+    client
+        .list_tools(request)
+        .await
+        .ok()
+        .map(|r| r.into_inner())
+}
+
+async fn get_env(
+    mut client: pb::tool_gateway_client::ToolGatewayClient<tonic::transport::Channel>,
+    tool: &str,
+) -> Result<String, tonic::Status> {
+    let mut request = authed(
+        "acme-token",
+        pb::InvokeToolRequest {
+            name: tool.to_owned(),
+            arguments_json: r#"{"name":"WHO"}"#.to_owned(),
+            ..Default::default()
+        },
+    );
+    request.set_timeout(Duration::from_secs(40));
+    client
+        .invoke_tool(request)
+        .await
+        .map(|r| r.into_inner().text)
+}
+
+/// Servers `[a, slow]`; calls to `b__get_env` and `x__get_env` wait for
+/// `slow`; a reload to `[b, a, slow, x]` lands meanwhile. Each call must
+/// run on the server its name names (routing by the old generation's
+/// index ran `a` for `b`, and panicked for `x`).
+#[tokio::test]
+async fn a_reload_that_reorders_and_appends_servers_never_misroutes_a_waiting_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let path = dir.path().join("toolgate.yaml");
+    std::fs::write(&path, config(port, &(who_server("a") + &slow_server(8)))).unwrap();
+    let log_path = dir.path().join("gateway.log");
+    let mut gateway = ChildGuard(
+        Command::new(toolgate_bin())
+            .args(["serve", "--config"])
+            .arg(&path)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log_path).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let pid = gateway.0.id();
+    wait_for_port(port).await;
+    let mut client = client_at(port).await;
+    let started = Instant::now();
+    loop {
+        let listing = quick_list(&mut client).await;
+        let a_up = listing.as_ref().is_some_and(|l| {
+            l.servers.iter().any(|s| s.name == "a" && s.connected)
+                && l.servers.iter().any(|s| s.name == "slow" && !s.connected)
+        });
+        if a_up {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(7),
+            "`a` never connected while `slow` was still connecting"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let b_call = tokio::spawn(get_env(client.clone(), "b__get_env"));
+    let x_call = tokio::spawn(get_env(client.clone(), "x__get_env"));
+    let a_call = tokio::spawn(get_env(client.clone(), "a__get_env"));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    replace(
+        &path,
+        &config(
+            port,
+            &(who_server("b") + &who_server("a") + &slow_server(8) + &who_server("x")),
+        ),
+    );
+    signal(pid, "HUP");
+
+    let b = b_call.await.unwrap().expect("b__get_env is answered");
+    let x = x_call.await.unwrap().expect("x__get_env is answered");
+    let a = a_call.await.unwrap().expect("a__get_env is answered");
+    assert_eq!(b, "b", "b__get_env ran on the wrong server");
+    assert_eq!(x, "x", "x__get_env ran on the wrong server");
+    assert_eq!(a, "a");
+    // The gateway is still there and serves the new catalog.
+    assert!(gateway.0.try_wait().unwrap().is_none(), "the gateway died");
+    let listing = list(&mut client, "acme-token").await;
+    let servers: Vec<&str> = listing.servers.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(servers, ["b", "a", "slow", "x"]);
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    assert!(!log.contains("panicked"), "{log}");
+}
+
+/// Each reload that changes a server retires its slot; once the session
+/// has closed, the slot is freed. Many reloads leave nothing behind.
+#[tokio::test]
+async fn retired_slots_are_freed_once_their_sessions_close() {
+    let server = serve_mcp(TestServer::new(&["echo"])).await;
+    let env: Arc<std::collections::HashMap<String, String>> = Arc::default();
+    let yaml = |n: usize| {
+        format!(
+            "tenants:\n  - name: t\n    tokens: [tok]\n    servers:\n      - name: s\n        url: \"{}\"\n        headers: {{ X-Generation: \"{n}\" }}\n",
+            server.url
+        )
+    };
+    let load = |n: usize| {
+        toolgate::config::Config::from_yaml(&yaml(n), "test.yaml", Path::new("."), env.as_ref())
+            .unwrap()
+    };
+    let metrics = Arc::new(toolgate::telemetry::Metrics::new());
+    let registry = toolgate::registry::Registry::start(&load(0), env.clone(), metrics);
+    for n in 1..=30 {
+        let summary = registry.apply(&load(n));
+        assert_eq!(summary.servers_retired, ["t/s"]);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let started = Instant::now();
+    while registry.retiring() > 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{} retired slots were never freed",
+            registry.retiring()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The newest generation still serves.
+    let tenant = registry.authenticate("tok").expect("tenant");
+    let catalog = tenant.settled_catalog(Duration::from_secs(10)).await;
+    assert!(catalog.get("s__echo").is_some());
+    registry.shutdown().await;
+}
+
+/// Over the rate limit, a call is shed before anything else is looked at
+/// (the name is not even resolved); a name longer than any tool name is
+/// refused at once, and the status quotes only a bounded prefix of it.
+#[tokio::test]
+async fn admission_comes_first_and_caller_strings_are_bounded() {
+    let server = serve_mcp(TestServer::new(&["echo"])).await;
+    let yaml = format!(
+        "tenants:\n  - name: t\n    tokens: [tok]\n    limits: {{ rate_per_second: 1, burst: 2 }}\n    servers:\n      - name: s\n        url: \"{}\"\n",
+        server.url
+    );
+    let gateway = TestGateway::start(&yaml, &[]).await;
+    let mut client = gateway.client().await;
+
+    let huge = "n".repeat(2 << 20);
+    let err = invoke(&mut client, "tok", &huge, "{}").await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument, "{}", err.code());
+    assert_eq!(reason(&err), "INVALID_TOOL_NAME");
+    assert!(
+        err.message().len() < 300,
+        "the status quotes {} bytes of the name",
+        err.message().len()
+    );
+    assert!(err.message().contains("bytes in all"), "{}", err.message());
+
+    // One listing and one call use the burst of 2 ...
+    client
+        .list_tools(authed("tok", pb::ListToolsRequest::default()))
+        .await
+        .expect("first listing");
+    invoke(&mut client, "tok", "s__echo", "{}").await.unwrap();
+    // ... so the next call is shed before its (unknown) name is looked up.
+    let err = invoke(&mut client, "tok", "s__no_such_tool", "{}")
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::ResourceExhausted, "{err:?}");
+    assert_eq!(reason(&err), "RATE_LIMITED");
+    // Listings count against the same bucket.
+    let err = client
+        .search_tools(authed(
+            "tok",
+            pb::SearchToolsRequest {
+                query: "echo".into(),
+                ..Default::default()
+            },
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(reason(&err), "RATE_LIMITED", "{err:?}");
+    gateway.shutdown().await;
+}
+
+/// A call whose deadline leaves no time once the gateway's margin is
+/// taken is not sent upstream at all.
+#[tokio::test]
+async fn a_call_without_time_left_is_not_sent() {
+    let test_server = TestServer::new(&["echo"]);
+    let log = test_server.log.clone();
+    let server = serve_mcp(test_server).await;
+    let yaml = format!(
+        "tenants:\n  - name: t\n    tokens: [tok]\n    servers:\n      - name: s\n        url: \"{}\"\n",
+        server.url
+    );
+    let gateway = TestGateway::start(&yaml, &[]).await;
+    let mut client = gateway.client().await;
+    invoke(&mut client, "tok", "s__echo", "{}").await.unwrap();
+    let calls_before = log.call_traceparents.lock().unwrap().len();
+    for _ in 0..5 {
+        let mut request = authed(
+            "tok",
+            pb::InvokeToolRequest {
+                name: "s__echo".into(),
+                arguments_json: "{}".into(),
+                ..Default::default()
+            },
+        );
+        // The margin is at least 20 ms: 15 ms leaves nothing.
+        request.set_timeout(Duration::from_millis(15));
+        let err = client.invoke_tool(request).await.unwrap_err();
+        assert_eq!(err.code(), tonic::Code::DeadlineExceeded, "{err:?}");
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        log.call_traceparents.lock().unwrap().len(),
+        calls_before,
+        "a call with no time left reached the server"
+    );
+    gateway.shutdown().await;
+}
