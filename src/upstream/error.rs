@@ -96,6 +96,10 @@ impl UpstreamError {
             return UpstreamError::AuthRejected;
         }
         match error {
+            // The stdio transport's answer for a result over the limit.
+            E::McpError(data) if super::stdio::too_large_limit(&data).is_some() => {
+                UpstreamError::TooLarge(super::stdio::too_large_limit(&data).unwrap_or_default())
+            }
             E::McpError(data) => UpstreamError::JsonRpc {
                 code: data.code.0,
                 message: redactor.upstream_text(&data.message),

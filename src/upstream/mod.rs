@@ -29,9 +29,9 @@ pub use stdio::Label;
 use crate::config::{Environment, Lifecycle, ServerConfig, Transport};
 use crate::credentials::{Redactor, SharedRedactor};
 
-/// How long closing a session may take before it is abandoned. rmcp closes
-/// a child's stdin, waits, sends SIGTERM to its process group, waits, then
-/// SIGKILLs the group; each wait is 3 s.
+/// How long closing a session may take before it is abandoned. For stdio,
+/// the child's stdin is closed, the leader has 3 s to exit, then its whole
+/// process group gets SIGTERM, 2 s, then SIGKILL (`stdio/group.rs`).
 pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A live MCP client session.
@@ -43,6 +43,7 @@ pub struct Session {
     cancel: CancellationToken,
     /// Becomes `true` when the session's service loop has ended.
     ended: watch::Receiver<bool>,
+    /// The stdio child's pid (and process group), for log lines.
     pid: Option<u32>,
     /// Removes configured credentials from what the server sends back.
     redactor: SharedRedactor,
@@ -198,7 +199,7 @@ const AUTO_PROBE: Duration = Duration::from_secs(5);
 async fn finish_connect(
     server: &ServerConfig,
     label: &Label,
-    (service, pid): (Service, Option<u32>),
+    (service, group): (Service, Option<stdio::Group>),
     deadline: tokio::time::Instant,
     timeout: Duration,
     cancel: CancellationToken,
@@ -215,14 +216,27 @@ async fn finish_connect(
         Ok(Err(e)) | Err(e) => {
             let mut service = service;
             let _ = service.close_with_timeout(CLOSE_TIMEOUT).await;
+            // The child of a failed connect is stopped too, in the
+            // background: the connect fails at once.
+            if let Some(group) = group {
+                tokio::spawn(group.stop());
+            }
             return Err(e);
         }
     };
     let peer = service.peer().clone();
     let client = service.service().clone();
+    let pid = group.as_ref().map(stdio::Group::pid);
     let (ended_tx, ended) = watch::channel(false);
+    // Every end of the session passes here (closed, evicted, replaced,
+    // dropped, the server exited or crashed): once the service loop is
+    // over, a stdio server's whole process group is stopped, and only then
+    // is the session reported ended.
     tokio::spawn(async move {
         let _ = service.waiting().await;
+        if let Some(group) = group {
+            group.stop().await;
+        }
         let _ = ended_tx.send(true);
     });
     Ok(Connected {
@@ -251,7 +265,7 @@ async fn start(
     max_result_bytes: usize,
     options: &SessionOptions,
     redactor: &SharedRedactor,
-) -> Result<(Service, Option<u32>), UpstreamError> {
+) -> Result<(Service, Option<stdio::Group>), UpstreamError> {
     let url = match &server.transport {
         Transport::Http { url, .. } => Some(url.as_str()),
         Transport::Stdio { .. } => None,
@@ -261,11 +275,25 @@ async fn start(
     };
     match &server.transport {
         Transport::Stdio { command, cwd, env } => {
-            let (transport, pid) = stdio::spawn(command, cwd.as_deref(), env, gateway_env, label)?;
-            let service = serve(transport, lifecycle, cancel, options)
-                .await
-                .map_err(handshake)?;
-            Ok((service, pid))
+            let (transport, group) = stdio::spawn(
+                command,
+                cwd.as_deref(),
+                env,
+                gateway_env,
+                label,
+                max_result_bytes,
+                redactor,
+            )?;
+            match serve(transport, lifecycle, cancel, options).await {
+                Ok(service) => Ok((service, Some(group))),
+                Err(e) => {
+                    // The child of a failed handshake is stopped in the
+                    // background (an abandoned start drops its group,
+                    // which does the same).
+                    tokio::spawn(group.stop());
+                    Err(handshake(e))
+                }
+            }
         }
         Transport::Http { url, headers } => {
             let transport = http::transport(url, headers, max_result_bytes, redactor)?;
@@ -532,17 +560,31 @@ impl Session {
         &self.peer
     }
 
-    /// Closes the session: stdin closed, then SIGTERM, then SIGKILL of the
-    /// child's process group for stdio; the HTTP session deleted for HTTP.
-    /// Bounded by [`CLOSE_TIMEOUT`].
+    /// Closes the session: for stdio, stdin closed, the grace, then
+    /// SIGTERM and SIGKILL of the child's whole process group; the HTTP
+    /// session deleted for HTTP. Returns once that is done (for stdio: no
+    /// live process left in the group), bounded by [`CLOSE_TIMEOUT`].
     pub async fn close(&self) {
         self.cancel.cancel();
         if tokio::time::timeout(CLOSE_TIMEOUT, self.wait_ended())
             .await
             .is_err()
         {
-            tracing::warn!(pid = ?self.pid, "session did not close in time");
+            tracing::warn!(
+                tenant = %self.label.tenant,
+                server = %self.label.server,
+                pid = ?self.pid,
+                "session did not close in time"
+            );
         }
+    }
+}
+
+/// A session dropped anywhere still closes: its service loop ends and the
+/// task that watches it stops the child's process group.
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.cancel.cancel();
     }
 }
 

@@ -1,36 +1,52 @@
 //! The stdio transport: a child process in its own process group, with a
-//! cleared environment plus exactly the configured variables, and its
-//! stderr captured into the gateway's log.
+//! cleared environment plus exactly the configured variables, its stdout
+//! read in lines bounded by `limits.max_result_bytes` ([`framing`]), its
+//! stderr redacted into the gateway's log, and its whole group stopped when
+//! the session ends ([`group`]).
+
+mod framing;
+mod group;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
 use futures::StreamExt;
 use process_wrap::tokio::{CommandWrap, ProcessGroup};
-use rmcp::transport::TokioChildProcess;
-use tokio::process::ChildStderr;
-use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
+use tokio::process::{ChildStderr, ChildStdout};
+use tokio_util::codec::{AnyDelimiterCodec, AnyDelimiterCodecError, FramedRead};
+use tokio_util::sync::CancellationToken;
+
+pub(super) use framing::too_large_limit;
+pub(super) use group::Group;
 
 use super::UpstreamError;
 use crate::config::{Environment, Secret};
+use crate::credentials::SharedRedactor;
 
 /// Longest stderr line kept; the rest of a longer line is dropped.
 const MAX_STDERR_LINE: usize = 4096;
 
-/// Starts the child and returns its transport and process id.
+/// The transport of a stdio session.
+pub(super) type Transport = framing::StdioTransport<ChildStdout>;
+
+/// Starts the child; returns its transport and its process group (which
+/// stops the child when the session ends, see [`Group::stop`]).
 pub(super) fn spawn(
     command: &[String],
     cwd: Option<&Path>,
     env: &[(String, Secret)],
     gateway_env: &dyn Environment,
     label: &Label,
-) -> Result<(TokioChildProcess, Option<u32>), UpstreamError> {
+    max_result_bytes: usize,
+    redactor: &SharedRedactor,
+) -> Result<(Transport, Group), UpstreamError> {
     let program = &command[0];
-    let resolved =
-        resolve_program(program, gateway_env, cwd).ok_or_else(|| UpstreamError::Spawn {
-            program: program.clone(),
-            reason: "not found on the gateway's PATH (or not executable)".to_owned(),
-        })?;
+    let failed = |reason: String| UpstreamError::Spawn {
+        program: program.clone(),
+        reason,
+    };
+    let resolved = resolve_program(program, gateway_env, cwd)
+        .ok_or_else(|| failed("not found on the gateway's PATH (or not executable)".to_owned()))?;
     let mut cmd = tokio::process::Command::new(&resolved);
     cmd.args(&command[1..]).env_clear();
     for (key, value) in env {
@@ -39,21 +55,28 @@ pub(super) fn spawn(
     if let Some(dir) = cwd {
         cmd.current_dir(dir);
     }
-    // A new process group: shutdown signals reach the server's own children.
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // A new process group: the whole group is stopped with the session.
     let mut wrapped = CommandWrap::from(cmd);
     wrapped.wrap(ProcessGroup::leader());
-    let (transport, stderr) = TokioChildProcess::builder(wrapped)
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| UpstreamError::Spawn {
-            program: program.clone(),
-            reason: e.to_string(),
-        })?;
-    let pid = transport.id();
+    let mut child = wrapped.spawn().map_err(|e| failed(e.to_string()))?;
+    let pid = child.id();
+    let stdin = child.inner_mut().stdin().take();
+    let stdout = child.inner_mut().stdout().take();
+    let stderr = child.inner_mut().stderr().take();
+    let close = CancellationToken::new();
+    // The group exists from here on: any early return stops it.
+    let group = pid.map(|pid| Group::new(child, pid, close.clone(), label.clone()));
+    let (Some(group), Some(stdin), Some(stdout)) = (group, stdin, stdout) else {
+        return Err(failed("the child's pipes are missing".to_owned()));
+    };
     if let Some(stderr) = stderr {
-        tokio::spawn(forward_stderr(stderr, label.clone()));
+        tokio::spawn(forward_stderr(stderr, label.clone(), redactor.clone()));
     }
-    Ok((transport, pid))
+    let transport = framing::StdioTransport::new(stdout, stdin, max_result_bytes, close);
+    Ok((transport, group))
 }
 
 /// Tenant and server, for log lines.
@@ -68,11 +91,13 @@ pub struct Label {
 /// Stderr lines logged per second per child, sustained (burst: twice that).
 const STDERR_LINES_PER_SECOND: u32 = 100;
 
-/// Logs each stderr line of the child, labelled, with long lines cut and a
-/// rate limit: a child that floods stderr cannot flood the gateway's log.
+/// Logs each stderr line of the child, labelled, redacted (configured
+/// credentials replaced, cut to 1 KiB), with a rate limit: a child that
+/// floods stderr cannot flood the gateway's log, and one that prints a
+/// secret it was given cannot put it there.
 /// Lines over the rate are counted and the count is logged once lines flow
 /// again. The pipe is always drained, so the child never blocks on it.
-async fn forward_stderr(stderr: ChildStderr, label: Label) {
+async fn forward_stderr(stderr: ChildStderr, label: Label, redactor: SharedRedactor) {
     use governor::{Quota, RateLimiter};
     let rate = std::num::NonZeroU32::new(STDERR_LINES_PER_SECOND).expect("non-zero");
     let limiter = RateLimiter::direct(
@@ -92,13 +117,21 @@ async fn forward_stderr(stderr: ChildStderr, label: Label) {
             *dropped = 0;
         }
     };
-    let mut lines = FramedRead::new(stderr, LinesCodec::new_with_max_length(MAX_STDERR_LINE));
+    // Bytes, not UTF-8 lines: invalid UTF-8 must not stop the draining.
+    let mut lines = FramedRead::new(
+        stderr,
+        AnyDelimiterCodec::new_with_max_length(b"\n".to_vec(), Vec::new(), MAX_STDERR_LINE),
+    );
     // Reports drops even when the flood ends with no line after it.
     let mut tick = tokio::time::interval(std::time::Duration::from_secs(5));
+    let mut after_error = false;
     loop {
         let line = tokio::select! {
             line = lines.next() => match line {
                 Some(line) => line,
+                // After a decode error (a line over the cap) the stream
+                // yields one `None`, then resumes reading.
+                None if std::mem::take(&mut after_error) => continue,
                 None => break,
             },
             _ = tick.tick() => {
@@ -106,25 +139,31 @@ async fn forward_stderr(stderr: ChildStderr, label: Label) {
                 continue;
             }
         };
+        after_error = matches!(line, Err(AnyDelimiterCodecError::MaxChunkLengthExceeded));
         if limiter.check().is_err() {
             dropped += 1;
             continue;
         }
         report(&mut dropped);
         match line {
-            Ok(line) => tracing::info!(
-                target: "toolgate::upstream::stderr",
-                tenant = %label.tenant,
-                server = %label.server,
-                "{line}"
-            ),
-            Err(LinesCodecError::MaxLineLengthExceeded) => tracing::info!(
+            Ok(line) => {
+                let line = String::from_utf8_lossy(&line);
+                let line = line.strip_suffix('\r').unwrap_or(&line);
+                let line = redactor.load().upstream_text(line);
+                tracing::info!(
+                    target: "toolgate::upstream::stderr",
+                    tenant = %label.tenant,
+                    server = %label.server,
+                    "{line}"
+                );
+            }
+            Err(AnyDelimiterCodecError::MaxChunkLengthExceeded) => tracing::info!(
                 target: "toolgate::upstream::stderr",
                 tenant = %label.tenant,
                 server = %label.server,
                 "[stderr line longer than {MAX_STDERR_LINE} bytes dropped]"
             ),
-            Err(LinesCodecError::Io(_)) => break,
+            Err(AnyDelimiterCodecError::Io(_)) => break,
         }
     }
 }

@@ -1,0 +1,579 @@
+//! Newline-delimited JSON-RPC over a child's stdin and stdout, with the
+//! incoming line length bounded by `limits.max_result_bytes`.
+//!
+//! rmcp's own stdio transport drops a line over its fixed 16 MiB cap without
+//! a word, so the request it answered waits for its deadline. Here a line
+//! over the limit is skipped to its newline without being buffered; the
+//! JSON-RPC `id` is recovered from its first or last few KiB, and the
+//! request gets a synthesized error that maps to
+//! [`UpstreamError::TooLarge`](crate::upstream::UpstreamError::TooLarge)
+//! at once. The session carries on. When the id cannot be recovered the
+//! session ends instead (a reconnect follows), so no call waits in vain.
+
+use std::io;
+use std::sync::LazyLock;
+
+use rmcp::RoleClient;
+use rmcp::model::{
+    ClientJsonRpcMessage, ErrorCode, ErrorData, JsonRpcMessage, RequestId, ServerJsonRpcMessage,
+};
+use rmcp::transport::Transport;
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+/// What a line may have beyond `max_result_bytes`: the JSON-RPC envelope
+/// (`{"jsonrpc":"2.0","id":…,"result":…}`) around the result.
+const ENVELOPE_SLACK: usize = 4096;
+/// How much of an oversized line's start and end is kept to find its id.
+const KEPT: usize = 4096;
+/// Read buffer of stdout.
+const READ_BUFFER: usize = 64 * 1024;
+
+/// The JSON-RPC error code of a synthesized "result too large" answer. The
+/// code alone proves nothing (a server may send it too): only the marker
+/// with this process's token does.
+const TOO_LARGE_CODE: ErrorCode = ErrorCode(-32_099);
+/// The key of the marker in the error's `data`.
+const TOO_LARGE_MARKER: &str = "toolgate/resultTooLarge";
+/// A random token per gateway process, so a server cannot forge the marker.
+static TOO_LARGE_TOKEN: LazyLock<u64> = LazyLock::new(|| fastrand::u64(..));
+
+/// The synthesized error answer for a result over `max` bytes.
+fn too_large_error(max: usize) -> ErrorData {
+    ErrorData::new(
+        TOO_LARGE_CODE,
+        format!("the server's answer exceeds {max} bytes"),
+        Some(serde_json::json!({
+            TOO_LARGE_MARKER: { "token": *TOO_LARGE_TOKEN, "max": max }
+        })),
+    )
+}
+
+/// The limit, when `error` is an answer synthesized by [`too_large_error`]
+/// in this process.
+pub(in crate::upstream) fn too_large_limit(error: &ErrorData) -> Option<usize> {
+    if error.code != TOO_LARGE_CODE {
+        return None;
+    }
+    let marker = error.data.as_ref()?.get(TOO_LARGE_MARKER)?;
+    if marker.get("token")?.as_u64()? != *TOO_LARGE_TOKEN {
+        return None;
+    }
+    usize::try_from(marker.get("max")?.as_u64()?).ok()
+}
+
+/// A message framed for stdin and where to report the write's outcome.
+type Frame = (Vec<u8>, oneshot::Sender<io::Result<()>>);
+
+/// The client side of a stdio session: messages to the child's stdin (a
+/// writer task), messages from its stdout (bounded lines).
+pub(in crate::upstream) struct StdioTransport<R> {
+    lines: LineReader<R>,
+    frames: mpsc::Sender<Frame>,
+    /// Cancelled: stdin is closed.
+    close: CancellationToken,
+    max_result_bytes: usize,
+}
+
+impl<R: AsyncRead + Unpin> StdioTransport<R> {
+    /// A transport over `stdout` and `stdin`; cancelling `close` (or
+    /// dropping the transport) closes stdin.
+    pub(in crate::upstream) fn new<W>(
+        stdout: R,
+        stdin: W,
+        max_result_bytes: usize,
+        close: CancellationToken,
+    ) -> Self
+    where
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
+        let (frames, queue) = mpsc::channel(16);
+        tokio::spawn(write_frames(stdin, queue, close.clone()));
+        Self {
+            lines: LineReader::new(stdout, max_result_bytes.saturating_add(ENVELOPE_SLACK)),
+            frames,
+            close,
+            max_result_bytes,
+        }
+    }
+}
+
+/// Writes each frame to stdin until the queue or `close` ends; stdin is
+/// dropped (closed) on return.
+async fn write_frames<W: AsyncWrite + Unpin>(
+    mut stdin: W,
+    mut queue: mpsc::Receiver<Frame>,
+    close: CancellationToken,
+) {
+    loop {
+        let (bytes, done) = tokio::select! {
+            biased;
+            _ = close.cancelled() => return,
+            frame = queue.recv() => match frame {
+                Some(frame) => frame,
+                None => return,
+            },
+        };
+        let written = tokio::select! {
+            biased;
+            _ = close.cancelled() => return,
+            written = async {
+                stdin.write_all(&bytes).await?;
+                stdin.flush().await
+            } => written,
+        };
+        let failed = written.is_err();
+        let _ = done.send(written);
+        if failed {
+            return;
+        }
+    }
+}
+
+fn closed() -> io::Error {
+    io::Error::new(io::ErrorKind::BrokenPipe, "the server's stdin is closed")
+}
+
+impl<R: AsyncRead + Unpin + Send> Transport<RoleClient> for StdioTransport<R> {
+    type Error = io::Error;
+
+    fn send(
+        &mut self,
+        item: ClientJsonRpcMessage,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        let frames = self.frames.clone();
+        let framed = serde_json::to_vec(&item).map(|mut bytes| {
+            bytes.push(b'\n');
+            bytes
+        });
+        async move {
+            let bytes = framed.map_err(io::Error::other)?;
+            let (done, written) = oneshot::channel();
+            frames.send((bytes, done)).await.map_err(|_| closed())?;
+            written.await.map_err(|_| closed())?
+        }
+    }
+
+    async fn receive(&mut self) -> Option<ServerJsonRpcMessage> {
+        loop {
+            match self.lines.next().await {
+                Next::Line(line) => {
+                    if let Some(message) = parse(&line) {
+                        return Some(message);
+                    }
+                }
+                Next::Oversized { head, tail, len } => match oversized(&head, &tail) {
+                    Oversized::Response(id) => {
+                        tracing::warn!(
+                            bytes = len,
+                            limit = self.max_result_bytes,
+                            "the server's answer exceeds limits.max_result_bytes; that request fails"
+                        );
+                        return Some(JsonRpcMessage::error(
+                            too_large_error(self.max_result_bytes),
+                            Some(id),
+                        ));
+                    }
+                    Oversized::Other => {
+                        tracing::warn!(
+                            bytes = len,
+                            limit = self.max_result_bytes,
+                            "a message of the server over limits.max_result_bytes was dropped"
+                        );
+                    }
+                    Oversized::Unknown => {
+                        tracing::warn!(
+                            bytes = len,
+                            limit = self.max_result_bytes,
+                            "the server sent a message over limits.max_result_bytes whose id could not be read; ending the session"
+                        );
+                        return None;
+                    }
+                },
+                Next::Eof => return None,
+                Next::Io(error) => {
+                    tracing::debug!(%error, "reading the server's stdout failed");
+                    return None;
+                }
+            }
+        }
+    }
+
+    async fn close(&mut self) -> Result<(), Self::Error> {
+        self.close.cancel();
+        Ok(())
+    }
+}
+
+/// A whole line as a message; `None` (logged) when it is not one.
+fn parse(line: &[u8]) -> Option<ServerJsonRpcMessage> {
+    let line = line.strip_suffix(b"\n").unwrap_or(line);
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let line = line.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(line);
+    if line.iter().all(u8::is_ascii_whitespace) {
+        return None;
+    }
+    match serde_json::from_slice(line) {
+        Ok(message) => Some(message),
+        Err(error) => {
+            // Not JSON-RPC, or a notification rmcp does not know: ignored
+            // (as rmcp's own transport and the other MCP SDKs do).
+            tracing::debug!(%error, bytes = line.len(), "ignoring a line of the server's stdout that is not an MCP message");
+            None
+        }
+    }
+}
+
+/// What an oversized line was.
+#[derive(Debug, PartialEq)]
+enum Oversized {
+    /// An answer to the request with this id.
+    Response(RequestId),
+    /// A request or notification of the server.
+    Other,
+    /// Nothing recognisable.
+    Unknown,
+}
+
+/// Classifies an oversized line from its first and last bytes.
+fn oversized(head: &[u8], tail: &[u8]) -> Oversized {
+    let scan = scan_head(head);
+    if scan.method {
+        return Oversized::Other;
+    }
+    if !scan.response {
+        return Oversized::Unknown;
+    }
+    match scan.id.or_else(|| id_from_tail(tail)) {
+        Some(id) => Oversized::Response(id),
+        None => Oversized::Unknown,
+    }
+}
+
+/// What the start of a JSON object shows of its top-level members.
+#[derive(Debug, Default)]
+struct HeadScan {
+    id: Option<RequestId>,
+    /// A `result` or `error` member was seen.
+    response: bool,
+    /// A `method` member was seen.
+    method: bool,
+}
+
+/// Reads the top-level keys of a JSON object's beginning (possibly cut
+/// anywhere), tracking strings and nesting.
+fn scan_head(head: &[u8]) -> HeadScan {
+    let mut scan = HeadScan::default();
+    let head = head.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(head);
+    let Some(open) = head.iter().position(|b| !b.is_ascii_whitespace()) else {
+        return scan;
+    };
+    if head[open] != b'{' {
+        return scan;
+    }
+    let mut i = open + 1;
+    let mut depth = 1usize;
+    let mut expect_key = true;
+    let mut in_string = false;
+    let mut escaped = false;
+    while i < head.len() {
+        let b = head[i];
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                in_string = false;
+            }
+            i += 1;
+            continue;
+        }
+        if depth == 1 && expect_key && b == b'"' {
+            let Some(len) = string_len(&head[i + 1..]) else {
+                break;
+            };
+            let key = &head[i + 1..i + 1 + len];
+            i += len + 2;
+            while i < head.len() && (head[i].is_ascii_whitespace() || head[i] == b':') {
+                i += 1;
+            }
+            match key {
+                b"id" => scan.id = leading_id(&head[i.min(head.len())..]),
+                b"result" | b"error" => scan.response = true,
+                b"method" => scan.method = true,
+                _ => {}
+            }
+            expect_key = false;
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'{' | b'[' => depth += 1,
+            b'}' | b']' => {
+                depth -= 1;
+                if depth == 0 {
+                    break;
+                }
+            }
+            b',' if depth == 1 => expect_key = true,
+            _ => {}
+        }
+        i += 1;
+    }
+    scan
+}
+
+/// Length of the string body before its closing quote (`text` starts after
+/// the opening quote); `None` when the text ends first.
+fn string_len(text: &[u8]) -> Option<usize> {
+    let mut escaped = false;
+    for (i, &b) in text.iter().enumerate() {
+        if escaped {
+            escaped = false;
+        } else if b == b'\\' {
+            escaped = true;
+        } else if b == b'"' {
+            return Some(i);
+        }
+    }
+    None
+}
+
+/// The id value at the start of `text` (a number or a string).
+fn leading_id(text: &[u8]) -> Option<RequestId> {
+    let end = match text.first()? {
+        b'"' => string_len(&text[1..])? + 2,
+        b'-' | b'0'..=b'9' => text
+            .iter()
+            .position(|b| !matches!(b, b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9'))
+            .unwrap_or(text.len()),
+        _ => return None,
+    };
+    serde_json::from_slice(&text[..end]).ok()
+}
+
+/// The top-level `id` of a JSON object from its last bytes: the members
+/// from an `"id"` key to the end must parse as an object on their own,
+/// which an `"id"` of a nested object (more closing brackets) or inside a
+/// string (its quotes escaped) never does.
+fn id_from_tail(tail: &[u8]) -> Option<RequestId> {
+    let tail = tail.trim_ascii_end();
+    let mut candidate = Vec::with_capacity(tail.len() + 1);
+    let starts: Vec<usize> = tail
+        .windows(4)
+        .enumerate()
+        .filter(|(_, w)| *w == b"\"id\"")
+        .map(|(i, _)| i)
+        .collect();
+    for &start in starts.iter().rev() {
+        let before = tail[..start].trim_ascii_end().last();
+        if !matches!(before, Some(b',') | Some(b'{')) {
+            continue;
+        }
+        candidate.clear();
+        candidate.push(b'{');
+        candidate.extend_from_slice(&tail[start..]);
+        if let Ok(serde_json::Value::Object(members)) =
+            serde_json::from_slice::<serde_json::Value>(&candidate)
+            && let Some(id) = members.get("id")
+        {
+            return serde_json::from_value(id.clone()).ok();
+        }
+    }
+    None
+}
+
+/// The outcome of reading one line.
+enum Next {
+    Line(Vec<u8>),
+    Oversized {
+        head: Vec<u8>,
+        tail: Vec<u8>,
+        len: usize,
+    },
+    Eof,
+    Io(io::Error),
+}
+
+/// Reads `\n`-terminated lines of at most `max` bytes; a longer line is
+/// skipped without being buffered (its first and last [`KEPT`] bytes are
+/// kept). Cancel-safe: a read dropped half-way resumes where it stopped.
+struct LineReader<R> {
+    read: BufReader<R>,
+    /// The line so far; for an oversized one, its first bytes.
+    line: Vec<u8>,
+    /// The last bytes of an oversized line so far.
+    tail: Vec<u8>,
+    /// Bytes of the current line when it is oversized.
+    oversized: Option<usize>,
+    max: usize,
+}
+
+impl<R: AsyncRead + Unpin> LineReader<R> {
+    fn new(read: R, max: usize) -> Self {
+        Self {
+            read: BufReader::with_capacity(READ_BUFFER, read),
+            line: Vec::new(),
+            tail: Vec::new(),
+            oversized: None,
+            max,
+        }
+    }
+
+    async fn next(&mut self) -> Next {
+        loop {
+            let available = match self.read.fill_buf().await {
+                Ok(available) => available,
+                Err(error) => return Next::Io(error),
+            };
+            if available.is_empty() {
+                // A last line without its newline is incomplete: dropped.
+                return Next::Eof;
+            }
+            let newline = available.iter().position(|&b| b == b'\n');
+            let take = newline.map_or(available.len(), |i| i + 1);
+            let piece = &available[..take];
+            match self.oversized.as_mut() {
+                Some(len) => {
+                    *len += take;
+                    keep_tail(&mut self.tail, piece);
+                }
+                None if self.line.len() + take > self.max => {
+                    self.oversized = Some(self.line.len() + take);
+                    self.tail.clear();
+                    keep_tail(&mut self.tail, &self.line);
+                    keep_tail(&mut self.tail, piece);
+                    if self.line.len() < KEPT {
+                        let more = (KEPT - self.line.len()).min(take);
+                        self.line.extend_from_slice(&piece[..more]);
+                    } else {
+                        self.line.truncate(KEPT);
+                    }
+                }
+                None => self.line.extend_from_slice(piece),
+            }
+            self.read.consume(take);
+            if newline.is_some() {
+                let line = std::mem::take(&mut self.line);
+                return match self.oversized.take() {
+                    None => Next::Line(line),
+                    Some(len) => {
+                        let mut tail = std::mem::take(&mut self.tail);
+                        if tail.len() > KEPT {
+                            tail.drain(..tail.len() - KEPT);
+                        }
+                        Next::Oversized {
+                            head: line,
+                            tail,
+                            len,
+                        }
+                    }
+                };
+            }
+        }
+    }
+}
+
+/// Appends `bytes` to `tail`, keeping (at least) the last [`KEPT`] bytes
+/// and at most twice that.
+fn keep_tail(tail: &mut Vec<u8>, bytes: &[u8]) {
+    if bytes.len() >= KEPT {
+        tail.clear();
+        tail.extend_from_slice(&bytes[bytes.len() - KEPT..]);
+        return;
+    }
+    tail.extend_from_slice(bytes);
+    if tail.len() > 2 * KEPT {
+        tail.drain(..tail.len() - KEPT);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(n: i64) -> RequestId {
+        RequestId::Number(n)
+    }
+
+    #[test]
+    fn the_id_is_found_at_the_start() {
+        let head = br#"{"jsonrpc":"2.0","id":17,"result":{"content":[{"type":"text","text":"xxxx"#;
+        assert_eq!(oversized(head, b""), Oversized::Response(id(17)));
+        let head = br#" {"id" : "a\"b", "result": {"#;
+        assert_eq!(
+            oversized(head, b""),
+            Oversized::Response(RequestId::String("a\"b".into()))
+        );
+    }
+
+    #[test]
+    fn a_nested_id_is_not_the_id() {
+        let head =
+            br#"{"jsonrpc":"2.0","result":{"structuredContent":{"id":99},"text":"{\"id\":5,"#;
+        let tail = br#"xx","id":98}},"jsonrpc":"2.0","id":4}"#;
+        assert_eq!(oversized(head, tail), Oversized::Response(id(4)));
+    }
+
+    #[test]
+    fn the_id_is_found_at_the_end() {
+        // The TypeScript SDK writes `{result, jsonrpc, id}`.
+        let head = br#"{"result":{"content":[{"type":"text","text":"xxxx"#;
+        let tail = b"xxxx\"}]},\"jsonrpc\":\"2.0\",\"id\":42}\r\n";
+        assert_eq!(oversized(head, tail), Oversized::Response(id(42)));
+        let tail = br#"xx \",\"id\":7}"}]},"id":"req-1" }"#;
+        assert_eq!(
+            oversized(head, tail),
+            Oversized::Response(RequestId::String("req-1".into()))
+        );
+    }
+
+    #[test]
+    fn requests_and_unknown_lines_are_told_apart() {
+        let head = br#"{"jsonrpc":"2.0","method":"notifications/message","params":{"data":"xx"#;
+        assert_eq!(oversized(head, b"xx\"}}"), Oversized::Other);
+        assert_eq!(oversized(b"xxxxxxxx", b"xxxx"), Oversized::Unknown);
+        let head = br#"{"jsonrpc":"2.0","result":{"x":"xx"#;
+        assert_eq!(oversized(head, b"xxxx"), Oversized::Unknown);
+    }
+
+    #[test]
+    fn the_marker_is_recognised_only_with_this_process_token() {
+        let error = too_large_error(1024);
+        assert_eq!(too_large_limit(&error), Some(1024));
+        let forged = ErrorData::new(
+            TOO_LARGE_CODE,
+            "x",
+            Some(
+                serde_json::json!({ TOO_LARGE_MARKER: { "token": TOO_LARGE_TOKEN.wrapping_add(1), "max": 1 } }),
+            ),
+        );
+        assert_eq!(too_large_limit(&forged), None);
+    }
+
+    #[tokio::test]
+    async fn long_lines_are_skipped_and_short_ones_kept() {
+        let big = format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{{\"text\":\"{}\"}}}}\n",
+            "y".repeat(100_000)
+        );
+        let input = format!("{{\"a\":1}}\n{big}{{\"b\":2}}\npartial");
+        // A small read buffer makes lines span many reads.
+        let reader = tokio::io::BufReader::with_capacity(7, input.as_bytes());
+        let mut lines = LineReader::new(reader, 1000);
+        assert!(matches!(lines.next().await, Next::Line(l) if l == b"{\"a\":1}\n"));
+        match lines.next().await {
+            Next::Oversized { head, tail, len } => {
+                assert_eq!(len, big.len());
+                assert_eq!(head.len(), KEPT);
+                assert!(tail.len() <= KEPT);
+                assert_eq!(oversized(&head, &tail), Oversized::Response(id(3)));
+            }
+            _ => panic!("expected an oversized line"),
+        }
+        assert!(matches!(lines.next().await, Next::Line(l) if l == b"{\"b\":2}\n"));
+        assert!(matches!(lines.next().await, Next::Eof));
+    }
+}
