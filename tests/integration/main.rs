@@ -13,6 +13,7 @@ mod invoke;
 mod lazy;
 mod limits;
 mod ops;
+mod processes;
 mod redaction;
 mod reload;
 mod routing;
