@@ -256,6 +256,10 @@ async fn finish_connect(
 
 type Service = RunningService<RoleClient, handler::GatewayClient>;
 
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the connect context, passed through from `connect_with`"
+)]
 async fn start(
     server: &ServerConfig,
     label: &Label,
