@@ -148,8 +148,19 @@ fn from_transport(error: &(dyn std::error::Error + 'static), redactor: &Redactor
         H::UnexpectedContentType(_) | H::Deserialize(_) => {
             UpstreamError::Protocol(redactor.upstream_text(&http.to_string()))
         }
-        // The connection refused, reset or lost mid-answer, a broken
-        // stream: the session is not usable any more.
+        // The connection refused, reset or lost: the session is not usable
+        // any more. reqwest's own text (its URL already removed) and the
+        // cause under it, e.g. "error sending request: Connection refused".
+        H::Client(e) => {
+            let cause = root_cause(e);
+            let text = if cause == e.to_string() {
+                cause
+            } else {
+                format!("{e}: {cause}")
+            };
+            UpstreamError::Transport(redactor.upstream_text(&text))
+        }
+        // A broken stream: the session is not usable any more either.
         _ => UpstreamError::Transport(redactor.upstream_text(&root_cause(error))),
     }
 }
