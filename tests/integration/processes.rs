@@ -166,6 +166,45 @@ async fn sigterm_leaves_no_process_of_the_server_group() {
 }
 
 #[tokio::test]
+async fn a_group_that_ignores_eof_and_sigterm_is_killed() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let pid_file = dir.path().join("helper.pid");
+    let config_path = dir.path().join("toolgate.yaml");
+    std::fs::write(
+        &config_path,
+        config(
+            port,
+            &(env_line("HELPER_PID_FILE", &pid_file) + "          STUBBORN: \"1\"\n"),
+            "",
+        ),
+    )
+    .unwrap();
+    let log = dir.path().join("gateway.log");
+    let mut gateway = serve(&config_path, &log, &[]);
+    let gateway_pid = gateway.0.id();
+    wait_connected(port).await;
+    let server = server_pid(gateway_pid, None).await;
+    let helper = read_pid(&pid_file).await;
+
+    let sent = Instant::now();
+    signal(gateway_pid, "TERM");
+    let status = wait_exit(&mut gateway.0, Duration::from_secs(30)).await;
+    let took = sent.elapsed();
+    assert_eq!(status.code(), Some(0));
+    assert_eq!(live_members(server), Vec::<u32>::new());
+    assert!(!process_alive(helper));
+    // The grace (3 s), SIGTERM ignored (2 s), then SIGKILL; within the
+    // close timeout (10 s).
+    assert!(
+        took >= Duration::from_secs(4) && took < Duration::from_secs(10),
+        "took {took:?}"
+    );
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("outlived SIGTERM; sending SIGKILL"), "{text}");
+}
+
+#[tokio::test]
 async fn a_reload_that_replaces_the_server_stops_its_whole_group() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();

@@ -71,7 +71,15 @@ impl Group {
     /// wait bounded: at most about [`GRACE`] + 3 s).
     pub(in crate::upstream) async fn stop(mut self) {
         if let Some(child) = self.child.take() {
-            stop(child, self.pgid, self.stdin.clone(), self.label.clone()).await;
+            let armed = KillOnDrop(Some(self.pgid));
+            stop(
+                child,
+                self.pgid,
+                self.stdin.clone(),
+                self.label.clone(),
+                armed,
+            )
+            .await;
         }
     }
 }
@@ -83,11 +91,13 @@ impl Drop for Group {
         };
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
+                let armed = KillOnDrop(Some(self.pgid));
                 runtime.spawn(stop(
                     child,
                     self.pgid,
                     self.stdin.clone(),
                     self.label.clone(),
+                    armed,
                 ));
             }
             Err(_) => {
@@ -109,8 +119,16 @@ impl Drop for KillOnDrop {
     }
 }
 
-async fn stop(mut child: Box<dyn ChildWrapper>, pgid: Pid, stdin: CancellationToken, label: Label) {
-    let mut armed = KillOnDrop(Some(pgid));
+/// Stops the group. `armed` is made by the caller, so that even a stop
+/// dropped before it first runs (spawned while the runtime shuts down)
+/// SIGKILLs the group.
+async fn stop(
+    mut child: Box<dyn ChildWrapper>,
+    pgid: Pid,
+    stdin: CancellationToken,
+    label: Label,
+    mut armed: KillOnDrop,
+) {
     let mut leader = Leader {
         child: &mut child,
         reaped: false,
