@@ -96,7 +96,8 @@ fn classify_upstream(error: &UpstreamError, idempotent: bool) -> (Code, &'static
         | UpstreamError::ListTools(_)
         | UpstreamError::TooManyPages(_)
         | UpstreamError::RepeatedCursor
-        | UpstreamError::Closed => (Code::Unavailable, "UPSTREAM_UNAVAILABLE"),
+        | UpstreamError::Closed
+        | UpstreamError::Unreachable(_) => (Code::Unavailable, "UPSTREAM_UNAVAILABLE"),
         // A transport that failed mid-call may have delivered the request.
         UpstreamError::Lost | UpstreamError::Transport(_) => {
             (in_doubt(true, idempotent), "UPSTREAM_CONNECTION_LOST")

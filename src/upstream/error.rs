@@ -46,6 +46,12 @@ pub enum UpstreamError {
     /// supervisor reconnects it). The text is redacted and bounded.
     #[error("transport error: {0}")]
     Transport(String),
+    /// The request never reached a server that could act on it: the
+    /// connection was refused, or the HTTP server answered that it does
+    /// not know the session (404). Nothing ran, so a retry is safe; the
+    /// session ends (the supervisor reconnects it).
+    #[error("the request did not reach the server: {0}")]
+    Unreachable(String),
     /// The server's answer is larger than `limits.max_result_bytes`.
     #[error("the server's answer exceeds limits.max_result_bytes ({0} bytes)")]
     TooLarge(usize),
@@ -122,7 +128,10 @@ impl UpstreamError {
     /// status answered to one request, a JSON-RPC error or a malformed
     /// answer fail that request only.
     pub(crate) fn ends_session(&self) -> bool {
-        matches!(self, UpstreamError::Transport(_))
+        matches!(
+            self,
+            UpstreamError::Transport(_) | UpstreamError::Unreachable(_)
+        )
     }
 }
 
@@ -142,9 +151,9 @@ fn from_transport(error: &(dyn std::error::Error + 'static), redactor: &Redactor
             None => UpstreamError::Protocol(redactor.upstream_text(text)),
         },
         H::AuthRequired(_) | H::InsufficientScope(_) => UpstreamError::AuthRejected,
-        H::SessionExpired => {
-            UpstreamError::Transport("the server no longer knows the session (HTTP 404)".to_owned())
-        }
+        H::SessionExpired => UpstreamError::Unreachable(
+            "the server no longer knows the session (HTTP 404)".to_owned(),
+        ),
         H::UnexpectedContentType(_) | H::Deserialize(_) => {
             UpstreamError::Protocol(redactor.upstream_text(&http.to_string()))
         }
@@ -158,7 +167,13 @@ fn from_transport(error: &(dyn std::error::Error + 'static), redactor: &Redactor
             } else {
                 format!("{e}: {cause}")
             };
-            UpstreamError::Transport(redactor.upstream_text(&text))
+            let text = redactor.upstream_text(&text);
+            if e.is_connect() {
+                // No connection: the request cannot have been delivered.
+                UpstreamError::Unreachable(text)
+            } else {
+                UpstreamError::Transport(text)
+            }
         }
         // A broken stream: the session is not usable any more either.
         _ => UpstreamError::Transport(redactor.upstream_text(&root_cause(error))),

@@ -155,7 +155,9 @@ async fn serve_drains_on_sigterm_and_leaves_no_child_behind() {
     )
     .await
     .unwrap();
-    assert_eq!(configured.text, "upstream-api-key-value");
+    // It arrived (it is set), and the gateway redacts a configured
+    // credential from tool results by default.
+    assert_eq!(configured.text, "[redacted]");
 
     let children = children_of(pid);
     assert_eq!(

@@ -22,12 +22,18 @@ struct Setup {
 }
 
 impl Setup {
+    /// `mode` may end in `+idempotent`: then `bad__echo` is annotated
+    /// `idempotentHint: true`.
     async fn start(mode: &str, extra: &str) -> Setup {
+        let (mode, idempotent) = match mode.strip_suffix("+idempotent") {
+            Some(mode) => (mode, "1"),
+            None => (mode, "0"),
+        };
         let good = serve_mcp(TestServer::new(&["echo"])).await;
         let other = serve_mcp(TestServer::new(&["echo"])).await;
         let log = tempfile::tempdir().unwrap();
         let yaml = format!(
-            "tenants:\n  - name: acme\n    tokens: [{TOKEN}]\n    servers:\n      - name: bad\n        command: [\"{python}\", \"{script}\", \"{mode}\"]\n        env:\n          HOSTILE_LOG: \"{log}\"\n          HOSTILE_SLOW_SECS: \"30\"\n        connect_timeout: \"5s\"\n        max_list_pages: 10\n        reconnect:\n          initial_backoff: \"200ms\"\n          max_backoff: \"1s\"\n{extra}      - name: good\n        url: \"{good}\"\n  - name: other\n    tokens: [{OTHER}]\n    servers:\n      - name: good\n        url: \"{other}\"\n",
+            "tenants:\n  - name: acme\n    tokens: [{TOKEN}]\n    servers:\n      - name: bad\n        command: [\"{python}\", \"{script}\", \"{mode}\"]\n        env:\n          HOSTILE_LOG: \"{log}\"\n          HOSTILE_SLOW_SECS: \"30\"\n          HOSTILE_IDEMPOTENT: \"{idempotent}\"\n        connect_timeout: \"5s\"\n        max_list_pages: 10\n        reconnect:\n          initial_backoff: \"200ms\"\n          max_backoff: \"1s\"\n{extra}      - name: good\n        url: \"{good}\"\n  - name: other\n    tokens: [{OTHER}]\n    servers:\n      - name: good\n        url: \"{other}\"\n",
             python = python().display(),
             script = fixture("python/hostile_server.py").display(),
             log = log.path().join("messages.jsonl").display(),
@@ -173,11 +179,14 @@ async fn returns_100_mib() {
     let err = call_with_deadline(&setup.gateway, "bad__echo", Duration::from_secs(4))
         .await
         .unwrap_err();
-    // The oversized line is discarded by the transport (over its 16 MiB
-    // line cap); the call ends at its deadline instead of the gateway
-    // buffering 100 MiB.
-    assert_eq!(err.code(), tonic::Code::DeadlineExceeded, "{err:?}");
-    assert!(started.elapsed() < Duration::from_secs(20));
+    // The oversized line is skipped without being buffered, and the call
+    // it answers fails at once (not at its deadline).
+    assert_eq!(err.code(), tonic::Code::ResourceExhausted, "{err:?}");
+    assert_eq!(reason(&err), "RESULT_TOO_LARGE");
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "answered before the deadline"
+    );
     setup.others_still_work().await;
 }
 
@@ -218,8 +227,14 @@ async fn crashes_mid_call_then_reconnects() {
     let err = call_with_deadline(&setup.gateway, "bad__echo", Duration::from_secs(30))
         .await
         .unwrap_err();
-    assert_eq!(err.code(), tonic::Code::Unavailable, "{err:?}");
+    // The request reached the server, which may have acted: UNKNOWN, so
+    // that no retry policy replays it on the code alone; no RetryInfo.
+    assert_eq!(err.code(), tonic::Code::Unknown, "{err:?}");
     assert_eq!(reason(&err), "UPSTREAM_CONNECTION_LOST");
+    {
+        use tonic_types::StatusExt;
+        assert!(err.get_details_retry_info().is_none(), "{err:?}");
+    }
     assert!(
         started.elapsed() < Duration::from_secs(5),
         "answered promptly"
@@ -237,6 +252,21 @@ async fn crashes_mid_call_then_reconnects() {
     }
     wait_connected(&setup).await;
     setup.others_still_work().await;
+}
+
+/// The same crash, but the tool says it is idempotent: running it again is
+/// harmless, so the outcome is UNAVAILABLE with RetryInfo.
+#[tokio::test]
+async fn crashes_mid_call_on_an_idempotent_tool() {
+    let setup = Setup::start("crash_mid_call+idempotent", "").await;
+    let err = call_with_deadline(&setup.gateway, "bad__echo", Duration::from_secs(30))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::Unavailable, "{err:?}");
+    assert_eq!(reason(&err), "UPSTREAM_CONNECTION_LOST");
+    use tonic_types::StatusExt;
+    assert!(err.get_details_retry_info().is_some(), "{err:?}");
+    wait_connected(&setup).await;
 }
 
 #[tokio::test]
@@ -278,7 +308,8 @@ async fn closes_stdout_mid_call() {
     let err = call_with_deadline(&setup.gateway, "bad__echo", Duration::from_secs(30))
         .await
         .unwrap_err();
-    assert_eq!(err.code(), tonic::Code::Unavailable, "{err:?}");
+    assert_eq!(err.code(), tonic::Code::Unknown, "{err:?}");
+    assert_eq!(reason(&err), "UPSTREAM_CONNECTION_LOST");
     assert!(
         started.elapsed() < Duration::from_secs(10),
         "answered promptly"

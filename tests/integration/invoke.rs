@@ -211,12 +211,21 @@ async fn a_server_that_dies_answers_unavailable_with_retry_info() {
     let mut client = gateway.client().await;
     invoke(&mut client, TOKEN, "t__echo", "{}").await.unwrap();
     drop(server); // the HTTP server goes away
-    // The call that finds out may have been sent: UNAVAILABLE, no RetryInfo.
+    // The call that finds out: refused at connect, nothing was sent
+    // (UNAVAILABLE, with RetryInfo); or lost on a connection that was
+    // open, in doubt (UNKNOWN, without).
     let err = invoke(&mut client, TOKEN, "t__echo", "{}")
         .await
         .unwrap_err();
-    assert_eq!(err.code(), tonic::Code::Unavailable, "{err:?}");
     use tonic_types::StatusExt;
+    match err.code() {
+        tonic::Code::Unavailable => assert!(err.get_details_retry_info().is_some(), "{err:?}"),
+        tonic::Code::Unknown => {
+            assert_eq!(reason(&err), "UPSTREAM_CONNECTION_LOST");
+            assert!(err.get_details_retry_info().is_none(), "{err:?}");
+        }
+        other => panic!("unexpected {other:?}: {err:?}"),
+    }
     // From then on the server is down: its tools answer UNAVAILABLE with
     // RetryInfo (nothing is sent), not NOT_FOUND.
     let started = std::time::Instant::now();

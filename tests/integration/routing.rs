@@ -270,3 +270,40 @@ async fn a_call_without_time_left_is_not_sent() {
     );
     gateway.shutdown().await;
 }
+
+/// A reload that leaves a tenant's limits alone keeps its rate bucket: an
+/// unrelated edit (another tenant added) is no way around the limit.
+#[tokio::test]
+async fn a_reload_keeps_the_rate_bucket_of_a_tenant_whose_limits_did_not_change() {
+    let server = serve_mcp(TestServer::new(&["echo"])).await;
+    let env: Arc<std::collections::HashMap<String, String>> = Arc::default();
+    let yaml = |extra: &str, rate: u32| {
+        format!(
+            "tenants:\n  - name: t\n    tokens: [tok]\n    limits: {{ rate_per_second: {rate}, burst: 1 }}\n    servers:\n      - name: s\n        url: \"{}\"\n{extra}",
+            server.url
+        )
+    };
+    let load = |text: String| {
+        toolgate::config::Config::from_yaml(&text, "test.yaml", Path::new("."), env.as_ref())
+            .unwrap()
+    };
+    let metrics = Arc::new(toolgate::telemetry::Metrics::new());
+    let registry = toolgate::registry::Registry::start(&load(yaml("", 1)), env.clone(), metrics);
+    let tenant = registry.authenticate("tok").unwrap();
+    tenant.limiter.check_rate().expect("the burst admits one");
+    assert!(tenant.limiter.check_rate().is_err(), "the bucket is empty");
+
+    let other = "  - name: u\n    tokens: [tok2]\n    servers: []\n";
+    registry.apply(&load(yaml(other, 1)));
+    let reloaded = registry.authenticate("tok").unwrap();
+    assert!(!Arc::ptr_eq(&tenant, &reloaded), "a new tenant object");
+    assert!(
+        reloaded.limiter.check_rate().is_err(),
+        "an unrelated reload refilled the bucket"
+    );
+    // Changed limits start a new bucket.
+    registry.apply(&load(yaml(other, 2)));
+    let changed = registry.authenticate("tok").unwrap();
+    changed.limiter.check_rate().expect("new limits, new bucket");
+    registry.shutdown().await;
+}

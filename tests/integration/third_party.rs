@@ -170,7 +170,7 @@ async fn server_everything_over_streamable_http_with_injected_header() {
 
 fn python_yaml() -> String {
     format!(
-        "tenants:\n  - name: acme\n    tokens: [{TOKEN}]\n    servers:\n      - name: py\n        command: [\"{}\", \"{}\"]\n        env:\n          CONFIGURED: \"yes\"\n          API_KEY: {{ env: PY_SECRET }}\n",
+        "tenants:\n  - name: acme\n    tokens: [{TOKEN}]\n    servers:\n      - name: py\n        command: [\"{}\", \"{}\"]\n        env:\n          CONFIGURED: \"yes\"\n          API_KEY: {{ env: PY_SECRET }}\n        redact_results: false\n",
         python().display(),
         fixture("python/env_server.py").display()
     )
