@@ -89,6 +89,15 @@ pub async fn watch(
                     "configuration reloaded"
                 );
                 metrics.config_reload(true);
+                for warning in config.warnings() {
+                    tracing::warn!(
+                        path = %warning.path,
+                        tenant = %warning.tenant,
+                        server = %warning.server,
+                        warning = %warning.message,
+                        "configuration warning"
+                    );
+                }
                 for (what, changed) in [
                     ("listen", config.listen != applied.listen),
                     ("metrics", config.metrics_listen != applied.metrics_listen),

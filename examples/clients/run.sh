@@ -5,15 +5,17 @@
 #   * starts `toolgate serve` ($TOOLGATE_BIN, default <repo>/target/debug/toolgate)
 #     on a free 127.0.0.1 port, with a temporary config whose one tenant has one
 #     stdio server, tests/fixtures/python/env_server.py (tools: get_env, echo,
-#     fail, tiny_image, add; exposed as py__<tool>);
+#     fail, tiny_image, add; exposed as py__<tool>), and one that exits in the
+#     middle of every call (tests/fixtures/python/hostile_server.py
+#     crash_mid_call; crash__echo);
 #   * installs what the workers need: the example's requirements into <repo>/.venv
 #     (tests/setup.sh creates it when missing) and the Python stubs (generate.sh);
 #     `npm ci` and `npm run build` in typescript/;
 #   * for each worker: py__tiny_image (reads the image), py__add (reads the
 #     structured content), py__fail (is_error), an unknown tool (NOT_FOUND handled),
 #     arguments that are not an object (INVALID_ARGUMENT), a wrong token
-#     (UNAUTHENTICATED) and a stale catalog pin (FAILED_PRECONDITION, re-listed and
-#     retried);
+#     (UNAUTHENTICATED), a stale catalog pin (FAILED_PRECONDITION, re-listed and
+#     retried) and a call whose server dies under it (UNKNOWN, never retried);
 #   * stops the gateway.
 #
 # Exit 0 when every check passed, 1 otherwise. Every step is bounded in time.
@@ -70,6 +72,8 @@ tenants:
     servers:
       - name: py
         command: ["$PY", "$ROOT/tests/fixtures/python/env_server.py"]
+      - name: crash
+        command: ["$PY", "$ROOT/tests/fixtures/python/hostile_server.py", "crash_mid_call"]
 EOF
 log "starting $BIN on $ADDR"
 "$BIN" serve --config "$TMP/config.yaml" >"$TMP/gateway.log" 2>&1 &
@@ -127,6 +131,12 @@ run_worker_checks() {
   check "$lang: a stale pin is re-listed and retried" 0 \
     'FAILED_PRECONDITION \(TOOL_DEFINITION_CHANGED\)' '^structured_content: \{"result":3\}$' \
     -- "$@" --addr "$ADDR" --definition-hash stale py__add '{"a": 1, "b": 2}'
+  # The server exits during the call: the outcome is unknown, so the worker
+  # must not retry it (a previous crash may leave the server reconnecting:
+  # that UNAVAILABLE is retried, as nothing reached the tool).
+  check "$lang: a call lost mid-way is UNKNOWN and not retried" 11 \
+    'UNKNOWN \(UPSTREAM_CONNECTION_LOST\)' 'the tool may have acted' \
+    -- "$@" --addr "$ADDR" --retries 8 crash__echo '{"text": "once"}'
   TOOLGATE_TOKEN="wrong-token" check "$lang: a wrong token is UNAUTHENTICATED" 3 \
     'UNAUTHENTICATED \(UNAUTHENTICATED\)' \
     -- "$@" --addr "$ADDR" py__add '{"a": 1, "b": 2}'

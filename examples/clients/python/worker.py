@@ -10,7 +10,7 @@ Arguments:
     ARGS         the arguments as a JSON object (default: {})
     --addr       the gateway, host:port (default 127.0.0.1:50051); plaintext
     --timeout    deadline of each RPC in seconds (default 30)
-    --retries    retries of a call shed or refused as unavailable (default 3)
+    --retries    retries of a call shed, or refused as UNAVAILABLE (default 3)
     --catalog-version, --definition-hash
                  pins of a plan made earlier (default: those of the listing
                  this run just made). A stale pin is answered
@@ -26,12 +26,18 @@ google.rpc.ErrorInfo and RetryInfo, see docs/errors.md) and handled by status:
     UNAUTHENTICATED     no retry: fix the token                              exit 3
     NOT_FOUND           no retry: the tool is not in the catalog             exit 4
     INVALID_ARGUMENT    no retry: fix the arguments (message is for a model)  exit 5
-    FAILED_PRECONDITION pins outdated: list again, retry once with new pins  exit 6
-    RESOURCE_EXHAUSTED  sheds: retry after RetryInfo (or backoff), bounded   exit 7
-    UNAVAILABLE         retry after RetryInfo (or backoff when the gateway
-                        cannot be reached), bounded; never a
-                        UPSTREAM_CONNECTION_LOST (the tool may have acted)   exit 8
+    FAILED_PRECONDITION pins outdated: list again, retry once with new pins;
+                        UPSTREAM_AUTH_REJECTED (and other reasons): no
+                        retry, alert an operator                             exit 6
+    RESOURCE_EXHAUSTED  sheds: retry after RetryInfo (or backoff), bounded;
+                        size limits: no retry                                exit 7
+    UNAVAILABLE         nothing reached the tool: retry after RetryInfo (or
+                        backoff when the gateway cannot be reached), bounded  exit 8
     DEADLINE_EXCEEDED   no retry: the tool may have partly run               exit 9
+    UNKNOWN             never retried: the call may have reached the tool
+                        and its outcome is unknown (UPSTREAM_CONNECTION_LOST,
+                        UPSTREAM_HTTP_ERROR, SHUTTING_DOWN): the tool may
+                        have acted                                           exit 11
     anything else       no retry                                             exit 10
 
 Exit 0 when the call returned a result, including a result with is_error =
@@ -71,6 +77,7 @@ EXIT_CODES = {
     grpc.StatusCode.RESOURCE_EXHAUSTED: 7,
     grpc.StatusCode.UNAVAILABLE: 8,
     grpc.StatusCode.DEADLINE_EXCEEDED: 9,
+    grpc.StatusCode.UNKNOWN: 11,
 }
 EXIT_OTHER = 10
 
@@ -136,13 +143,18 @@ def retry_delay(error: ToolError, attempt: int) -> float | None:
     """Seconds to wait before retrying `error`, or None when it must not be retried."""
     backoff = min(MAX_DELAY, 0.2 * 2**attempt)
     if error.code == grpc.StatusCode.UNAVAILABLE:
-        if error.retry_delay is not None:  # nothing was sent: UPSTREAM_UNAVAILABLE, DRAINING, SHUTTING_DOWN
+        # toolgate's UNAVAILABLE means nothing reached the tool (or the tool is
+        # idempotent), and always carries RetryInfo.
+        if error.retry_delay is not None:
             return min(MAX_DELAY, error.retry_delay)
         if error.reason is None:  # from the client library: the gateway could not be reached
             return backoff
-        return None  # UPSTREAM_CONNECTION_LOST (the tool may have acted), UPSTREAM_AUTH_REJECTED
+        return None  # not toolgate's rule: do not guess
     if error.code == grpc.StatusCode.RESOURCE_EXHAUSTED and error.reason in SHED_REASONS:
         return min(MAX_DELAY, error.retry_delay if error.retry_delay is not None else backoff)
+    # Never UNKNOWN: the call may have reached the tool, which may have acted.
+    # Never FAILED_PRECONDITION (pins are re-listed by the caller; a rejected
+    # upstream credential needs an operator), nor anything else.
     return None
 
 
@@ -174,15 +186,20 @@ def explain(error: ToolError, retried: int, addr: str) -> Failed:
         grpc.StatusCode.INVALID_ARGUMENT: "fix the arguments (the message is meant for the model)",
         grpc.StatusCode.FAILED_PRECONDITION: "the plan is still outdated after listing again"
         if reason in PIN_REASONS
+        else "the server refused the gateway's credentials: alert an operator (retrying cannot help)"
+        if reason == "UPSTREAM_AUTH_REJECTED"
         else "the server needs something the gateway cannot relay",
         grpc.StatusCode.RESOURCE_EXHAUSTED: "still shed after retrying; back off"
         if reason in SHED_REASONS
         else "a size limit was hit; send or ask for less",
         grpc.StatusCode.UNAVAILABLE: f"cannot reach the gateway at {addr}"
         if reason is None
-        else "the tool may have acted; not retried"
-        if reason == "UPSTREAM_CONNECTION_LOST"
-        else "the upstream server is unavailable",
+        else "the gateway is shutting down; retry on another replica"
+        if reason == "DRAINING"
+        else "still unavailable after retrying (nothing reached the tool)",
+        grpc.StatusCode.UNKNOWN: "the tool may have acted; not retried: check its effect before running it again"
+        if reason in ("UPSTREAM_CONNECTION_LOST", "UPSTREAM_HTTP_ERROR", "SHUTTING_DOWN")
+        else "not retried",
         grpc.StatusCode.DEADLINE_EXCEEDED: "the tool may have partly run; retry only with a longer --timeout",
     }.get(code, "not retried")
     tries = f" after {retried} retr{'y' if retried == 1 else 'ies'}" if retried else ""

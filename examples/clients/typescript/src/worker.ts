@@ -9,7 +9,7 @@
 //   ARGS        the arguments as a JSON object (default: {})
 //   --addr      the gateway, host:port (default 127.0.0.1:50051); plaintext
 //   --timeout   deadline of each RPC in seconds (default 30)
-//   --retries   retries of a call shed or refused as unavailable (default 3)
+//   --retries   retries of a call shed, or refused as UNAVAILABLE (default 3)
 //   --catalog-version, --definition-hash
 //               pins of a plan made earlier (default: those of the listing this
 //               run just made). A stale pin is answered FAILED_PRECONDITION; the
@@ -23,12 +23,18 @@
 //   UNAUTHENTICATED     no retry: fix the token                              exit 3
 //   NOT_FOUND           no retry: the tool is not in the catalog             exit 4
 //   INVALID_ARGUMENT    no retry: fix the arguments (message is for a model)  exit 5
-//   FAILED_PRECONDITION pins outdated: list again, retry once with new pins  exit 6
-//   RESOURCE_EXHAUSTED  sheds: retry after RetryInfo (or backoff), bounded   exit 7
-//   UNAVAILABLE         retry after RetryInfo (or backoff when the gateway
-//                       cannot be reached), bounded; never a
-//                       UPSTREAM_CONNECTION_LOST (the tool may have acted)   exit 8
+//   FAILED_PRECONDITION pins outdated: list again, retry once with new pins;
+//                       UPSTREAM_AUTH_REJECTED (and other reasons): no
+//                       retry, alert an operator                             exit 6
+//   RESOURCE_EXHAUSTED  sheds: retry after RetryInfo (or backoff), bounded;
+//                       size limits: no retry                                exit 7
+//   UNAVAILABLE         nothing reached the tool: retry after RetryInfo (or
+//                       backoff when the gateway cannot be reached), bounded  exit 8
 //   DEADLINE_EXCEEDED   no retry: the tool may have partly run               exit 9
+//   UNKNOWN             never retried: the call may have reached the tool
+//                       and its outcome is unknown (UPSTREAM_CONNECTION_LOST,
+//                       UPSTREAM_HTTP_ERROR, SHUTTING_DOWN): the tool may
+//                       have acted                                           exit 11
 //   anything else       no retry                                             exit 10
 // Exit 0 when the call returned a result, including one with is_error = true
 // (the tool ran and reported failure: a successful RPC whose text is meant for
@@ -135,6 +141,7 @@ const EXIT_CODES: Partial<Record<grpc.status, number>> = {
   [grpc.status.RESOURCE_EXHAUSTED]: 7,
   [grpc.status.UNAVAILABLE]: 8,
   [grpc.status.DEADLINE_EXCEEDED]: 9,
+  [grpc.status.UNKNOWN]: 11,
 };
 const EXIT_OTHER = 10;
 /** FAILED_PRECONDITION reasons that mean "the plan's pins are outdated". */
@@ -216,13 +223,18 @@ function describe(e: ToolError): string {
 function retryDelay(e: ToolError, attempt: number): number | null {
   const backoff = Math.min(MAX_DELAY, 0.2 * 2 ** attempt);
   if (e.code === grpc.status.UNAVAILABLE) {
-    if (e.retryDelay !== null) return Math.min(MAX_DELAY, e.retryDelay); // nothing was sent
+    // toolgate's UNAVAILABLE means nothing reached the tool (or the tool is
+    // idempotent), and always carries RetryInfo.
+    if (e.retryDelay !== null) return Math.min(MAX_DELAY, e.retryDelay);
     if (e.reason === null) return backoff; // from the client library: the gateway could not be reached
-    return null; // UPSTREAM_CONNECTION_LOST (the tool may have acted), UPSTREAM_AUTH_REJECTED
+    return null; // not toolgate's rule: do not guess
   }
   if (e.code === grpc.status.RESOURCE_EXHAUSTED && e.reason !== null && SHED_REASONS.has(e.reason)) {
     return Math.min(MAX_DELAY, e.retryDelay ?? backoff);
   }
+  // Never UNKNOWN: the call may have reached the tool, which may have acted.
+  // Never FAILED_PRECONDITION (pins are re-listed by the caller; a rejected
+  // upstream credential needs an operator), nor anything else.
   return null;
 }
 
@@ -271,7 +283,9 @@ function explain(e: ToolError, retried: number, addr: string): Failed {
       hint =
         r !== null && PIN_REASONS.has(r)
           ? "the plan is still outdated after listing again"
-          : "the server needs something the gateway cannot relay";
+          : r === "UPSTREAM_AUTH_REJECTED"
+            ? "the server refused the gateway's credentials: alert an operator (retrying cannot help)"
+            : "the server needs something the gateway cannot relay";
       break;
     case grpc.status.RESOURCE_EXHAUSTED:
       hint =
@@ -283,9 +297,15 @@ function explain(e: ToolError, retried: number, addr: string): Failed {
       hint =
         r === null
           ? `cannot reach the gateway at ${addr}`
-          : r === "UPSTREAM_CONNECTION_LOST"
-            ? "the tool may have acted; not retried"
-            : "the upstream server is unavailable";
+          : r === "DRAINING"
+            ? "the gateway is shutting down; retry on another replica"
+            : "still unavailable after retrying (nothing reached the tool)";
+      break;
+    case grpc.status.UNKNOWN:
+      hint =
+        r === "UPSTREAM_CONNECTION_LOST" || r === "UPSTREAM_HTTP_ERROR" || r === "SHUTTING_DOWN"
+          ? "the tool may have acted; not retried: check its effect before running it again"
+          : "not retried";
       break;
     case grpc.status.DEADLINE_EXCEEDED:
       hint = "the tool may have partly run; retry only with a longer --timeout";
