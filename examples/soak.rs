@@ -28,6 +28,8 @@ const TOKENS: [&str; 2] = ["soak-a", "soak-b"];
 struct Counts {
     ok: AtomicU64,
     unavailable: AtomicU64,
+    /// In doubt: the session was lost after the request left.
+    unknown: AtomicU64,
     deadline: AtomicU64,
     other_error: AtomicU64,
     hung: AtomicU64,
@@ -141,6 +143,7 @@ async fn one_call(
         }
         Ok(Err(status)) => match status.code() {
             tonic::Code::Unavailable => counts.unavailable.fetch_add(1, Ordering::Relaxed),
+            tonic::Code::Unknown => counts.unknown.fetch_add(1, Ordering::Relaxed),
             tonic::Code::DeadlineExceeded => counts.deadline.fetch_add(1, Ordering::Relaxed),
             _ => {
                 eprintln!("unexpected: {status:?}");
@@ -251,6 +254,10 @@ async fn main() {
     println!("| figure | value |\n| --- | --- |");
     println!("| calls OK | {} |", total(&counts.ok));
     println!("| calls UNAVAILABLE | {} |", total(&counts.unavailable));
+    println!(
+        "| calls UNKNOWN (in doubt: lost after the request left) | {} |",
+        total(&counts.unknown)
+    );
     println!("| calls DEADLINE_EXCEEDED | {} |", total(&counts.deadline));
     println!(
         "| calls with another error | {} |",

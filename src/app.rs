@@ -181,15 +181,7 @@ pub async fn run_with_reload(
         ));
     }
 
-    for warning in config.warnings() {
-        tracing::warn!(
-            path = %warning.path,
-            tenant = %warning.tenant,
-            server = %warning.server,
-            warning = %warning.message,
-            "configuration warning"
-        );
-    }
+    config.log_warnings();
     let registry = Registry::start(&config, env, metrics.clone());
     // The registry holds what it needs of each tenant; the rest of the
     // configuration is kept without them (with many tenants, a second copy

@@ -89,15 +89,7 @@ pub async fn watch(
                     "configuration reloaded"
                 );
                 metrics.config_reload(true);
-                for warning in config.warnings() {
-                    tracing::warn!(
-                        path = %warning.path,
-                        tenant = %warning.tenant,
-                        server = %warning.server,
-                        warning = %warning.message,
-                        "configuration warning"
-                    );
-                }
+                config.log_warnings();
                 for (what, changed) in [
                     ("listen", config.listen != applied.listen),
                     ("metrics", config.metrics_listen != applied.metrics_listen),

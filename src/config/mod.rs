@@ -504,6 +504,25 @@ impl Config {
     /// headers (typically credentials), the tool arguments and the results
     /// travel unencrypted.
     pub fn warnings(&self) -> Vec<FieldWarning> {
+        self.collect_warnings()
+    }
+
+    /// Logs each of [`Config::warnings`] at WARN ("configuration warning",
+    /// with `path`, `tenant`, `server` and `warning` fields): at start and
+    /// after each applied reload.
+    pub fn log_warnings(&self) {
+        for warning in self.warnings() {
+            tracing::warn!(
+                path = %warning.path,
+                tenant = %warning.tenant,
+                server = %warning.server,
+                warning = %warning.message,
+                "configuration warning"
+            );
+        }
+    }
+
+    fn collect_warnings(&self) -> Vec<FieldWarning> {
         let mut warnings = Vec::new();
         for (t, tenant) in self.tenants.iter().enumerate() {
             for (s, server) in tenant.servers.iter().enumerate() {

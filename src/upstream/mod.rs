@@ -43,6 +43,9 @@ pub struct Session {
     cancel: CancellationToken,
     /// Becomes `true` when the session's service loop has ended.
     ended: watch::Receiver<bool>,
+    /// Becomes `true` once the session has ended and, for stdio, no live
+    /// process is left in the child's process group.
+    closed: watch::Receiver<bool>,
     /// The stdio child's pid (and process group), for log lines.
     pid: Option<u32>,
     /// Removes configured credentials from what the server sends back.
@@ -228,16 +231,19 @@ async fn finish_connect(
     let client = service.service().clone();
     let pid = group.as_ref().map(stdio::Group::pid);
     let (ended_tx, ended) = watch::channel(false);
+    let (closed_tx, closed) = watch::channel(false);
     // Every end of the session passes here (closed, evicted, replaced,
     // dropped, the server exited or crashed): once the service loop is
-    // over, a stdio server's whole process group is stopped, and only then
-    // is the session reported ended.
+    // over, the session is reported ended at once (calls in flight fail
+    // now, the supervisor may reconnect), then a stdio server's whole
+    // process group is stopped, and only then is the session closed.
     tokio::spawn(async move {
         let _ = service.waiting().await;
+        let _ = ended_tx.send(true);
         if let Some(group) = group {
             group.stop().await;
         }
-        let _ = ended_tx.send(true);
+        let _ = closed_tx.send(true);
     });
     Ok(Connected {
         session: Arc::new(Session {
@@ -246,6 +252,7 @@ async fn finish_connect(
             label: label.clone(),
             cancel,
             ended,
+            closed,
             pid,
             redactor: redactor.clone(),
             redact_results: server.redact_results,
@@ -570,7 +577,8 @@ impl Session {
     /// live process left in the group), bounded by [`CLOSE_TIMEOUT`].
     pub async fn close(&self) {
         self.cancel.cancel();
-        if tokio::time::timeout(CLOSE_TIMEOUT, self.wait_ended())
+        let mut closed = self.closed.clone();
+        if tokio::time::timeout(CLOSE_TIMEOUT, closed.wait_for(|closed| *closed))
             .await
             .is_err()
         {

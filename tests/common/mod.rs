@@ -627,3 +627,19 @@ pub fn annotated(name: &str, read_only: bool, description: &str) -> Tool {
     t.annotations = Some(rmcp::model::ToolAnnotations::new().read_only(read_only));
     t
 }
+
+/// Runs `toolgate serve --config <config>` with `RUST_LOG=info`, its log
+/// (stderr) written to `log`, and `env` added to its environment.
+pub fn serve_binary(config: &Path, log: &Path, env: &[(&str, &str)]) -> ChildGuard {
+    let mut command = std::process::Command::new(toolgate_bin());
+    command
+        .args(["serve", "--config"])
+        .arg(config)
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap());
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    ChildGuard(command.spawn().unwrap())
+}

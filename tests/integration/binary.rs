@@ -378,35 +378,32 @@ fn check_warns_about_plain_http_to_a_remote_host() {
 
 /// `serve` logs the plain-http warning at start, naming tenant and server.
 #[tokio::test]
-async fn serve_logs_the_plain_http_warning_at_start() {
+async fn serve_logs_the_plain_http_warning_at_start_and_on_reload() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    let config = write_config(
-        dir.path(),
-        &format!(
-            "listen: \"127.0.0.1:{port}\"\nshutdown_delay: \"0s\"\ntenants:\n  - name: acme\n    tokens: [t]\n    connect: lazy\n    servers:\n      - name: crm\n        url: \"http://example.com/mcp\"\n      - name: local\n        url: \"http://127.0.0.1:9/mcp\"\n"
-        ),
-    );
-    let log_path = dir.path().join("gateway.log");
-    let mut gateway = ChildGuard(
-        Command::new(toolgate_bin())
-            .args(["serve", "--config"])
-            .arg(&config)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log_path).unwrap())
-            .spawn()
-            .unwrap(),
-    );
-    let started = Instant::now();
-    let log = loop {
-        let log = std::fs::read_to_string(&log_path).unwrap();
-        if log.contains("toolgate serving") {
-            break log;
-        }
-        assert!(started.elapsed() < Duration::from_secs(20), "{log}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    let yaml = |extra: &str| {
+        format!(
+            "listen: \"127.0.0.1:{port}\"\nshutdown_delay: \"0s\"\ntenants:\n  - name: acme\n    tokens: [t]\n    connect: lazy\n    servers:\n      - name: crm\n        url: \"http://example.com/mcp\"\n      - name: local\n        url: \"http://127.0.0.1:9/mcp\"\n{extra}"
+        )
     };
+    let config = write_config(dir.path(), &yaml(""));
+    let log_path = dir.path().join("gateway.log");
+    let mut gateway = serve_binary(&config, &log_path, &[]);
+    let wait_log = |needle: &'static str, count: usize| {
+        let log_path = log_path.clone();
+        async move {
+            let started = Instant::now();
+            loop {
+                let log = std::fs::read_to_string(&log_path).unwrap();
+                if log.matches(needle).count() >= count {
+                    return log;
+                }
+                assert!(started.elapsed() < Duration::from_secs(20), "{log}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    let log = wait_log("toolgate serving", 1).await;
     let warnings: Vec<&str> = log
         .lines()
         .filter(|l| l.contains("configuration warning"))
@@ -421,21 +418,23 @@ async fn serve_logs_the_plain_http_warning_at_start() {
     ] {
         assert!(warnings[0].contains(expected), "{expected} in {log}");
     }
-    let pid = gateway.0.id().to_string();
+
+    // A reload that adds another such server warns again, naming it.
+    std::fs::write(
+        &config,
+        yaml("      - name: wiki\n        url: \"http://wiki.example.org/mcp\"\n"),
+    )
+    .unwrap();
+    signal(gateway.0.id(), "HUP");
+    let log = wait_log("server=wiki", 1).await;
     assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
+        log.lines()
+            .any(|l| l.contains("configuration warning") && l.contains("server=wiki")),
+        "{log}"
     );
-    let status = loop {
-        if let Some(status) = gateway.0.try_wait().unwrap() {
-            break status;
-        }
-        assert!(started.elapsed() < Duration::from_secs(40), "no exit");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+
+    signal(gateway.0.id(), "TERM");
+    let status = wait_exit(&mut gateway.0, Duration::from_secs(40)).await;
     assert_eq!(status.code(), Some(0));
 }
 

@@ -5,7 +5,6 @@
 //! redacted.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use tonic::Code;
@@ -25,20 +24,6 @@ fn config(port: u16, env: &str, extra: &str) -> String {
 }
 
 /// `toolgate serve` on `config`, its log in `log`; killed on drop.
-fn serve(config: &Path, log: &Path, env: &[(&str, &str)]) -> ChildGuard {
-    let mut command = Command::new(toolgate_bin());
-    command
-        .args(["serve", "--config"])
-        .arg(config)
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(log).unwrap());
-    for (key, value) in env {
-        command.env(key, value);
-    }
-    ChildGuard(command.spawn().unwrap())
-}
-
 /// Waits (bounded) until `file` holds a pid.
 async fn read_pid(file: &Path) -> u32 {
     let started = Instant::now();
@@ -141,7 +126,7 @@ async fn sigterm_leaves_no_process_of_the_server_group() {
     )
     .unwrap();
     let log = dir.path().join("gateway.log");
-    let mut gateway = serve(&config_path, &log, &[]);
+    let mut gateway = serve_binary(&config_path, &log, &[]);
     let gateway_pid = gateway.0.id();
     wait_connected(port).await;
     let server = server_pid(gateway_pid, None).await;
@@ -181,7 +166,7 @@ async fn a_group_that_ignores_eof_and_sigterm_is_killed() {
     )
     .unwrap();
     let log = dir.path().join("gateway.log");
-    let mut gateway = serve(&config_path, &log, &[]);
+    let mut gateway = serve_binary(&config_path, &log, &[]);
     let gateway_pid = gateway.0.id();
     wait_connected(port).await;
     let server = server_pid(gateway_pid, None).await;
@@ -217,7 +202,7 @@ async fn a_reload_that_replaces_the_server_stops_its_whole_group() {
     )
     .unwrap();
     let log = dir.path().join("gateway.log");
-    let mut gateway = serve(&config_path, &log, &[]);
+    let mut gateway = serve_binary(&config_path, &log, &[]);
     let gateway_pid = gateway.0.id();
     wait_connected(port).await;
     let first = server_pid(gateway_pid, None).await;
@@ -331,7 +316,7 @@ async fn stderr_lines_are_redacted_in_the_log() {
     )
     .unwrap();
     let log: PathBuf = dir.path().join("gateway.log");
-    let mut gateway = serve(&config_path, &log, &[("PROC_TEST_SECRET", SECRET)]);
+    let mut gateway = serve_binary(&config_path, &log, &[("PROC_TEST_SECRET", SECRET)]);
     wait_connected(port).await;
     // The server printed the line before it answered `initialize`.
     signal(gateway.0.id(), "TERM");

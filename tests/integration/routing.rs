@@ -3,7 +3,6 @@
 //! strings are bounded and admission comes before any other work.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -86,15 +85,7 @@ async fn a_reload_that_reorders_and_appends_servers_never_misroutes_a_waiting_ca
     let path = dir.path().join("toolgate.yaml");
     std::fs::write(&path, config(port, &(who_server("a") + &slow_server(8)))).unwrap();
     let log_path = dir.path().join("gateway.log");
-    let mut gateway = ChildGuard(
-        Command::new(toolgate_bin())
-            .args(["serve", "--config"])
-            .arg(&path)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log_path).unwrap())
-            .spawn()
-            .unwrap(),
-    );
+    let mut gateway = serve_binary(&path, &log_path, &[]);
     let pid = gateway.0.id();
     wait_for_port(port).await;
     let mut client = client_at(port).await;
@@ -304,6 +295,9 @@ async fn a_reload_keeps_the_rate_bucket_of_a_tenant_whose_limits_did_not_change(
     // Changed limits start a new bucket.
     registry.apply(&load(yaml(other, 2)));
     let changed = registry.authenticate("tok").unwrap();
-    changed.limiter.check_rate().expect("new limits, new bucket");
+    changed
+        .limiter
+        .check_rate()
+        .expect("new limits, new bucket");
     registry.shutdown().await;
 }
