@@ -132,3 +132,89 @@ async fn idle_tenants_close_and_the_session_cap_evicts_the_least_recently_used()
             .success()
     );
 }
+
+/// Live stdio processes whose environment holds `marker`.
+fn processes_with_marker(marker: &str) -> Vec<u32> {
+    let needle = format!("TOOLGATE_CHURN={marker}");
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_string_lossy().parse::<u32>().ok())
+        .filter(|pid| process_alive(*pid))
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .map(|env| env.split(|b| *b == 0).any(|var| var == needle.as_bytes()))
+                .unwrap_or(false)
+        })
+        .collect()
+}
+
+/// Two lazy tenants and room for one live session: every call evicts the
+/// other tenant while its own connects, calls and listings interleaved.
+/// Activation, eviction and connects racing must never leave a session
+/// (and its process) that nothing owns: the processes settle at the cap,
+/// and none is left after shutdown.
+#[tokio::test]
+async fn lazy_churn_under_a_session_cap_leaves_no_process_behind() {
+    let marker = format!("{}-{}", std::process::id(), free_port());
+    let server = |name: &str| {
+        format!(
+            "      - name: {name}\n        command: [\"{}\", \"{}\"]\n        env: {{ TOOLGATE_CHURN: \"{marker}\" }}\n",
+            python().display(),
+            fixture("python/env_server.py").display()
+        )
+    };
+    let yaml = format!(
+        "sessions:\n  max_live: 1\ntenants:\n  - name: a\n    tokens: [ta]\n    connect: lazy\n    servers:\n{}  - name: b\n    tokens: [tb]\n    connect: lazy\n    servers:\n{}",
+        server("s"),
+        server("s")
+    );
+    let gateway = TestGateway::start(&yaml, &[]).await;
+    for round in 0..8 {
+        let mut calls = Vec::new();
+        for token in ["ta", "tb"] {
+            let mut client = gateway.client().await;
+            calls.push(tokio::spawn(async move {
+                let text = format!("{token}{round}");
+                let answer = invoke(
+                    &mut client,
+                    token,
+                    "s__echo",
+                    &format!(r#"{{"text":"{text}"}}"#),
+                )
+                .await;
+                let _ = client
+                    .list_tools(authed(token, toolgate::pb::ListToolsRequest::default()))
+                    .await;
+                (answer, text)
+            }));
+        }
+        for call in calls {
+            let (answer, text) = call.await.unwrap();
+            // Evicted under its feet, a call may fail; it never gets
+            // another tenant's answer.
+            if let Ok(answer) = answer {
+                assert_eq!(answer.text, text);
+            }
+        }
+    }
+    let started = Instant::now();
+    while processes_with_marker(&marker).len() > 1 {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "more processes than the cap allows: {:?}",
+            processes_with_marker(&marker)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    gateway.shutdown().await;
+    let started = Instant::now();
+    while !processes_with_marker(&marker).is_empty() {
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "processes outlived the gateway: {:?}",
+            processes_with_marker(&marker)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
