@@ -2,6 +2,7 @@
 //! validated into the domain types below. Every error names the path of the
 //! field at fault (`tenants[0].servers[1].url: ...`).
 
+mod oauth;
 mod raw;
 pub mod secret;
 mod validate;
@@ -10,6 +11,9 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub use oauth::{
+    DEFAULT_STATE_URL, Grant, OAuthListener, ServerOAuth, StateConfig, TokenEndpointAuth,
+};
 pub use secret::{Environment, ProcessEnv, Secret, SourceError, ValueSource};
 
 /// The default gRPC listen address.
@@ -53,6 +57,10 @@ pub struct Config {
     /// Most sessions live at once in this replica; lazy tenants used least
     /// recently are closed to make room. Unlimited when unset.
     pub max_live_sessions: Option<usize>,
+    /// Where OAuth clients, tokens and pending consents are kept.
+    pub state: StateConfig,
+    /// The OAuth consent listener, when configured.
+    pub oauth: Option<OAuthListener>,
     /// Every tenant, in file order.
     pub tenants: Vec<TenantConfig>,
 }
@@ -227,6 +235,8 @@ pub struct ServerConfig {
     /// Replace configured credential values in this server's tool results
     /// with `[redacted]` (on by default).
     pub redact_results: bool,
+    /// OAuth 2.1 client settings, for an HTTP server that needs them.
+    pub oauth: Option<ServerOAuth>,
 }
 
 /// An operator's override of one tool's definition, applied before the
@@ -300,6 +310,21 @@ impl ServerConfig {
             )
             .as_bytes(),
         );
+        if let Some(oauth) = &self.oauth {
+            field(
+                format!(
+                    "oauth{:?}{:?}{:?}{:?}",
+                    oauth.grant, oauth.client_id, oauth.token_endpoint_auth, oauth.scopes
+                )
+                .as_bytes(),
+            );
+            for secret in [&oauth.client_secret, &oauth.private_key]
+                .into_iter()
+                .flatten()
+            {
+                field(secret.expose().as_bytes());
+            }
+        }
         h.finalize().into()
     }
 

@@ -22,8 +22,43 @@ pub(crate) struct RawConfig {
     pub(crate) limits: Option<RawLimits>,
     pub(crate) sessions: Option<RawSessions>,
     pub(crate) defaults: Option<RawDefaults>,
+    pub(crate) state: Option<RawState>,
+    pub(crate) oauth: Option<RawOAuth>,
     #[serde(default)]
     pub(crate) tenants: Vec<RawTenant>,
+}
+
+/// Where state shared by replicas is kept (OAuth clients, tokens, pending
+/// consents).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawState {
+    pub(crate) url: Option<RawValue>,
+    #[serde(default)]
+    pub(crate) keys: Vec<RawValue>,
+}
+
+/// The OAuth consent listener and gateway-wide OAuth settings.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawOAuth {
+    pub(crate) listen: Option<String>,
+    pub(crate) public_url: Option<String>,
+    #[serde(default)]
+    pub(crate) allow_private_addresses: bool,
+}
+
+/// An HTTP server's OAuth 2.1 client settings.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawServerOAuth {
+    pub(crate) grant: String,
+    pub(crate) client_id: Option<RawValue>,
+    pub(crate) client_secret: Option<RawValue>,
+    pub(crate) private_key: Option<RawValue>,
+    pub(crate) token_endpoint_auth: Option<String>,
+    #[serde(default)]
+    pub(crate) scopes: Vec<String>,
 }
 
 /// The Prometheus metrics listener.
@@ -132,6 +167,7 @@ pub(crate) struct RawServer {
     pub(crate) max_concurrent_calls: Option<usize>,
     pub(crate) lifecycle: Option<super::Lifecycle>,
     pub(crate) redact_results: Option<bool>,
+    pub(crate) oauth: Option<RawServerOAuth>,
 }
 
 /// An operator's override of one tool's definition.

@@ -163,10 +163,10 @@ fn is_path(text: &str) -> bool {
 }
 
 /// Collects errors while walking the raw config.
-struct Errors(Vec<FieldError>);
+pub(super) struct Errors(pub(super) Vec<FieldError>);
 
 impl Errors {
-    fn push(&mut self, path: impl Into<String>, message: impl Into<String>) {
+    pub(super) fn push(&mut self, path: impl Into<String>, message: impl Into<String>) {
         self.0.push(FieldError {
             path: path.into(),
             message: message.into(),
@@ -237,6 +237,10 @@ pub(super) fn validate(
         DEFAULT_SHUTDOWN_GRACE,
     );
     let defaults = defaults(&mut errors, raw.defaults.unwrap_or_default());
+    let state = super::oauth::state(&mut errors, raw.state.unwrap_or_default(), base, env);
+    let oauth = raw
+        .oauth
+        .and_then(|raw| super::oauth::listener(&mut errors, raw));
 
     if raw.tenants.is_empty() {
         errors.push("tenants", "at least one tenant is required");
@@ -271,6 +275,7 @@ pub(super) fn validate(
         }
     }
 
+    oauth_requirements(&mut errors, &tenants, &state, oauth.as_ref());
     if !errors.0.is_empty() {
         return Err(errors.0);
     }
@@ -284,8 +289,46 @@ pub(super) fn validate(
         grpc,
         limits,
         max_live_sessions,
+        state,
+        oauth,
         tenants,
     })
+}
+
+/// What servers with `oauth` need of the rest of the file: encryption keys
+/// for the tokens kept, and a consent listener for per-user consent.
+fn oauth_requirements(
+    errors: &mut Errors,
+    tenants: &[super::TenantConfig],
+    state: &super::StateConfig,
+    listener: Option<&super::OAuthListener>,
+) {
+    let oauth_servers = tenants.iter().enumerate().flat_map(|(t, tenant)| {
+        tenant
+            .servers
+            .iter()
+            .enumerate()
+            .filter_map(move |(s, server)| Some((t, s, server.oauth.as_ref()?)))
+    });
+    let mut keys_missing = false;
+    for (t, s, oauth) in oauth_servers {
+        if state.keys.is_empty() && !keys_missing {
+            keys_missing = true;
+            errors.push(
+                "state.keys",
+                format!(
+                    "required because tenants[{t}].servers[{s}] uses oauth: tokens are kept \
+                     encrypted (give one base64 32-byte key, e.g. from {{env: TOOLGATE_STATE_KEY}})"
+                ),
+            );
+        }
+        if oauth.per_user() && listener.is_none() {
+            errors.push(
+                format!("tenants[{t}].servers[{s}].oauth.grant"),
+                "authorization_code needs the consent listener: set oauth.listen and oauth.public_url",
+            );
+        }
+    }
 }
 
 fn positive(errors: &mut Errors, path: &str, value: Option<usize>, default: usize) -> usize {
@@ -617,6 +660,17 @@ fn validate_server(
         );
     }
 
+    let oauth = match server.oauth {
+        Some(_) if server.command.is_some() => {
+            errors.push(
+                format!("{path}.oauth"),
+                "`oauth` applies to `url` servers only",
+            );
+            None
+        }
+        Some(raw) => super::oauth::server(errors, path, raw, base, env),
+        None => None,
+    };
     let transport = match (server.command, server.url) {
         (Some(_), Some(_)) => {
             errors.push(
@@ -763,6 +817,7 @@ fn validate_server(
         lifecycle: server.lifecycle.unwrap_or(defaults.lifecycle),
         overrides,
         redact_results: server.redact_results.unwrap_or(true),
+        oauth,
     })
 }
 
@@ -923,7 +978,7 @@ fn glob_set(errors: &mut Errors, path: &str, globs: &[String]) -> globset::GlobS
     })
 }
 
-fn resolve(
+pub(super) fn resolve(
     errors: &mut Errors,
     path: &str,
     value: &RawValue,

@@ -77,10 +77,13 @@ impl Redactor {
     }
 
     /// The redactor of every credential in `config`: each caller token,
-    /// each HTTP header value, and each stdio environment value read from a
-    /// secret source (`{env:}`, `{file:}`).
+    /// each HTTP header value, each stdio environment value read from a
+    /// secret source (`{env:}`, `{file:}`), each OAuth client secret and
+    /// private key, and the state store's URL and keys.
     pub fn for_config(config: &Config) -> Self {
         let mut values: Vec<&Secret> = Vec::new();
+        values.extend(config.state.url.iter());
+        values.extend(config.state.keys.iter());
         for tenant in &config.tenants {
             values.extend(tenant.tokens.iter());
             for server in &tenant.servers {
@@ -91,6 +94,10 @@ impl Redactor {
                     Transport::Stdio { env, .. } => {
                         values.extend(env.iter().map(|(_, v)| v).filter(|v| v.is_sourced()));
                     }
+                }
+                if let Some(oauth) = &server.oauth {
+                    values.extend(oauth.client_secret.iter());
+                    values.extend(oauth.private_key.iter());
                 }
             }
         }

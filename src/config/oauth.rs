@@ -1,0 +1,437 @@
+//! The configuration of upstream OAuth 2.1 and of the state store that
+//! keeps OAuth clients, tokens and pending consents: domain types and their
+//! validation from the raw `state:`, `oauth:` and `servers[].oauth` blocks.
+
+use std::net::SocketAddr;
+use std::path::Path;
+
+use super::raw::{RawOAuth, RawServerOAuth, RawState};
+use super::validate::{Errors, resolve};
+use super::{Environment, Secret};
+
+/// The state store used when `state.url` is not set: a SQLite file in the
+/// gateway's working directory.
+pub const DEFAULT_STATE_URL: &str = "sqlite://toolgate-state.db?mode=rwc";
+
+/// Where OAuth clients, tokens and pending consents are kept.
+#[derive(Debug, Clone, Default)]
+pub struct StateConfig {
+    /// `sqlite://...` or `postgres://...`; [`DEFAULT_STATE_URL`] when unset.
+    /// A secret: a PostgreSQL URL may carry a password.
+    pub url: Option<Secret>,
+    /// AES-256-GCM keys, each 32 bytes given in base64: the first encrypts,
+    /// every one decrypts (so a key can be rotated).
+    pub keys: Vec<Secret>,
+}
+
+impl StateConfig {
+    /// The store's URL, or the default.
+    pub fn url(&self) -> &str {
+        self.url
+            .as_ref()
+            .map(Secret::expose)
+            .unwrap_or(DEFAULT_STATE_URL)
+    }
+}
+
+/// The OAuth consent listener: serves the redirect endpoint and the
+/// client metadata document.
+#[derive(Debug, Clone)]
+pub struct OAuthListener {
+    /// Where the listener binds.
+    pub listen: SocketAddr,
+    /// What the outside (browsers, authorization servers) sees of the
+    /// listener: the base of the redirect URI and of the client metadata
+    /// document's URL.
+    pub public_url: url::Url,
+    /// Allow metadata and token endpoints on private and link-local
+    /// addresses (tests and private deployments only).
+    pub allow_private_addresses: bool,
+}
+
+impl OAuthListener {
+    /// The redirect URI registered with authorization servers.
+    pub fn redirect_uri(&self) -> String {
+        join(&self.public_url, "oauth/callback")
+    }
+
+    /// The URL of the client ID metadata document the gateway serves.
+    pub fn client_metadata_url(&self) -> String {
+        join(&self.public_url, "oauth/client-metadata.json")
+    }
+}
+
+fn join(base: &url::Url, path: &str) -> String {
+    let mut text = base.as_str().trim_end_matches('/').to_owned();
+    text.push('/');
+    text.push_str(path);
+    text
+}
+
+/// Which OAuth grant a server's credentials come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Grant {
+    /// The tenant acts for itself (no end user).
+    ClientCredentials,
+    /// Each end user (`x-toolgate-subject`) consents in a browser; tokens
+    /// are kept per (tenant, subject, server).
+    AuthorizationCode,
+}
+
+/// How the client authenticates at the token endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TokenEndpointAuth {
+    /// HTTP Basic with the client id and secret.
+    ClientSecretBasic,
+    /// The client id and secret in the form body.
+    ClientSecretPost,
+    /// A JWT signed with the client's private key (RFC 7523).
+    PrivateKeyJwt,
+    /// A public client: no client authentication.
+    None,
+}
+
+/// An HTTP server's OAuth 2.1 client settings (`servers[].oauth`).
+#[derive(Debug, Clone)]
+pub struct ServerOAuth {
+    /// The grant.
+    pub grant: Grant,
+    /// A pre-registered client id; without one the gateway uses its client
+    /// metadata document, then dynamic registration.
+    pub client_id: Option<String>,
+    /// The pre-registered client's secret.
+    pub client_secret: Option<Secret>,
+    /// The PEM private key for `private_key_jwt`.
+    pub private_key: Option<Secret>,
+    /// How the client authenticates at the token endpoint (the server's
+    /// metadata decides when unset).
+    pub token_endpoint_auth: Option<TokenEndpointAuth>,
+    /// Scopes to ask for; when empty, those of the server's challenge or its
+    /// `scopes_supported`.
+    pub scopes: Vec<String>,
+}
+
+impl ServerOAuth {
+    /// Whether tokens are per end user (subject) rather than per tenant.
+    pub fn per_user(&self) -> bool {
+        self.grant == Grant::AuthorizationCode
+    }
+}
+
+/// Validates `state:`.
+pub(super) fn state(
+    errors: &mut Errors,
+    raw: RawState,
+    base: &Path,
+    env: &dyn Environment,
+) -> StateConfig {
+    let url = raw.url.and_then(|value| {
+        let url = resolve(errors, "state.url", &value, base, env)?;
+        let text = url.expose();
+        if !(text.starts_with("sqlite:") || text.starts_with("postgres://") || text.starts_with("postgresql://")) {
+            errors.push(
+                "state.url",
+                "must be a sqlite: or postgres:// URL (the value is not shown: it may hold a password)",
+            );
+            return None;
+        }
+        Some(url)
+    });
+    let mut keys = Vec::with_capacity(raw.keys.len());
+    for (index, value) in raw.keys.iter().enumerate() {
+        let path = format!("state.keys[{index}]");
+        let Some(key) = resolve(errors, &path, value, base, env) else {
+            continue;
+        };
+        use base64::Engine as _;
+        match base64::engine::general_purpose::STANDARD.decode(key.expose().trim()) {
+            Ok(bytes) if bytes.len() == 32 => keys.push(key),
+            Ok(bytes) => errors.push(
+                path,
+                format!(
+                    "must be 32 bytes in base64 (an AES-256 key); it decodes to {} bytes",
+                    bytes.len()
+                ),
+            ),
+            Err(_) => errors.push(
+                path,
+                "is not base64 (make one with `openssl rand -base64 32`)",
+            ),
+        }
+    }
+    StateConfig { url, keys }
+}
+
+/// Validates `oauth:`.
+pub(super) fn listener(errors: &mut Errors, raw: RawOAuth) -> Option<OAuthListener> {
+    let before = errors.0.len();
+    let listen = match raw.listen.as_deref() {
+        None => {
+            errors.push(
+                "oauth.listen",
+                "required: the address of the consent listener, e.g. 0.0.0.0:8090",
+            );
+            None
+        }
+        Some(text) => match text.parse::<SocketAddr>() {
+            Ok(addr) => Some(addr),
+            Err(_) => {
+                errors.push(
+                    "oauth.listen",
+                    format!("`{text}` is not a socket address such as 0.0.0.0:8090"),
+                );
+                None
+            }
+        },
+    };
+    let public_url = match raw.public_url.as_deref() {
+        None => {
+            errors.push(
+                "oauth.public_url",
+                "required: the URL under which browsers reach oauth.listen, e.g. https://toolgate.example.com",
+            );
+            None
+        }
+        Some(text) => match url::Url::parse(text) {
+            Ok(url) if matches!(url.scheme(), "http" | "https") && url.has_host() => Some(url),
+            _ => {
+                errors.push(
+                    "oauth.public_url",
+                    format!("`{text}` is not an http(s) URL with a host"),
+                );
+                None
+            }
+        },
+    };
+    if errors.0.len() != before {
+        return None;
+    }
+    Some(OAuthListener {
+        listen: listen?,
+        public_url: public_url?,
+        allow_private_addresses: raw.allow_private_addresses,
+    })
+}
+
+/// Validates a server's `oauth:` block.
+pub(super) fn server(
+    errors: &mut Errors,
+    path: &str,
+    raw: RawServerOAuth,
+    base: &Path,
+    env: &dyn Environment,
+) -> Option<ServerOAuth> {
+    let before = errors.0.len();
+    let path = format!("{path}.oauth");
+    let grant = match raw.grant.as_str() {
+        "client_credentials" => Some(Grant::ClientCredentials),
+        "authorization_code" => Some(Grant::AuthorizationCode),
+        other => {
+            errors.push(
+                format!("{path}.grant"),
+                format!("`{other}` is not a grant: client_credentials or authorization_code"),
+            );
+            None
+        }
+    };
+    let token_endpoint_auth = match raw.token_endpoint_auth.as_deref() {
+        None => None,
+        Some("client_secret_basic") => Some(TokenEndpointAuth::ClientSecretBasic),
+        Some("client_secret_post") => Some(TokenEndpointAuth::ClientSecretPost),
+        Some("private_key_jwt") => Some(TokenEndpointAuth::PrivateKeyJwt),
+        Some("none") => Some(TokenEndpointAuth::None),
+        Some(other) => {
+            errors.push(
+                format!("{path}.token_endpoint_auth"),
+                format!(
+                    "`{other}` is not one of client_secret_basic, client_secret_post, private_key_jwt, none"
+                ),
+            );
+            None
+        }
+    };
+    let client_id = raw
+        .client_id
+        .and_then(|v| resolve(errors, &format!("{path}.client_id"), &v, base, env))
+        .map(|s| s.expose().to_owned());
+    let client_secret = raw
+        .client_secret
+        .and_then(|v| resolve(errors, &format!("{path}.client_secret"), &v, base, env));
+    let private_key = raw
+        .private_key
+        .and_then(|v| resolve(errors, &format!("{path}.private_key"), &v, base, env));
+    if grant == Some(Grant::ClientCredentials) && client_id.is_none() {
+        errors.push(
+            format!("{path}.client_id"),
+            "required for client_credentials (the client the tenant acts as)",
+        );
+    }
+    match token_endpoint_auth {
+        Some(TokenEndpointAuth::PrivateKeyJwt) if private_key.is_none() => errors.push(
+            format!("{path}.private_key"),
+            "required for token_endpoint_auth: private_key_jwt (a PEM key, best from {file: ...})",
+        ),
+        Some(TokenEndpointAuth::ClientSecretBasic | TokenEndpointAuth::ClientSecretPost)
+            if client_secret.is_none() && client_id.is_some() =>
+        {
+            errors.push(
+                format!("{path}.client_secret"),
+                "required for a pre-registered client with client_secret_basic or client_secret_post",
+            );
+        }
+        _ => {}
+    }
+    if private_key.is_some() && token_endpoint_auth != Some(TokenEndpointAuth::PrivateKeyJwt) {
+        errors.push(
+            format!("{path}.private_key"),
+            "only used with token_endpoint_auth: private_key_jwt",
+        );
+    }
+    for (index, scope) in raw.scopes.iter().enumerate() {
+        if scope.is_empty() || scope.contains(char::is_whitespace) {
+            errors.push(
+                format!("{path}.scopes[{index}]"),
+                "a scope is one non-empty word without spaces",
+            );
+        }
+    }
+    if errors.0.len() != before {
+        return None;
+    }
+    Some(ServerOAuth {
+        grant: grant?,
+        client_id,
+        client_secret,
+        private_key,
+        token_endpoint_auth,
+        scopes: raw.scopes,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::path::Path;
+
+    use super::super::Config;
+    use super::*;
+
+    const KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
+
+    fn load(yaml: &str) -> Result<Config, super::super::ConfigError> {
+        let env: HashMap<String, String> = [
+            ("STATE_KEY".to_owned(), KEY.to_owned()),
+            (
+                "CRM_SECRET".to_owned(),
+                "crm-client-secret-value".to_owned(),
+            ),
+        ]
+        .into();
+        Config::from_yaml(yaml, "test.yaml", Path::new("."), &env)
+    }
+
+    fn server(oauth: &str) -> String {
+        format!(
+            "tenants:\n  - name: acme\n    tokens: [tok]\n    servers:\n      - name: crm\n        url: \"https://crm.example.com/mcp\"\n        oauth: {oauth}\n"
+        )
+    }
+
+    fn messages(yaml: &str) -> Vec<String> {
+        load(yaml)
+            .expect_err("invalid")
+            .field_errors()
+            .iter()
+            .map(ToString::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn a_per_user_server_with_keys_and_a_listener_is_valid() {
+        let yaml = format!(
+            "state:\n  keys: [{{ env: STATE_KEY }}]\noauth:\n  listen: \"127.0.0.1:8090\"\n  public_url: \"https://toolgate.example.com/\"\n{}",
+            server("{ grant: authorization_code, scopes: [read, write] }")
+        );
+        let config = load(&yaml).unwrap();
+        let oauth = config.tenants[0].servers[0].oauth.as_ref().unwrap();
+        assert!(oauth.per_user());
+        assert_eq!(oauth.scopes, ["read", "write"]);
+        let listener = config.oauth.unwrap();
+        assert_eq!(
+            listener.redirect_uri(),
+            "https://toolgate.example.com/oauth/callback"
+        );
+        assert_eq!(config.state.url(), DEFAULT_STATE_URL);
+        assert_eq!(config.state.keys.len(), 1);
+    }
+
+    #[test]
+    fn oauth_needs_keys_and_per_user_consent_needs_a_listener() {
+        let errors = messages(&server("{ grant: authorization_code }"));
+        assert!(
+            errors.iter().any(|e| e.starts_with("state.keys: required")),
+            "{errors:?}"
+        );
+        assert!(
+            errors
+                .iter()
+                .any(|e| e
+                    .starts_with("tenants[0].servers[0].oauth.grant: authorization_code needs")),
+            "{errors:?}"
+        );
+    }
+
+    #[test]
+    fn bad_settings_name_their_path_and_never_the_secret() {
+        let yaml = format!(
+            "state:\n  keys: [\"c2hvcnQ=\", \"not base64!\"]\n  url: \"mysql://user:hunter2hunter2@db/x\"\n{}",
+            server(
+                "{ grant: implicit, token_endpoint_auth: magic, client_secret: { env: CRM_SECRET }, scopes: [\"a b\"] }"
+            )
+        );
+        let errors = messages(&yaml);
+        for expected in [
+            "state.keys[0]: must be 32 bytes",
+            "state.keys[1]: is not base64",
+            "state.url: must be a sqlite: or postgres:// URL",
+            "tenants[0].servers[0].oauth.grant: `implicit` is not a grant",
+            "tenants[0].servers[0].oauth.token_endpoint_auth: `magic`",
+            "tenants[0].servers[0].oauth.scopes[0]",
+        ] {
+            assert!(
+                errors.iter().any(|e| e.starts_with(expected)),
+                "{expected} in {errors:?}"
+            );
+        }
+        let all = errors.join("\n");
+        assert!(!all.contains("hunter2"), "{all}");
+        assert!(!all.contains("crm-client-secret-value"), "{all}");
+    }
+
+    #[test]
+    fn client_credentials_needs_a_client_and_stdio_servers_take_no_oauth() {
+        let errors = messages(&format!(
+            "state:\n  keys: [{{ env: STATE_KEY }}]\n{}",
+            server("{ grant: client_credentials, token_endpoint_auth: private_key_jwt }")
+        ));
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.contains("oauth.client_id: required")),
+            "{errors:?}"
+        );
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.contains("oauth.private_key: required")),
+            "{errors:?}"
+        );
+        let errors = messages(
+            "tenants:\n  - name: acme\n    tokens: [tok]\n    servers:\n      - name: s\n        command: [\"/bin/true\"]\n        oauth: { grant: client_credentials, client_id: x }\n",
+        );
+        assert!(
+            errors.iter().any(|e| e
+                .starts_with("tenants[0].servers[0].oauth: `oauth` applies to `url` servers only")),
+            "{errors:?}"
+        );
+    }
+}
