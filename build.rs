@@ -4,6 +4,7 @@
 fn main() -> anyhow::Result<()> {
     let proto = "proto/toolgate/v1/toolgate.proto";
     println!("cargo:rerun-if-changed={proto}");
+    println!("cargo:rerun-if-changed=migrations");
     let descriptors = protox::compile([proto], ["proto"])?;
     let out_dir = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
     // Kept for server reflection.

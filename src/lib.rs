@@ -22,6 +22,7 @@ pub mod grpc;
 pub mod limits;
 pub mod registry;
 pub mod reload;
+pub mod state;
 pub mod telemetry;
 pub mod upstream;
 

@@ -1,0 +1,655 @@
+//! The state store: what must outlive a process or be shared by replicas.
+//! Upstream OAuth tokens per (tenant, subject, server), OAuth client
+//! registrations per (tenant, server, issuer), and pending authorization flows
+//! keyed by their `state` parameter. SQLite (a file, the default) or
+//! PostgreSQL (for replicas); every value is sealed with AES-256-GCM
+//! ([`KeyRing`]) and bound to its row.
+//!
+//! # One code path
+//! The store runs on [`sqlx::AnyPool`]: one pool type, one set of SQL strings,
+//! one function per operation, whatever the backend. The SQL is the common
+//! subset of SQLite (≥ 3.35, bundled) and PostgreSQL: `$n` placeholders (SQLite
+//! reads `$1` as parameter 1), `INSERT ... ON CONFLICT ... DO UPDATE`,
+//! `UPDATE/DELETE ... RETURNING`, `TEXT`, 64-bit integers and byte strings.
+//! An enum over `SqlitePool`/`PgPool` would have duplicated every call site
+//! for no gain, since nothing here needs a backend-specific type. Only the DDL
+//! differs (`BLOB`/`BYTEA`, `INTEGER`/`BIGINT`), so there are two migration
+//! directories, `migrations/sqlite` and `migrations/postgres`, kept otherwise
+//! identical and embedded in the binary.
+//!
+//! # Concurrency between replicas
+//! A token refresh is a compare-and-swap on the row's `version`
+//! ([`StateStore::replace_token`]): of two replicas refreshing the same token,
+//! exactly one writes and the other gets the winner's token back. A pending
+//! flow is taken with `DELETE ... RETURNING`, so a callback is consumed once.
+
+mod error;
+mod keyring;
+
+pub use error::{Record, StateError};
+pub use keyring::{KeyError, KeyId, KeyRing, OpenError};
+
+use sha2::{Digest, Sha256};
+use sqlx::AnyPool;
+use sqlx::Row as _;
+use sqlx::any::AnyPoolOptions;
+use std::fmt;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::sync::OnceCell;
+
+/// The store used when `state.url` is unset: a SQLite file in the working
+/// directory, created if missing.
+pub const DEFAULT_URL: &str = "sqlite://toolgate-state.db";
+
+/// How long an operation waits for a connection before the store counts as
+/// unavailable. Short, so a down store fails fast.
+pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Connections per process (PostgreSQL). SQLite uses fewer: it has one writer.
+const MAX_CONNECTIONS_POSTGRES: u32 = 8;
+const MAX_CONNECTIONS_SQLITE: u32 = 4;
+
+static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
+static POSTGRES_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
+
+/// Which database a URL names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Backend {
+    /// An embedded SQLite file (`sqlite:`), for one process.
+    Sqlite,
+    /// A PostgreSQL server (`postgres:` or `postgresql:`), for replicas.
+    Postgres,
+}
+
+/// The key of an upstream token: whose credential for which server.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TokenKey {
+    /// The tenant.
+    pub tenant: String,
+    /// The end user the tenant acts for; the empty string is the tenant
+    /// itself.
+    pub subject: String,
+    /// The upstream server's name in the tenant's configuration.
+    pub server: String,
+}
+
+impl TokenKey {
+    /// A key for `subject` of `tenant` on `server`.
+    pub fn new(
+        tenant: impl Into<String>,
+        subject: impl Into<String>,
+        server: impl Into<String>,
+    ) -> TokenKey {
+        TokenKey {
+            tenant: tenant.into(),
+            subject: subject.into(),
+            server: server.into(),
+        }
+    }
+
+    /// A key for the tenant itself (no end user) on `server`.
+    pub fn tenant_wide(tenant: impl Into<String>, server: impl Into<String>) -> TokenKey {
+        TokenKey::new(tenant, "", server)
+    }
+
+    fn aad(&self) -> Vec<u8> {
+        aad("token", &[&self.tenant, &self.subject, &self.server])
+    }
+}
+
+/// The key of an OAuth client registration.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ClientKey {
+    /// The tenant.
+    pub tenant: String,
+    /// The upstream server's name in the tenant's configuration.
+    pub server: String,
+    /// The authorization server's issuer identifier.
+    pub issuer: String,
+}
+
+impl ClientKey {
+    /// A key for `tenant`'s client of `issuer` used for `server`.
+    pub fn new(
+        tenant: impl Into<String>,
+        server: impl Into<String>,
+        issuer: impl Into<String>,
+    ) -> ClientKey {
+        ClientKey {
+            tenant: tenant.into(),
+            server: server.into(),
+            issuer: issuer.into(),
+        }
+    }
+
+    fn aad(&self) -> Vec<u8> {
+        aad("client", &[&self.tenant, &self.server, &self.issuer])
+    }
+}
+
+/// A value with the version of the row it was read from. Versions start at 1
+/// and grow by one on every write of the row. `Debug` shows the length of the
+/// value, never its bytes.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Versioned<T> {
+    /// The row's version when read or written.
+    pub version: i64,
+    /// The value.
+    pub value: T,
+}
+
+impl fmt::Debug for Versioned<Vec<u8>> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Versioned")
+            .field("version", &self.version)
+            .field("value", &format_args!("<{} bytes>", self.value.len()))
+            .finish()
+    }
+}
+
+/// The outcome of [`StateStore::replace_token`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Replaced {
+    /// The row still had the expected version; the new value is stored with
+    /// this version.
+    Won(i64),
+    /// Another writer changed the row first. Holds what is stored now (the
+    /// winner's token), or `None` when the row was deleted. Use it instead of
+    /// refreshing again.
+    Lost(Option<Versioned<Vec<u8>>>),
+}
+
+/// The state store: a pool over SQLite or PostgreSQL and the keys that seal
+/// its values. Cheap to clone; clones share the pool.
+#[derive(Clone)]
+pub struct StateStore {
+    pool: AnyPool,
+    backend: Backend,
+    keys: KeyRing,
+    migrated: std::sync::Arc<OnceCell<()>>,
+}
+
+impl fmt::Debug for StateStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StateStore")
+            .field("backend", &self.backend)
+            .field("keys", &self.keys)
+            .finish_non_exhaustive()
+    }
+}
+
+impl StateStore {
+    /// Connects to `url` (`sqlite:` or `postgres:`) and applies the embedded
+    /// migrations. A SQLite file is created if missing (`mode=rwc` is added
+    /// unless the URL names a `mode`); relative paths are relative to the
+    /// working directory. Use [`DEFAULT_URL`] when `state.url` is unset.
+    ///
+    /// # Errors
+    /// [`StateError::InvalidUrl`] for an unsupported or malformed URL,
+    /// [`StateError::Unavailable`] when the database cannot be reached within
+    /// [`ACQUIRE_TIMEOUT`], [`StateError::Migrate`] when the schema cannot be
+    /// brought up to date.
+    pub async fn connect(url: &str, keys: KeyRing) -> Result<StateStore, StateError> {
+        let store = StateStore::open_lazy(url, keys)?;
+        store.ready().await?;
+        Ok(store)
+    }
+
+    /// Like [`StateStore::connect`], but connects and migrates on first use,
+    /// so a process can start while the store is down: each operation then
+    /// fails with [`StateError::Unavailable`] until the store is back.
+    ///
+    /// # Errors
+    /// [`StateError::InvalidUrl`] for an unsupported or malformed URL.
+    pub fn open_lazy(url: &str, keys: KeyRing) -> Result<StateStore, StateError> {
+        sqlx::any::install_default_drivers();
+        let (backend, url) = normalize_url(url)?;
+        let max = match backend {
+            Backend::Sqlite => MAX_CONNECTIONS_SQLITE,
+            Backend::Postgres => MAX_CONNECTIONS_POSTGRES,
+        };
+        let pool = AnyPoolOptions::new()
+            .max_connections(max)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .connect_lazy(&url)
+            .map_err(|_| StateError::InvalidUrl {
+                reason: "cannot be parsed as a database URL",
+            })?;
+        Ok(StateStore {
+            pool,
+            backend,
+            keys,
+            migrated: std::sync::Arc::default(),
+        })
+    }
+
+    /// The backend the URL named.
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// Closes the pool, waiting for connections in use to be returned.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    /// Applies the migrations once per store (retried after a failure).
+    async fn ready(&self) -> Result<&AnyPool, StateError> {
+        self.migrated
+            .get_or_try_init(|| async {
+                if self.backend == Backend::Sqlite {
+                    // Readers do not block the writer; persistent in the file.
+                    sqlx::query("PRAGMA journal_mode = WAL")
+                        .execute(&self.pool)
+                        .await
+                        .map_err(StateError::from_sqlx)?;
+                }
+                let migrator = match self.backend {
+                    Backend::Sqlite => &SQLITE_MIGRATIONS,
+                    Backend::Postgres => &POSTGRES_MIGRATIONS,
+                };
+                migrator
+                    .run(&self.pool)
+                    .await
+                    .map_err(StateError::from_migrate)
+            })
+            .await?;
+        Ok(&self.pool)
+    }
+
+    // ---- tokens ---------------------------------------------------------
+
+    /// The token stored for `key`, with its version.
+    ///
+    /// # Errors
+    /// [`StateError::Unavailable`] when the store cannot be reached,
+    /// [`StateError::Decrypt`] when no configured key opens the value.
+    pub async fn get_token(
+        &self,
+        key: &TokenKey,
+    ) -> Result<Option<Versioned<Vec<u8>>>, StateError> {
+        let pool = self.ready().await?;
+        let row = sqlx::query(
+            "SELECT version, sealed FROM toolgate_tokens \
+             WHERE tenant = $1 AND subject = $2 AND server = $3",
+        )
+        .bind(&key.tenant)
+        .bind(&key.subject)
+        .bind(&key.server)
+        .fetch_optional(pool)
+        .await
+        .map_err(StateError::from_sqlx)?;
+        row.map(|row| {
+            let version: i64 = get(&row, 0, Record::Token)?;
+            let sealed: Vec<u8> = get(&row, 1, Record::Token)?;
+            let value = self.open(&sealed, &key.aad(), Record::Token)?;
+            Ok(Versioned { version, value })
+        })
+        .transpose()
+    }
+
+    /// Stores `value` for `key` unconditionally (a first token after consent,
+    /// or a replacement that needs no compare-and-swap). Returns the new
+    /// version.
+    ///
+    /// # Errors
+    /// [`StateError::Unavailable`] when the store cannot be reached.
+    pub async fn put_token(&self, key: &TokenKey, value: &[u8]) -> Result<i64, StateError> {
+        let pool = self.ready().await?;
+        let sealed = self.keys.seal(value, &key.aad());
+        let row = sqlx::query(
+            "INSERT INTO toolgate_tokens (tenant, subject, server, version, sealed, updated_at_ms) \
+             VALUES ($1, $2, $3, 1, $4, $5) \
+             ON CONFLICT (tenant, subject, server) DO UPDATE \
+             SET version = toolgate_tokens.version + 1, sealed = excluded.sealed, \
+                 updated_at_ms = excluded.updated_at_ms \
+             RETURNING version",
+        )
+        .bind(&key.tenant)
+        .bind(&key.subject)
+        .bind(&key.server)
+        .bind(sealed)
+        .bind(now_ms())
+        .fetch_one(pool)
+        .await
+        .map_err(StateError::from_sqlx)?;
+        get(&row, 0, Record::Token)
+    }
+
+    /// Compare-and-swap: stores `value` for `key` only if the row still has
+    /// `expected_version` (the version the caller read before refreshing).
+    /// Of two replicas refreshing the same token, one gets [`Replaced::Won`];
+    /// the other gets [`Replaced::Lost`] with the winner's token.
+    ///
+    /// # Errors
+    /// [`StateError::Unavailable`] when the store cannot be reached,
+    /// [`StateError::Decrypt`] when the winner's value cannot be opened.
+    pub async fn replace_token(
+        &self,
+        key: &TokenKey,
+        expected_version: i64,
+        value: &[u8],
+    ) -> Result<Replaced, StateError> {
+        let pool = self.ready().await?;
+        let sealed = self.keys.seal(value, &key.aad());
+        let row = sqlx::query(
+            "UPDATE toolgate_tokens \
+             SET version = version + 1, sealed = $1, updated_at_ms = $2 \
+             WHERE tenant = $3 AND subject = $4 AND server = $5 AND version = $6 \
+             RETURNING version",
+        )
+        .bind(sealed)
+        .bind(now_ms())
+        .bind(&key.tenant)
+        .bind(&key.subject)
+        .bind(&key.server)
+        .bind(expected_version)
+        .fetch_optional(pool)
+        .await
+        .map_err(StateError::from_sqlx)?;
+        match row {
+            Some(row) => Ok(Replaced::Won(get(&row, 0, Record::Token)?)),
+            None => Ok(Replaced::Lost(self.get_token(key).await?)),
+        }
+    }
+
+    /// Deletes the token for `key` (revoked, or consent withdrawn). Returns
+    /// whether a row existed.
+    ///
+    /// # Errors
+    /// [`StateError::Unavailable`] when the store cannot be reached.
+    pub async fn delete_token(&self, key: &TokenKey) -> Result<bool, StateError> {
+        let pool = self.ready().await?;
+        let done = sqlx::query(
+            "DELETE FROM toolgate_tokens WHERE tenant = $1 AND subject = $2 AND server = $3",
+        )
+        .bind(&key.tenant)
+        .bind(&key.subject)
+        .bind(&key.server)
+        .execute(pool)
+        .await
+        .map_err(StateError::from_sqlx)?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    // ---- OAuth clients --------------------------------------------------
+
+    /// The OAuth client registration stored for `key`.
+    ///
+    /// # Errors
+    /// [`StateError::Unavailable`] when the store cannot be reached,
+    /// [`StateError::Decrypt`] when no configured key opens the value.
+    pub async fn get_client(&self, key: &ClientKey) -> Result<Option<Vec<u8>>, StateError> {
+        let pool = self.ready().await?;
+        let row = sqlx::query(
+            "SELECT sealed FROM toolgate_oauth_clients \
+             WHERE tenant = $1 AND server = $2 AND issuer = $3",
+        )
+        .bind(&key.tenant)
+        .bind(&key.server)
+        .bind(&key.issuer)
+        .fetch_optional(pool)
+        .await
+        .map_err(StateError::from_sqlx)?;
+        row.map(|row| {
+            let sealed: Vec<u8> = get(&row, 0, Record::Client)?;
+            self.open(&sealed, &key.aad(), Record::Client)
+        })
+        .transpose()
+    }
+
+    /// Stores (or replaces) the OAuth client registration for `key`.
+    ///
+    /// # Errors
+    /// [`StateError::Unavailable`] when the store cannot be reached.
+    pub async fn put_client(&self, key: &ClientKey, value: &[u8]) -> Result<(), StateError> {
+        let pool = self.ready().await?;
+        let sealed = self.keys.seal(value, &key.aad());
+        sqlx::query(
+            "INSERT INTO toolgate_oauth_clients (tenant, server, issuer, sealed, updated_at_ms) \
+             VALUES ($1, $2, $3, $4, $5) \
+             ON CONFLICT (tenant, server, issuer) DO UPDATE \
+             SET sealed = excluded.sealed, updated_at_ms = excluded.updated_at_ms",
+        )
+        .bind(&key.tenant)
+        .bind(&key.server)
+        .bind(&key.issuer)
+        .bind(sealed)
+        .bind(now_ms())
+        .execute(pool)
+        .await
+        .map_err(StateError::from_sqlx)?;
+        Ok(())
+    }
+
+    /// Deletes the OAuth client registration for `key` (for instance after
+    /// the authorization server forgot it). Returns whether a row existed.
+    ///
+    /// # Errors
+    /// [`StateError::Unavailable`] when the store cannot be reached.
+    pub async fn delete_client(&self, key: &ClientKey) -> Result<bool, StateError> {
+        let pool = self.ready().await?;
+        let done = sqlx::query(
+            "DELETE FROM toolgate_oauth_clients \
+             WHERE tenant = $1 AND server = $2 AND issuer = $3",
+        )
+        .bind(&key.tenant)
+        .bind(&key.server)
+        .bind(&key.issuer)
+        .execute(pool)
+        .await
+        .map_err(StateError::from_sqlx)?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    // ---- pending authorization flows ------------------------------------
+
+    /// Stores a pending authorization flow (PKCE verifier, subject, server,
+    /// serialized by the caller) under its opaque, random `state`, for `ttl`.
+    /// Only a hash of `state` is stored. Expired flows are purged on the way.
+    ///
+    /// # Errors
+    /// [`StateError::Unavailable`] when the store cannot be reached,
+    /// [`StateError::Database`] when a live flow already has this `state`.
+    pub async fn put_pending(
+        &self,
+        state: &str,
+        value: &[u8],
+        ttl: Duration,
+    ) -> Result<(), StateError> {
+        self.purge_expired().await?;
+        let pool = self.ready().await?;
+        let sealed = self.keys.seal(value, &pending_aad(state));
+        let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
+        sqlx::query(
+            "INSERT INTO toolgate_pending_flows (state_hash, sealed, expires_at_ms) \
+             VALUES ($1, $2, $3)",
+        )
+        .bind(state_hash(state))
+        .bind(sealed)
+        .bind(now_ms().saturating_add(ttl_ms))
+        .execute(pool)
+        .await
+        .map_err(StateError::from_sqlx)?;
+        Ok(())
+    }
+
+    /// Takes the pending flow stored under `state`: returns it and deletes it
+    /// in one statement, so of two callbacks with the same `state` (on any
+    /// replicas) exactly one gets it. An expired flow is deleted and not
+    /// returned.
+    ///
+    /// # Errors
+    /// [`StateError::Unavailable`] when the store cannot be reached,
+    /// [`StateError::Decrypt`] when no configured key opens the value.
+    pub async fn take_pending(&self, state: &str) -> Result<Option<Vec<u8>>, StateError> {
+        let pool = self.ready().await?;
+        let row = sqlx::query(
+            "DELETE FROM toolgate_pending_flows WHERE state_hash = $1 \
+             RETURNING sealed, expires_at_ms",
+        )
+        .bind(state_hash(state))
+        .fetch_optional(pool)
+        .await
+        .map_err(StateError::from_sqlx)?;
+        let Some(row) = row else { return Ok(None) };
+        let expires_at_ms: i64 = get(&row, 1, Record::Pending)?;
+        if expires_at_ms <= now_ms() {
+            return Ok(None);
+        }
+        let sealed: Vec<u8> = get(&row, 0, Record::Pending)?;
+        self.open(&sealed, &pending_aad(state), Record::Pending)
+            .map(Some)
+    }
+
+    /// Deletes every expired pending flow; returns how many.
+    ///
+    /// # Errors
+    /// [`StateError::Unavailable`] when the store cannot be reached.
+    pub async fn purge_expired(&self) -> Result<u64, StateError> {
+        let pool = self.ready().await?;
+        let done = sqlx::query("DELETE FROM toolgate_pending_flows WHERE expires_at_ms <= $1")
+            .bind(now_ms())
+            .execute(pool)
+            .await
+            .map_err(StateError::from_sqlx)?;
+        Ok(done.rows_affected())
+    }
+
+    fn open(&self, sealed: &[u8], aad: &[u8], record: Record) -> Result<Vec<u8>, StateError> {
+        self.keys
+            .open(sealed, aad)
+            .map_err(|cause| StateError::Decrypt { record, cause })
+    }
+}
+
+/// Reads column `index`, mapping a type mismatch to [`StateError::Corrupt`].
+fn get<T>(row: &sqlx::any::AnyRow, index: usize, record: Record) -> Result<T, StateError>
+where
+    T: for<'r> sqlx::Decode<'r, sqlx::Any> + sqlx::Type<sqlx::Any>,
+{
+    row.try_get(index)
+        .map_err(|_| StateError::Corrupt { record })
+}
+
+/// Associated data binding a sealed value to its table and row: a label, then
+/// each key field length-prefixed so that no two keys share an encoding.
+fn aad(kind: &str, fields: &[&str]) -> Vec<u8> {
+    let mut out = Vec::from(b"toolgate-state-v1\0".as_slice());
+    out.extend_from_slice(kind.as_bytes());
+    out.push(0);
+    for field in fields {
+        out.extend_from_slice(&u64::try_from(field.len()).unwrap_or(u64::MAX).to_be_bytes());
+        out.extend_from_slice(field.as_bytes());
+    }
+    out
+}
+
+fn pending_aad(state: &str) -> Vec<u8> {
+    aad("pending", &[state])
+}
+
+fn state_hash(state: &str) -> String {
+    Sha256::digest(state.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn now_ms() -> i64 {
+    let since = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Checks the scheme and, for SQLite, asks for the file to be created.
+fn normalize_url(url: &str) -> Result<(Backend, String), StateError> {
+    let url = url.trim();
+    let scheme = url.split_once(':').map(|(s, _)| s.to_ascii_lowercase());
+    match scheme.as_deref() {
+        Some("sqlite") => {
+            let query = url.split_once('?').map_or("", |(_, q)| q);
+            let has_mode = query.split('&').any(|p| p.starts_with("mode="));
+            let url = if has_mode || url.contains(":memory:") {
+                url.to_string()
+            } else if !url.contains('?') {
+                format!("{url}?mode=rwc")
+            } else {
+                format!("{url}&mode=rwc")
+            };
+            Ok((Backend::Sqlite, url))
+        }
+        Some("postgres" | "postgresql") => Ok((Backend::Postgres, url.to_string())),
+        Some(_) => Err(StateError::InvalidUrl {
+            reason: "the scheme must be sqlite: or postgres:",
+        }),
+        None => Err(StateError::InvalidUrl {
+            reason: "not a URL (expected sqlite://<path> or postgres://...)",
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sqlite_urls_create_the_file() {
+        assert_eq!(
+            normalize_url(DEFAULT_URL).unwrap(),
+            (
+                Backend::Sqlite,
+                "sqlite://toolgate-state.db?mode=rwc".to_string()
+            )
+        );
+        assert_eq!(
+            normalize_url("sqlite:///var/lib/tg.db?cache=shared")
+                .unwrap()
+                .1,
+            "sqlite:///var/lib/tg.db?cache=shared&mode=rwc"
+        );
+        assert_eq!(
+            normalize_url("sqlite://x.db?mode=ro").unwrap().1,
+            "sqlite://x.db?mode=ro"
+        );
+        assert_eq!(
+            normalize_url("postgres://u:p@h/db").unwrap(),
+            (Backend::Postgres, "postgres://u:p@h/db".to_string())
+        );
+    }
+
+    #[test]
+    fn bad_urls_are_refused_without_echo() {
+        let err = normalize_url("mysql://user:hunter2@h/db").unwrap_err();
+        assert!(!err.to_string().contains("hunter2"));
+        assert!(matches!(err, StateError::InvalidUrl { .. }));
+        assert!(normalize_url("toolgate-state.db").is_err());
+    }
+
+    #[test]
+    fn aad_is_unambiguous() {
+        assert_ne!(
+            aad("token", &["a", "bc", ""]),
+            aad("token", &["ab", "c", ""])
+        );
+        assert_ne!(
+            aad("token", &["a", "b", "c"]),
+            aad("client", &["a", "b", "c"])
+        );
+    }
+
+    #[test]
+    fn versioned_debug_hides_the_value() {
+        let v = Versioned {
+            version: 3,
+            value: b"secret".to_vec(),
+        };
+        let debug = format!("{v:?}");
+        assert!(
+            debug.contains("<6 bytes>") && !debug.contains("115"),
+            "{debug}"
+        );
+    }
+}
