@@ -1,5 +1,6 @@
 //! Caller authentication: `authorization: Bearer <token>` → the caller's
-//! [`Tenant`], put into the request extensions.
+//! [`Tenant`], put into the request extensions, with the [`Subject`] the
+//! call acts for (`x-toolgate-subject`).
 //!
 //! Tokens are kept only as SHA-256 digests. A presented token is hashed and
 //! looked up by digest, then the digests are compared in constant time, so
@@ -15,6 +16,70 @@ use tonic::service::Interceptor;
 use crate::config::Config;
 use crate::error::CallError;
 use crate::registry::{Registry, Tenant};
+
+/// The metadata key naming the end user a call acts for.
+pub const SUBJECT_METADATA: &str = "x-toolgate-subject";
+
+/// Longest subject accepted, in bytes.
+pub const MAX_SUBJECT_LEN: usize = 256;
+
+/// The end user (or workload) a call acts for: the `x-toolgate-subject`
+/// metadata, an opaque id trusted because the tenant's token is. `None`
+/// means the tenant itself. Per-user upstream credentials are kept per
+/// (tenant, subject, server); one subject's never serves another.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct Subject(Option<Arc<str>>);
+
+impl Subject {
+    /// The tenant itself (no end user).
+    pub fn tenant() -> Self {
+        Self(None)
+    }
+
+    /// An end user's subject.
+    ///
+    /// # Errors
+    /// Empty, longer than [`MAX_SUBJECT_LEN`] bytes, or with a byte outside
+    /// visible ASCII (`!` to `~`).
+    pub fn named(id: &str) -> Result<Self, &'static str> {
+        if id.is_empty() {
+            return Err("the x-toolgate-subject metadata is empty");
+        }
+        if id.len() > MAX_SUBJECT_LEN {
+            return Err("the x-toolgate-subject metadata is longer than 256 bytes");
+        }
+        if !id.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(
+                "the x-toolgate-subject metadata must be visible ASCII (no spaces or control characters)",
+            );
+        }
+        Ok(Self(Some(Arc::from(id))))
+    }
+
+    /// The subject's id; `None` for the tenant itself.
+    pub fn id(&self) -> Option<&str> {
+        self.0.as_deref()
+    }
+
+    /// The id as stored and keyed: the empty string for the tenant itself.
+    pub fn key(&self) -> &str {
+        self.0.as_deref().unwrap_or("")
+    }
+
+    /// Reads the subject from request metadata.
+    ///
+    /// # Errors
+    /// The metadata is present but not a valid subject.
+    pub fn from_metadata(metadata: &tonic::metadata::MetadataMap) -> Result<Self, &'static str> {
+        match metadata.get(SUBJECT_METADATA) {
+            None => Ok(Self::tenant()),
+            Some(value) => value
+                .to_str()
+                .map_err(|_| "the x-toolgate-subject metadata must be visible ASCII")
+                .and_then(Self::named),
+        }
+    }
+}
 
 /// Token digests of every tenant, mapped to the tenant's position in the
 /// configuration.
@@ -108,9 +173,12 @@ impl Interceptor for Authenticate {
             .registry
             .authenticate(token)
             .ok_or(CallError::Unauthenticated("unknown token"))?;
+        let subject = Subject::from_metadata(request.metadata())
+            .map_err(|reason| tonic::Status::from(CallError::InvalidSubject(reason)))?;
         // The caller's credential goes no further than this layer.
         request.metadata_mut().remove("authorization");
         request.extensions_mut().insert(tenant);
+        request.extensions_mut().insert(subject);
         Ok(request)
     }
 }
@@ -118,6 +186,19 @@ impl Interceptor for Authenticate {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn subjects_are_bounded_visible_ascii() {
+        assert_eq!(
+            Subject::named("user-42@example").unwrap().id(),
+            Some("user-42@example")
+        );
+        assert!(Subject::named("").is_err());
+        assert!(Subject::named("a b").is_err());
+        assert!(Subject::named(&"x".repeat(257)).is_err());
+        assert!(Subject::named(&"x".repeat(256)).is_ok());
+        assert_eq!(Subject::tenant().key(), "");
+    }
 
     #[test]
     fn parses_bearer_values() {

@@ -34,6 +34,33 @@ pub enum CallError {
         /// The requested name.
         name: String,
     },
+    /// The `x-toolgate-subject` metadata is malformed.
+    #[error("invalid subject: {0}")]
+    InvalidSubject(&'static str),
+    /// The server acts for each end user, and this call's subject has not
+    /// authorized it yet: the user consents at `url`.
+    #[error("server `{server}` needs the consent of this call's subject{}: open the authorization URL (in the status details) and retry after consenting", if .subject.is_empty() { " (the tenant itself: no x-toolgate-subject was sent)" } else { "" })]
+    AuthorizationRequired {
+        /// The server.
+        server: String,
+        /// The exposed tool name.
+        tool: String,
+        /// The subject (empty for the tenant itself); never put in the message.
+        subject: String,
+        /// Where the subject consents.
+        url: String,
+    },
+    /// The state store (tokens, consents) cannot be reached; nothing was
+    /// sent upstream.
+    #[error(
+        "the gateway's state store is unavailable ({reason}); calls to server `{server}` need it, retry"
+    )]
+    StateUnavailable {
+        /// The server.
+        server: String,
+        /// Why, without secrets.
+        reason: String,
+    },
     /// The requested name cannot be a tool name (too long or empty).
     #[error("`{name}` is not a valid tool name: {reason}")]
     InvalidName {

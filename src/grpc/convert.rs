@@ -29,6 +29,7 @@ pub fn server_statuses(catalog: &Catalog) -> Vec<pb::ServerStatus> {
                 tool_count: s.tool_count,
                 transport: s.transport.to_owned(),
                 state: state.into(),
+                authorization_url: String::new(),
             }
         })
         .collect()

@@ -42,6 +42,11 @@ pub fn classify(error: &CallError) -> (Code, &'static str) {
         CallError::ToolNotFound { .. } => (Code::NotFound, "TOOL_NOT_FOUND"),
         CallError::InvalidArguments { .. } => (Code::InvalidArgument, "INVALID_ARGUMENTS"),
         CallError::InvalidName { .. } => (Code::InvalidArgument, "INVALID_TOOL_NAME"),
+        CallError::InvalidSubject(_) => (Code::InvalidArgument, "INVALID_SUBJECT"),
+        CallError::AuthorizationRequired { .. } => {
+            (Code::FailedPrecondition, "UPSTREAM_AUTHORIZATION_REQUIRED")
+        }
+        CallError::StateUnavailable { .. } => (Code::Unavailable, "STATE_UNAVAILABLE"),
         CallError::Reloading => (Code::Unavailable, "RELOADING"),
         CallError::ResponseTooLarge { .. } => (Code::ResourceExhausted, "RESULT_TOO_LARGE"),
         CallError::ServerUnavailable { .. } => (Code::Unavailable, "UPSTREAM_UNAVAILABLE"),
@@ -162,6 +167,16 @@ fn metadata(error: &CallError) -> HashMap<String, String> {
         CallError::ToolNotFound { name } => {
             metadata.insert("tool".to_owned(), quoted(name).into_owned());
         }
+        CallError::AuthorizationRequired {
+            server, tool, url, ..
+        } => {
+            metadata.insert("server".to_owned(), server.clone());
+            metadata.insert("tool".to_owned(), tool.clone());
+            metadata.insert("authorization_url".to_owned(), url.clone());
+        }
+        CallError::StateUnavailable { server, .. } => {
+            metadata.insert("server".to_owned(), server.clone());
+        }
         CallError::ResponseTooLarge {
             server,
             tool,
@@ -238,6 +253,7 @@ fn metadata(error: &CallError) -> HashMap<String, String> {
         | CallError::Draining
         | CallError::Reloading
         | CallError::InvalidName { .. }
+        | CallError::InvalidSubject(_)
         | CallError::InvalidFilter(_) => {}
     }
     metadata
