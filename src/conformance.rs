@@ -111,6 +111,7 @@ pub async fn run(url: &str) -> anyhow::Result<()> {
         SessionOptions {
             elicitation_defaults: true,
             initialize_version: (!stateless).then(|| initialize_version(&scenario)),
+            ..SessionOptions::default()
         },
     )
     .await
