@@ -17,6 +17,9 @@
 //! schema's defaults), and in the stateless revision `input_required`
 //! results (SEP-2322) are answered and retried over the session's rmcp peer,
 //! which the gateway's own calls refuse.
+//!
+//! The `auth/*` scenarios go through the gateway's OAuth client
+//! ([`crate::credentials::oauth`]): see [`oauth`].
 
 use std::path::Path;
 use std::time::Duration;
@@ -94,6 +97,9 @@ pub async fn run(url: &str) -> anyhow::Result<()> {
         stateless,
         "conformance client"
     );
+    if scenario.name.starts_with("auth/") {
+        return oauth::run(url, &scenario).await;
+    }
     let flow = Flow::for_scenario(&scenario.name)
         .ok_or_else(|| anyhow!("unsupported scenario `{}`", scenario.name))?;
 
@@ -198,9 +204,6 @@ impl Flow {
             "initialize" | "request-metadata" | "json-schema-ref-no-deref" => Flow::ConnectOnly,
             // SEP-2640 skills extension: unsupported, so never `skills/list`.
             n if n.starts_with("sep-2640-client-") => Flow::ConnectOnly,
-            // No OAuth: connecting without credentials is all we can do;
-            // the 401 fails these (the expected-failures baseline).
-            n if n.starts_with("auth/") => Flow::ConnectOnly,
             "tools_call" => Flow::AddNumbers,
             "elicitation-sep1034-client-defaults" => {
                 Flow::CallNamed("test_client_elicitation_defaults")
@@ -439,6 +442,306 @@ fn object(value: Value) -> JsonObject {
     match value {
         Value::Object(map) => map,
         _ => JsonObject::new(),
+    }
+}
+
+/// The `auth/*` scenarios: every token comes from the gateway's OAuth client
+/// ([`OAuthClient`]), consent is given headlessly (the authorization URL is
+/// fetched the way a browser would, without following the final redirect,
+/// and the `Location` callback handed to [`OAuthClient::complete`]), and the
+/// MCP session sends the token as `Authorization: Bearer` with every
+/// request: a request refused with a challenge (401, or 403
+/// `insufficient_scope`) is answered by [`OAuthClient::refused`] (refresh,
+/// new consent or bounded step-up) and resent once.
+mod oauth {
+    use std::borrow::Cow;
+    use std::collections::HashMap;
+    use std::sync::Arc;
+
+    use anyhow::{Context, bail};
+    use futures::stream::BoxStream;
+    use http::{HeaderName, HeaderValue};
+    use rmcp::model::{ClientJsonRpcMessage, ProtocolVersion};
+    use rmcp::service::{ClientLifecycleMode, RoleClient};
+    use rmcp::transport::StreamableHttpClientTransport;
+    use rmcp::transport::streamable_http_client::{
+        SseError, StreamableHttpClient, StreamableHttpClientTransportConfig, StreamableHttpError,
+        StreamableHttpPostResponse,
+    };
+    use serde_json::Value;
+    use sse_stream::Sse;
+    use url::Url;
+
+    use super::{Scenario, initialize_version, synthetic_arguments};
+    use crate::config::{Grant, Secret, TokenEndpointAuth};
+    use crate::credentials::oauth::{
+        EnterpriseIdp, MemoryStore, OAuthClient, OAuthError, OAuthSettings, parse_algorithm,
+    };
+    use crate::state::TokenKey;
+
+    /// The redirect URI registered by the conformance client (never served:
+    /// the callback is read from the `Location` header).
+    const REDIRECT_URI: &str = "http://localhost:3000/callback";
+
+    /// The client ID metadata document URL the suite expects.
+    const CLIENT_METADATA_URL: &str = "https://conformance-test.local/client-metadata.json";
+
+    type HttpError = StreamableHttpError<reqwest::Error>;
+
+    /// Runs an `auth/*` scenario against `url`.
+    pub(super) async fn run(url: &str, scenario: &Scenario) -> anyhow::Result<()> {
+        let context = &scenario.context;
+        let text = |name: &str| context.get(name).and_then(Value::as_str).map(str::to_owned);
+        let server_url = Url::parse(url).context("the scenario URL")?;
+        let name = scenario.name.as_str();
+        let enterprise = matches!(
+            name,
+            "auth/enterprise-managed-authorization" | "auth/cross-app-access-complete-flow"
+        );
+        let grant = if name.starts_with("auth/client-credentials-") {
+            Grant::ClientCredentials
+        } else {
+            Grant::AuthorizationCode
+        };
+        let mut settings = OAuthSettings::new(server_url, grant);
+        settings.allow_private_addresses = true;
+        settings.redirect_uri = Some(REDIRECT_URI.to_owned());
+        settings.client_metadata_url = Some(CLIENT_METADATA_URL.to_owned());
+        settings.client_name = "toolgate-conformance".to_owned();
+        settings.client_id = text("client_id");
+        settings.client_secret = text("client_secret").map(Secret::new);
+        if let Some(pem) = text("private_key_pem") {
+            settings.private_key = Some(Secret::new(pem));
+            settings.token_endpoint_auth = Some(TokenEndpointAuth::PrivateKeyJwt);
+            settings.signing_algorithm = text("signing_algorithm")
+                .as_deref()
+                .and_then(parse_algorithm);
+        } else if grant == Grant::ClientCredentials || enterprise {
+            settings.token_endpoint_auth = Some(TokenEndpointAuth::ClientSecretBasic);
+        }
+        let oauth = Arc::new(OAuthClient::new(settings, Arc::new(MemoryStore::new()))?);
+        let key = TokenKey::tenant_wide("conformance", "conformance");
+
+        if enterprise {
+            let idp = EnterpriseIdp {
+                issuer: text("idp_issuer").context("context.idp_issuer")?,
+                token_endpoint: text("idp_token_endpoint").context("context.idp_token_endpoint")?,
+                client_id: text("idp_client_id").context("context.idp_client_id")?,
+                client_secret: None,
+            };
+            let id_token = Secret::new(text("idp_id_token").context("context.idp_id_token")?);
+            oauth.enterprise_token(&key, &idp, &id_token).await?;
+            tracing::info!("enterprise-managed token obtained");
+        }
+
+        let http = OAuthHttp {
+            client: reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .build()?,
+            oauth,
+            key,
+        };
+        let transport = StreamableHttpClientTransport::with_client(
+            http,
+            StreamableHttpClientTransportConfig::with_uri(url),
+        );
+        let mode = if scenario.stateless() {
+            ClientLifecycleMode::Discover {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            }
+        } else {
+            ClientLifecycleMode::Initialize
+        };
+        let mut info = rmcp::model::ClientConfig::default();
+        info.protocol_version = initialize_version(scenario);
+        let service = rmcp::service::serve_client_with_lifecycle_and_ct(
+            info,
+            transport,
+            mode,
+            tokio_util::sync::CancellationToken::new(),
+        )
+        .await
+        .context("connecting")?;
+        let result = exercise(service.peer()).await;
+        let _ = service.cancel().await;
+        result
+    }
+
+    /// Lists the tools and calls each (a refused call is logged: the
+    /// scenarios judge the authorization, not the tools).
+    async fn exercise(peer: &rmcp::service::Peer<RoleClient>) -> anyhow::Result<()> {
+        let tools = peer.list_all_tools().await.context("tools/list")?;
+        tracing::info!(tools = tools.len(), "listed");
+        for tool in &tools {
+            let params = rmcp::model::CallToolRequestParams::new(tool.name.clone())
+                .with_arguments(synthetic_arguments(tool));
+            match peer.call_tool(params).await {
+                Ok(_) => tracing::info!(tool = %tool.name, "called"),
+                Err(error) => tracing::warn!(tool = %tool.name, %error, "call failed"),
+            }
+        }
+        Ok(())
+    }
+
+    /// The session's HTTP client: the OAuth client's token on every request.
+    #[derive(Clone, Debug)]
+    struct OAuthHttp {
+        client: reqwest::Client,
+        oauth: Arc<OAuthClient>,
+        key: TokenKey,
+    }
+
+    impl OAuthHttp {
+        /// The token to send: none before any grant (the server's 401
+        /// challenge then drives discovery), else the client's.
+        async fn token(&self) -> Result<Option<Secret>, OAuthError> {
+            if self
+                .oauth
+                .store()
+                .load_credentials(&self.key)
+                .await?
+                .is_none()
+            {
+                return Ok(None);
+            }
+            match self.oauth.access_token(&self.key).await {
+                Err(OAuthError::AuthorizationRequired { url }) => {
+                    self.consent(&url).await.map(Some)
+                }
+                other => other.map(Some),
+            }
+        }
+
+        /// A better token after `refused` drew `challenge`.
+        async fn refused(
+            &self,
+            refused: Option<&Secret>,
+            challenge: &str,
+        ) -> Result<Secret, OAuthError> {
+            let none = Secret::new("");
+            match self
+                .oauth
+                .refused(&self.key, refused.unwrap_or(&none), Some(challenge))
+                .await
+            {
+                Err(OAuthError::AuthorizationRequired { url }) => self.consent(&url).await,
+                other => other,
+            }
+        }
+
+        /// Consents headlessly at `url` and returns the token it yields.
+        async fn consent(&self, url: &str) -> Result<Secret, OAuthError> {
+            let callback = headless_authorize(&self.client, url)
+                .await
+                .map_err(|e| OAuthError::Callback(format!("{e:#}")))?;
+            self.oauth.complete(&callback).await?;
+            self.oauth.access_token(&self.key).await
+        }
+
+        /// Sends with the token; on a challenge, once more with a better one.
+        async fn send<T, F, Fut>(&self, call: F) -> Result<T, HttpError>
+        where
+            F: Fn(Option<String>) -> Fut,
+            Fut: Future<Output = Result<T, HttpError>>,
+        {
+            let token = self.token().await.map_err(refusal)?;
+            let challenge = match call(token.as_ref().map(|t| t.expose().to_owned())).await {
+                Err(StreamableHttpError::AuthRequired(e)) => e.www_authenticate_header,
+                Err(StreamableHttpError::InsufficientScope(e)) => e.www_authenticate_header,
+                other => return other,
+            };
+            let better = self
+                .refused(token.as_ref(), &challenge)
+                .await
+                .map_err(refusal)?;
+            call(Some(better.expose().to_owned())).await
+        }
+    }
+
+    fn refusal(error: OAuthError) -> HttpError {
+        tracing::warn!(%error, "OAuth");
+        StreamableHttpError::UnexpectedServerResponse(Cow::Owned(error.to_string()))
+    }
+
+    /// Follows the authorization URL like a browser whose user consents,
+    /// stopping at the redirect to the client: its `Location` is the
+    /// callback URL.
+    async fn headless_authorize(client: &reqwest::Client, url: &str) -> anyhow::Result<String> {
+        let response = client
+            .get(url)
+            .send()
+            .await
+            .context("the authorization request")?;
+        let Some(location) = response.headers().get(http::header::LOCATION) else {
+            bail!(
+                "the authorization endpoint answered {} without a redirect",
+                response.status()
+            );
+        };
+        let location = location.to_str().context("the redirect location")?;
+        Ok(Url::parse(url)?.join(location)?.to_string())
+    }
+
+    impl StreamableHttpClient for OAuthHttp {
+        type Error = reqwest::Error;
+
+        async fn post_message(
+            &self,
+            uri: Arc<str>,
+            message: ClientJsonRpcMessage,
+            session_id: Option<Arc<str>>,
+            _auth_header: Option<String>,
+            custom_headers: HashMap<HeaderName, HeaderValue>,
+        ) -> Result<StreamableHttpPostResponse, HttpError> {
+            self.send(|token| {
+                self.client.post_message(
+                    uri.clone(),
+                    message.clone(),
+                    session_id.clone(),
+                    token,
+                    custom_headers.clone(),
+                )
+            })
+            .await
+        }
+
+        async fn delete_session(
+            &self,
+            uri: Arc<str>,
+            session_id: Arc<str>,
+            _auth_header: Option<String>,
+            custom_headers: HashMap<HeaderName, HeaderValue>,
+        ) -> Result<(), HttpError> {
+            self.send(|token| {
+                self.client.delete_session(
+                    uri.clone(),
+                    session_id.clone(),
+                    token,
+                    custom_headers.clone(),
+                )
+            })
+            .await
+        }
+
+        async fn get_stream(
+            &self,
+            uri: Arc<str>,
+            session_id: Option<Arc<str>>,
+            last_event_id: Option<String>,
+            _auth_header: Option<String>,
+            custom_headers: HashMap<HeaderName, HeaderValue>,
+        ) -> Result<BoxStream<'static, Result<Sse, SseError>>, HttpError> {
+            self.send(|token| {
+                self.client.get_stream(
+                    uri.clone(),
+                    session_id.clone(),
+                    last_event_id.clone(),
+                    token,
+                    custom_headers.clone(),
+                )
+            })
+            .await
+        }
     }
 }
 

@@ -706,6 +706,7 @@ impl OAuthClient {
     /// The settings cannot work ([`OAuthError::Settings`]).
     pub fn new(settings: OAuthSettings, store: Arc<dyn OAuthStore>) -> Result<Self, OAuthError> {
         settings.validate()?;
+        ensure_crypto_provider();
         Ok(Self {
             settings,
             store,
@@ -1294,10 +1295,16 @@ impl OAuthClient {
         manager
             .configure_client_credentials(&config)
             .map_err(|e| from_auth(e, &secrets))?;
-        let response = manager
-            .exchange_client_credentials(&config)
-            .await
-            .map_err(|e| from_auth(e, &secrets))?;
+        // rmcp 3.11's `exchange_client_credentials` future is not `Send`
+        // (its private_key_jwt path holds a `form_urlencoded::Serializer`
+        // across an await), so it runs to completion on a blocking thread.
+        let runtime = tokio::runtime::Handle::current();
+        let response = tokio::task::spawn_blocking(move || {
+            runtime.block_on(async move { manager.exchange_client_credentials(&config).await })
+        })
+        .await
+        .map_err(|e| OAuthError::Refused(format!("the token request was abandoned: {e}")))?
+        .map_err(|e| from_auth(e, &secrets))?;
         tracing::info!(tenant = %key.tenant, server = %key.server, "OAuth client-credentials token obtained");
         Ok(Secret::new(response.access_token().secret()))
     }
@@ -1318,6 +1325,16 @@ impl OAuthClient {
             .find_map(parse_algorithm)
             .unwrap_or(JwtSigningAlgorithm::ES256)
     }
+}
+
+/// Installs the process-wide TLS crypto provider (ring) once: rmcp builds
+/// its own HTTP clients for OAuth, and reqwest is built without a provider.
+fn ensure_crypto_provider() {
+    static INSTALL: std::sync::Once = std::sync::Once::new();
+    INSTALL.call_once(|| {
+        // Fails only if another provider is installed already: fine.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
 }
 
 /// A JWS algorithm name rmcp signs `private_key_jwt` assertions with.
