@@ -2,6 +2,9 @@
 # Installs what toolgate's integration tests need, relative to the repo root:
 #   * <repo>/.venv                      Python venv with tests/fixtures/python/requirements.txt
 #   * <repo>/tests/fixtures/node/node_modules   from package.json + package-lock.json (npm ci)
+#   * PostgreSQL 15 (Debian's postgresql-15, for the state store tests), when
+#     /usr/lib/postgresql/15/bin/initdb is missing; the tests start their own
+#     clusters, so the package's default cluster and service are not used
 #
 # Idempotent and fast when nothing changed: each install writes a stamp file
 # holding a hash of its inputs (the requirements / lockfile plus the tool
@@ -39,6 +42,19 @@ hash_of() {
 if command -v flock >/dev/null 2>&1; then
   exec 9>"${TMPDIR:-/tmp}/toolgate-setup-$(printf '%s' "$ROOT" | sha256sum | cut -c1-16).lock"
   flock 9
+fi
+
+# ---- PostgreSQL 15 ---------------------------------------------------------
+if [[ -x /usr/lib/postgresql/15/bin/initdb ]]; then
+  log "postgresql 15 present"
+else
+  log "installing postgresql-15"
+  if [[ "$(id -u)" == 0 ]]; then SUDO=(); else SUDO=(sudo); fi
+  export DEBIAN_FRONTEND=noninteractive
+  "${SUDO[@]}" apt-get update -qq
+  "${SUDO[@]}" apt-get install -y -qq --no-install-recommends postgresql-15 >/dev/null
+  [[ -x /usr/lib/postgresql/15/bin/initdb ]] || { log "postgresql-15 installed no initdb"; exit 1; }
+  log "postgresql 15 ready"
 fi
 
 # ---- Python venv -----------------------------------------------------------

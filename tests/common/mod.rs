@@ -643,3 +643,137 @@ pub fn serve_binary(config: &Path, log: &Path, env: &[(&str, &str)]) -> ChildGua
     }
     ChildGuard(command.spawn().unwrap())
 }
+
+/// Where Debian's `postgresql-15` package puts its programs.
+pub const PG_BIN: &str = "/usr/lib/postgresql/15/bin";
+
+/// A throwaway PostgreSQL 15 cluster in a temporary directory, listening on
+/// 127.0.0.1 on a free port (its Unix socket in the same directory), with
+/// `trust` authentication for the `postgres` user. The server runs as the
+/// `postgres` user when the tests run as root (initdb and pg_ctl refuse
+/// root). Stopped (immediately) and removed on drop.
+pub struct PgCluster {
+    dir: tempfile::TempDir,
+    port: u16,
+    running: bool,
+}
+
+impl PgCluster {
+    /// Creates and starts a cluster.
+    pub fn start() -> PgCluster {
+        let initdb = Path::new(PG_BIN).join("initdb");
+        assert!(
+            initdb.exists(),
+            "{} is missing: run tests/setup.sh first (it installs postgresql-15)",
+            initdb.display()
+        );
+        let dir = tempfile::Builder::new()
+            .prefix("toolgate-pg")
+            .tempdir()
+            .unwrap();
+        if running_as_root() {
+            let status = std::process::Command::new("chown")
+                .arg("postgres:")
+                .arg(dir.path())
+                .status()
+                .unwrap();
+            assert!(status.success(), "chown postgres: {status}");
+        }
+        let data = dir.path().join("data");
+        let out = pg_command("initdb")
+            .args([
+                "--auth=trust",
+                "--username=postgres",
+                "--encoding=UTF8",
+                "--no-sync",
+            ])
+            .arg("--pgdata")
+            .arg(&data)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "initdb failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut cluster = PgCluster {
+            dir,
+            port: free_port(),
+            running: false,
+        };
+        cluster.restart();
+        cluster
+    }
+
+    /// `postgres://postgres@127.0.0.1:<port>/postgres`.
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// Starts the (stopped) cluster again on the same port.
+    pub fn restart(&mut self) {
+        let dir = self.dir.path();
+        let options = format!(
+            "-c listen_addresses=127.0.0.1 -p {} -c unix_socket_directories={} -c fsync=off",
+            self.port,
+            dir.display()
+        );
+        let out = pg_command("pg_ctl")
+            .arg("--pgdata")
+            .arg(dir.join("data"))
+            .arg("--log")
+            .arg(dir.join("server.log"))
+            .args(["--wait", "--timeout=60", "-o", &options, "start"])
+            .output()
+            .unwrap();
+        let log = std::fs::read_to_string(dir.join("server.log")).unwrap_or_default();
+        assert!(
+            out.status.success(),
+            "pg_ctl start failed: {}\n{log}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        self.running = true;
+    }
+
+    /// Stops the cluster (fast shutdown: clients are disconnected).
+    pub fn stop(&mut self) {
+        self.stop_with("fast");
+    }
+
+    fn stop_with(&mut self, mode: &str) {
+        if !self.running {
+            return;
+        }
+        let _ = pg_command("pg_ctl")
+            .arg("--pgdata")
+            .arg(self.dir.path().join("data"))
+            .args(["--wait", "--mode", mode, "stop"])
+            .output();
+        self.running = false;
+    }
+}
+
+impl Drop for PgCluster {
+    fn drop(&mut self) {
+        self.stop_with("immediate");
+    }
+}
+
+fn running_as_root() -> bool {
+    std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|out| out.stdout.trim_ascii() == b"0")
+}
+
+/// A PostgreSQL program, run as `postgres` when we are root.
+fn pg_command(program: &str) -> std::process::Command {
+    let path = Path::new(PG_BIN).join(program);
+    if running_as_root() {
+        let mut command = std::process::Command::new("runuser");
+        command.args(["-u", "postgres", "--"]).arg(path);
+        command
+    } else {
+        std::process::Command::new(path)
+    }
+}

@@ -18,5 +18,6 @@ mod redaction;
 mod reload;
 mod routing;
 mod search;
+mod state;
 mod third_party;
 mod worker_api;

@@ -1,0 +1,458 @@
+//! The state store against both of its backends: the same scenarios on a
+//! SQLite file and on a real PostgreSQL 15 cluster (`common::PgCluster`),
+//! with two `StateStore` instances over one database standing in for two
+//! replicas.
+
+use std::time::{Duration, Instant};
+
+use sqlx::Row as _;
+use toolgate::state::{
+    ClientKey, KeyRing, OpenError, Record, Replaced, StateError, StateStore, TokenKey, Versioned,
+};
+
+use crate::common::PgCluster;
+
+const K1: [u8; 32] = [0x11; 32];
+const K2: [u8; 32] = [0x22; 32];
+
+fn ring(keys: &[[u8; 32]]) -> KeyRing {
+    KeyRing::new(keys.to_vec()).unwrap()
+}
+
+async fn store(url: &str, keys: &[[u8; 32]]) -> StateStore {
+    StateStore::connect(url, ring(keys)).await.unwrap()
+}
+
+/// A plain sqlx pool, to look at rows as an attacker with the database would.
+async fn raw(url: &str) -> sqlx::AnyPool {
+    sqlx::any::install_default_drivers();
+    sqlx::AnyPool::connect(url).await.unwrap()
+}
+
+async fn raw_sealed(url: &str, sql: &str) -> Vec<Vec<u8>> {
+    let pool = raw(url).await;
+    let rows = sqlx::query(sql).fetch_all(&pool).await.unwrap();
+    pool.close().await;
+    rows.iter().map(|r| r.get::<Vec<u8>, _>(0)).collect()
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// Every scenario, each on its own tenant, in one database.
+async fn behaves(url: &str) {
+    round_trip_and_isolation(url).await;
+    compare_and_swap_between_replicas(url).await;
+    pending_taken_once(url).await;
+    pending_expiry(url).await;
+    encrypted_at_rest(url).await;
+    key_rotation_across_instances(url).await;
+    row_moved_does_not_decrypt(url).await;
+}
+
+async fn round_trip_and_isolation(url: &str) {
+    let s = store(url, &[K1]).await;
+    let alice = TokenKey::new("rt", "alice", "github");
+    let bob = TokenKey::new("rt", "bob", "github");
+    let tenant = TokenKey::tenant_wide("rt", "github");
+    assert_eq!(s.get_token(&alice).await.unwrap(), None);
+    assert_eq!(s.put_token(&alice, b"alice-1").await.unwrap(), 1);
+    assert_eq!(s.put_token(&alice, b"alice-2").await.unwrap(), 2);
+    assert_eq!(
+        s.get_token(&alice).await.unwrap(),
+        Some(Versioned {
+            version: 2,
+            value: b"alice-2".to_vec()
+        })
+    );
+    // One subject's token never serves another, nor the tenant itself.
+    assert_eq!(s.get_token(&bob).await.unwrap(), None);
+    assert_eq!(s.get_token(&tenant).await.unwrap(), None);
+    assert_eq!(
+        s.get_token(&TokenKey::new("other", "alice", "github"))
+            .await
+            .unwrap(),
+        None
+    );
+    assert!(s.delete_token(&alice).await.unwrap());
+    assert!(!s.delete_token(&alice).await.unwrap());
+    assert_eq!(s.get_token(&alice).await.unwrap(), None);
+
+    let client = ClientKey::new("rt", "github", "https://issuer.example");
+    let other_issuer = ClientKey::new("rt", "github", "https://other.example");
+    assert_eq!(s.get_client(&client).await.unwrap(), None);
+    s.put_client(&client, b"{\"client_id\":\"a\"}")
+        .await
+        .unwrap();
+    s.put_client(&client, b"{\"client_id\":\"b\"}")
+        .await
+        .unwrap();
+    assert_eq!(
+        s.get_client(&client).await.unwrap().unwrap(),
+        b"{\"client_id\":\"b\"}"
+    );
+    assert_eq!(s.get_client(&other_issuer).await.unwrap(), None);
+    assert!(s.delete_client(&client).await.unwrap());
+    assert_eq!(s.get_client(&client).await.unwrap(), None);
+    s.close().await;
+}
+
+/// Two stores (replicas) with several refreshers each race on one version:
+/// exactly one wins each round, every loser gets the winner's token.
+async fn compare_and_swap_between_replicas(url: &str) {
+    let replicas = [store(url, &[K1]).await, store(url, &[K1]).await];
+    let key = TokenKey::new("cas", "alice", "github");
+    replicas[0].put_token(&key, b"token-0").await.unwrap();
+    for round in 0..5 {
+        let current = replicas[1].get_token(&key).await.unwrap().unwrap();
+        let mut tasks = Vec::new();
+        for n in 0..8 {
+            let s = replicas[n % 2].clone();
+            let key = key.clone();
+            let value = format!("token-{round}-{n}").into_bytes();
+            tasks.push(tokio::spawn(async move {
+                let outcome = s
+                    .replace_token(&key, current.version, &value)
+                    .await
+                    .unwrap();
+                (value, outcome)
+            }));
+        }
+        let mut outcomes = Vec::new();
+        for task in tasks {
+            outcomes.push(task.await.unwrap());
+        }
+        let winners: Vec<_> = outcomes
+            .iter()
+            .filter_map(|(value, o)| match o {
+                Replaced::Won(version) => Some((value.clone(), *version)),
+                Replaced::Lost(_) => None,
+            })
+            .collect();
+        assert_eq!(winners.len(), 1, "round {round}: {outcomes:?}");
+        let (won_value, won_version) = winners[0].clone();
+        assert_eq!(won_version, current.version + 1);
+        for (_, outcome) in &outcomes {
+            if let Replaced::Lost(seen) = outcome {
+                assert_eq!(
+                    seen.as_ref(),
+                    Some(&Versioned {
+                        version: won_version,
+                        value: won_value.clone()
+                    }),
+                    "a loser reads the winner's token"
+                );
+            }
+        }
+        let stored = replicas[0].get_token(&key).await.unwrap().unwrap();
+        assert_eq!((stored.version, stored.value), (won_version, won_value));
+    }
+    // A refresh of a token deleted meanwhile loses with nothing to read.
+    let version = replicas[0].get_token(&key).await.unwrap().unwrap().version;
+    replicas[1].delete_token(&key).await.unwrap();
+    assert_eq!(
+        replicas[0]
+            .replace_token(&key, version, b"late")
+            .await
+            .unwrap(),
+        Replaced::Lost(None)
+    );
+    for s in replicas {
+        s.close().await;
+    }
+}
+
+/// A callback is consumed once, even when two replicas race for it.
+async fn pending_taken_once(url: &str) {
+    let replicas = [store(url, &[K1]).await, store(url, &[K1]).await];
+    for round in 0..5 {
+        let state = format!("state-{round}-Xk2j9");
+        replicas[round % 2]
+            .put_pending(&state, b"pkce-verifier", Duration::from_secs(600))
+            .await
+            .unwrap();
+        let mut tasks = Vec::new();
+        for n in 0..8 {
+            let s = replicas[n % 2].clone();
+            let state = state.clone();
+            tasks.push(tokio::spawn(async move {
+                s.take_pending(&state).await.unwrap()
+            }));
+        }
+        let mut got = Vec::new();
+        for task in tasks {
+            if let Some(value) = task.await.unwrap() {
+                got.push(value);
+            }
+        }
+        assert_eq!(got, vec![b"pkce-verifier".to_vec()], "round {round}");
+        assert_eq!(replicas[0].take_pending(&state).await.unwrap(), None);
+    }
+    // The same state cannot be registered twice while live.
+    replicas[0]
+        .put_pending("dup-state", b"a", Duration::from_secs(600))
+        .await
+        .unwrap();
+    let err = replicas[1]
+        .put_pending("dup-state", b"b", Duration::from_secs(600))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StateError::Database(_)), "{err:?}");
+    assert_eq!(
+        replicas[1]
+            .take_pending("dup-state")
+            .await
+            .unwrap()
+            .unwrap(),
+        b"a"
+    );
+    for s in replicas {
+        s.close().await;
+    }
+}
+
+/// An expired flow is never returned, and expired rows are purged.
+async fn pending_expiry(url: &str) {
+    let s = store(url, &[K1]).await;
+    s.put_pending("expired-1", b"v", Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!(s.take_pending("expired-1").await.unwrap(), None);
+
+    s.put_pending("live-1", b"live", Duration::from_secs(600))
+        .await
+        .unwrap();
+    s.put_pending("expired-2", b"v", Duration::ZERO)
+        .await
+        .unwrap();
+    assert!(s.purge_expired().await.unwrap() >= 1);
+    let now_ms = i64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis(),
+    )
+    .unwrap();
+    let pool = raw(url).await;
+    let stale: i64 =
+        sqlx::query("SELECT COUNT(*) FROM toolgate_pending_flows WHERE expires_at_ms <= $1")
+            .bind(now_ms)
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+            .get(0);
+    pool.close().await;
+    assert_eq!(stale, 0, "expired flows are purged");
+    assert_eq!(s.take_pending("expired-2").await.unwrap(), None);
+    assert_eq!(s.take_pending("live-1").await.unwrap().unwrap(), b"live");
+    s.close().await;
+}
+
+/// Values, client secrets and `state` values are not readable from the rows.
+async fn encrypted_at_rest(url: &str) {
+    let s = store(url, &[K1]).await;
+    s.put_token(
+        &TokenKey::new("rest", "alice", "github"),
+        b"PLAINTEXT-ACCESS-TOKEN",
+    )
+    .await
+    .unwrap();
+    s.put_client(
+        &ClientKey::new("rest", "github", "https://issuer.example"),
+        b"PLAINTEXT-CLIENT-SECRET",
+    )
+    .await
+    .unwrap();
+    s.put_pending(
+        "PLAINTEXT-STATE",
+        b"PLAINTEXT-VERIFIER",
+        Duration::from_secs(600),
+    )
+    .await
+    .unwrap();
+    s.close().await;
+
+    let tokens = raw_sealed(url, "SELECT sealed FROM toolgate_tokens").await;
+    let clients = raw_sealed(url, "SELECT sealed FROM toolgate_oauth_clients").await;
+    let pending = raw_sealed(url, "SELECT sealed FROM toolgate_pending_flows").await;
+    assert!(!tokens.is_empty() && !clients.is_empty() && !pending.is_empty());
+    for sealed in tokens.iter().chain(&clients).chain(&pending) {
+        assert!(!contains(sealed, b"PLAINTEXT"), "plaintext at rest");
+    }
+    let pool = raw(url).await;
+    let hashes: Vec<String> = sqlx::query("SELECT state_hash FROM toolgate_pending_flows")
+        .fetch_all(&pool)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    pool.close().await;
+    assert!(
+        hashes.iter().all(|h| !h.contains("PLAINTEXT")),
+        "{hashes:?}"
+    );
+}
+
+/// Rotation: a replica with a new first key reads old rows and writes new
+/// ones with the new key; a replica without the new key cannot read those;
+/// once the old key is dropped, only rewritten rows read.
+async fn key_rotation_across_instances(url: &str) {
+    let old_key = TokenKey::new("rotate", "alice", "github");
+    let new_key = TokenKey::new("rotate", "bob", "github");
+    let old = store(url, &[K1]).await;
+    old.put_token(&old_key, b"sealed-with-k1").await.unwrap();
+
+    let rotated = store(url, &[K2, K1]).await;
+    assert_eq!(
+        rotated.get_token(&old_key).await.unwrap().unwrap().value,
+        b"sealed-with-k1"
+    );
+    rotated
+        .put_token(&new_key, b"sealed-with-k2")
+        .await
+        .unwrap();
+
+    let pool = raw(url).await;
+    let sealed: Vec<u8> = sqlx::query(
+        "SELECT sealed FROM toolgate_tokens WHERE tenant = 'rotate' AND subject = 'bob'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap()
+    .get(0);
+    pool.close().await;
+    let id: String = sealed[1..9].iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(
+        id,
+        ring(&[K2]).key_ids()[0].to_string(),
+        "new rows use the new key"
+    );
+
+    match old.get_token(&new_key).await {
+        Err(StateError::Decrypt {
+            record: Record::Token,
+            cause: OpenError::UnknownKey { .. },
+        }) => {}
+        other => panic!("expected Decrypt(UnknownKey), got {other:?}"),
+    }
+
+    let new_only = store(url, &[K2]).await;
+    assert!(matches!(
+        new_only.get_token(&old_key).await,
+        Err(StateError::Decrypt { .. })
+    ));
+    assert_eq!(
+        new_only.get_token(&new_key).await.unwrap().unwrap().value,
+        b"sealed-with-k2"
+    );
+    // Rewriting the old row under the rotated ring moves it to the new key.
+    let current = rotated.get_token(&old_key).await.unwrap().unwrap();
+    assert!(matches!(
+        rotated
+            .replace_token(&old_key, current.version, &current.value)
+            .await
+            .unwrap(),
+        Replaced::Won(_)
+    ));
+    assert_eq!(
+        new_only.get_token(&old_key).await.unwrap().unwrap().value,
+        b"sealed-with-k1"
+    );
+    for s in [old, rotated, new_only] {
+        s.close().await;
+    }
+}
+
+/// A sealed value copied into another row does not decrypt there.
+async fn row_moved_does_not_decrypt(url: &str) {
+    let s = store(url, &[K1]).await;
+    let alice = TokenKey::new("moved", "alice", "github");
+    let mallory = TokenKey::new("moved", "mallory", "github");
+    s.put_token(&alice, b"alice-token").await.unwrap();
+    s.put_token(&mallory, b"mallory-token").await.unwrap();
+
+    let pool = raw(url).await;
+    sqlx::query(
+        "UPDATE toolgate_tokens SET sealed = \
+         (SELECT sealed FROM toolgate_tokens WHERE tenant = 'moved' AND subject = 'alice') \
+         WHERE tenant = 'moved' AND subject = 'mallory'",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    pool.close().await;
+
+    match s.get_token(&mallory).await {
+        Err(
+            err @ StateError::Decrypt {
+                cause: OpenError::Tampered { .. },
+                ..
+            },
+        ) => assert!(!err.to_string().contains("alice-token")),
+        other => panic!("expected Decrypt(Tampered), got {other:?}"),
+    }
+    assert_eq!(
+        s.get_token(&alice).await.unwrap().unwrap().value,
+        b"alice-token"
+    );
+    s.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_store_behaves() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let url = format!("sqlite://{}", path.display());
+    behaves(&url).await;
+    assert!(path.exists(), "the SQLite file is created");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_store_behaves() {
+    let pg = PgCluster::start();
+    behaves(&pg.url()).await;
+}
+
+/// PostgreSQL stopped: operations, fresh connects and lazy stores fail fast
+/// with `Unavailable`; a lazy store works once the server is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_down_is_unavailable_quickly() {
+    let mut pg = PgCluster::start();
+    let url = pg.url();
+    let key = TokenKey::new("down", "alice", "github");
+    let s = store(&url, &[K1]).await;
+    s.put_token(&key, b"before").await.unwrap();
+    pg.stop();
+
+    let started = Instant::now();
+    let err = s.get_token(&key).await.unwrap_err();
+    assert!(err.is_unavailable(), "{err:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+
+    let started = Instant::now();
+    let err = s.put_token(&key, b"during").await.unwrap_err();
+    assert!(matches!(err, StateError::Unavailable(_)), "{err:?}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+
+    let started = Instant::now();
+    let err = StateStore::connect(&url, ring(&[K1])).await.unwrap_err();
+    assert!(err.is_unavailable(), "{err:?}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+
+    let lazy = StateStore::open_lazy(&url, ring(&[K1])).unwrap();
+    let err = lazy.take_pending("x").await.unwrap_err();
+    assert!(err.is_unavailable(), "{err:?}");
+
+    pg.restart();
+    assert_eq!(
+        lazy.get_token(&key).await.unwrap().unwrap().value,
+        b"before"
+    );
+    assert_eq!(s.get_token(&key).await.unwrap().unwrap().value, b"before");
+}
