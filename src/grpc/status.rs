@@ -116,7 +116,12 @@ fn classify_upstream(error: &UpstreamError, idempotent: bool) -> (Code, &'static
         }
         UpstreamError::HttpStatus { .. } => (Code::Internal, "UPSTREAM_HTTP_ERROR"),
         // Not retryable: the operator must fix the configured credentials.
-        UpstreamError::AuthRejected => (Code::FailedPrecondition, "UPSTREAM_AUTH_REJECTED"),
+        UpstreamError::AuthRejected { .. } => (Code::FailedPrecondition, "UPSTREAM_AUTH_REJECTED"),
+        UpstreamError::AuthorizationRequired { .. } => {
+            (Code::FailedPrecondition, "UPSTREAM_AUTHORIZATION_REQUIRED")
+        }
+        UpstreamError::StateUnavailable(_) => (Code::Unavailable, "STATE_UNAVAILABLE"),
+        UpstreamError::TokenFailed(_) => (Code::Unavailable, "UPSTREAM_TOKEN_UNAVAILABLE"),
         UpstreamError::Timeout(_) => (Code::DeadlineExceeded, "UPSTREAM_TIMEOUT"),
         UpstreamError::Protocol(_) => (Code::Internal, "UPSTREAM_PROTOCOL_ERROR"),
         UpstreamError::Unsupported(_) => (Code::Unimplemented, "UPSTREAM_UNSUPPORTED"),

@@ -68,7 +68,26 @@ pub enum UpstreamError {
     },
     /// The HTTP server refused the configured credentials.
     #[error("the server refused the gateway's credentials (HTTP 401/403)")]
-    AuthRejected,
+    AuthRejected {
+        /// The server's `WWW-Authenticate` challenge, when it sent one
+        /// (redacted and bounded; used to refresh or step up an OAuth token).
+        challenge: Option<String>,
+    },
+    /// The server acts for each end user and this subject has not
+    /// authorized it (or its grant was revoked): consent at `url`.
+    #[error("the subject must authorize the server first")]
+    AuthorizationRequired {
+        /// Where the end user consents.
+        url: String,
+    },
+    /// The state store holding OAuth tokens cannot be reached: nothing was
+    /// sent.
+    #[error("the state store is unavailable: {0}")]
+    StateUnavailable(String),
+    /// An OAuth token could not be had (the authorization server refused or
+    /// could not be reached): nothing was sent.
+    #[error("no access token: {0}")]
+    TokenFailed(String),
     /// The request ran out of time; the server was sent a cancellation.
     #[error("no answer within {}", humantime::format_duration(*.0))]
     Timeout(Duration),
@@ -98,8 +117,10 @@ impl UpstreamError {
     /// log, span) can leak a credential or carry an unbounded text.
     pub(crate) fn from_service(error: rmcp::ServiceError, redactor: &Redactor) -> Self {
         use rmcp::ServiceError as E;
-        if error.auth_challenge().is_some() {
-            return UpstreamError::AuthRejected;
+        if let Some(challenge) = error.auth_challenge() {
+            return UpstreamError::AuthRejected {
+                challenge: Some(redactor.upstream_text(challenge)),
+            };
         }
         match error {
             // The stdio transport's answer for a result over the limit.
@@ -120,6 +141,17 @@ impl UpstreamError {
             E::InputRequiredRoundsExceeded { .. } => UpstreamError::Unsupported("client input"),
             other => UpstreamError::Protocol(redactor.upstream_text(&other.to_string())),
         }
+    }
+
+    /// Whether no credential could be had for the server (no consent yet,
+    /// the state store down, the token endpoint failing): nothing was sent.
+    pub(crate) fn is_credential_failure(&self) -> bool {
+        matches!(
+            self,
+            UpstreamError::AuthorizationRequired { .. }
+                | UpstreamError::StateUnavailable(_)
+                | UpstreamError::TokenFailed(_)
+        )
     }
 
     /// Whether the error ends the session: the transport itself failed (the
@@ -150,7 +182,9 @@ fn from_transport(error: &(dyn std::error::Error + 'static), redactor: &Redactor
             Some((status, body)) => http_status(status, body, redactor),
             None => UpstreamError::Protocol(redactor.upstream_text(text)),
         },
-        H::AuthRequired(_) | H::InsufficientScope(_) => UpstreamError::AuthRejected,
+        H::AuthRequired(_) | H::InsufficientScope(_) => UpstreamError::AuthRejected {
+            challenge: http.auth_challenge().map(|c| redactor.upstream_text(c)),
+        },
         H::SessionExpired => UpstreamError::Unreachable(
             "the server no longer knows the session (HTTP 404)".to_owned(),
         ),
@@ -184,7 +218,7 @@ fn from_transport(error: &(dyn std::error::Error + 'static), redactor: &Redactor
 /// credentials refused.
 fn http_status(status: u16, body: &str, redactor: &Redactor) -> UpstreamError {
     match status {
-        401 | 403 => UpstreamError::AuthRejected,
+        401 | 403 => UpstreamError::AuthRejected { challenge: None },
         _ => UpstreamError::HttpStatus {
             status,
             body: redactor.upstream_text(body.trim()),

@@ -20,7 +20,7 @@ use rmcp::transport::streamable_http_client::{
 };
 use sse_stream::Sse;
 
-use super::{UpstreamError, error};
+use super::{Bearer, UpstreamError, error};
 use crate::config::Secret;
 use crate::credentials::SharedRedactor;
 
@@ -56,6 +56,7 @@ pub(super) fn transport(
     headers: &[(HeaderName, Secret)],
     max_result_bytes: usize,
     redactor: &SharedRedactor,
+    bearer: Option<Bearer>,
 ) -> Result<StreamableHttpClientTransport<TraceHeaders>, UpstreamError> {
     ensure_crypto_provider();
     let mut custom = HashMap::new();
@@ -78,6 +79,7 @@ pub(super) fn transport(
     let client = TraceHeaders {
         client: shared_client()?,
         redactor: redactor.clone(),
+        bearer,
     };
     Ok(StreamableHttpClientTransport::with_client(client, config))
 }
@@ -136,9 +138,22 @@ pub(super) fn split_status(text: &str) -> Option<(u16, &str)> {
 pub(super) struct TraceHeaders {
     client: reqwest::Client,
     redactor: SharedRedactor,
+    /// The session's OAuth token, sent as `Authorization: Bearer` with
+    /// every request (read per request: a refreshed token applies at once).
+    bearer: Option<Bearer>,
 }
 
 impl TraceHeaders {
+    /// The bearer token for this request: the session's OAuth token when
+    /// it has one, else what rmcp passes (none: static credentials travel
+    /// as configured headers).
+    fn auth(&self, auth_header: Option<String>) -> Option<String> {
+        self.bearer
+            .as_ref()
+            .and_then(Bearer::header)
+            .or(auth_header)
+    }
+
     /// `error` without upstream text that could carry a credential: an
     /// error body redacted and bounded, a reqwest error without its URL
     /// (whose query may hold a token).
@@ -191,7 +206,7 @@ impl StreamableHttpClient for TraceHeaders {
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
         let headers = with_trace_headers(&message, custom_headers);
         self.client
-            .post_message(uri, message, session_id, auth_header, headers)
+            .post_message(uri, message, session_id, self.auth(auth_header), headers)
             .await
             .map_err(|e| self.clean(e))
     }
@@ -211,7 +226,7 @@ impl StreamableHttpClient for TraceHeaders {
                 uri,
                 message,
                 session_id,
-                auth_header,
+                self.auth(auth_header),
                 headers,
                 limits,
             )
@@ -227,7 +242,7 @@ impl StreamableHttpClient for TraceHeaders {
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<(), StreamableHttpError<Self::Error>> {
         self.client
-            .delete_session(uri, session_id, auth_header, custom_headers)
+            .delete_session(uri, session_id, self.auth(auth_header), custom_headers)
             .await
             .map_err(|e| self.clean(e))
     }
@@ -241,7 +256,13 @@ impl StreamableHttpClient for TraceHeaders {
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<BoxStream<'static, Result<Sse, SseError>>, StreamableHttpError<Self::Error>> {
         self.client
-            .get_stream(uri, session_id, last_event_id, auth_header, custom_headers)
+            .get_stream(
+                uri,
+                session_id,
+                last_event_id,
+                self.auth(auth_header),
+                custom_headers,
+            )
             .await
             .map_err(|e| self.clean(e))
     }
@@ -260,7 +281,7 @@ impl StreamableHttpClient for TraceHeaders {
                 uri,
                 session_id,
                 last_event_id,
-                auth_header,
+                self.auth(auth_header),
                 custom_headers,
                 max_sse_event_size,
             )

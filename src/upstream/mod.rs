@@ -2,6 +2,7 @@
 //! Streamable HTTP), read the whole tool list, call tools with a timeout
 //! and cancellation, and close.
 
+mod bearer;
 mod error;
 mod handler;
 mod http;
@@ -22,6 +23,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+pub use bearer::{Bearer, TokenError, TokenSource};
 pub use error::UpstreamError;
 pub(crate) use handler::accept_with_defaults;
 pub use stdio::Label;
@@ -52,6 +54,8 @@ pub struct Session {
     redactor: SharedRedactor,
     /// Whether tool results are redacted too (`redact_results`).
     redact_results: bool,
+    /// OAuth bearer tokens, when the server takes them.
+    bearer: Option<Bearer>,
 }
 
 /// What connecting yields: the session and every tool it listed.
@@ -98,6 +102,9 @@ pub(crate) struct SessionOptions {
     /// (its newest version, 2026-07-28 in rmcp 3.11, which itself has no
     /// `initialize`).
     pub(crate) initialize_version: Option<rmcp::model::ProtocolVersion>,
+    /// OAuth bearer tokens for an HTTP server (sent as `Authorization`,
+    /// refreshed before each call, renewed once when refused).
+    pub(crate) bearer: Option<Bearer>,
 }
 
 /// [`connect`] with [`SessionOptions`].
@@ -163,9 +170,12 @@ pub(crate) async fn connect_with(
                         timeout,
                         probe_cancel,
                         redactor,
+                        options.bearer,
                     )
                     .await;
                 }
+                // No token: the other lifecycle would not get one either.
+                Ok(Err(error)) if error.is_credential_failure() => return Err(error),
                 Ok(Err(error)) => {
                     probe_cancel.cancel();
                     tracing::debug!(tenant = %label.tenant, server = %label.server, %error, "server/discover failed; falling back to initialize");
@@ -192,13 +202,27 @@ pub(crate) async fn connect_with(
             .map_err(|_| UpstreamError::ConnectTimeout(timeout))?
         }
     };
-    finish_connect(server, label, started?, deadline, timeout, cancel, redactor).await
+    finish_connect(
+        server,
+        label,
+        started?,
+        deadline,
+        timeout,
+        cancel,
+        redactor,
+        options.bearer,
+    )
+    .await
 }
 
 /// How long `lifecycle: auto` tries `server/discover` at most.
 const AUTO_PROBE: Duration = Duration::from_secs(5);
 
 /// Lists the tools of a started session and hands the session out.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the connect context, passed through from `connect_with`"
+)]
 async fn finish_connect(
     server: &ServerConfig,
     label: &Label,
@@ -207,6 +231,7 @@ async fn finish_connect(
     timeout: Duration,
     cancel: CancellationToken,
     redactor: &SharedRedactor,
+    bearer: Option<Bearer>,
 ) -> Result<Connected, UpstreamError> {
     let listed = tokio::time::timeout_at(
         deadline,
@@ -256,6 +281,7 @@ async fn finish_connect(
             pid,
             redactor: redactor.clone(),
             redact_results: server.redact_results,
+            bearer,
         }),
         tools,
     })
@@ -307,11 +333,40 @@ async fn start(
             }
         }
         Transport::Http { url, headers } => {
-            let transport = http::transport(url, headers, max_result_bytes, redactor)?;
-            let service = serve(transport, lifecycle, cancel, options)
-                .await
-                .map_err(handshake)?;
-            Ok((service, None))
+            let Some(bearer) = &options.bearer else {
+                let transport = http::transport(url, headers, max_result_bytes, redactor, None)?;
+                let service = serve(transport, lifecycle, cancel, options)
+                    .await
+                    .map_err(handshake)?;
+                return Ok((service, None));
+            };
+            // With OAuth: a token first; a refused one is renewed once (a
+            // refresh, or step-up to the scopes the challenge names).
+            bearer.refresh().await?;
+            let mut renewed = false;
+            loop {
+                let transport = http::transport(
+                    url,
+                    headers,
+                    max_result_bytes,
+                    redactor,
+                    Some(bearer.clone()),
+                )?;
+                match serve(transport, lifecycle, cancel, options).await {
+                    Ok(service) => return Ok((service, None)),
+                    Err(e) if e.auth_challenge().is_some() || e.is_authorization_required() => {
+                        let challenge = e.auth_challenge().map(str::to_owned);
+                        if renewed {
+                            return Err(UpstreamError::AuthRejected {
+                                challenge: challenge.map(|c| redactor.load().upstream_text(&c)),
+                            });
+                        }
+                        renewed = true;
+                        bearer.refused(challenge.as_deref()).await?;
+                    }
+                    Err(e) => return Err(handshake(e)),
+                }
+            }
         }
     }
 }
@@ -437,6 +492,42 @@ impl Session {
     /// The session is closed, the transport fails, the server answers a
     /// JSON-RPC error or something unsupported, or the timeout passes.
     pub async fn call(
+        &self,
+        tool: &str,
+        arguments: JsonObject,
+        timeout: Duration,
+        inherited_trace: Vec<(String, String)>,
+        progress: Option<tokio::sync::mpsc::Sender<ProgressNotificationParam>>,
+    ) -> Result<CallToolResult, UpstreamError> {
+        let Some(bearer) = &self.bearer else {
+            return self
+                .call_once(tool, arguments, timeout, inherited_trace, progress)
+                .await;
+        };
+        // A fresh token before the call; a refused one (the request did
+        // not run) is renewed once and the call resent.
+        bearer.refresh().await?;
+        let first = self
+            .call_once(
+                tool,
+                arguments.clone(),
+                timeout,
+                inherited_trace.clone(),
+                progress.clone(),
+            )
+            .await;
+        match first {
+            Err(UpstreamError::AuthRejected { challenge }) => {
+                bearer.refused(challenge.as_deref()).await?;
+                self.call_once(tool, arguments, timeout, inherited_trace, progress)
+                    .await
+            }
+            other => other,
+        }
+    }
+
+    /// One `tools/call` request with the current credentials.
+    async fn call_once(
         &self,
         tool: &str,
         arguments: JsonObject,
