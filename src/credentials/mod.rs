@@ -4,8 +4,10 @@
 
 pub mod oauth;
 mod redact;
+mod store;
 
 pub use redact::{
     MAX_STATUS_MESSAGE, MAX_UPSTREAM_TEXT, MIN_REDACTED_LEN, REDACTED, Redactor, SharedRedactor,
     bounded,
 };
+pub use store::StateOAuthStore;

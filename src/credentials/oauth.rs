@@ -22,6 +22,9 @@
 //! - the reaction to a refused token ([`OAuthClient::refused`]): the token
 //!   someone else refreshed, a refresh, a new consent, or step-up on
 //!   `insufficient_scope`, bounded per key;
+//! - one renewal per key at a time across tasks and replicas: the renewing
+//!   one holds the key's refresh lease ([`OAuthStore::lock_refresh`]), the
+//!   others wait for its token ([`REFRESH_LEASE_TTL`]);
 //! - the address rule: token and registration endpoints on private or
 //!   loopback addresses are refused unless `allow_private_addresses`
 //!   (link-local and other reserved addresses always, by rmcp);
@@ -60,6 +63,17 @@ pub const STEP_UP_WINDOW: Duration = Duration::from_secs(300);
 
 /// How long a pending authorization flow waits for its callback.
 pub const PENDING_TTL: Duration = Duration::from_secs(600);
+
+/// How long a refresh lease is held at most: a renewal that takes longer
+/// lets another task or replica try.
+pub const REFRESH_LEASE_TTL: Duration = Duration::from_secs(30);
+
+/// How often a task that found the refresh lease taken looks for the
+/// holder's token.
+const REFRESH_POLL: Duration = Duration::from_millis(100);
+
+/// How long it looks before trying the lease once more.
+const REFRESH_WAIT: Duration = Duration::from_secs(10);
 
 /// A token is renewed once less than this much of its life is left (or half
 /// its lifetime, when that is shorter).
@@ -313,6 +327,57 @@ pub trait OAuthStore: Send + Sync + fmt::Debug {
 
     /// Removes the pending flow of `state` (once its code is exchanged).
     fn delete_pending<'a>(&'a self, state: &'a str) -> BoxFuture<'a, Result<(), StoreError>>;
+
+    /// Takes the refresh lease of `key` for `ttl`: its holder asks the token
+    /// endpoint for `key`'s token, everyone else waits for the holder's
+    /// token. `false` when another task or replica holds it and its time has
+    /// not run out. Not reentrant: a second call while the lease is held
+    /// gets `false` too.
+    fn lock_refresh<'a>(
+        &'a self,
+        key: &'a TokenKey,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<bool, StoreError>>;
+
+    /// Gives back the refresh lease of `key` taken with
+    /// [`OAuthStore::lock_refresh`] (nothing happens when it is not held).
+    fn unlock_refresh<'a>(&'a self, key: &'a TokenKey) -> BoxFuture<'a, Result<(), StoreError>>;
+}
+
+/// Refresh leases held in this process, per key, each until its time runs
+/// out. [`MemoryStore`] uses it alone; the state store's adapter in front of
+/// its shared lease, so tasks of one process also exclude each other.
+#[derive(Debug, Default)]
+pub(crate) struct LocalLeases {
+    held: Mutex<HashMap<TokenKey, Instant>>,
+}
+
+impl LocalLeases {
+    /// Takes the lease of `key` for `ttl` unless it is held and live.
+    pub(crate) fn try_take(&self, key: &TokenKey, ttl: Duration) -> bool {
+        let now = Instant::now();
+        let until = now
+            .checked_add(ttl)
+            .unwrap_or(now + Duration::from_secs(86_400));
+        let mut held = self
+            .held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        held.retain(|_, until| *until > now);
+        if held.contains_key(key) {
+            return false;
+        }
+        held.insert(key.clone(), until);
+        true
+    }
+
+    /// Gives the lease of `key` back.
+    pub(crate) fn release(&self, key: &TokenKey) {
+        self.held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(key);
+    }
 }
 
 /// An [`OAuthStore`] in this process's memory (tests, the conformance
@@ -320,6 +385,7 @@ pub trait OAuthStore: Send + Sync + fmt::Debug {
 #[derive(Debug, Default)]
 pub struct MemoryStore {
     inner: Mutex<MemoryInner>,
+    leases: LocalLeases,
 }
 
 #[derive(Debug, Default)]
@@ -408,6 +474,20 @@ impl OAuthStore for MemoryStore {
         self.with(|i| i.pending.remove(state));
         Box::pin(async { Ok(()) })
     }
+
+    fn lock_refresh<'a>(
+        &'a self,
+        key: &'a TokenKey,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        let taken = self.leases.try_take(key, ttl);
+        Box::pin(async move { Ok(taken) })
+    }
+
+    fn unlock_refresh<'a>(&'a self, key: &'a TokenKey) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.leases.release(key);
+        Box::pin(async { Ok(()) })
+    }
 }
 
 /// Why no token could be had. No variant carries a token, code, verifier
@@ -465,12 +545,19 @@ pub enum OAuthError {
     /// The settings cannot work (a missing client id, key or redirect URI).
     #[error("OAuth settings: {0}")]
     Settings(String),
+    /// Another task or replica holds the key's refresh lease and its token
+    /// did not appear in time (retryable).
+    #[error("another replica is renewing this token and has not finished")]
+    RefreshInProgress,
 }
 
 impl OAuthError {
     /// Whether trying again later may succeed without anyone acting.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, OAuthError::Store(_) | OAuthError::Unreachable(_))
+        matches!(
+            self,
+            OAuthError::Store(_) | OAuthError::Unreachable(_) | OAuthError::RefreshInProgress
+        )
     }
 }
 
@@ -548,6 +635,48 @@ fn access_of(credentials: &StoredCredentials) -> Option<&str> {
         .token_response
         .as_ref()
         .map(|t| t.access_token().secret().as_str())
+}
+
+/// The access token of `credentials` when it is not `stale` (when given)
+/// and has life left: a token someone else renewed.
+fn renewed(credentials: &StoredCredentials, stale: Option<&str>) -> Option<Secret> {
+    if stale.is_some() && access_of(credentials) == stale {
+        return None;
+    }
+    fresh_token(credentials)
+}
+
+/// A refresh lease taken with [`OAuthStore::lock_refresh`]: given back by
+/// [`RefreshLease::release`], or, when the renewal is abandoned (its future
+/// dropped), by a task spawned on drop.
+struct RefreshLease {
+    store: Arc<dyn OAuthStore>,
+    key: TokenKey,
+    held: bool,
+}
+
+impl RefreshLease {
+    async fn release(mut self) {
+        if let Err(e) = self.store.unlock_refresh(&self.key).await {
+            tracing::warn!(tenant = %self.key.tenant, server = %self.key.server, error = %e, "the refresh lease could not be given back; it runs out by itself");
+        }
+        self.held = false;
+    }
+}
+
+impl Drop for RefreshLease {
+    fn drop(&mut self) {
+        if !self.held {
+            return;
+        }
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let store = self.store.clone();
+            let key = self.key.clone();
+            runtime.spawn(async move {
+                let _ = store.unlock_refresh(&key).await;
+            });
+        }
+    }
 }
 
 /// rmcp's `CredentialStore` over an [`OAuthStore`], for one key.
@@ -697,6 +826,9 @@ pub struct OAuthClient {
     settings: OAuthSettings,
     store: Arc<dyn OAuthStore>,
     step_ups: Mutex<StepUps>,
+    /// How long a task that found the refresh lease taken waits for the
+    /// holder's token ([`REFRESH_WAIT`]; shorter in tests).
+    refresh_wait: Duration,
 }
 
 impl OAuthClient {
@@ -711,6 +843,7 @@ impl OAuthClient {
             settings,
             store,
             step_ups: Mutex::default(),
+            refresh_wait: REFRESH_WAIT,
         })
     }
 
@@ -726,7 +859,9 @@ impl OAuthClient {
 
     /// The access token to send for `key` now: the stored one while it has
     /// life left; else refreshed (authorization code, the refresh token
-    /// rotated as the server says) or obtained anew (client credentials).
+    /// rotated as the server says) or obtained anew (client credentials),
+    /// under the key's refresh lease: when another task or replica is
+    /// renewing it, its token.
     ///
     /// # Errors
     /// [`OAuthError::AuthorizationRequired`] with the URL to consent at when
@@ -738,7 +873,11 @@ impl OAuthClient {
             return Ok(token);
         }
         match self.settings.grant {
-            Grant::ClientCredentials => self.client_credentials(key, None, &[]).await,
+            Grant::ClientCredentials => {
+                let stale = stored.as_ref().and_then(access_of);
+                self.renew_exclusively(key, stale, |_| self.client_credentials(key, None, &[]))
+                    .await
+            }
             Grant::AuthorizationCode => match stored {
                 Some(stale) if stale.token_response.is_some() => {
                     self.refresh(key, &stale, None).await
@@ -898,8 +1037,11 @@ impl OAuthClient {
         }
         match self.settings.grant {
             Grant::ClientCredentials => {
-                self.store.clear_credentials(key).await?;
-                self.client_credentials(key, challenge, &[]).await
+                self.renew_exclusively(key, Some(refused.expose()), |_| async move {
+                    self.store.clear_credentials(key).await?;
+                    self.client_credentials(key, challenge, &[]).await
+                })
+                .await
             }
             Grant::AuthorizationCode => match stored {
                 Some(stale) if stale.token_response.is_some() => {
@@ -1163,12 +1305,107 @@ impl OAuthClient {
         Ok(url)
     }
 
+    /// Refreshes `stale` under the key's refresh lease
+    /// ([`OAuthClient::renew_exclusively`]): the token another task or
+    /// replica renewed meanwhile, else [`OAuthClient::refresh_unlocked`] of
+    /// the credentials stored now.
+    async fn refresh(
+        &self,
+        key: &TokenKey,
+        stale: &StoredCredentials,
+        challenge: Option<&str>,
+    ) -> Result<Secret, OAuthError> {
+        self.renew_exclusively(key, access_of(stale), |current| async move {
+            let current = current.filter(|c| c.token_response.is_some());
+            self.refresh_unlocked(key, current.as_ref().unwrap_or(stale), challenge)
+                .await
+        })
+        .await
+    }
+
+    /// Runs `renew` (which asks the token endpoint and stores the result)
+    /// for `key` while holding its refresh lease ([`REFRESH_LEASE_TTL`]),
+    /// and gives the lease back afterwards, whatever the outcome. `stale` is
+    /// the access token being replaced, if any.
+    ///
+    /// When another task or replica holds the lease, its token is awaited:
+    /// the stored credentials are read every [`REFRESH_POLL`] until a fresh
+    /// token other than `stale` appears, for at most [`REFRESH_WAIT`] (less
+    /// when the credentials disappear: the holder gave up). Then the lease
+    /// is tried once more; still taken, the renewal fails with
+    /// [`OAuthError::RefreshInProgress`]. Once the lease is held, the stored
+    /// credentials are read again (the previous holder may have just
+    /// finished) and handed to `renew`.
+    async fn renew_exclusively<F, Fut>(
+        &self,
+        key: &TokenKey,
+        stale: Option<&str>,
+        renew: F,
+    ) -> Result<Secret, OAuthError>
+    where
+        F: FnOnce(Option<StoredCredentials>) -> Fut,
+        Fut: Future<Output = Result<Secret, OAuthError>>,
+    {
+        if !self.store.lock_refresh(key, REFRESH_LEASE_TTL).await? {
+            tracing::debug!(tenant = %key.tenant, server = %key.server, "another holder is renewing this token; waiting for its token");
+            if let Some(token) = self.await_renewed(key, stale).await? {
+                return Ok(token);
+            }
+            if !self.store.lock_refresh(key, REFRESH_LEASE_TTL).await? {
+                return Err(OAuthError::RefreshInProgress);
+            }
+        }
+        let lease = RefreshLease {
+            store: self.store.clone(),
+            key: key.clone(),
+            held: true,
+        };
+        let outcome = async {
+            let current = self.store.load_credentials(key).await?;
+            if let Some(token) = current.as_ref().and_then(|c| renewed(c, stale)) {
+                return Ok(token);
+            }
+            renew(current).await
+        }
+        .await;
+        lease.release().await;
+        outcome
+    }
+
+    /// Reads the credentials of `key` every [`REFRESH_POLL`] until a fresh
+    /// token other than `stale` appears (`Some`), the credentials disappear
+    /// after having been seen, or `refresh_wait` passes (`None`).
+    async fn await_renewed(
+        &self,
+        key: &TokenKey,
+        stale: Option<&str>,
+    ) -> Result<Option<Secret>, OAuthError> {
+        let deadline = Instant::now() + self.refresh_wait;
+        let mut seen = false;
+        loop {
+            tokio::time::sleep(REFRESH_POLL).await;
+            match self.store.load_credentials(key).await? {
+                Some(now) => {
+                    if let Some(token) = renewed(&now, stale) {
+                        return Ok(Some(token));
+                    }
+                    seen = true;
+                }
+                None if seen => return Ok(None),
+                None => {}
+            }
+            if Instant::now() >= deadline {
+                return Ok(None);
+            }
+        }
+    }
+
     /// Refreshes `stale` (rmcp: `resource`, rotation, the guard); when that
     /// cannot work (another issuer now, no refresh token, the refresh token
     /// rejected, the client gone), the credentials are dropped and a new
     /// consent is required. A rejection after another replica refreshed
-    /// yields that replica's token.
-    async fn refresh(
+    /// yields that replica's token. The caller holds the refresh lease.
+    async fn refresh_unlocked(
         &self,
         key: &TokenKey,
         stale: &StoredCredentials,
@@ -1590,6 +1827,240 @@ mod tests {
             OAuthClient::new(cc, store),
             Err(OAuthError::Settings(_))
         ));
+    }
+
+    fn token_credentials(access: &str, expires_in: u64, received: u64) -> StoredCredentials {
+        let mut response = OAuthTokenResponse::new(
+            oauth2::AccessToken::new(access.to_owned()),
+            oauth2::basic::BasicTokenType::Bearer,
+            VendorExtraTokenFields::default(),
+        );
+        response.set_expires_in(Some(&Duration::from_secs(expires_in)));
+        response.set_refresh_token(Some(oauth2::RefreshToken::new("refresh-1".into())));
+        StoredCredentials::new("client".into(), Some(response), Vec::new(), Some(received))
+    }
+
+    fn expired(access: &str) -> StoredCredentials {
+        token_credentials(access, 60, now_secs() - 3600)
+    }
+
+    fn live(access: &str) -> StoredCredentials {
+        token_credentials(access, 3600, now_secs())
+    }
+
+    /// A client whose server and authorization server cannot be reached
+    /// (a discard port): any network request fails at once.
+    fn unreachable_client(grant: Grant, store: Arc<MemoryStore>) -> OAuthClient {
+        let url = Url::parse("http://127.0.0.1:9/mcp").expect("url");
+        let mut settings = OAuthSettings::new(url, grant);
+        settings.client_id = Some("client".into());
+        settings.client_secret = Some(Secret::new("client-secret"));
+        settings.redirect_uri = Some("https://gw.example/callback".into());
+        settings.allow_private_addresses = true;
+        OAuthClient::new(settings, store).expect("valid settings")
+    }
+
+    #[tokio::test]
+    async fn memory_refresh_leases_exclude_until_given_back_or_run_out() {
+        let store = MemoryStore::new();
+        let alice = TokenKey::new("t", "alice", "s");
+        let bob = TokenKey::new("t", "bob", "s");
+        let ttl = Duration::from_secs(30);
+        assert!(store.lock_refresh(&alice, ttl).await.unwrap());
+        assert!(!store.lock_refresh(&alice, ttl).await.unwrap());
+        assert!(store.lock_refresh(&bob, ttl).await.unwrap());
+        store.unlock_refresh(&alice).await.unwrap();
+        assert!(
+            store
+                .lock_refresh(&alice, Duration::from_millis(20))
+                .await
+                .unwrap()
+        );
+        assert!(!store.lock_refresh(&alice, ttl).await.unwrap());
+        tokio::time::sleep(Duration::from_millis(40)).await;
+        assert!(store.lock_refresh(&alice, ttl).await.unwrap(), "ran out");
+        assert!(!store.lock_refresh(&bob, ttl).await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn concurrent_renewals_ask_once_and_share_the_token() {
+        let store = Arc::new(MemoryStore::new());
+        let client = unreachable_client(Grant::AuthorizationCode, store.clone());
+        let key = TokenKey::new("t", "alice", "s");
+        store.with(|i| i.credentials.insert(key.clone(), expired("old")));
+        let asked = std::sync::atomic::AtomicU32::new(0);
+        let renew = |_current: Option<StoredCredentials>| async {
+            asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            store.with(|i| i.credentials.insert(key.clone(), live("new")));
+            Ok(Secret::new("new"))
+        };
+        let (a, b, c) = tokio::join!(
+            client.renew_exclusively(&key, Some("old"), renew),
+            client.renew_exclusively(&key, Some("old"), renew),
+            client.renew_exclusively(&key, Some("old"), renew),
+        );
+        for token in [a, b, c] {
+            assert_eq!(token.expect("a token").expose(), "new");
+        }
+        assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert!(
+            store.lock_refresh(&key, REFRESH_LEASE_TTL).await.unwrap(),
+            "the lease was given back"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_lease_loser_reads_the_holders_token_through_access_token() {
+        for grant in [Grant::AuthorizationCode, Grant::ClientCredentials] {
+            let store = Arc::new(MemoryStore::new());
+            let client = unreachable_client(grant, store.clone());
+            let key = TokenKey::new("t", "alice", "s");
+            store.with(|i| i.credentials.insert(key.clone(), expired("old")));
+            // Another replica holds the lease and stores its token later.
+            assert!(store.lock_refresh(&key, REFRESH_LEASE_TTL).await.unwrap());
+            let writer = {
+                let store = store.clone();
+                let key = key.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(350)).await;
+                    store.with(|i| i.credentials.insert(key, live("renewed")));
+                })
+            };
+            let token = client.access_token(&key).await.expect("the holder's token");
+            assert_eq!(token.expose(), "renewed", "{grant:?}");
+            writer.await.unwrap();
+            // The loser never held the lease, so it did not give it back.
+            assert!(!store.lock_refresh(&key, REFRESH_LEASE_TTL).await.unwrap());
+        }
+    }
+
+    #[tokio::test]
+    async fn a_refused_token_is_renewed_under_the_lease() {
+        let store = Arc::new(MemoryStore::new());
+        let client = unreachable_client(Grant::ClientCredentials, store.clone());
+        let key = TokenKey::new("t", "alice", "s");
+        store.with(|i| i.credentials.insert(key.clone(), live("refused")));
+        assert!(store.lock_refresh(&key, REFRESH_LEASE_TTL).await.unwrap());
+        let writer = {
+            let store = store.clone();
+            let key = key.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+                store.with(|i| i.credentials.insert(key, live("replacement")));
+            })
+        };
+        let token = client
+            .refused(&key, &Secret::new("refused"), None)
+            .await
+            .expect("the holder's token");
+        assert_eq!(token.expose(), "replacement");
+        writer.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_lease_never_given_back_fails_retryably() {
+        let store = Arc::new(MemoryStore::new());
+        let mut client = unreachable_client(Grant::AuthorizationCode, store.clone());
+        client.refresh_wait = Duration::from_millis(300);
+        let key = TokenKey::new("t", "alice", "s");
+        store.with(|i| i.credentials.insert(key.clone(), expired("old")));
+        assert!(store.lock_refresh(&key, REFRESH_LEASE_TTL).await.unwrap());
+        let started = Instant::now();
+        let error = client.access_token(&key).await.expect_err("still held");
+        assert!(matches!(error, OAuthError::RefreshInProgress), "{error:?}");
+        assert!(error.is_retryable());
+        assert!(started.elapsed() >= Duration::from_millis(300));
+        // The holder's lease is untouched.
+        assert!(!store.lock_refresh(&key, REFRESH_LEASE_TTL).await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn credentials_cleared_by_the_holder_end_the_wait() {
+        let store = Arc::new(MemoryStore::new());
+        let client = unreachable_client(Grant::AuthorizationCode, store.clone());
+        let key = TokenKey::new("t", "alice", "s");
+        store.with(|i| i.credentials.insert(key.clone(), expired("old")));
+        assert!(store.lock_refresh(&key, REFRESH_LEASE_TTL).await.unwrap());
+        let holder = {
+            let store = store.clone();
+            let key = key.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+                store.with(|i| i.credentials.remove(&key));
+                store.unlock_refresh(&key).await.unwrap();
+            })
+        };
+        let started = Instant::now();
+        let found = client.await_renewed(&key, Some("old")).await.unwrap();
+        assert!(found.is_none());
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+        holder.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn the_lease_is_given_back_after_a_failed_renewal() {
+        let store = Arc::new(MemoryStore::new());
+        let key = TokenKey::new("t", "alice", "s");
+        // Through the real refresh: discovery fails at the discard port.
+        let client = unreachable_client(Grant::AuthorizationCode, store.clone());
+        store.with(|i| i.credentials.insert(key.clone(), expired("old")));
+        let error = client.access_token(&key).await.expect_err("unreachable");
+        assert!(!matches!(error, OAuthError::RefreshInProgress), "{error:?}");
+        assert!(store.lock_refresh(&key, REFRESH_LEASE_TTL).await.unwrap());
+        store.unlock_refresh(&key).await.unwrap();
+        // A renewal that fails.
+        let outcome = client
+            .renew_exclusively(&key, Some("old"), |_| async {
+                Err(OAuthError::Unreachable("down".into()))
+            })
+            .await;
+        assert!(matches!(outcome, Err(OAuthError::Unreachable(_))));
+        assert!(store.lock_refresh(&key, REFRESH_LEASE_TTL).await.unwrap());
+        store.unlock_refresh(&key).await.unwrap();
+        // A renewal abandoned midway (its caller went away).
+        let abandoned = tokio::time::timeout(
+            Duration::from_millis(100),
+            client.renew_exclusively(&key, Some("old"), |_| async {
+                tokio::time::sleep(Duration::from_secs(60)).await;
+                Ok(Secret::new("never"))
+            }),
+        )
+        .await;
+        assert!(abandoned.is_err());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(store.lock_refresh(&key, REFRESH_LEASE_TTL).await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn the_lease_winner_uses_a_token_renewed_just_before() {
+        let store = Arc::new(MemoryStore::new());
+        let client = unreachable_client(Grant::AuthorizationCode, store.clone());
+        let key = TokenKey::new("t", "alice", "s");
+        // Read as stale, then renewed by someone who has given the lease back.
+        store.with(|i| i.credentials.insert(key.clone(), live("renewed")));
+        let token = client
+            .renew_exclusively(&key, Some("old"), |_| async {
+                Err(OAuthError::Refused(
+                    "must not ask the token endpoint".into(),
+                ))
+            })
+            .await
+            .expect("the stored token");
+        assert_eq!(token.expose(), "renewed");
+        // The same token as the stale one is not taken for a renewed one.
+        let outcome = client
+            .renew_exclusively(&key, Some("renewed"), |current| async move {
+                assert_eq!(current.as_ref().and_then(access_of), Some("renewed"));
+                Ok(Secret::new("fresh"))
+            })
+            .await
+            .expect("renewed");
+        assert_eq!(outcome.expose(), "fresh");
     }
 
     #[tokio::test]

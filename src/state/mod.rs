@@ -22,6 +22,10 @@
 //! ([`StateStore::replace_token`]): of two replicas refreshing the same token,
 //! exactly one writes and the other gets the winner's token back. A pending
 //! flow is taken with `DELETE ... RETURNING`, so a callback is consumed once.
+//! Before asking the token endpoint at all, a replica takes a short lease
+//! ([`StateStore::try_lease`], named by [`TokenKey::lease_name`]) so that the
+//! others wait for its token instead of refreshing too; the compare-and-swap
+//! stays as the backstop when a lease runs out mid-refresh.
 
 mod error;
 mod keyring;
@@ -91,6 +95,17 @@ impl TokenKey {
     /// A key for the tenant itself (no end user) on `server`.
     pub fn tenant_wide(tenant: impl Into<String>, server: impl Into<String>) -> TokenKey {
         TokenKey::new(tenant, "", server)
+    }
+
+    /// The name of this key's refresh lease ([`StateStore::try_lease`]):
+    /// `token:` and the SHA-256 (hex) of the key's fields, so that neither
+    /// the subject nor the tenant appears in the leases table.
+    pub fn lease_name(&self) -> String {
+        let digest = Sha256::digest(aad(
+            "token-lease",
+            &[&self.tenant, &self.subject, &self.server],
+        ));
+        format!("token:{}", hex(&digest))
     }
 
     fn aad(&self) -> Vec<u8> {
@@ -373,6 +388,96 @@ impl StateStore {
         Ok(done.rows_affected() > 0)
     }
 
+    /// The subjects holding a token for `server` of `tenant`, the least
+    /// recently written first (`updated_at_ms`, then subject), at most
+    /// `limit`. The tenant itself, when it holds a token, appears as the
+    /// empty subject. Used to pick whose token lists a per-user server's
+    /// tools; only the key columns are read, no value is opened.
+    ///
+    /// # Errors
+    /// [`StateError::Unavailable`] when the store cannot be reached.
+    pub async fn subjects(
+        &self,
+        tenant: &str,
+        server: &str,
+        limit: usize,
+    ) -> Result<Vec<String>, StateError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let pool = self.ready().await?;
+        let rows = sqlx::query(
+            "SELECT subject FROM toolgate_tokens WHERE tenant = $1 AND server = $2 \
+             ORDER BY updated_at_ms, subject LIMIT $3",
+        )
+        .bind(tenant)
+        .bind(server)
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_all(pool)
+        .await
+        .map_err(StateError::from_sqlx)?;
+        rows.iter().map(|row| get(row, 0, Record::Token)).collect()
+    }
+
+    // ---- leases ---------------------------------------------------------
+
+    /// Takes or renews the lease `name` for `holder` until `ttl` from now,
+    /// in one statement: the lease is written when nobody holds it, when its
+    /// holder's time has run out, or when `holder` holds it already (a
+    /// renewal). Returns whether `holder` holds it now. Of several replicas
+    /// racing for a free lease exactly one gets `true`, on SQLite (one
+    /// writer) and on PostgreSQL (the conflicting row is locked and the
+    /// condition re-read). Expiry compares the callers' clocks, so replicas
+    /// need roughly synchronized clocks; a lease is a courtesy that avoids
+    /// duplicate work, not a guarantee (see [`StateStore::replace_token`]).
+    ///
+    /// # Errors
+    /// [`StateError::Unavailable`] when the store cannot be reached.
+    pub async fn try_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        ttl: Duration,
+    ) -> Result<bool, StateError> {
+        let pool = self.ready().await?;
+        let now = now_ms();
+        let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
+        let row = sqlx::query(
+            "INSERT INTO toolgate_leases (name, holder, expires_at_ms) VALUES ($1, $2, $3) \
+             ON CONFLICT (name) DO UPDATE \
+             SET holder = excluded.holder, expires_at_ms = excluded.expires_at_ms \
+             WHERE toolgate_leases.expires_at_ms < $4 \
+                OR toolgate_leases.holder = excluded.holder \
+             RETURNING holder",
+        )
+        .bind(name)
+        .bind(holder)
+        .bind(now.saturating_add(ttl_ms))
+        .bind(now)
+        .fetch_optional(pool)
+        .await
+        .map_err(StateError::from_sqlx)?;
+        // A row comes back only when this statement wrote it.
+        Ok(row.is_some())
+    }
+
+    /// Gives up the lease `name` if `holder` holds it (whether or not its
+    /// time has run out). Returns whether it did; a lease taken over by
+    /// another holder meanwhile is left alone.
+    ///
+    /// # Errors
+    /// [`StateError::Unavailable`] when the store cannot be reached.
+    pub async fn release_lease(&self, name: &str, holder: &str) -> Result<bool, StateError> {
+        let pool = self.ready().await?;
+        let done = sqlx::query("DELETE FROM toolgate_leases WHERE name = $1 AND holder = $2")
+            .bind(name)
+            .bind(holder)
+            .execute(pool)
+            .await
+            .map_err(StateError::from_sqlx)?;
+        Ok(done.rows_affected() > 0)
+    }
+
     // ---- OAuth clients --------------------------------------------------
 
     /// The OAuth client registration stored for `key`.
@@ -503,6 +608,31 @@ impl StateStore {
             .map(Some)
     }
 
+    /// The pending flow stored under `state`, left in place (a callback
+    /// that fails its checks must not consume the flow of the genuine one).
+    /// An expired flow is not returned. Use [`StateStore::take_pending`] to
+    /// consume it.
+    ///
+    /// # Errors
+    /// [`StateError::Unavailable`] when the store cannot be reached,
+    /// [`StateError::Decrypt`] when no configured key opens the value.
+    pub async fn get_pending(&self, state: &str) -> Result<Option<Vec<u8>>, StateError> {
+        let pool = self.ready().await?;
+        let row = sqlx::query(
+            "SELECT sealed FROM toolgate_pending_flows \
+             WHERE state_hash = $1 AND expires_at_ms > $2",
+        )
+        .bind(state_hash(state))
+        .bind(now_ms())
+        .fetch_optional(pool)
+        .await
+        .map_err(StateError::from_sqlx)?;
+        let Some(row) = row else { return Ok(None) };
+        let sealed: Vec<u8> = get(&row, 0, Record::Pending)?;
+        self.open(&sealed, &pending_aad(state), Record::Pending)
+            .map(Some)
+    }
+
     /// Deletes every expired pending flow; returns how many.
     ///
     /// # Errors
@@ -551,10 +681,11 @@ fn pending_aad(state: &str) -> Vec<u8> {
 }
 
 fn state_hash(state: &str) -> String {
-    Sha256::digest(state.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hex(&Sha256::digest(state.as_bytes()))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn now_ms() -> i64 {
@@ -638,6 +769,27 @@ mod tests {
             aad("token", &["a", "b", "c"]),
             aad("client", &["a", "b", "c"])
         );
+    }
+
+    #[test]
+    fn lease_names_hide_the_key() {
+        let alice = TokenKey::new("acme", "alice@example.com", "github");
+        let name = alice.lease_name();
+        assert!(name.starts_with("token:"), "{name}");
+        assert_eq!(name.len(), "token:".len() + 64, "{name}");
+        assert!(!name.contains("alice") && !name.contains("acme") && !name.contains("github"));
+        assert_eq!(name, alice.clone().lease_name(), "stable");
+        // Each field counts, and field boundaries are not ambiguous.
+        let others = [
+            TokenKey::new("acme", "bob", "github"),
+            TokenKey::new("other", "alice@example.com", "github"),
+            TokenKey::new("acme", "alice@example.com", "gitlab"),
+            TokenKey::new("acmealice@example.com", "", "github"),
+            TokenKey::tenant_wide("acme", "github"),
+        ];
+        for other in &others {
+            assert_ne!(other.lease_name(), name, "{other:?}");
+        }
     }
 
     #[test]

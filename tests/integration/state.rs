@@ -5,7 +5,13 @@
 
 use std::time::{Duration, Instant};
 
+use oauth2::TokenResponse as _;
+use rmcp::transport::auth::{
+    OAuthTokenResponse, StoredAuthorizationState, StoredCredentials, VendorExtraTokenFields,
+};
 use sqlx::Row as _;
+use toolgate::credentials::StateOAuthStore;
+use toolgate::credentials::oauth::{OAuthStore, PendingFlow, RegisteredClient};
 use toolgate::state::{
     ClientKey, KeyRing, OpenError, Record, Replaced, StateError, StateStore, TokenKey, Versioned,
 };
@@ -49,6 +55,11 @@ async fn behaves(url: &str) {
     encrypted_at_rest(url).await;
     key_rotation_across_instances(url).await;
     row_moved_does_not_decrypt(url).await;
+    leases_between_replicas(url).await;
+    subjects_by_age_per_tenant_and_server(url).await;
+    pending_read_in_place(url).await;
+    oauth_store_round_trip(url).await;
+    oauth_store_keeps_the_first_save_of_a_race(url).await;
 }
 
 async fn round_trip_and_isolation(url: &str) {
@@ -455,4 +466,370 @@ async fn postgres_down_is_unavailable_quickly() {
         b"before"
     );
     assert_eq!(s.get_token(&key).await.unwrap().unwrap().value, b"before");
+}
+
+/// Holders on two replicas race for one lease: exactly one gets it, each
+/// round, also when the lease they race for has run out. The holder renews
+/// it; others cannot take or release it; released, it is free.
+async fn leases_between_replicas(url: &str) {
+    let replicas = [store(url, &[K1]).await, store(url, &[K1]).await];
+    let long = Duration::from_secs(30);
+    for round in 0..5 {
+        let name = format!("race-{round}");
+        if round % 2 == 1 {
+            // The race is for a lease whose holder's time has run out.
+            assert!(
+                replicas[0]
+                    .try_lease(&name, "gone", Duration::ZERO)
+                    .await
+                    .unwrap()
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let mut tasks = Vec::new();
+        for n in 0..8 {
+            let s = replicas[n % 2].clone();
+            let name = name.clone();
+            tasks.push(tokio::spawn(async move {
+                let holder = format!("holder-{n}");
+                let won = s.try_lease(&name, &holder, long).await.unwrap();
+                (holder, won)
+            }));
+        }
+        let mut winners = Vec::new();
+        for task in tasks {
+            let (holder, won) = task.await.unwrap();
+            if won {
+                winners.push(holder);
+            }
+        }
+        assert_eq!(winners.len(), 1, "round {round}: {winners:?}");
+        let winner = &winners[0];
+        let other = if winner == "holder-0" {
+            "holder-1"
+        } else {
+            "holder-0"
+        };
+        // The holder renews; nobody else takes or releases it.
+        assert!(replicas[1].try_lease(&name, winner, long).await.unwrap());
+        assert!(!replicas[0].try_lease(&name, other, long).await.unwrap());
+        assert!(!replicas[0].release_lease(&name, other).await.unwrap());
+        assert!(!replicas[1].try_lease(&name, other, long).await.unwrap());
+        // Released, it is free.
+        assert!(replicas[0].release_lease(&name, winner).await.unwrap());
+        assert!(!replicas[0].release_lease(&name, winner).await.unwrap());
+        assert!(replicas[1].try_lease(&name, other, long).await.unwrap());
+        assert!(!replicas[0].try_lease(&name, winner, long).await.unwrap());
+    }
+    // A lease runs out: another holder takes it, and the former holder can
+    // no longer renew or release it.
+    assert!(
+        replicas[0]
+            .try_lease("short", "a", Duration::from_millis(50))
+            .await
+            .unwrap()
+    );
+    assert!(!replicas[1].try_lease("short", "b", long).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(80)).await;
+    assert!(replicas[1].try_lease("short", "b", long).await.unwrap());
+    assert!(!replicas[0].try_lease("short", "a", long).await.unwrap());
+    assert!(!replicas[0].release_lease("short", "a").await.unwrap());
+    // Token lease names are per key and name no subject.
+    let alice = TokenKey::new("lease", "alice", "github");
+    assert!(!alice.lease_name().contains("alice"));
+    assert!(
+        replicas[0]
+            .try_lease(&alice.lease_name(), "a", long)
+            .await
+            .unwrap()
+    );
+    assert!(
+        replicas[1]
+            .try_lease(
+                &TokenKey::new("lease", "bob", "github").lease_name(),
+                "b",
+                long
+            )
+            .await
+            .unwrap()
+    );
+    let pool = raw(url).await;
+    let names: Vec<String> = sqlx::query("SELECT name FROM toolgate_leases")
+        .fetch_all(&pool)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    pool.close().await;
+    assert!(names.contains(&alice.lease_name()), "{names:?}");
+    assert!(
+        names
+            .iter()
+            .all(|n| !n.contains("alice") && !n.contains("bob"))
+    );
+    for s in replicas {
+        s.close().await;
+    }
+}
+
+/// `subjects` lists who holds a token for one (tenant, server), the least
+/// recently written first, bounded, never another tenant's or server's.
+async fn subjects_by_age_per_tenant_and_server(url: &str) {
+    let s = store(url, &[K1]).await;
+    for subject in ["carol", "alice", "bob"] {
+        s.put_token(&TokenKey::new("subj", subject, "github"), b"t")
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    s.put_token(&TokenKey::new("subj", "dave", "gitlab"), b"t")
+        .await
+        .unwrap();
+    s.put_token(&TokenKey::new("subj-other", "erin", "github"), b"t")
+        .await
+        .unwrap();
+    assert_eq!(
+        s.subjects("subj", "github", 10).await.unwrap(),
+        ["carol", "alice", "bob"]
+    );
+    // A rewrite (a refresh) moves a subject to the back.
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let carol = TokenKey::new("subj", "carol", "github");
+    let version = s.get_token(&carol).await.unwrap().unwrap().version;
+    s.replace_token(&carol, version, b"t2").await.unwrap();
+    assert_eq!(
+        s.subjects("subj", "github", 10).await.unwrap(),
+        ["alice", "bob", "carol"]
+    );
+    assert_eq!(
+        s.subjects("subj", "github", 2).await.unwrap(),
+        ["alice", "bob"]
+    );
+    assert!(s.subjects("subj", "github", 0).await.unwrap().is_empty());
+    assert_eq!(s.subjects("subj", "gitlab", 10).await.unwrap(), ["dave"]);
+    assert_eq!(
+        s.subjects("subj-other", "github", 10).await.unwrap(),
+        ["erin"]
+    );
+    assert!(s.subjects("subj", "jira", 10).await.unwrap().is_empty());
+    assert!(s.subjects("nobody", "github", 10).await.unwrap().is_empty());
+    // A deleted token no longer counts.
+    s.delete_token(&TokenKey::new("subj", "alice", "github"))
+        .await
+        .unwrap();
+    assert_eq!(
+        s.subjects("subj", "github", 10).await.unwrap(),
+        ["bob", "carol"]
+    );
+    s.close().await;
+}
+
+/// `get_pending` reads a flow without consuming it, on any replica; an
+/// expired flow is not returned.
+async fn pending_read_in_place(url: &str) {
+    let replicas = [store(url, &[K1]).await, store(url, &[K1]).await];
+    replicas[0]
+        .put_pending("peek-1", b"verifier-1", Duration::from_secs(600))
+        .await
+        .unwrap();
+    for s in replicas.iter().chain(&replicas) {
+        assert_eq!(
+            s.get_pending("peek-1").await.unwrap().unwrap(),
+            b"verifier-1"
+        );
+    }
+    assert_eq!(
+        replicas[1].take_pending("peek-1").await.unwrap().unwrap(),
+        b"verifier-1"
+    );
+    assert_eq!(replicas[0].get_pending("peek-1").await.unwrap(), None);
+    assert_eq!(replicas[0].get_pending("peek-unknown").await.unwrap(), None);
+    replicas[0]
+        .put_pending("peek-expired", b"v", Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!(replicas[1].get_pending("peek-expired").await.unwrap(), None);
+    for s in replicas {
+        s.close().await;
+    }
+}
+
+fn credentials(access: &str) -> StoredCredentials {
+    let mut response = OAuthTokenResponse::new(
+        oauth2::AccessToken::new(access.to_owned()),
+        oauth2::basic::BasicTokenType::Bearer,
+        VendorExtraTokenFields::default(),
+    );
+    response.set_expires_in(Some(&Duration::from_secs(3600)));
+    StoredCredentials::new(
+        "client-1".to_owned(),
+        Some(response),
+        vec!["mcp:read".to_owned()],
+        Some(1_700_000_000),
+    )
+    .with_issuer(Some("https://issuer.example".to_owned()))
+}
+
+fn access_of(credentials: &StoredCredentials) -> String {
+    credentials
+        .token_response
+        .as_ref()
+        .unwrap()
+        .access_token()
+        .secret()
+        .clone()
+}
+
+/// The OAuth client's store over the state store: credentials, client
+/// registrations and pending flows round-trip (sealed), and the refresh
+/// lease excludes another replica.
+async fn oauth_store_round_trip(url: &str) {
+    let s = store(url, &[K1]).await;
+    let oauth = StateOAuthStore::with_holder(s.clone(), "replica-a");
+    let key = TokenKey::new("adapter", "alice", "github");
+    assert!(oauth.load_credentials(&key).await.unwrap().is_none());
+    oauth
+        .save_credentials(&key, credentials("ACCESS-ALICE-1"))
+        .await
+        .unwrap();
+    let loaded = oauth.load_credentials(&key).await.unwrap().unwrap();
+    assert_eq!(access_of(&loaded), "ACCESS-ALICE-1");
+    assert_eq!(loaded.client_id, "client-1");
+    assert_eq!(loaded.granted_scopes, ["mcp:read"]);
+    assert_eq!(loaded.issuer.as_deref(), Some("https://issuer.example"));
+    oauth
+        .save_credentials(&key, credentials("ACCESS-ALICE-2"))
+        .await
+        .unwrap();
+    let other = StateOAuthStore::new(s.clone());
+    assert_eq!(
+        access_of(&other.load_credentials(&key).await.unwrap().unwrap()),
+        "ACCESS-ALICE-2"
+    );
+    assert!(
+        other
+            .load_credentials(&TokenKey::new("adapter", "bob", "github"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let tokens = raw_sealed(
+        url,
+        "SELECT sealed FROM toolgate_tokens WHERE tenant = 'adapter'",
+    )
+    .await;
+    assert!(tokens.iter().all(|t| !contains(t, b"ACCESS-ALICE")));
+    oauth.clear_credentials(&key).await.unwrap();
+    assert!(other.load_credentials(&key).await.unwrap().is_none());
+
+    let client_key = ClientKey::new("adapter", "github", "https://issuer.example");
+    oauth
+        .save_client(
+            &client_key,
+            RegisteredClient {
+                client_id: "dyn-1".into(),
+                client_secret: Some("CLIENT-SECRET-1".into()),
+            },
+        )
+        .await
+        .unwrap();
+    let client = other.load_client(&client_key).await.unwrap().unwrap();
+    assert_eq!(client.client_id, "dyn-1");
+    assert_eq!(client.client_secret.as_deref(), Some("CLIENT-SECRET-1"));
+
+    let flow = PendingFlow {
+        tenant: "adapter".into(),
+        subject: "alice".into(),
+        server: "github".into(),
+        authorization: StoredAuthorizationState::new(
+            &oauth2::PkceCodeVerifier::new("PKCE-VERIFIER-0123456789".into()),
+            &oauth2::CsrfToken::new("adapter-state".into()),
+        ),
+        challenge: Some("Bearer resource_metadata=\"x\"".into()),
+        client_id: "dyn-1".into(),
+    };
+    oauth.save_pending("adapter-state", flow).await.unwrap();
+    for _ in 0..2 {
+        let found = other.load_pending("adapter-state").await.unwrap().unwrap();
+        assert_eq!(found.key(), key);
+        assert_eq!(
+            found.authorization.pkce_verifier,
+            "PKCE-VERIFIER-0123456789"
+        );
+        assert_eq!(found.client_id, "dyn-1");
+    }
+    other.delete_pending("adapter-state").await.unwrap();
+    assert!(oauth.load_pending("adapter-state").await.unwrap().is_none());
+
+    // The refresh lease, between two replicas.
+    let replica = store(url, &[K1]).await;
+    let b = StateOAuthStore::with_holder(replica.clone(), "replica-b");
+    let ttl = Duration::from_secs(30);
+    assert!(oauth.lock_refresh(&key, ttl).await.unwrap());
+    assert!(!b.lock_refresh(&key, ttl).await.unwrap());
+    assert!(
+        !oauth.lock_refresh(&key, ttl).await.unwrap(),
+        "not reentrant"
+    );
+    b.unlock_refresh(&key).await.unwrap();
+    assert!(!b.lock_refresh(&key, ttl).await.unwrap(), "b never held it");
+    oauth.unlock_refresh(&key).await.unwrap();
+    assert!(b.lock_refresh(&key, ttl).await.unwrap());
+    b.unlock_refresh(&key).await.unwrap();
+    replica.close().await;
+    s.close().await;
+}
+
+/// Two adapters (replicas refreshing the same token) both load, then both
+/// save: the first save wins, the second leaves the first's value in place.
+async fn oauth_store_keeps_the_first_save_of_a_race(url: &str) {
+    let s = store(url, &[K1]).await;
+    let replica = store(url, &[K1]).await;
+    let a = StateOAuthStore::with_holder(s.clone(), "a");
+    let b = StateOAuthStore::with_holder(s.clone(), "b");
+    let c = StateOAuthStore::with_holder(replica.clone(), "c");
+    let key = TokenKey::new("adapter-cas", "alice", "github");
+    a.save_credentials(&key, credentials("stale"))
+        .await
+        .unwrap();
+    for adapter in [&a, &b, &c] {
+        let stale = adapter.load_credentials(&key).await.unwrap().unwrap();
+        assert_eq!(access_of(&stale), "stale");
+    }
+    a.save_credentials(&key, credentials("from-a"))
+        .await
+        .unwrap();
+    b.save_credentials(&key, credentials("from-b"))
+        .await
+        .unwrap();
+    c.save_credentials(&key, credentials("from-c"))
+        .await
+        .unwrap();
+    let stored = s.get_token(&key).await.unwrap().unwrap();
+    assert_eq!(stored.version, 2, "only the first save was written");
+    for adapter in [&a, &b, &c] {
+        let now = adapter.load_credentials(&key).await.unwrap().unwrap();
+        assert_eq!(access_of(&now), "from-a");
+    }
+    // Having read the winner's version, the next save goes through.
+    b.save_credentials(&key, credentials("from-b-2"))
+        .await
+        .unwrap();
+    assert_eq!(
+        access_of(&c.load_credentials(&key).await.unwrap().unwrap()),
+        "from-b-2"
+    );
+    // Without a read, a save is unconditional (a new consent).
+    let fresh = StateOAuthStore::new(replica.clone());
+    fresh
+        .save_credentials(&key, credentials("consented"))
+        .await
+        .unwrap();
+    assert_eq!(
+        access_of(&a.load_credentials(&key).await.unwrap().unwrap()),
+        "consented"
+    );
+    replica.close().await;
+    s.close().await;
 }
