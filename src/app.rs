@@ -43,6 +43,37 @@ pub enum AppError {
     /// The reflection service could not be built.
     #[error("reflection service: {0}")]
     Reflection(#[from] tonic_reflection::server::Error),
+    /// The state store cannot be opened (a malformed `state.url`, or a
+    /// `state.keys` entry that is not a 32-byte base64 key).
+    #[error("state store: {0}")]
+    State(String),
+}
+
+/// Opens the state store when a server uses OAuth (a gateway without one
+/// needs no store and creates no file). The store connects lazily: a
+/// store that is down at start fails only the calls that need it.
+///
+/// # Errors
+/// The URL or a key is malformed (never echoing either).
+pub fn open_oauth(config: &Config) -> Result<Option<crate::registry::OAuthContext>, AppError> {
+    let uses_oauth = config
+        .tenants
+        .iter()
+        .any(|t| t.servers.iter().any(|s| s.oauth.is_some()));
+    if !uses_oauth {
+        return Ok(None);
+    }
+    let keys: Vec<&str> = config.state.keys.iter().map(|k| k.expose()).collect();
+    let keys = crate::state::KeyRing::from_base64(&keys)
+        .map_err(|e| AppError::State(format!("state.keys: {e}")))?;
+    let state = crate::state::StateStore::open_lazy(config.state.url(), keys)
+        .map_err(|e| AppError::State(format!("state.url: {e}")))?;
+    tracing::info!(backend = ?state.backend(), "state store configured");
+    Ok(Some(crate::registry::OAuthContext {
+        store: Arc::new(crate::credentials::StateOAuthStore::new(state.clone())),
+        state,
+        listener: config.oauth.clone(),
+    }))
 }
 
 /// The two stages of stopping: `drain` starts the graceful sequence;
@@ -182,7 +213,23 @@ pub async fn run_with_reload(
     }
 
     config.log_warnings();
-    let registry = Registry::start(&config, env, metrics.clone());
+    let oauth = open_oauth(&config)?;
+    let registry = Registry::start_with_oauth(&config, env, metrics.clone(), oauth.clone());
+    let stop_consent = CancellationToken::new();
+    if let (Some(context), Some(listener)) = (&oauth, &config.oauth) {
+        let addr = listener.listen;
+        let bound = TcpListener::bind(addr)
+            .await
+            .map_err(|source| AppError::Bind { addr, source })?;
+        tracing::info!(
+            addr = %bound.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+            redirect_uri = %listener.redirect_uri(),
+            "OAuth consent listener up"
+        );
+        let router =
+            crate::consent::router(registry.clone(), context.store.clone(), listener.clone());
+        tokio::spawn(crate::consent::serve(bound, router, stop_consent.clone()));
+    }
     // The registry holds what it needs of each tenant; the rest of the
     // configuration is kept without them (with many tenants, a second copy
     // would cost as much as the registry itself).
@@ -304,6 +351,10 @@ pub async fn run_with_reload(
     // 5. Close every upstream session.
     tracing::info!("closing upstream sessions");
     registry.shutdown().await;
+    stop_consent.cancel();
+    if let Some(context) = &oauth {
+        context.state.close().await;
+    }
     stop_metrics.cancel();
     tracing::info!("toolgate stopped");
     result.map_err(AppError::from)

@@ -13,6 +13,7 @@ pub mod cli;
 pub mod config;
 #[doc(hidden)]
 pub mod conformance;
+pub mod consent;
 pub mod credentials;
 pub mod demo;
 pub mod error;

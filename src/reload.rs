@@ -108,6 +108,8 @@ pub async fn watch(
                         "limits.max_message_bytes",
                         config.limits.max_message_bytes != applied.limits.max_message_bytes,
                     ),
+                    ("state", state_changed(&config, &applied)),
+                    ("oauth", oauth_listener(&config) != oauth_listener(&applied)),
                 ] {
                     if changed {
                         tracing::warn!(
@@ -122,4 +124,23 @@ pub async fn watch(
             }
         }
     }
+}
+
+/// Whether the state store's URL or keys changed (read at start only).
+fn state_changed(new: &Config, old: &Config) -> bool {
+    let keys = |c: &Config| -> Vec<String> {
+        c.state.keys.iter().map(|k| k.expose().to_owned()).collect()
+    };
+    new.state.url() != old.state.url() || keys(new) != keys(old)
+}
+
+/// The consent listener's settings (bound at start only).
+fn oauth_listener(config: &Config) -> Option<(std::net::SocketAddr, String, bool)> {
+    config.oauth.as_ref().map(|o| {
+        (
+            o.listen,
+            o.public_url.to_string(),
+            o.allow_private_addresses,
+        )
+    })
 }

@@ -51,6 +51,9 @@ pub enum InputState<'a> {
         /// What it listed when last connected.
         last_tools: Option<&'a [rmcp::model::Tool]>,
     },
+    /// A per-user OAuth server that no end user (nor the tenant itself)
+    /// has authorized yet, so nothing can list its tools; why, in words.
+    AuthorizationRequired(&'a str),
 }
 
 /// How a server stands in the catalog.
@@ -68,6 +71,9 @@ pub enum ServerState {
     /// Connected, but its tools were refused for this reason (an invalid
     /// exposed name, or a name another server also claims).
     Refused(String),
+    /// A per-user OAuth server nobody has authorized yet: its tools are
+    /// listed once an end user (or the tenant) consents.
+    AuthorizationRequired(String),
 }
 
 /// One server's line in a catalog.
@@ -217,6 +223,10 @@ impl Catalog {
                 (InputState::Failed { reason, .. }, _) => {
                     (ServerState::Failed((*reason).to_owned()), Vec::new())
                 }
+                (InputState::AuthorizationRequired(reason), _) => (
+                    ServerState::AuthorizationRequired((*reason).to_owned()),
+                    Vec::new(),
+                ),
                 (InputState::Listed(_), Err(reason)) => (ServerState::Refused(reason), Vec::new()),
                 (InputState::Listed(_), Ok(list)) => match refusals.remove(&server_index) {
                     Some(reason) => (ServerState::Refused(reason), Vec::new()),
@@ -277,7 +287,9 @@ impl Catalog {
         let status = &self.servers[index];
         matches!(
             status.state,
-            ServerState::Failed(_) | ServerState::Connecting
+            ServerState::Failed(_)
+                | ServerState::Connecting
+                | ServerState::AuthorizationRequired(_)
         )
         .then_some(status)
     }

@@ -170,10 +170,18 @@ async fn check(path: PathBuf, offline: bool) -> ExitCode {
     if offline {
         return ExitCode::SUCCESS;
     }
-    let registry = Registry::start(
+    let oauth = match crate::app::open_oauth(&config) {
+        Ok(oauth) => oauth,
+        Err(e) => {
+            eprintln!("{}: {e}", path.display());
+            return ExitCode::FAILURE;
+        }
+    };
+    let registry = Registry::start_with_oauth(
         &config,
         Arc::new(ProcessEnv),
         Arc::new(crate::telemetry::Metrics::new()),
+        oauth,
     );
     let wait = config
         .tenants
@@ -211,8 +219,26 @@ async fn check(path: PathBuf, offline: bool) -> ExitCode {
                     healthy = false;
                     format!("REFUSED: {reason}")
                 }
+                // Not a fault: the server waits for an end user's consent.
+                ServerState::AuthorizationRequired(reason) => {
+                    format!("waiting for authorization: {reason}")
+                }
             };
             println!("  server {} ({}): {state}", server.name, server.transport);
+            if let Some(client) = tenant.oauth_client(&server.name) {
+                let description = client.describe().await;
+                let issuer = match &description.issuer {
+                    Ok(issuer) => issuer.clone(),
+                    Err(e) => {
+                        healthy = false;
+                        format!("DISCOVERY FAILED: {e}")
+                    }
+                };
+                println!(
+                    "    oauth: grant {}, client {}, issuer {issuer}",
+                    description.grant, description.identity
+                );
+            }
             for tool in catalog.tools().iter().filter(|t| t.server == server.name) {
                 println!("    {}", tool.name);
             }

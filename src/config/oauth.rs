@@ -78,6 +78,16 @@ pub enum Grant {
     AuthorizationCode,
 }
 
+impl std::fmt::Display for Grant {
+    /// The name as configured (`grant:`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Grant::ClientCredentials => "client_credentials",
+            Grant::AuthorizationCode => "authorization_code",
+        })
+    }
+}
+
 /// How the client authenticates at the token endpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum TokenEndpointAuth {

@@ -5,9 +5,11 @@
 pub mod oauth;
 mod redact;
 mod store;
+mod tokens;
 
 pub use redact::{
     MAX_STATUS_MESSAGE, MAX_UPSTREAM_TEXT, MIN_REDACTED_LEN, REDACTED, Redactor, SharedRedactor,
     bounded,
 };
 pub use store::StateOAuthStore;
+pub use tokens::OAuthTokens;

@@ -161,7 +161,12 @@ impl OAuthSettings {
         settings.scopes = oauth.scopes.clone();
         if let Some(listener) = listener {
             settings.redirect_uri = Some(listener.redirect_uri());
-            settings.client_metadata_url = Some(listener.client_metadata_url());
+            // Client ID metadata documents must be served over https; a
+            // plain-http listener (tests, a private network) registers
+            // dynamically instead.
+            if listener.public_url.scheme() == "https" {
+                settings.client_metadata_url = Some(listener.client_metadata_url());
+            }
             settings.allow_private_addresses = listener.allow_private_addresses;
         }
         settings
@@ -221,6 +226,18 @@ pub struct EnterpriseIdp {
     /// The gateway's client secret at the IdP (`client_secret_basic`); a
     /// public client when unset.
     pub client_secret: Option<Secret>,
+}
+
+/// A server's OAuth as `toolgate check` shows it.
+#[derive(Debug)]
+pub struct Description {
+    /// The grant.
+    pub grant: Grant,
+    /// The client identity presented to the authorization server.
+    pub identity: String,
+    /// The discovered authorization server's issuer, or why discovery
+    /// failed.
+    pub issuer: Result<String, OAuthError>,
 }
 
 /// Why the state store failed (it is unavailable, or a value is unreadable).
@@ -829,6 +846,29 @@ pub struct OAuthClient {
     /// How long a task that found the refresh lease taken waits for the
     /// holder's token ([`REFRESH_WAIT`]; shorter in tests).
     refresh_wait: Duration,
+    /// Told of each token obtained and each flow started or completed.
+    events: Option<EventSink>,
+}
+
+/// Where an [`OAuthClient`] reports its events (`token_refreshed`,
+/// `token_issued`, `consent_started`, `consent_completed`), for metrics.
+#[derive(Clone)]
+pub struct EventSink(Arc<EventFn>);
+
+/// What an [`EventSink`] calls.
+type EventFn = dyn Fn(&TokenKey, &'static str) + Send + Sync;
+
+impl EventSink {
+    /// A sink calling `f` with the key and the event's name.
+    pub fn new(f: impl Fn(&TokenKey, &'static str) + Send + Sync + 'static) -> Self {
+        Self(Arc::new(f))
+    }
+}
+
+impl fmt::Debug for EventSink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("EventSink")
+    }
 }
 
 impl OAuthClient {
@@ -844,7 +884,22 @@ impl OAuthClient {
             store,
             step_ups: Mutex::default(),
             refresh_wait: REFRESH_WAIT,
+            events: None,
         })
+    }
+
+    /// Reports events to `sink`.
+    #[must_use]
+    pub fn with_events(mut self, sink: EventSink) -> Self {
+        self.events = Some(sink);
+        self
+    }
+
+    /// Reports `event` of `key` to the sink, if any.
+    pub(crate) fn event(&self, key: &TokenKey, event: &'static str) {
+        if let Some(sink) = &self.events {
+            (sink.0)(key, event);
+        }
     }
 
     /// The settings.
@@ -971,6 +1026,7 @@ impl OAuthClient {
                 e => from_auth(e, &secrets),
             })?;
         tracing::info!(tenant = %key.tenant, server = %key.server, "OAuth authorization completed");
+        self.event(&key, "consent_completed");
         Ok(key)
     }
 
@@ -1130,6 +1186,39 @@ impl OAuthClient {
             .with_issuer(Some(issuer));
         self.store.save_credentials(key, stored).await?;
         Ok(Secret::new(token.access_token.secret()))
+    }
+
+    /// What `toolgate check` shows of the server's OAuth: its grant, the
+    /// client identity the gateway presents, and the authorization server
+    /// discovery finds (from the server's metadata, without a challenge).
+    pub async fn describe(&self) -> Description {
+        let discovered = self
+            .manager(&TokenKey::tenant_wide("", ""), None)
+            .await
+            .map(|(_, metadata)| metadata);
+        let identity = match (&self.settings.client_id, &discovered) {
+            (Some(id), _) => format!("pre-registered client `{id}`"),
+            (None, Ok(metadata))
+                if self.settings.client_metadata_url.is_some() && supports_cimd(metadata) =>
+            {
+                format!(
+                    "client ID metadata document {}",
+                    self.settings.client_metadata_url.as_deref().unwrap_or("")
+                )
+            }
+            (None, Ok(metadata)) if metadata.registration_endpoint.is_some() => {
+                "dynamic registration (RFC 7591)".to_owned()
+            }
+            (None, Ok(_)) => "none available (no client_id, no metadata document support, no \
+                              registration endpoint)"
+                .to_owned(),
+            (None, Err(_)) => "unknown until discovery succeeds".to_owned(),
+        };
+        Description {
+            grant: self.settings.grant,
+            identity,
+            issuer: discovered.map(|m| m.issuer.unwrap_or_else(|| "(no issuer)".to_owned())),
+        }
     }
 
     /// An rmcp manager for `key` with metadata discovered (from
@@ -1302,6 +1391,7 @@ impl OAuthClient {
             .await
             .map_err(|e| from_auth(e, &[]))?;
         tracing::info!(tenant = %key.tenant, server = %key.server, "OAuth authorization started");
+        self.event(key, "consent_started");
         Ok(url)
     }
 
@@ -1437,6 +1527,7 @@ impl OAuthClient {
             match manager.refresh_token().await {
                 Ok(response) => {
                     tracing::info!(tenant = %key.tenant, server = %key.server, "OAuth token refreshed");
+                    self.event(key, "token_refreshed");
                     return Ok(Secret::new(response.access_token().secret()));
                 }
                 Err(AuthError::TokenRefreshRejected(_) | AuthError::AuthorizationRequired) => {
@@ -1543,6 +1634,7 @@ impl OAuthClient {
         .map_err(|e| OAuthError::Refused(format!("the token request was abandoned: {e}")))?
         .map_err(|e| from_auth(e, &secrets))?;
         tracing::info!(tenant = %key.tenant, server = %key.server, "OAuth client-credentials token obtained");
+        self.event(key, "token_issued");
         Ok(Secret::new(response.access_token().secret()))
     }
 

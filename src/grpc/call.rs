@@ -55,6 +55,11 @@ pub(crate) async fn run_call(
     );
     trace::continue_caller_trace(&span, request.metadata());
     let inherited_trace = trace::caller_context(request.metadata());
+    let subject = request
+        .extensions()
+        .get::<crate::auth::Subject>()
+        .cloned()
+        .unwrap_or_default();
     let request = request.into_inner();
     let _in_flight = gateway.metrics.in_flight(&tenant.name);
     let mut routing = Routing::default();
@@ -63,6 +68,7 @@ pub(crate) async fn run_call(
         started,
         inherited_trace,
         progress,
+        subject,
     };
     let call = async {
         tokio::select! {
@@ -121,6 +127,8 @@ struct CallContext {
     started: Instant,
     inherited_trace: Vec<(String, String)>,
     progress: Option<ProgressSink>,
+    /// Whose credential a per-user server uses.
+    subject: crate::auth::Subject,
 }
 
 /// How far a call got, for metrics, logs and the shutdown status.
@@ -151,6 +159,7 @@ async fn invoke(
         started,
         inherited_trace,
         progress,
+        subject,
     } = context;
     let name = request.name.as_str();
     if name.len() > MAX_TOOL_NAME {
@@ -192,6 +201,24 @@ async fn invoke(
         // A tool of a server that is down is unavailable, not unknown.
         if let Some(server) = catalog.down_server_for(name) {
             routing.server_name = Some(server.name.clone());
+            if let crate::catalog::ServerState::AuthorizationRequired(_) = &server.state
+                && let Some(index) = tenant.servers().position(|s| s.name == server.name)
+            {
+                // Nobody could list the server's tools yet: this subject
+                // gets its authorization URL, or, having consented (perhaps
+                // at another replica), wakes the listing; retry shortly.
+                let subject = subject.id().unwrap_or("");
+                tenant
+                    .user_session(index, subject)
+                    .await
+                    .map_err(|error| token_failure(&server.name, name, subject, error))?;
+                return Err(CallError::ServerUnavailable {
+                    server: server.name.clone(),
+                    tool: name.to_owned(),
+                    reason: "the server's tools are being listed after a first authorization"
+                        .to_owned(),
+                });
+            }
             return Err(CallError::ServerUnavailable {
                 server: server.name.clone(),
                 tool: name.to_owned(),
@@ -238,16 +265,27 @@ async fn invoke(
         ),
         None => None,
     };
-    let session = tenant
-        .session(tool.server_index)
-        .map_err(|e| CallError::ServerUnavailable {
-            server: tool.server.clone(),
-            tool: name.to_owned(),
-            reason: match e {
-                SessionUnavailable::Connecting => "still connecting".to_owned(),
-                SessionUnavailable::Down(reason) => reason,
-            },
-        })?;
+    // The tenant's session, or for a per-user server the subject's own,
+    // with the subject's token (nothing is sent without one).
+    let subject = subject.id().unwrap_or("");
+    let upstream = |error: UpstreamError| upstream_failure(tool, name, subject, error, idempotent);
+    let session = if tenant.is_per_user(tool.server_index) {
+        tenant
+            .user_session(tool.server_index, subject)
+            .await
+            .map_err(upstream)?
+    } else {
+        tenant
+            .session(tool.server_index)
+            .map_err(|e| CallError::ServerUnavailable {
+                server: tool.server.clone(),
+                tool: name.to_owned(),
+                reason: match e {
+                    SessionUnavailable::Connecting => "still connecting".to_owned(),
+                    SessionUnavailable::Down(reason) => reason,
+                },
+            })?
+    };
     let remaining = caller_deadline.map(|d| d.saturating_sub(started.elapsed()));
     if remaining.is_some_and(|r| r.is_zero()) {
         // Sending now would let the tool act while the caller is told
@@ -279,12 +317,6 @@ async fn invoke(
         "tools/call",
         upstream_started.elapsed().as_secs_f64(),
     );
-    let upstream = |error: UpstreamError| CallError::Upstream {
-        server: tool.server.clone(),
-        tool: name.to_owned(),
-        error,
-        idempotent,
-    };
     let result = match result {
         Ok(result) => result,
         Err(UpstreamError::Timeout(_))
@@ -297,10 +329,15 @@ async fn invoke(
                 sent: true,
             });
         }
-        Err(UpstreamError::Closed) => {
+        Err(error @ UpstreamError::Closed) => {
             // The session was gone before the request left: nothing sent.
             routing.sent = false;
-            return Err(upstream(UpstreamError::Closed));
+            return Err(upstream(error));
+        }
+        Err(error) if error.is_credential_failure() => {
+            // No token could be had: the request was not sent.
+            routing.sent = false;
+            return Err(upstream(error));
         }
         Err(error) => return Err(upstream(error)),
     };
@@ -317,6 +354,52 @@ async fn invoke(
         });
     }
     Ok(response)
+}
+
+/// The status of an upstream failure: a subject that must consent first
+/// gets the URL, a state store that is down is retryable, anything else is
+/// the server's failure.
+fn upstream_failure(
+    tool: &CatalogTool,
+    name: &str,
+    subject: &str,
+    error: UpstreamError,
+    idempotent: bool,
+) -> CallError {
+    match error {
+        error if error.is_credential_failure() => token_failure(&tool.server, name, subject, error),
+        error => CallError::Upstream {
+            server: tool.server.clone(),
+            tool: name.to_owned(),
+            error,
+            idempotent,
+        },
+    }
+}
+
+/// A failure to connect or to get a credential for `server`, before
+/// anything was sent: a subject that must consent first gets the URL, a
+/// state store that is down is retryable, anything else is the server's
+/// failure (nothing sent).
+fn token_failure(server: &str, tool: &str, subject: &str, error: UpstreamError) -> CallError {
+    match error {
+        UpstreamError::AuthorizationRequired { url } => CallError::AuthorizationRequired {
+            server: server.to_owned(),
+            tool: tool.to_owned(),
+            subject: subject.to_owned(),
+            url,
+        },
+        UpstreamError::StateUnavailable(reason) => CallError::StateUnavailable {
+            server: server.to_owned(),
+            reason,
+        },
+        error => CallError::Upstream {
+            server: server.to_owned(),
+            tool: tool.to_owned(),
+            error,
+            idempotent: false,
+        },
+    }
 }
 
 /// Refuses the call when the caller pinned a definition or catalog version

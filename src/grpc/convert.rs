@@ -21,6 +21,9 @@ pub fn server_statuses(catalog: &Catalog) -> Vec<pb::ServerStatus> {
                 ServerState::Connected => (pb::ServerState::Connected, String::new()),
                 ServerState::Failed(reason) => (pb::ServerState::Failed, reason.clone()),
                 ServerState::Refused(reason) => (pb::ServerState::Refused, reason.clone()),
+                ServerState::AuthorizationRequired(reason) => {
+                    (pb::ServerState::AuthorizationRequired, reason.clone())
+                }
             };
             pb::ServerStatus {
                 name: s.name.clone(),

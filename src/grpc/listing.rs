@@ -107,6 +107,44 @@ fn build_list_response(catalog: &Catalog, filter: &Filter) -> pb::ListToolsRespo
     }
 }
 
+/// Shows, for each per-user server, whether the caller's subject has
+/// authorized it: `AUTHORIZATION_REQUIRED` with the URL to consent at when
+/// it has not. The rest of the listing is the tenant's.
+pub(super) async fn show_consent(
+    tenant: &crate::registry::Tenant,
+    subject: &str,
+    response: &mut pb::ListToolsResponse,
+) {
+    use crate::registry::ConsentState;
+    for (index, server) in tenant.servers().enumerate() {
+        if !tenant.is_per_user(index) {
+            continue;
+        }
+        let Some(status) = response.servers.iter_mut().find(|s| s.name == server.name) else {
+            continue;
+        };
+        match tenant.consent_state(index, subject).await {
+            ConsentState::Authorized => {}
+            ConsentState::Required(url) => {
+                status.state = pb::ServerState::AuthorizationRequired.into();
+                status.connected = false;
+                status.error = if subject.is_empty() {
+                    "the tenant itself (no x-toolgate-subject) has not authorized this server: \
+                     open authorization_url"
+                        .to_owned()
+                } else {
+                    "this subject has not authorized this server: open authorization_url".to_owned()
+                };
+                status.authorization_url = url;
+            }
+            ConsentState::Unavailable(reason) => {
+                status.error =
+                    format!("whether this subject has authorized the server is unknown: {reason}");
+            }
+        }
+    }
+}
+
 /// Ranks the filtered catalog against the request's query.
 pub(super) fn search(
     catalog: &Catalog,

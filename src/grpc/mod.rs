@@ -148,8 +148,15 @@ impl pb::tool_gateway_server::ToolGateway for Gateway {
         let span = rpc_span("ListTools", &tenant.name);
         trace::continue_caller_trace(&span, request.metadata());
         let wait = settle_wait(&request);
+        let subject = request
+            .extensions()
+            .get::<crate::auth::Subject>()
+            .cloned()
+            .unwrap_or_default();
         let catalog = tenant.settled_catalog(wait).instrument(span).await;
-        Ok(Response::new(listing::list_response(&catalog, &filter)))
+        let mut response = listing::list_response(&catalog, &filter);
+        listing::show_consent(&tenant, subject.id().unwrap_or(""), &mut response).await;
+        Ok(Response::new(response))
     }
 
     async fn invoke_tool(

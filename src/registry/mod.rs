@@ -11,9 +11,11 @@
 //! its slot and session; added or changed servers get new sessions;
 //! removed or replaced sessions close once the calls running on them end.
 
+mod oauth;
 mod slot;
 mod supervisor;
 mod tenant;
+mod users;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -27,7 +29,10 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-pub use tenant::{Busy, Resolved, SessionUnavailable, Tenant, Unresolved};
+pub use oauth::OAuthContext;
+pub use tenant::{
+    Busy, CONSENT_URL_REUSE, ConsentState, Resolved, SessionUnavailable, Tenant, Unresolved,
+};
 
 use slot::Slot;
 use tenant::Publication;
@@ -78,6 +83,8 @@ pub(crate) struct Spawner {
     started: Instant,
     /// Woken when a lazy tenant connects, so the session cap is enforced.
     activated: Notify,
+    /// The state store and consent listener, when OAuth servers exist.
+    oauth: Option<OAuthContext>,
 }
 
 impl Spawner {
@@ -92,6 +99,7 @@ impl Spawner {
                 metrics: self.metrics.clone(),
                 max_result_bytes: self.max_result_bytes.load(Ordering::Relaxed),
                 redactor: self.redactor.clone(),
+                oauth: self.oauth.clone(),
                 tenant: tenant.to_owned(),
                 slot,
                 stop,
@@ -102,6 +110,22 @@ impl Spawner {
 
     pub(crate) fn metrics(&self) -> &Metrics {
         &self.metrics
+    }
+
+    pub(crate) fn env(&self) -> &dyn Environment {
+        self.env.as_ref()
+    }
+
+    pub(crate) fn max_result_bytes(&self) -> usize {
+        self.max_result_bytes.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn redactor(&self) -> &SharedRedactor {
+        &self.redactor
+    }
+
+    pub(crate) fn oauth(&self) -> Option<&OAuthContext> {
+        self.oauth.as_ref()
     }
 
     pub(crate) fn activated(&self) {
@@ -129,11 +153,23 @@ pub struct Registry {
 
 impl Registry {
     /// Builds the registry and starts connecting every server of every
-    /// tenant in the background.
+    /// tenant in the background (no OAuth servers: see
+    /// [`Registry::start_with_oauth`]).
     pub fn start(
         config: &Config,
         env: Arc<dyn Environment>,
         metrics: Arc<Metrics>,
+    ) -> Arc<Registry> {
+        Self::start_with_oauth(config, env, metrics, None)
+    }
+
+    /// [`Registry::start`] with the state store and consent listener that
+    /// OAuth servers use.
+    pub fn start_with_oauth(
+        config: &Config,
+        env: Arc<dyn Environment>,
+        metrics: Arc<Metrics>,
+        oauth: Option<OAuthContext>,
     ) -> Arc<Registry> {
         // (`apply` is also what a reload calls.)
         let tasks = TaskTracker::new();
@@ -151,6 +187,7 @@ impl Registry {
                 redactor: Redactor::for_config(config).shared(),
                 started: Instant::now(),
                 activated: Notify::new(),
+                oauth,
             }),
             metrics,
             shutdown: CancellationToken::new(),
@@ -179,6 +216,16 @@ impl Registry {
     /// Every tenant, in configuration order.
     pub fn tenants(&self) -> Vec<Arc<Tenant>> {
         self.current().tenants.clone()
+    }
+
+    /// Counts an OAuth event of a server (`toolgate_oauth_events_total`).
+    pub fn oauth_event(&self, tenant: &str, server: &str, event: &str) {
+        self.metrics.oauth_event(tenant, server, event);
+    }
+
+    /// The state store and consent listener OAuth servers use, if open.
+    pub fn oauth(&self) -> Option<&OAuthContext> {
+        self.spawner.oauth()
     }
 
     /// Slots retired by reloads whose sessions have not closed yet (they
@@ -228,10 +275,15 @@ impl Registry {
                         summary.servers_kept.push(label);
                     }
                     None => {
+                        let oauth = oauth::client_for(server, self.spawner.oauth(), &self.metrics);
+                        if let Err(reason) = &oauth {
+                            tracing::error!(tenant = %tenant_config.name, server = %server.name, %reason, "OAuth client not available");
+                        }
                         let slot = Arc::new(Slot::new(
                             server.clone(),
                             fingerprint,
                             self.shutdown.child_token(),
+                            oauth,
                         ));
                         slots.push(slot);
                         summary.servers_started.push(label);
@@ -290,8 +342,10 @@ impl Registry {
         let shutdown = self.shutdown.clone();
         let registry = Arc::downgrade(self);
         self.tasks.spawn(async move {
-            if let Some(session) = slot.take_session() {
-                let deadline = tokio::time::Instant::now() + RETIRE_BOUND;
+            let mut sessions = slot.users.take_all();
+            sessions.extend(slot.take_session());
+            let deadline = tokio::time::Instant::now() + RETIRE_BOUND;
+            for session in sessions {
                 // This task holds one reference; every call in flight
                 // holds one more.
                 while Arc::strong_count(&session) > 1
@@ -326,10 +380,14 @@ impl Registry {
             .flat_map(|t| t.slots.iter().cloned())
             .collect();
         slots.extend(self.retired.lock().expect("retired lock").drain(..));
-        let closing = slots.into_iter().filter_map(|slot| {
-            let session = slot.session()?;
-            Some(async move { session.close().await })
-        });
+        let closing = slots
+            .into_iter()
+            .flat_map(|slot| {
+                let mut sessions = slot.users.take_all();
+                sessions.extend(slot.session());
+                sessions
+            })
+            .map(|session| async move { session.close().await });
         futures::future::join_all(closing).await;
         for tenant in self.current().tenants.iter() {
             for server in tenant.servers() {
@@ -351,6 +409,12 @@ async fn reap(registry: Arc<Registry>) {
         }
         let now = registry.spawner.now_ms();
         let tenants = registry.tenants();
+        for tenant in &tenants {
+            let closed = tenant.close_idle_user_sessions(now);
+            if closed > 0 {
+                tracing::info!(tenant = %tenant.name, closed, "closed idle per-user sessions");
+            }
+        }
         let mut lazy: Vec<&Arc<Tenant>> = tenants
             .iter()
             .filter(|t| t.connect == ConnectMode::Lazy && t.is_active() && t.calls_in_flight() == 0)

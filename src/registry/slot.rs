@@ -3,12 +3,17 @@
 //! reloads that leave its server unchanged; it then moves to the new
 //! tenant object and its session is untouched.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
+use std::time::Instant;
 
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::Tenant;
+use super::users::UserSessions;
 use crate::config::ServerConfig;
+use crate::credentials::oauth::OAuthClient;
 use crate::limits::Concurrency;
 use crate::upstream::Session;
 
@@ -27,6 +32,10 @@ pub(super) enum SlotState {
         /// What the server listed when it was last connected.
         last_tools: Option<Arc<Vec<rmcp::model::Tool>>>,
     },
+    /// A per-user OAuth server nobody has authorized yet.
+    AuthorizationRequired {
+        reason: String,
+    },
 }
 
 /// A server of a tenant and its session.
@@ -43,15 +52,32 @@ pub(crate) struct Slot {
     pub(super) stop: CancellationToken,
     /// Stops the current supervisor: set while the slot is active.
     activation: Mutex<Option<CancellationToken>>,
+    /// The server's OAuth client (`oauth:`), or why it cannot be built.
+    pub(super) oauth: Result<Option<Arc<OAuthClient>>, String>,
+    /// Per-user sessions (`authorization_code` servers).
+    pub(super) users: UserSessions,
+    /// Wakes a supervisor waiting for a first consent, or backing off.
+    pub(super) wake: Notify,
+    /// Authorization URLs recently made per subject, shown again for a
+    /// while rather than starting a flow per listing.
+    consent_urls: Mutex<HashMap<String, (String, Instant)>>,
 }
+
+/// Most subjects whose authorization URL a slot remembers.
+const MAX_CONSENT_URLS: usize = 4096;
 
 impl Slot {
     pub(super) fn new(
         config: ServerConfig,
         fingerprint: [u8; 32],
         stop: CancellationToken,
+        oauth: Result<Option<Arc<OAuthClient>>, String>,
     ) -> Self {
         Self {
+            oauth,
+            users: UserSessions::default(),
+            wake: Notify::new(),
+            consent_urls: Mutex::default(),
             limit: config.max_concurrent_calls.map(Concurrency::new),
             config,
             fingerprint,
@@ -91,6 +117,9 @@ impl Slot {
         if let SlotState::Ready { session, .. } = previous {
             tokio::spawn(async move { session.close().await });
         }
+        for session in self.users.take_all() {
+            tokio::spawn(async move { session.close().await });
+        }
         if let Some(tenant) = self.owner.lock().expect("slot lock").upgrade() {
             tenant.rebuild();
         }
@@ -126,6 +155,37 @@ impl Slot {
         if let Some(tenant) = owner {
             tenant.rebuild();
         }
+    }
+
+    /// Whether calls run on per-user sessions (an `authorization_code`
+    /// OAuth server).
+    pub(super) fn per_user(&self) -> bool {
+        self.config.oauth.as_ref().is_some_and(|o| o.per_user())
+    }
+
+    /// A recent authorization URL for `subject`.
+    pub(super) fn consent_url(&self, subject: &str) -> Option<String> {
+        let urls = self.consent_urls.lock().expect("slot lock");
+        urls.get(subject)
+            .filter(|(_, made)| made.elapsed() < super::tenant::CONSENT_URL_REUSE)
+            .map(|(url, _)| url.clone())
+    }
+
+    /// Remembers the authorization URL made for `subject`.
+    pub(super) fn remember_consent_url(&self, subject: &str, url: &str) {
+        let mut urls = self.consent_urls.lock().expect("slot lock");
+        if urls.len() >= MAX_CONSENT_URLS {
+            urls.retain(|_, (_, made)| made.elapsed() < super::tenant::CONSENT_URL_REUSE);
+            if urls.len() >= MAX_CONSENT_URLS {
+                urls.clear();
+            }
+        }
+        urls.insert(subject.to_owned(), (url.to_owned(), Instant::now()));
+    }
+
+    /// Forgets `subject`'s authorization URL (it consented).
+    pub(super) fn forget_consent_url(&self, subject: &str) {
+        self.consent_urls.lock().expect("slot lock").remove(subject);
     }
 
     /// The live session, if any.

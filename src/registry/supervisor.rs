@@ -11,6 +11,7 @@ use futures::FutureExt;
 
 use super::slot::{Slot, SlotState};
 use crate::config::Environment;
+use crate::state::TokenKey;
 use crate::telemetry::Metrics;
 use crate::upstream::{self, Label};
 
@@ -23,6 +24,7 @@ pub(super) struct Supervisor {
     pub(super) metrics: Arc<Metrics>,
     pub(super) max_result_bytes: usize,
     pub(super) redactor: crate::credentials::SharedRedactor,
+    pub(super) oauth: Option<super::OAuthContext>,
     pub(super) tenant: String,
     pub(super) slot: Arc<Slot>,
     /// Ends this supervisor (the slot's activation).
@@ -44,21 +46,32 @@ impl Supervisor {
         loop {
             // A panic while connecting (a bug, or a misbehaving library)
             // must fail this attempt, not leave the slot "connecting".
-            let connect = AssertUnwindSafe(upstream::connect(
-                server,
-                &label,
-                self.env.as_ref(),
-                self.max_result_bytes,
-                &self.redactor,
-            ))
-            .catch_unwind();
+            let connect = AssertUnwindSafe(self.connect(&label)).catch_unwind();
             let result = tokio::select! {
                 result = connect => result.unwrap_or_else(|_| {
-                    Err(upstream::UpstreamError::Handshake(
+                    Err(Attempt::Failed(upstream::UpstreamError::Handshake(
                         "the connection attempt panicked (a bug: see the gateway log)".to_owned(),
-                    ))
+                    )))
                 }),
                 () = stop.cancelled() => return,
+            };
+            let result = match result {
+                Ok(connected) => Ok(connected),
+                Err(Attempt::Failed(error)) => Err(error),
+                Err(Attempt::Unauthorized(reason)) => {
+                    // Nothing to list with until someone consents: wait for
+                    // a consent here (the wake) or elsewhere (a replica's,
+                    // seen at the next look).
+                    tracing::debug!(tenant = %tenant, server = %server.name, "waiting for a first authorization to list the server's tools");
+                    self.slot
+                        .set_state(&stop, SlotState::AuthorizationRequired { reason });
+                    tokio::select! {
+                        () = tokio::time::sleep(server.reconnect.max) => {}
+                        () = self.slot.wake.notified() => {}
+                        () = stop.cancelled() => return,
+                    }
+                    continue;
+                }
             };
             // Any attempt after the first is a reconnect, whatever the backoff.
             let retry = std::mem::replace(&mut first_attempt_done, true);
@@ -116,10 +129,75 @@ impl Supervisor {
             );
             tokio::select! {
                 () = tokio::time::sleep(delay) => {}
+                () = self.slot.wake.notified() => {}
                 () = stop.cancelled() => return,
             }
         }
     }
+
+    /// One connect: with the server's own credentials, or, for an OAuth
+    /// server, with the token [`super::oauth`] says lists its tools.
+    async fn connect(&self, label: &Label) -> Result<upstream::Connected, Attempt> {
+        let server = &self.slot.config;
+        let connect = |options| {
+            upstream::connect_with(
+                server,
+                label,
+                self.env.as_ref(),
+                self.max_result_bytes,
+                &self.redactor,
+                options,
+            )
+        };
+        let client = match &self.slot.oauth {
+            Ok(None) => {
+                return connect(upstream::SessionOptions::default())
+                    .await
+                    .map_err(Attempt::Failed);
+            }
+            Ok(Some(client)) => client,
+            Err(reason) => {
+                return Err(Attempt::Failed(upstream::UpstreamError::TokenFailed(
+                    reason.clone(),
+                )));
+            }
+        };
+        if !self.slot.per_user() {
+            let key = TokenKey::tenant_wide(&self.tenant, &server.name);
+            return connect(super::oauth::options_for(client, key))
+                .await
+                .map_err(Attempt::Failed);
+        }
+        let Some(context) = &self.oauth else {
+            return Err(Attempt::Failed(upstream::UpstreamError::StateUnavailable(
+                "no state store is open".to_owned(),
+            )));
+        };
+        let candidates = super::oauth::listing_candidates(context, &self.tenant, &server.name)
+            .await
+            .map_err(|e| Attempt::Failed(upstream::UpstreamError::StateUnavailable(e)))?;
+        for key in candidates {
+            match connect(super::oauth::options_for(client, key)).await {
+                // That grant has ended: the next subject's may list.
+                Err(upstream::UpstreamError::AuthorizationRequired { .. }) => {}
+                other => return other.map_err(Attempt::Failed),
+            }
+        }
+        Err(Attempt::Unauthorized(
+            "no end user has authorized this server yet; a call gets the authorization URL \
+             for its subject (x-toolgate-subject), and the tools are listed after the first \
+             consent"
+                .to_owned(),
+        ))
+    }
+}
+
+/// Why a connect attempt gave no session.
+enum Attempt {
+    /// It failed (counted, backed off, reconnected).
+    Failed(upstream::UpstreamError),
+    /// A per-user server that nobody has authorized: nothing to list with.
+    Unauthorized(String),
 }
 
 /// The delay before reconnect attempt `attempt` (0-based): `initial × 2^n`

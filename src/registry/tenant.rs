@@ -112,6 +112,24 @@ pub enum Unresolved {
     Unsettled,
 }
 
+/// Whether a subject has authorized a per-user server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConsentState {
+    /// The subject holds a token (or the server is not per-user).
+    Authorized,
+    /// The subject consents at this URL.
+    Required(String),
+    /// It cannot be told now (the state store is down, or discovery
+    /// failed), for this reason.
+    Unavailable(String),
+}
+
+/// How long an authorization URL made for a `ListTools` view is shown again
+/// before a new one is made (its pending flow lives [`PENDING_TTL`]).
+///
+/// [`PENDING_TTL`]: crate::credentials::oauth::PENDING_TTL
+pub const CONSENT_URL_REUSE: Duration = Duration::from_secs(300);
+
 /// Why a server's session could not be had for a call.
 #[derive(Debug, Clone)]
 pub enum SessionUnavailable {
@@ -271,9 +289,12 @@ impl Tenant {
         self.slots.iter().any(|s| s.is_active())
     }
 
-    /// Active sessions of the tenant.
+    /// Active sessions of the tenant (per-user sessions included).
     pub(super) fn live_sessions(&self) -> usize {
-        self.slots.iter().filter(|s| s.is_active()).count()
+        self.slots
+            .iter()
+            .map(|s| usize::from(s.is_active()) + s.users.live())
+            .sum()
     }
 
     /// Marks a call running until the guard drops.
@@ -324,6 +345,9 @@ impl Tenant {
                         reason,
                         last_tools: last_tools.as_deref().map(Vec::as_slice),
                     },
+                    SlotState::AuthorizationRequired { reason } => {
+                        InputState::AuthorizationRequired(reason)
+                    }
                 },
             })
             .collect();
@@ -431,7 +455,145 @@ impl Tenant {
                 Err(SessionUnavailable::Down("the session ended".to_owned()))
             }
             SlotState::Connecting | SlotState::Idle => Err(SessionUnavailable::Connecting),
-            SlotState::Failed { reason, .. } => Err(SessionUnavailable::Down(reason)),
+            SlotState::Failed { reason, .. } | SlotState::AuthorizationRequired { reason } => {
+                Err(SessionUnavailable::Down(reason))
+            }
         }
+    }
+
+    /// Whether calls to server `index` run on per-user sessions (an OAuth
+    /// `authorization_code` server).
+    pub fn is_per_user(&self, index: usize) -> bool {
+        self.slots.get(index).is_some_and(|s| s.per_user())
+    }
+
+    /// The session of `subject` (empty: the tenant itself) on per-user
+    /// server `index`: its own, with its own token, connected on first use.
+    /// A session connected for a subject wakes a server that waits for its
+    /// first consent, so its tools get listed.
+    ///
+    /// # Errors
+    /// The subject has not authorized the server (with the URL to consent
+    /// at), the state store is down, or the server cannot be reached.
+    pub async fn user_session(
+        &self,
+        index: usize,
+        subject: &str,
+    ) -> Result<Arc<Session>, crate::upstream::UpstreamError> {
+        use crate::upstream::UpstreamError;
+        let slot = self
+            .slots
+            .get(index)
+            .ok_or_else(|| UpstreamError::Handshake("no such server".to_owned()))?;
+        if slot.stop.is_cancelled() {
+            return Err(UpstreamError::Handshake(
+                "the server was removed or changed by a configuration reload".to_owned(),
+            ));
+        }
+        let client = match &slot.oauth {
+            Ok(Some(client)) => client.clone(),
+            Ok(None) => return Err(UpstreamError::Handshake("not an OAuth server".to_owned())),
+            Err(reason) => return Err(UpstreamError::TokenFailed(reason.clone())),
+        };
+        let spawner = &self.spawner;
+        let label = crate::upstream::Label {
+            tenant: self.name.clone(),
+            server: slot.config.name.clone(),
+        };
+        let key = crate::state::TokenKey::new(&self.name, subject, &slot.config.name);
+        let connect = async {
+            // A subject already sent to consent gets the same URL (no new
+            // pending flow per call) until it has a token.
+            if let Some(url) = slot.consent_url(subject)
+                && client
+                    .store()
+                    .load_credentials(&key)
+                    .await
+                    .map_err(|e| UpstreamError::StateUnavailable(e.0))?
+                    .is_none()
+            {
+                return Err(UpstreamError::AuthorizationRequired { url });
+            }
+            let connected = crate::upstream::connect_with(
+                &slot.config,
+                &label,
+                spawner.env(),
+                spawner.max_result_bytes(),
+                spawner.redactor(),
+                super::oauth::options_for(&client, key),
+            )
+            .await
+            .inspect_err(|e| {
+                if let UpstreamError::AuthorizationRequired { url } = e {
+                    slot.remember_consent_url(subject, url);
+                }
+            })?;
+            if matches!(slot.state(), SlotState::AuthorizationRequired { .. }) {
+                slot.wake.notify_one();
+            }
+            Ok(connected.session)
+        };
+        slot.users.get(subject, spawner.now_ms(), connect).await
+    }
+
+    /// Whether `subject` (empty: the tenant itself) has authorized per-user
+    /// server `index`, for its `ListTools` view. An authorization URL is
+    /// made (a pending flow stored) at most once per subject and server
+    /// within [`CONSENT_URL_REUSE`].
+    pub async fn consent_state(&self, index: usize, subject: &str) -> ConsentState {
+        let Some(slot) = self.slots.get(index) else {
+            return ConsentState::Unavailable("no such server".to_owned());
+        };
+        let client = match &slot.oauth {
+            Ok(Some(client)) => client.clone(),
+            Ok(None) => return ConsentState::Authorized,
+            Err(reason) => return ConsentState::Unavailable(reason.clone()),
+        };
+        let key = crate::state::TokenKey::new(&self.name, subject, &slot.config.name);
+        match client.store().load_credentials(&key).await {
+            Ok(Some(_)) => return ConsentState::Authorized,
+            Ok(None) => {}
+            Err(e) => return ConsentState::Unavailable(e.to_string()),
+        }
+        if let Some(url) = slot.consent_url(subject) {
+            return ConsentState::Required(url);
+        }
+        match client.authorization_url(&key, None).await {
+            Ok(url) => {
+                slot.remember_consent_url(subject, &url);
+                ConsentState::Required(url)
+            }
+            Err(e) => ConsentState::Unavailable(e.to_string()),
+        }
+    }
+
+    /// The OAuth client of the server named `server`, if it has one.
+    pub fn oauth_client(
+        &self,
+        server: &str,
+    ) -> Option<Arc<crate::credentials::oauth::OAuthClient>> {
+        self.slots
+            .iter()
+            .find(|s| s.config.name == server)
+            .and_then(|s| s.oauth.clone().ok().flatten())
+    }
+
+    /// A consent of `subject` for the server named `server` arrived: its
+    /// tools can be listed now, and the subject's URL is spent.
+    pub fn consented(&self, server: &str, subject: &str) {
+        if let Some(slot) = self.slots.iter().find(|s| s.config.name == server) {
+            slot.forget_consent_url(subject);
+            slot.wake.notify_one();
+        }
+    }
+
+    /// Closes per-user sessions unused for the tenant's `idle_timeout`.
+    pub(super) fn close_idle_user_sessions(&self, now_ms: u64) -> usize {
+        let idle = u64::try_from(self.idle_timeout.as_millis()).unwrap_or(u64::MAX);
+        let before = now_ms.saturating_sub(idle);
+        self.slots
+            .iter()
+            .map(|slot| slot.users.close_idle(before))
+            .sum()
     }
 }

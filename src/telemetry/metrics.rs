@@ -12,6 +12,7 @@
 //! | `toolgate_upstream_reconnects_total` | counter | tenant, server |
 //! | `toolgate_upstream_session_lost_total` | counter | tenant, server |
 //! | `toolgate_config_reloads_total` | counter | result |
+//! | `toolgate_oauth_events_total` | counter | tenant, server, event |
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -57,6 +58,14 @@ struct ConnectLabels {
     result: String,
 }
 
+/// An OAuth event of a server.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OAuthLabels {
+    tenant: String,
+    server: String,
+    event: String,
+}
+
 /// A tenant.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct TenantLabels {
@@ -83,6 +92,7 @@ pub struct Metrics {
     reconnects: Family<ServerLabels, Counter>,
     sessions_lost: Family<ServerLabels, Counter>,
     reloads: Family<ReloadLabels, Counter>,
+    oauth: Family<OAuthLabels, Counter>,
 }
 
 /// A reload's result.
@@ -116,6 +126,14 @@ impl Metrics {
         let sessions_lost = Family::<ServerLabels, Counter>::default();
         let reconnects = Family::<ServerLabels, Counter>::default();
         let reloads = Family::<ReloadLabels, Counter>::default();
+        let oauth = Family::<OAuthLabels, Counter>::default();
+        registry.register(
+            "toolgate_oauth_events",
+            "OAuth events by tenant, server and event: token_refreshed, token_issued, \
+             consent_completed, consent_failed, and failures by reason (authorization_required, \
+             store_unavailable, token_failed)",
+            oauth.clone(),
+        );
         registry.register(
             "toolgate_config_reloads",
             "Configuration reloads by result (applied, invalid)",
@@ -172,7 +190,20 @@ impl Metrics {
             reconnects,
             sessions_lost,
             reloads,
+            oauth,
         }
+    }
+
+    /// Counts an OAuth event of `tenant`'s `server` (never a subject: the
+    /// label set stays bounded by the configuration).
+    pub fn oauth_event(&self, tenant: &str, server: &str, event: &str) {
+        self.oauth
+            .get_or_create(&OAuthLabels {
+                tenant: tenant.to_owned(),
+                server: server.to_owned(),
+                event: event.to_owned(),
+            })
+            .inc();
     }
 
     /// Counts a finished call and its latency.

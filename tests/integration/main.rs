@@ -12,6 +12,7 @@ mod hostile;
 mod invoke;
 mod lazy;
 mod limits;
+mod oauth;
 mod ops;
 mod processes;
 mod redaction;

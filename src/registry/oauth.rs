@@ -1,0 +1,113 @@
+//! OAuth for the registry: the state store and consent listener a gateway
+//! was started with, the OAuth client of each OAuth server, and whose token
+//! a server's own session (the one that lists its tools) uses.
+//!
+//! - `client_credentials` servers: the tenant's own token (subject `""`),
+//!   for the listing session and every call.
+//! - `authorization_code` servers (per user): calls run on a session of the
+//!   call's subject, with that subject's token ([`super::users`]). The tools
+//!   are listed with the tenant's own token when the tenant itself has
+//!   consented (a call without `x-toolgate-subject`), else with the token of
+//!   the subject that consented first; until someone consents, the server
+//!   is `AUTHORIZATION_REQUIRED` and lists nothing.
+
+use std::sync::Arc;
+
+use crate::config::{OAuthListener, ServerConfig, Transport};
+use crate::credentials::OAuthTokens;
+use crate::credentials::oauth::{EventSink, OAuthClient, OAuthSettings, OAuthStore};
+use crate::state::{StateStore, TokenKey};
+use crate::telemetry::Metrics;
+use crate::upstream::{Bearer, SessionOptions};
+
+/// Subjects tried, oldest consent first, for the listing session.
+const LISTING_CANDIDATES: usize = 8;
+
+/// What OAuth servers share: the state store (tokens, clients, pending
+/// consents) and the consent listener's settings.
+#[derive(Debug, Clone)]
+pub struct OAuthContext {
+    /// The state store.
+    pub state: StateStore,
+    /// The OAuth view of the state store.
+    pub store: Arc<dyn OAuthStore>,
+    /// The consent listener (`oauth:`), when configured.
+    pub listener: Option<OAuthListener>,
+}
+
+/// The OAuth client of `server`, when it has `oauth:`.
+///
+/// # Errors
+/// A reason, in words, when the client cannot be built (no state store
+/// open, not an HTTP server, settings that cannot work).
+pub(super) fn client_for(
+    server: &ServerConfig,
+    context: Option<&OAuthContext>,
+    metrics: &Arc<Metrics>,
+) -> Result<Option<Arc<OAuthClient>>, String> {
+    let Some(oauth) = &server.oauth else {
+        return Ok(None);
+    };
+    let Some(context) = context else {
+        return Err(
+            "OAuth needs the state store, which is opened at start: restart the gateway to add \
+             the first OAuth server"
+                .to_owned(),
+        );
+    };
+    let Transport::Http { url, .. } = &server.transport else {
+        return Err("OAuth applies to HTTP servers only".to_owned());
+    };
+    let settings = OAuthSettings::from_config(url.clone(), oauth, context.listener.as_ref());
+    let metrics = metrics.clone();
+    let events = EventSink::new(move |key, event| {
+        metrics.oauth_event(&key.tenant, &key.server, event);
+    });
+    OAuthClient::new(settings, context.store.clone())
+        .map(|client| Some(Arc::new(client.with_events(events))))
+        .map_err(|e| e.to_string())
+}
+
+/// Session options carrying the tokens of `key`.
+pub(super) fn options_for(client: &Arc<OAuthClient>, key: TokenKey) -> SessionOptions {
+    SessionOptions {
+        bearer: Some(Bearer::new(Arc::new(OAuthTokens::new(client.clone(), key)))),
+        ..SessionOptions::default()
+    }
+}
+
+/// Whose tokens may list a per-user server's tools, in the order to try:
+/// the tenant itself when it has consented, then subjects oldest consent
+/// first.
+///
+/// # Errors
+/// The state store cannot be read.
+pub(super) async fn listing_candidates(
+    context: &OAuthContext,
+    tenant: &str,
+    server: &str,
+) -> Result<Vec<TokenKey>, String> {
+    let mut keys = Vec::new();
+    let own = TokenKey::tenant_wide(tenant, server);
+    if context
+        .store
+        .load_credentials(&own)
+        .await
+        .map_err(|e| e.to_string())?
+        .is_some()
+    {
+        keys.push(own);
+    }
+    let subjects = context
+        .state
+        .subjects(tenant, server, LISTING_CANDIDATES)
+        .await
+        .map_err(|e| e.to_string())?;
+    keys.extend(
+        subjects
+            .into_iter()
+            .filter(|s| !s.is_empty())
+            .map(|subject| TokenKey::new(tenant, subject, server)),
+    );
+    Ok(keys)
+}

@@ -1,0 +1,390 @@
+//! Upstream OAuth end to end: the gateway against an MCP server written with
+//! the Python `mcp` SDK's resource-server auth (tests/fixtures/python/
+//! oauth_mcp_server.py: it answers 401 with a `resource_metadata` challenge
+//! and reports the token's subject from its `whoami` tool) and a test
+//! authorization server (oauth_as.py: discovery, registration, PKCE,
+//! refresh rotation, client credentials, revocation). The test plays the
+//! end user's browser: it opens the authorization URL the gateway hands
+//! out, logs in as a named user, and follows the redirect to the gateway's
+//! consent listener.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tonic::transport::Channel;
+use tonic_types::StatusExt;
+use toolgate::pb;
+use toolgate::pb::tool_gateway_client::ToolGatewayClient;
+
+use crate::common::*;
+
+/// A state-store key (32 bytes, base64).
+const STATE_KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
+const SVC_SECRET: &str = "svc-secret-0123456789";
+
+/// Starts a Python fixture and reads the `LISTENING <port>` line it prints.
+fn start_fixture(script: &str, args: &[&str]) -> (ChildGuard, u16) {
+    let mut child = Command::new(python())
+        .arg(fixture(&format!("python/{script}")))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {script}: {e}"));
+    let stdout = child.stdout.take().unwrap();
+    let guard = ChildGuard(child);
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line).unwrap();
+    let port = line
+        .trim()
+        .strip_prefix("LISTENING ")
+        .unwrap_or_else(|| panic!("{script} printed {line:?}"))
+        .parse()
+        .unwrap();
+    (guard, port)
+}
+
+/// The authorization server and the protected MCP server.
+struct Upstream {
+    _as: ChildGuard,
+    _rs: ChildGuard,
+    as_url: String,
+    mcp_url: String,
+}
+
+fn upstream(token_ttl: u32) -> Upstream {
+    let ttl = token_ttl.to_string();
+    let (as_guard, as_port) = start_fixture(
+        "oauth_as.py",
+        &[
+            "--port",
+            "0",
+            "--token-ttl",
+            &ttl,
+            "--client-id",
+            "svc",
+            "--client-secret",
+            SVC_SECRET,
+        ],
+    );
+    let as_url = format!("http://127.0.0.1:{as_port}");
+    let (rs_guard, rs_port) =
+        start_fixture("oauth_mcp_server.py", &["--port", "0", "--as-url", &as_url]);
+    Upstream {
+        _as: as_guard,
+        _rs: rs_guard,
+        as_url,
+        mcp_url: format!("http://127.0.0.1:{rs_port}/mcp"),
+    }
+}
+
+/// A gateway configuration: `docs` per user (authorization code), `svc`
+/// for the tenant itself (client credentials), both on the same server.
+fn config(upstream: &Upstream, state_url: &str, consent_port: u16) -> String {
+    format!(
+        r#"
+state:
+  url: "{state_url}"
+  keys: [{{ env: STATE_KEY }}]
+oauth:
+  listen: 127.0.0.1:{consent_port}
+  public_url: http://127.0.0.1:{consent_port}
+  allow_private_addresses: true
+tenants:
+  - name: acme
+    tokens: [acme-token]
+    servers:
+      - name: docs
+        url: "{mcp}"
+        oauth: {{ grant: authorization_code }}
+      - name: svc
+        url: "{mcp}"
+        oauth: {{ grant: client_credentials, client_id: svc, client_secret: {{ env: SVC_SECRET }} }}
+"#,
+        mcp = upstream.mcp_url
+    )
+}
+
+fn env() -> [(&'static str, &'static str); 2] {
+    [("STATE_KEY", STATE_KEY), ("SVC_SECRET", SVC_SECRET)]
+}
+
+async fn call(
+    client: &mut ToolGatewayClient<Channel>,
+    subject: Option<&str>,
+    name: &str,
+) -> Result<String, tonic::Status> {
+    let mut request = authed(
+        "acme-token",
+        pb::InvokeToolRequest {
+            name: name.to_owned(),
+            arguments_json: "{}".to_owned(),
+            ..Default::default()
+        },
+    );
+    if let Some(subject) = subject {
+        request
+            .metadata_mut()
+            .insert("x-toolgate-subject", subject.parse().unwrap());
+    }
+    let response = client.invoke_tool(request).await?.into_inner();
+    assert!(!response.is_error, "tool error: {}", response.text);
+    Ok(response.text)
+}
+
+/// Calls until the answer is not UNAVAILABLE (a server still connecting,
+/// or listing after a first consent), bounded.
+async fn call_settled(
+    client: &mut ToolGatewayClient<Channel>,
+    subject: Option<&str>,
+    name: &str,
+) -> Result<String, tonic::Status> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match call(client, subject, name).await {
+            Err(status)
+                if status.code() == tonic::Code::Unavailable && Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// The authorization URL of an `UPSTREAM_AUTHORIZATION_REQUIRED` status.
+fn authorization_url(status: &tonic::Status) -> String {
+    assert_eq!(status.code(), tonic::Code::FailedPrecondition, "{status:?}");
+    let info = status.get_details_error_info().expect("ErrorInfo");
+    assert_eq!(info.reason, "UPSTREAM_AUTHORIZATION_REQUIRED");
+    info.metadata
+        .get("authorization_url")
+        .cloned()
+        .expect("authorization_url in the metadata")
+}
+
+/// Plays the browser: opens `url` as `user` at the authorization server and
+/// delivers its redirect to the gateway's consent listener on
+/// `callback_port` (any replica's). Returns the listener's status and page.
+async fn consent(url: &str, user: &str, callback_port: u16) -> (u16, String) {
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let authorize = http.get(format!("{url}&user={user}")).send().await.unwrap();
+    assert_eq!(authorize.status().as_u16(), 302, "authorize: {authorize:?}");
+    let location = authorize.headers()["location"].to_str().unwrap().to_owned();
+    let mut callback = url::Url::parse(&location).unwrap();
+    assert_eq!(callback.path(), "/oauth/callback");
+    callback.set_port(Some(callback_port)).unwrap();
+    let page = http.get(callback.as_str()).send().await.unwrap();
+    let status = page.status().as_u16();
+    (status, page.text().await.unwrap())
+}
+
+async fn listing(client: &mut ToolGatewayClient<Channel>, subject: &str) -> pb::ListToolsResponse {
+    let mut request = authed("acme-token", pb::ListToolsRequest::default());
+    request
+        .metadata_mut()
+        .insert("x-toolgate-subject", subject.parse().unwrap());
+    client.list_tools(request).await.unwrap().into_inner()
+}
+
+fn server<'a>(listing: &'a pb::ListToolsResponse, name: &str) -> &'a pb::ServerStatus {
+    listing.servers.iter().find(|s| s.name == name).unwrap()
+}
+
+async fn as_stats(upstream: &Upstream) -> serde_json::Value {
+    let text = reqwest::get(format!("{}/admin/stats", upstream.as_url))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+#[tokio::test]
+async fn per_user_consent_isolates_subjects_and_client_credentials_serve_the_tenant() {
+    let upstream = upstream(3600);
+    let dir = tempfile::tempdir().unwrap();
+    let state_url = format!("sqlite://{}/state.db", dir.path().display());
+    let consent_port = free_port();
+    let gateway = TestGateway::start(&config(&upstream, &state_url, consent_port), &env()).await;
+    let mut client = gateway.client().await;
+
+    // The tenant's own server works without any end user.
+    assert_eq!(
+        call_settled(&mut client, None, "svc__whoami")
+            .await
+            .unwrap(),
+        "client:svc"
+    );
+
+    // A subject that has not consented gets a link, and nothing runs.
+    let status = call_settled(&mut client, Some("alice"), "docs__whoami")
+        .await
+        .unwrap_err();
+    let url = authorization_url(&status);
+    assert!(url.starts_with(&upstream.as_url), "{url}");
+    assert!(url.contains("code_challenge_method=S256"), "{url}");
+    assert!(url.contains("resource="), "{url}");
+    let before = listing(&mut client, "alice").await;
+    let docs = server(&before, "docs");
+    assert_eq!(docs.state, pb::ServerState::AuthorizationRequired as i32);
+    assert!(docs.authorization_url.starts_with(&upstream.as_url));
+
+    // Alice consents in her browser; her next call runs as her.
+    let (code, page) = consent(&url, "alice", consent_port).await;
+    assert_eq!(code, 200, "{page}");
+    assert_eq!(
+        call_settled(&mut client, Some("alice"), "docs__whoami")
+            .await
+            .unwrap(),
+        "alice"
+    );
+    let after = listing(&mut client, "alice").await;
+    assert_eq!(
+        server(&after, "docs").state,
+        pb::ServerState::Connected as i32
+    );
+    assert!(names(&after).contains(&"docs__whoami".to_owned()));
+
+    // Bob's call never borrows Alice's token.
+    let status = call_settled(&mut client, Some("bob"), "docs__whoami")
+        .await
+        .unwrap_err();
+    let bob_url = authorization_url(&status);
+    let carol = listing(&mut client, "carol").await;
+    assert_eq!(
+        server(&carol, "docs").state,
+        pb::ServerState::AuthorizationRequired as i32
+    );
+    let (code, page) = consent(&bob_url, "bob", consent_port).await;
+    assert_eq!(code, 200, "{page}");
+    assert_eq!(
+        call(&mut client, Some("bob"), "docs__whoami")
+            .await
+            .unwrap(),
+        "bob"
+    );
+    assert_eq!(
+        call(&mut client, Some("alice"), "docs__whoami")
+            .await
+            .unwrap(),
+        "alice"
+    );
+    // Without a subject the call is the tenant's own, which has not consented.
+    let status = call(&mut client, None, "docs__whoami").await.unwrap_err();
+    authorization_url(&status);
+
+    // A callback replayed (or forged) completes nothing.
+    let (code, _) = consent(&bob_url, "mallory", consent_port).await;
+    assert_eq!(code, 400);
+    assert_eq!(
+        call(&mut client, Some("bob"), "docs__whoami")
+            .await
+            .unwrap(),
+        "bob"
+    );
+
+    // Alice's grant is revoked at the authorization server: her next call
+    // asks her to consent again; Bob is untouched.
+    let revoked = reqwest::Client::new()
+        .post(format!("{}/admin/revoke?user=alice", upstream.as_url))
+        .send()
+        .await
+        .unwrap();
+    assert!(revoked.status().is_success());
+    let status = call(&mut client, Some("alice"), "docs__whoami")
+        .await
+        .unwrap_err();
+    authorization_url(&status);
+    assert_eq!(
+        call(&mut client, Some("bob"), "docs__whoami")
+            .await
+            .unwrap(),
+        "bob"
+    );
+
+    // Tokens are sealed at rest: the database file holds no subject's
+    // token in clear (the subject ids are row keys, the tokens are not).
+    gateway.shutdown().await;
+    let stats = as_stats(&upstream).await;
+    let bytes = std::fs::read(dir.path().join("state.db")).unwrap();
+    let text = String::from_utf8_lossy(&bytes);
+    assert!(!text.contains("access_token"), "a token response in clear");
+    assert!(!text.contains("refresh_token"), "a token response in clear");
+    assert!(stats["tokens_issued"].is_object(), "{stats}");
+}
+
+#[tokio::test]
+async fn a_consent_at_one_replica_serves_calls_at_another_and_one_refresh_wins() {
+    let upstream = upstream(2);
+    let mut pg = PgCluster::start();
+    let url = pg.url();
+    // Both replicas are one public URL behind a load balancer; each listens
+    // on its own port, and the test delivers the callback to the second.
+    let public_port = free_port();
+    let second_port = free_port();
+    let one = TestGateway::start(&config(&upstream, &url, public_port), &env()).await;
+    let two_config = config(&upstream, &url, public_port).replace(
+        &format!("listen: 127.0.0.1:{public_port}"),
+        &format!("listen: 127.0.0.1:{second_port}"),
+    );
+    let two = TestGateway::start(&two_config, &env()).await;
+    let mut client_one = one.client().await;
+    let mut client_two = two.client().await;
+
+    let status = call_settled(&mut client_one, Some("alice"), "docs__whoami")
+        .await
+        .unwrap_err();
+    let url = authorization_url(&status);
+    // The flow started at replica one completes at replica two.
+    let (code, page) = consent(&url, "alice", second_port).await;
+    assert_eq!(code, 200, "{page}");
+    assert_eq!(
+        call_settled(&mut client_one, Some("alice"), "docs__whoami")
+            .await
+            .unwrap(),
+        "alice"
+    );
+    assert_eq!(
+        call_settled(&mut client_two, Some("alice"), "docs__whoami")
+            .await
+            .unwrap(),
+        "alice"
+    );
+
+    // The token expires; both replicas call at once. One refreshes, the
+    // other reads its token: with rotation a second refresh of the same
+    // refresh token would be refused and Alice asked to consent again.
+    let refreshes = |stats: &serde_json::Value| {
+        stats["token_requests"]["refresh_token"]
+            .as_u64()
+            .unwrap_or(0)
+    };
+    let before = refreshes(&as_stats(&upstream).await);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (a, b) = tokio::join!(
+        call(&mut client_one, Some("alice"), "docs__whoami"),
+        call(&mut client_two, Some("alice"), "docs__whoami"),
+    );
+    assert_eq!(a.unwrap(), "alice");
+    assert_eq!(b.unwrap(), "alice");
+    let after = refreshes(&as_stats(&upstream).await);
+    assert_eq!(after - before, 1, "one refresh for two replicas");
+
+    // The store goes down: per-user calls are UNAVAILABLE with RetryInfo
+    // (nothing was sent upstream).
+    pg.stop();
+    let status = call(&mut client_one, Some("alice"), "docs__whoami")
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+    assert_eq!(reason(&status), "STATE_UNAVAILABLE");
+    assert!(status.get_details_retry_info().is_some());
+    drop(one);
+    drop(two);
+}
