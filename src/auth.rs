@@ -81,11 +81,59 @@ impl Subject {
     }
 }
 
+/// Who is calling, as proven by its credential: put into the request
+/// extensions next to the [`Tenant`] and the [`Subject`], for policy and
+/// audit. Never holds the credential itself.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    /// How the caller proved who it is.
+    pub identity: CallerIdentity,
+    /// The verified claims of a JWT caller; an empty object for a static
+    /// token.
+    pub claims: Arc<serde_json::Value>,
+}
+
+impl Caller {
+    /// A caller with a static token: `tokens[index]` of its tenant.
+    pub fn static_token(index: usize) -> Self {
+        Self {
+            identity: CallerIdentity::Token { index },
+            claims: Arc::new(serde_json::Value::Object(serde_json::Map::new())),
+        }
+    }
+}
+
+/// How a caller proved who it is (never the credential).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CallerIdentity {
+    /// A static bearer token: its position in the tenant's `tokens`.
+    Token {
+        /// The index in `tenants[].tokens`.
+        index: usize,
+    },
+    /// A JWT from a configured issuer.
+    Jwt {
+        /// The `iss` claim.
+        issuer: String,
+        /// The `sub` claim.
+        subject: String,
+    },
+}
+
+impl std::fmt::Display for CallerIdentity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CallerIdentity::Token { index } => write!(f, "token[{index}]"),
+            CallerIdentity::Jwt { issuer, subject } => write!(f, "jwt {issuer} {subject}"),
+        }
+    }
+}
+
 /// Token digests of every tenant, mapped to the tenant's position in the
-/// configuration.
+/// configuration and the token's position in the tenant's `tokens`.
 #[derive(Clone, Default)]
 pub struct TokenTable {
-    by_digest: Arc<HashMap<[u8; 32], usize>>,
+    by_digest: Arc<HashMap<[u8; 32], (usize, usize)>>,
 }
 
 impl std::fmt::Debug for TokenTable {
@@ -106,8 +154,8 @@ impl TokenTable {
     pub fn new(config: &Config) -> Self {
         let mut by_digest = HashMap::new();
         for (index, tenant) in config.tenants.iter().enumerate() {
-            for token in &tenant.tokens {
-                by_digest.insert(digest(token.expose()), index);
+            for (token_index, token) in tenant.tokens.iter().enumerate() {
+                by_digest.insert(digest(token.expose()), (index, token_index));
             }
         }
         Self {
@@ -115,8 +163,9 @@ impl TokenTable {
         }
     }
 
-    /// The tenant a presented token selects.
-    pub fn tenant_for(&self, token: &str) -> Option<usize> {
+    /// The tenant a presented token selects, and the token's index in the
+    /// tenant's `tokens`.
+    pub fn tenant_for(&self, token: &str) -> Option<(usize, usize)> {
         let presented = digest(token);
         self.by_digest
             .get_key_value(&presented)
@@ -169,7 +218,7 @@ impl Interceptor for Authenticate {
                 .ok_or(CallError::Unauthenticated(
                     "the `authorization` metadata is not `Bearer <token>`",
                 ))?;
-        let tenant: Arc<Tenant> = self
+        let (tenant, caller): (Arc<Tenant>, Caller) = self
             .registry
             .authenticate(token)
             .ok_or(CallError::Unauthenticated("unknown token"))?;
@@ -179,6 +228,7 @@ impl Interceptor for Authenticate {
         request.metadata_mut().remove("authorization");
         request.extensions_mut().insert(tenant);
         request.extensions_mut().insert(subject);
+        request.extensions_mut().insert(caller);
         Ok(request)
     }
 }

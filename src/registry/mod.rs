@@ -204,13 +204,12 @@ impl Registry {
         self.generation.load_full()
     }
 
-    /// The tenant a bearer token selects.
-    pub fn authenticate(&self, token: &str) -> Option<Arc<Tenant>> {
+    /// The tenant a bearer token selects, and the caller it proves.
+    pub fn authenticate(&self, token: &str) -> Option<(Arc<Tenant>, crate::auth::Caller)> {
         let generation = self.generation.load();
-        generation
-            .tokens
-            .tenant_for(token)
-            .and_then(|index| generation.tenants.get(index).cloned())
+        let (tenant, token_index) = generation.tokens.tenant_for(token)?;
+        let tenant = generation.tenants.get(tenant).cloned()?;
+        Some((tenant, crate::auth::Caller::static_token(token_index)))
     }
 
     /// Every tenant, in configuration order.

@@ -167,7 +167,7 @@ async fn retired_slots_are_freed_once_their_sessions_close() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // The newest generation still serves.
-    let tenant = registry.authenticate("tok").expect("tenant");
+    let tenant = registry.authenticate("tok").expect("tenant").0;
     let catalog = tenant.settled_catalog(Duration::from_secs(10)).await;
     assert!(catalog.get("s__echo").is_some());
     registry.shutdown().await;
@@ -280,13 +280,13 @@ async fn a_reload_keeps_the_rate_bucket_of_a_tenant_whose_limits_did_not_change(
     };
     let metrics = Arc::new(toolgate::telemetry::Metrics::new());
     let registry = toolgate::registry::Registry::start(&load(yaml("", 1)), env.clone(), metrics);
-    let tenant = registry.authenticate("tok").unwrap();
+    let tenant = registry.authenticate("tok").unwrap().0;
     tenant.limiter.check_rate().expect("the burst admits one");
     assert!(tenant.limiter.check_rate().is_err(), "the bucket is empty");
 
     let other = "  - name: u\n    tokens: [tok2]\n    servers: []\n";
     registry.apply(&load(yaml(other, 1)));
-    let reloaded = registry.authenticate("tok").unwrap();
+    let reloaded = registry.authenticate("tok").unwrap().0;
     assert!(!Arc::ptr_eq(&tenant, &reloaded), "a new tenant object");
     assert!(
         reloaded.limiter.check_rate().is_err(),
@@ -294,7 +294,7 @@ async fn a_reload_keeps_the_rate_bucket_of_a_tenant_whose_limits_did_not_change(
     );
     // Changed limits start a new bucket.
     registry.apply(&load(yaml(other, 2)));
-    let changed = registry.authenticate("tok").unwrap();
+    let changed = registry.authenticate("tok").unwrap().0;
     changed
         .limiter
         .check_rate()
