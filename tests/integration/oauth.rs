@@ -328,12 +328,19 @@ async fn a_consent_at_one_replica_serves_calls_at_another_and_one_refresh_wins()
     // on its own port, and the test delivers the callback to the second.
     let public_port = free_port();
     let second_port = free_port();
-    let one = TestGateway::start(&config(&upstream, &url, public_port), &env()).await;
+    let plain_server = serve_mcp(TestServer::new(&["echo"])).await;
+    let one_config = format!(
+        "{}      - name: plain\n        url: \"{}\"\n        headers: {{ authorization: \"Bearer static-0123456789\" }}\n",
+        config(&upstream, &url, public_port),
+        plain_server.url
+    );
+    let one = TestGateway::start(&one_config, &env()).await;
     let two_config = config(&upstream, &url, public_port).replace(
         &format!("listen: 127.0.0.1:{public_port}"),
         &format!("listen: 127.0.0.1:{second_port}"),
     );
     let two = TestGateway::start(&two_config, &env()).await;
+
     let mut client_one = one.client().await;
     let mut client_two = two.client().await;
 
@@ -385,6 +392,16 @@ async fn a_consent_at_one_replica_serves_calls_at_another_and_one_refresh_wins()
     assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
     assert_eq!(reason(&status), "STATE_UNAVAILABLE");
     assert!(status.get_details_retry_info().is_some());
+    // A server with static headers needs no store and keeps working.
+    let echoed = invoke(
+        &mut client_one,
+        "acme-token",
+        "plain__echo",
+        r#"{"text":"still here"}"#,
+    )
+    .await
+    .expect("a static-header server works while the store is down");
+    assert!(echoed.text.contains("still here"), "{}", echoed.text);
     drop(one);
     drop(two);
 }
