@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Validates the deployment files, offline:
 #
-#   1. consistency: deploy/kubernetes/config.yaml parses, its ports match the
-#      Deployment's, every `{file: /etc/toolgate/secrets/KEY}` has KEY in
-#      secret.example.yaml, and terminationGracePeriodSeconds exceeds
+#   1. consistency: deploy/kubernetes/config.yaml parses, its ports (listen,
+#      metrics.listen, oauth.listen) match the Deployment's, every
+#      `{file: /etc/toolgate/secrets/KEY}` has KEY in secret.example.yaml, every
+#      `{env: VAR}` is set by the Deployment, every Secret key the Deployment
+#      passes as an environment variable exists, every Secret key is used (as a
+#      file or a variable), and terminationGracePeriodSeconds exceeds
 #      shutdown_delay + shutdown_grace + 12s (1s abort flush, 1s GOAWAY, 10s session close);
 #   2. schemas: every manifest in deploy/kubernetes, the ConfigMap that
 #      kustomize generates from config.yaml, and (when kubectl or kustomize is
@@ -103,6 +106,9 @@ if port_of(config.get("listen", "127.0.0.1:50051")) != ports.get("grpc"):
 metrics = (config.get("metrics") or {}).get("listen")
 if metrics is None or port_of(metrics) != ports.get("metrics"):
     problems.append(f"metrics.listen {metrics} != containerPort metrics {ports.get('metrics')}")
+consent = (config.get("oauth") or {}).get("listen")
+if consent is not None and port_of(consent) != ports.get("consent"):
+    problems.append(f"oauth.listen {consent} != containerPort consent {ports.get('consent')}")
 
 mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
 volumes = {v["name"]: v for v in pod["volumes"]}
@@ -133,7 +139,36 @@ def sources(node, path):
             yield from sources(value, f"{path}[{i}]")
 
 
-used = set()
+def env_sources(node, path):
+    if isinstance(node, dict):
+        if set(node) == {"env"}:
+            yield path, node["env"]
+        for key, value in node.items():
+            yield from env_sources(value, f"{path}.{key}")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from env_sources(value, f"{path}[{i}]")
+
+
+# Secret keys the container gets as environment variables.
+env_vars = {e["name"]: e for e in container.get("env", [])}
+for name, var in env_vars.items():
+    ref = (var.get("valueFrom") or {}).get("secretKeyRef")
+    if ref is None:
+        continue
+    if ref.get("name") != secret["metadata"]["name"]:
+        problems.append(f"env {name}: secretKeyRef names Secret {ref.get('name')}, not {secret['metadata']['name']}")
+    elif ref.get("key") not in keys:
+        problems.append(f"env {name}: key {ref.get('key')} is not in secret.example.yaml")
+for path, var in env_sources(config, "config"):
+    if var not in env_vars:
+        problems.append(f"{path}: environment variable {var} is not set by the Deployment")
+
+used = {
+    var["valueFrom"]["secretKeyRef"]["key"]
+    for var in env_vars.values()
+    if (var.get("valueFrom") or {}).get("secretKeyRef")
+}
 for path, file in sources(config, "config"):
     if not file.startswith(secret_dir + "/"):
         problems.append(f"{path}: {file} is not under {secret_dir}")
@@ -241,7 +276,10 @@ done
 if [[ -n "$bin" ]]; then
     say "4. config: $bin check --offline"
     mkdir -p "$work/secrets"
-    "$VENV/bin/python" - "$K8S/secret.example.yaml" "$work/secrets" <<'PY'
+    "$VENV/bin/python" - "$K8S/secret.example.yaml" "$work/secrets" "$K8S/config.yaml" "$work/env" <<'PY'
+import base64
+import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -250,9 +288,35 @@ import yaml
 secret = yaml.safe_load(Path(sys.argv[1]).read_text())
 for i, key in enumerate(sorted(set(secret.get("stringData", {})) | set(secret.get("data", {})))):
     Path(sys.argv[2], key).write_text(f"placeholder-{i}-{key}\n")
+
+
+# `{env: VAR}` sources get a placeholder of the right shape: a state key is
+# 32 bytes in base64, a state URL a SQLite file in the work directory.
+def env_vars(node):
+    if isinstance(node, dict):
+        if set(node) == {"env"}:
+            yield node["env"]
+        for value in node.values():
+            yield from env_vars(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from env_vars(value)
+
+
+exports = []
+for var in sorted(set(env_vars(yaml.safe_load(Path(sys.argv[3]).read_text())))):
+    if var.endswith("_KEY"):
+        value = base64.b64encode(os.urandom(32)).decode()
+    elif var.endswith("_URL"):
+        value = f"sqlite://{Path(sys.argv[2]).parent / 'state.db'}"
+    else:
+        value = f"placeholder-{var}"
+    exports.append(f"export {var}={shlex.quote(value)}")
+Path(sys.argv[4]).write_text("".join(line + "\n" for line in exports))
 PY
     sed "s|/etc/toolgate/secrets/|$work/secrets/|g" "$K8S/config.yaml" >"$work/config.yaml"
-    if "$bin" check --offline --config "$work/config.yaml"; then
+    # shellcheck disable=SC1091
+    if (source "$work/env" && "$bin" check --offline --config "$work/config.yaml"); then
         echo "PASS toolgate check --offline"
     else
         echo "FAIL toolgate check --offline (is $bin older than the config keys it is given?)"

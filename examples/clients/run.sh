@@ -11,12 +11,22 @@
 #   * installs what the workers need: the example's requirements into <repo>/.venv
 #     (tests/setup.sh creates it when missing) and the Python stubs (generate.sh);
 #     `npm ci` and `npm run build` in typescript/;
+#   * checks that the Python examples compile and import (py_compile, then
+#     `import worker, consent` with the generated stubs);
 #   * for each worker: py__tiny_image (reads the image), py__add (reads the
 #     structured content), py__fail (is_error), an unknown tool (NOT_FOUND handled),
 #     arguments that are not an object (INVALID_ARGUMENT), a wrong token
 #     (UNAUTHENTICATED), a stale catalog pin (FAILED_PRECONDITION, re-listed and
 #     retried) and a call whose server dies under it (UNKNOWN, never retried);
-#   * stops the gateway.
+#   * per-user OAuth consent (python/consent.py): a second gateway, with a SQLite
+#     state store and a consent listener, in front of an OAuth-protected MCP server
+#     (tests/fixtures/python/oauth_mcp_server.py) and its authorization server
+#     (oauth_as.py); consent.py lists what a subject must authorize, gets the
+#     link on UPSTREAM_AUTHORIZATION_REQUIRED, waits while this script plays the
+#     user's browser (the authorization server consents for `&user=<name>`), and
+#     retries as that user; another subject gets a link of its own, never the
+#     first one's token;
+#   * stops the gateways and the fixtures.
 #
 # Exit 0 when every check passed, 1 otherwise. Every step is bounded in time.
 set -euo pipefail
@@ -34,13 +44,23 @@ command -v node >/dev/null && command -v npm >/dev/null || die "node and npm are
 
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/toolgate-clients.XXXXXX")"
 GATEWAY_PID=""
-cleanup() {
-  if [[ -n "$GATEWAY_PID" ]] && kill -0 "$GATEWAY_PID" 2>/dev/null; then
-    kill -TERM "$GATEWAY_PID" 2>/dev/null || true
-    for _ in $(seq 50); do kill -0 "$GATEWAY_PID" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$GATEWAY_PID" 2>/dev/null || true
-    wait "$GATEWAY_PID" 2>/dev/null || true
+OAUTH_GATEWAY_PID=""
+FIXTURE_PIDS=()
+# stop PID: SIGTERM, up to 5 s, then SIGKILL (only processes this script started).
+stop() {
+  local pid="$1"
+  if [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null; then
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
   fi
+}
+cleanup() {
+  stop "$GATEWAY_PID"
+  stop "$OAUTH_GATEWAY_PID"
+  local pid
+  for pid in "${FIXTURE_PIDS[@]}"; do stop "$pid"; done
   rm -rf "$TMP"
 }
 trap cleanup EXIT
@@ -55,6 +75,9 @@ log "python: installing examples/clients/python/requirements.txt into .venv, gen
 PIP_DISABLE_PIP_VERSION_CHECK=1 timeout 300 "$PY" -m pip install --quiet --no-input \
   -r "$HERE/python/requirements.txt"
 PYTHON="$PY" timeout 120 "$HERE/python/generate.sh"
+log "python: py_compile and import of worker.py and consent.py"
+"$PY" -m py_compile "$HERE/python/worker.py" "$HERE/python/consent.py"
+(cd "$HERE/python" && "$PY" -c 'import consent, worker') || die "the Python examples do not import"
 log "typescript: npm ci, npm run build"
 (cd "$HERE/typescript" && timeout 300 npm ci --silent --no-audit --no-fund && timeout 120 npm run --silent build)
 
@@ -147,6 +170,145 @@ run_worker_checks typescript node "$HERE/typescript/dist/worker.js"
 
 if ! kill -0 "$GATEWAY_PID" 2>/dev/null; then
   FAILED=$((FAILED + 1)); log "the gateway died during the checks"; cat "$TMP/gateway.log" >&2
+fi
+
+# ---- per-user OAuth consent (python/consent.py) ------------------------------
+free_port() { "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+# start_fixture NAME SCRIPT ARGS...: starts a Python fixture and sets FIXTURE_PORT
+# from the `LISTENING <port>` line it prints.
+start_fixture() {
+  local name="$1" script="$2"
+  shift 2
+  : >"$TMP/$name.out"
+  "$PY" "$ROOT/tests/fixtures/python/$script" "$@" >>"$TMP/$name.out" 2>"$TMP/$name.err" &
+  FIXTURE_PIDS+=("$!")
+  FIXTURE_PORT=""
+  for _ in $(seq 150); do
+    FIXTURE_PORT="$(awk '/^LISTENING /{print $2; exit}' "$TMP/$name.out" 2>/dev/null || true)"
+    [[ -n "$FIXTURE_PORT" ]] && return 0
+    sleep 0.1
+  done
+  cat "$TMP/$name.err" >&2
+  die "$script did not print LISTENING within 15s"
+}
+
+# consent_as URL USER: plays USER's browser. The test authorization server
+# consents at once for `&user=USER` and redirects to the gateway's consent
+# listener; prints the HTTP status of the listener's page (200: authorized).
+consent_as() {
+  "$PY" - "$1" "$2" <<'BROWSER'
+import sys
+import urllib.error
+import urllib.request
+
+url, user = sys.argv[1], sys.argv[2]
+
+
+class NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kwargs):
+        return None
+
+
+browser = urllib.request.build_opener(urllib.request.ProxyHandler({}), NoRedirect)
+try:
+    browser.open(f"{url}&user={user}", timeout=10)
+    sys.exit("the authorization server did not redirect")
+except urllib.error.HTTPError as e:
+    if e.code != 302:
+        sys.exit(f"authorize: HTTP {e.code}")
+    callback = e.headers["Location"]
+try:
+    with browser.open(callback, timeout=10) as page:
+        print(page.status)
+except urllib.error.HTTPError as e:
+    print(e.code)
+BROWSER
+}
+
+log "oauth: starting the test authorization server and the OAuth-protected MCP server"
+start_fixture oauth_as oauth_as.py --port 0
+AS_PORT="$FIXTURE_PORT"
+start_fixture oauth_mcp oauth_mcp_server.py --port 0 --as-url "http://127.0.0.1:$AS_PORT"
+MCP_PORT="$FIXTURE_PORT"
+OAUTH_PORT="$(free_port)"
+CONSENT_PORT="$(free_port)"
+OAUTH_ADDR="127.0.0.1:$OAUTH_PORT"
+cat >"$TMP/oauth.yaml" <<CONFIG
+listen: "$OAUTH_ADDR"
+shutdown_delay: "0s"
+shutdown_grace: "2s"
+state:
+  url: "sqlite://$TMP/state.db"
+  keys: [{ env: TOOLGATE_STATE_KEY }]
+oauth:
+  listen: "127.0.0.1:$CONSENT_PORT"
+  public_url: "http://127.0.0.1:$CONSENT_PORT"
+  allow_private_addresses: true   # the test authorization server is on 127.0.0.1
+tenants:
+  - name: examples
+    tokens: ["$TOKEN"]
+    servers:
+      - name: docs
+        url: "http://127.0.0.1:$MCP_PORT/mcp"
+        oauth: { grant: authorization_code }
+CONFIG
+log "oauth: starting $BIN on $OAUTH_ADDR (consent listener on 127.0.0.1:$CONSENT_PORT)"
+TOOLGATE_STATE_KEY="$("$PY" -c 'import base64, os; print(base64.b64encode(os.urandom(32)).decode())')" \
+  "$BIN" serve --config "$TMP/oauth.yaml" >"$TMP/gateway-oauth.log" 2>&1 &
+OAUTH_GATEWAY_PID=$!
+for i in $(seq 150); do
+  kill -0 "$OAUTH_GATEWAY_PID" 2>/dev/null || { cat "$TMP/gateway-oauth.log" >&2; die "the OAuth gateway exited"; }
+  if (exec 3<>"/dev/tcp/127.0.0.1/$OAUTH_PORT") 2>/dev/null; then break; fi
+  [[ $i -lt 150 ]] || { cat "$TMP/gateway-oauth.log" >&2; die "the OAuth gateway did not listen on $OAUTH_ADDR within 15s"; }
+  sleep 0.1
+done
+
+export TOOLGATE_TOKEN="$TOKEN"
+CONSENT=("$PY" "$HERE/python/consent.py" --addr "$OAUTH_ADDR")
+check "python consent: lists what alice must authorize, with her link" 0 \
+  '^servers for subject .alice.:$' "^  docs  AUTHORIZATION_REQUIRED  authorize at: http://127\.0\.0\.1:$AS_PORT/authorize\?" \
+  '^1 server\(s\) need this subject.s consent: docs$' \
+  -- "${CONSENT[@]}" --subject alice
+
+# The whole consent: the call is refused with the link, the "user" consents,
+# consent.py sees it and calls again, as alice.
+flow_out="$TMP/consent-flow.out"
+timeout 90 "${CONSENT[@]}" --subject alice --wait 60 --poll 0.5 docs__whoami >"$flow_out" 2>&1 &
+flow_pid=$!
+link=""
+for _ in $(seq 300); do
+  link="$(sed -n 's/^    \(http[^ ]*\)$/\1/p' "$flow_out" | head -n 1)"
+  [[ -n "$link" ]] && break
+  kill -0 "$flow_pid" 2>/dev/null || break
+  sleep 0.1
+done
+page="no link"
+if [[ -n "$link" ]]; then page="$(consent_as "$link" alice 2>&1)" || true; fi
+flow_rc=0
+wait "$flow_pid" || flow_rc=$?
+flow_name="python consent: alice consents through the link, and the call runs as her"
+if [[ "$flow_rc" == 0 && "$page" == 200 ]] && grep -q '^text: alice$' "$flow_out" \
+  && grep -q 'must authorize server .docs. first' "$flow_out" \
+  && grep -q '^consent for .docs. received' "$flow_out"; then
+  PASSED=$((PASSED + 1)); printf 'ok    %s\n' "$flow_name"
+else
+  FAILED=$((FAILED + 1)); printf 'FAIL  %s\n' "$flow_name"
+  log "$flow_name: exit $flow_rc, consent page: $page"; sed 's/^/      | /' "$flow_out"
+fi
+
+check "python consent: alice's next call runs at once" 0 \
+  '^is_error: false$' '^text: alice$' \
+  -- "${CONSENT[@]}" --subject alice docs__whoami
+check "python consent: bob gets a link of his own, never alice's token" 6 \
+  'must authorize server .docs. first' 'no consent for server .docs. within 1s; nothing was run' \
+  -- "${CONSENT[@]}" --subject bob --wait 1 --poll 0.5 docs__whoami
+check "python consent: a malformed subject is INVALID_SUBJECT" 5 \
+  'INVALID_ARGUMENT \(INVALID_SUBJECT\)' \
+  -- "${CONSENT[@]}" --subject 'not visible ascii' docs__whoami
+
+if ! kill -0 "$OAUTH_GATEWAY_PID" 2>/dev/null; then
+  FAILED=$((FAILED + 1)); log "the OAuth gateway died during the checks"; cat "$TMP/gateway-oauth.log" >&2
 fi
 echo "$PASSED passed, $FAILED failed"
 [[ $FAILED == 0 ]]
