@@ -13,6 +13,7 @@ mod invoke;
 mod lazy;
 mod limits;
 mod oauth;
+mod oauth_oidc;
 mod ops;
 mod processes;
 mod redaction;
