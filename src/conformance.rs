@@ -449,10 +449,17 @@ fn object(value: Value) -> JsonObject {
 /// ([`OAuthClient`]), consent is given headlessly (the authorization URL is
 /// fetched the way a browser would, without following the final redirect,
 /// and the `Location` callback handed to [`OAuthClient::complete`]), and the
-/// MCP session sends the token as `Authorization: Bearer` with every
-/// request: a request refused with a challenge (401, or 403
-/// `insufficient_scope`) is answered by [`OAuthClient::refused`] (refresh,
-/// new consent or bounded step-up) and resent once.
+/// MCP session sends the token with every request as
+/// [`OAuthClient::resource_auth`] says (`Authorization: Bearer`, or
+/// `Authorization: DPoP` with a proof for a DPoP-bound token): a request
+/// refused with a challenge (401, or 403 `insufficient_scope`) is answered
+/// by [`OAuthClient::refused`] (refresh, new consent or bounded step-up) and
+/// resent once; one refused with `use_dpop_nonce` is resent once with the
+/// resource server's nonce ([`learn_resource_nonce`]).
+///
+/// The `auth/dpop*` scenarios turn on [`OAuthSettings::dpop`];
+/// `auth/wif-jwt-bearer` uses the context's `valid_jwt` as the workload's
+/// assertion ([`OAuthSettings::jwt_bearer_assertion`]).
 mod oauth {
     use std::borrow::Cow;
     use std::collections::HashMap;
@@ -474,8 +481,10 @@ mod oauth {
 
     use super::{Scenario, initialize_version, synthetic_arguments};
     use crate::config::{Grant, Secret, TokenEndpointAuth};
+    use crate::credentials::dpop::{is_use_dpop_nonce, learn_resource_nonce};
     use crate::credentials::oauth::{
-        EnterpriseIdp, MemoryStore, OAuthClient, OAuthError, OAuthSettings, parse_algorithm,
+        EnterpriseIdp, MemoryStore, OAuthClient, OAuthError, OAuthSettings, WorkloadAssertion,
+        parse_algorithm,
     };
     use crate::state::TokenKey;
 
@@ -498,7 +507,8 @@ mod oauth {
             name,
             "auth/enterprise-managed-authorization" | "auth/cross-app-access-complete-flow"
         );
-        let grant = if name.starts_with("auth/client-credentials-") {
+        let workload = name == "auth/wif-jwt-bearer";
+        let grant = if name.starts_with("auth/client-credentials-") || workload {
             Grant::ClientCredentials
         } else {
             Grant::AuthorizationCode
@@ -516,8 +526,13 @@ mod oauth {
             settings.signing_algorithm = text("signing_algorithm")
                 .as_deref()
                 .and_then(parse_algorithm);
-        } else if grant == Grant::ClientCredentials || enterprise {
+        } else if (grant == Grant::ClientCredentials && !workload) || enterprise {
             settings.token_endpoint_auth = Some(TokenEndpointAuth::ClientSecretBasic);
+        }
+        settings.dpop = name.starts_with("auth/dpop");
+        if workload {
+            let assertion = text("valid_jwt").context("context.valid_jwt")?;
+            settings.jwt_bearer_assertion = Some(WorkloadAssertion::Value(Secret::new(assertion)));
         }
         let oauth = Arc::new(OAuthClient::new(settings, Arc::new(MemoryStore::new()))?);
         let key = TokenKey::tenant_wide("conformance", "conformance");
@@ -638,23 +653,111 @@ mod oauth {
             self.oauth.access_token(&self.key).await
         }
 
-        /// Sends with the token; on a challenge, once more with a better one.
-        async fn send<T, F, Fut>(&self, call: F) -> Result<T, HttpError>
+        /// Sends with the token; on a challenge, once more with a better
+        /// one; on `use_dpop_nonce`, once more with the server's nonce.
+        async fn send<T, F, Fut>(
+            &self,
+            method: http::Method,
+            uri: &str,
+            session_id: Option<&str>,
+            headers: &HashMap<HeaderName, HeaderValue>,
+            call: F,
+        ) -> Result<T, HttpError>
         where
-            F: Fn(Option<String>) -> Fut,
+            F: Fn(Option<String>, HashMap<HeaderName, HeaderValue>) -> Fut,
             Fut: Future<Output = Result<T, HttpError>>,
         {
-            let token = self.token().await.map_err(refusal)?;
-            let challenge = match call(token.as_ref().map(|t| t.expose().to_owned())).await {
-                Err(StreamableHttpError::AuthRequired(e)) => e.www_authenticate_header,
-                Err(StreamableHttpError::InsufficientScope(e)) => e.www_authenticate_header,
-                other => return other,
+            let mut token = self.token().await.map_err(refusal)?;
+            let (mut nonce_asked, mut refused) = (false, false);
+            loop {
+                let (bearer, sent) = self
+                    .present(token.as_ref(), &method, uri, headers)
+                    .await
+                    .map_err(refusal)?;
+                let result = call(bearer, sent).await;
+                let challenge = match &result {
+                    Err(StreamableHttpError::AuthRequired(e)) => e.www_authenticate_header.clone(),
+                    Err(StreamableHttpError::InsufficientScope(e)) => {
+                        e.www_authenticate_header.clone()
+                    }
+                    _ => return result,
+                };
+                if let Some(current) = &token
+                    && !nonce_asked
+                    && self.oauth.dpop().is_some()
+                    && is_use_dpop_nonce(&challenge)
+                {
+                    nonce_asked = true;
+                    self.learn_nonce(uri, current, session_id, headers).await;
+                    continue;
+                }
+                if refused {
+                    return result;
+                }
+                refused = true;
+                token = Some(
+                    self.refused(token.as_ref(), &challenge)
+                        .await
+                        .map_err(refusal)?,
+                );
+            }
+        }
+
+        /// The bearer token for rmcp to send, or (a DPoP-bound token) none
+        /// and the `Authorization` and `DPoP` headers added to `headers`.
+        async fn present(
+            &self,
+            token: Option<&Secret>,
+            method: &http::Method,
+            uri: &str,
+            headers: &HashMap<HeaderName, HeaderValue>,
+        ) -> Result<(Option<String>, HashMap<HeaderName, HeaderValue>), OAuthError> {
+            let mut headers = headers.clone();
+            let Some(token) = token else {
+                return Ok((None, headers));
             };
-            let better = self
-                .refused(token.as_ref(), &challenge)
+            let auth = self
+                .oauth
+                .resource_auth(&self.key, token, method.as_str(), uri)
+                .await?;
+            if auth.dpop.is_none() {
+                return Ok((Some(token.expose().to_owned()), headers));
+            }
+            headers.extend(auth.headers());
+            Ok((None, headers))
+        }
+
+        /// Reads the nonce the server asked for (rmcp's client drops the
+        /// 401's `DPoP-Nonce`) and keeps it for the next proofs.
+        async fn learn_nonce(
+            &self,
+            uri: &str,
+            token: &Secret,
+            session_id: Option<&str>,
+            headers: &HashMap<HeaderName, HeaderValue>,
+        ) {
+            let auth = match self
+                .oauth
+                .resource_auth(&self.key, token, "POST", uri)
                 .await
-                .map_err(refusal)?;
-            call(Some(better.expose().to_owned())).await
+            {
+                Ok(auth) => auth,
+                Err(error) => {
+                    tracing::warn!(%error, "DPoP proof");
+                    return;
+                }
+            };
+            let mut extra: Vec<(HeaderName, HeaderValue)> = headers
+                .iter()
+                .map(|(n, v)| (n.clone(), v.clone()))
+                .collect();
+            if let Some(id) = session_id.and_then(|id| HeaderValue::from_str(id).ok()) {
+                extra.push((HeaderName::from_static("mcp-session-id"), id));
+            }
+            match learn_resource_nonce(&self.client, uri, &auth, &extra).await {
+                Some(nonce) => self.oauth.resource_nonce(uri, &nonce),
+                None => tracing::warn!("the server asked for a DPoP nonce and sent none"),
+            }
         }
     }
 
@@ -693,15 +796,21 @@ mod oauth {
             _auth_header: Option<String>,
             custom_headers: HashMap<HeaderName, HeaderValue>,
         ) -> Result<StreamableHttpPostResponse, HttpError> {
-            self.send(|token| {
-                self.client.post_message(
-                    uri.clone(),
-                    message.clone(),
-                    session_id.clone(),
-                    token,
-                    custom_headers.clone(),
-                )
-            })
+            self.send(
+                http::Method::POST,
+                &uri,
+                session_id.as_deref(),
+                &custom_headers,
+                |token, headers| {
+                    self.client.post_message(
+                        uri.clone(),
+                        message.clone(),
+                        session_id.clone(),
+                        token,
+                        headers,
+                    )
+                },
+            )
             .await
         }
 
@@ -712,14 +821,16 @@ mod oauth {
             _auth_header: Option<String>,
             custom_headers: HashMap<HeaderName, HeaderValue>,
         ) -> Result<(), HttpError> {
-            self.send(|token| {
-                self.client.delete_session(
-                    uri.clone(),
-                    session_id.clone(),
-                    token,
-                    custom_headers.clone(),
-                )
-            })
+            self.send(
+                http::Method::DELETE,
+                &uri,
+                Some(&session_id),
+                &custom_headers,
+                |token, headers| {
+                    self.client
+                        .delete_session(uri.clone(), session_id.clone(), token, headers)
+                },
+            )
             .await
         }
 
@@ -731,15 +842,21 @@ mod oauth {
             _auth_header: Option<String>,
             custom_headers: HashMap<HeaderName, HeaderValue>,
         ) -> Result<BoxStream<'static, Result<Sse, SseError>>, HttpError> {
-            self.send(|token| {
-                self.client.get_stream(
-                    uri.clone(),
-                    session_id.clone(),
-                    last_event_id.clone(),
-                    token,
-                    custom_headers.clone(),
-                )
-            })
+            self.send(
+                http::Method::GET,
+                &uri,
+                session_id.as_deref(),
+                &custom_headers,
+                |token, headers| {
+                    self.client.get_stream(
+                        uri.clone(),
+                        session_id.clone(),
+                        last_event_id.clone(),
+                        token,
+                        headers,
+                    )
+                },
+            )
             .await
         }
     }

@@ -2,6 +2,7 @@
 //! credential value is removed from upstream text ([`Redactor`]) before
 //! that text reaches a caller, a log line or a span.
 
+pub mod dpop;
 pub mod oauth;
 mod redact;
 mod store;

@@ -29,12 +29,18 @@
 //!   loopback addresses are refused unless `allow_private_addresses`
 //!   (link-local and other reserved addresses always, by rmcp);
 //! - typed errors ([`OAuthError`]) that never carry a token, code, verifier
-//!   or client secret.
+//!   or client secret;
+//! - what rmcp 3.11 lacks, kept to the missing piece: DPoP (RFC 9449, in
+//!   [`super::dpop`]: a proof key, proofs on token and resource requests,
+//!   nonces) through rmcp's `OAuthHttpClient` seam, and the RFC 7523
+//!   JWT-bearer grant for a workload's own assertion
+//!   ([`OAuthSettings::jwt_bearer_assertion`]).
 
 use std::collections::HashMap;
 use std::fmt;
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use futures::future::BoxFuture;
@@ -51,6 +57,7 @@ use rmcp::transport::auth::{
 use serde::{Deserialize, Serialize};
 use url::Url;
 
+use super::dpop::{Dpop, DpopKey, OAuthHttp, ResourceAuth};
 use crate::config::{Grant, OAuthListener, Secret, ServerOAuth, TokenEndpointAuth};
 use crate::state::{ClientKey, TokenKey};
 
@@ -84,6 +91,21 @@ const MAX_STEP_UP_KEYS: usize = 4096;
 
 /// The `client_name` sent with dynamic registration by default.
 pub const DEFAULT_CLIENT_NAME: &str = "toolgate";
+
+/// The RFC 7523 section 2.1 grant type.
+pub const JWT_BEARER_GRANT: &str = "urn:ietf:params:oauth:grant-type:jwt-bearer";
+
+/// Where a workload's identity assertion (a JWT its platform issues, whose
+/// audience is the authorization server) comes from, for the JWT-bearer
+/// grant (RFC 7523 section 2.1; workload identity federation, SEP-1933).
+#[derive(Debug, Clone)]
+pub enum WorkloadAssertion {
+    /// This assertion.
+    Value(Secret),
+    /// Read from this file at each exchange (platforms rotate it: a
+    /// Kubernetes projected service-account token, say).
+    File(PathBuf),
+}
 
 /// What a server's configuration says about its OAuth client.
 #[derive(Debug, Clone)]
@@ -122,6 +144,21 @@ pub struct OAuthSettings {
     pub allow_private_addresses: bool,
     /// Step-ups tried per key within [`STEP_UP_WINDOW`].
     pub max_step_ups: u32,
+    /// Ask for DPoP-bound tokens (RFC 9449): every token request carries a
+    /// proof of the client's key, and a token the authorization server
+    /// binds (`token_type: DPoP`) is sent as `Authorization: DPoP` with a
+    /// proof per request ([`OAuthClient::resource_auth`]). Default off.
+    pub dpop: bool,
+    /// The DPoP key (PKCS#8 PEM, P-256). Default: a key generated when the
+    /// client is made, so tokens bound by another process (a replica, or
+    /// this one before a restart) are refused and renewed.
+    pub dpop_key: Option<Secret>,
+    /// Tokens come from the JWT-bearer grant (RFC 7523 section 2.1) with
+    /// this assertion instead of the grant's own request (`grant` must be
+    /// `client_credentials`: non-interactive, the tenant's own token).
+    /// The client authenticates with its secret when it has one, else
+    /// names its `client_id` (if any). Default: none.
+    pub jwt_bearer_assertion: Option<WorkloadAssertion>,
 }
 
 impl OAuthSettings {
@@ -142,6 +179,9 @@ impl OAuthSettings {
             client_name: DEFAULT_CLIENT_NAME.to_owned(),
             allow_private_addresses: false,
             max_step_ups: DEFAULT_MAX_STEP_UPS,
+            dpop: false,
+            dpop_key: None,
+            jwt_bearer_assertion: None,
         }
     }
 
@@ -176,6 +216,19 @@ impl OAuthSettings {
     fn validate(&self) -> Result<(), OAuthError> {
         let bad = |reason: &str| Err(OAuthError::Settings(reason.to_owned()));
         match self.grant {
+            Grant::ClientCredentials if self.jwt_bearer_assertion.is_some() => {
+                if self.token_endpoint_auth == Some(TokenEndpointAuth::PrivateKeyJwt) {
+                    return bad(
+                        "the JWT-bearer grant authenticates with a client secret or not at all",
+                    );
+                }
+                if self.client_secret.is_some() && self.client_id.is_none() {
+                    return bad("a client secret needs its pre-registered client_id");
+                }
+            }
+            _ if self.jwt_bearer_assertion.is_some() => {
+                return bad("the JWT-bearer grant replaces client_credentials only");
+            }
             Grant::ClientCredentials => {
                 if self.client_id.is_none() {
                     return bad("client_credentials needs a pre-registered client_id");
@@ -202,6 +255,11 @@ impl OAuthSettings {
                     return bad("a client secret needs its pre-registered client_id");
                 }
             }
+        }
+        if let Some(pem) = &self.dpop_key
+            && DpopKey::from_pem(pem.expose()).is_err()
+        {
+            return bad("the DPoP key must be a PKCS#8 PEM P-256 private key");
         }
         if let Some(url) = &self.client_metadata_url {
             let ok = Url::parse(url).is_ok_and(|u| u.scheme() == "https" && u.path() != "/");
@@ -581,13 +639,7 @@ impl OAuthError {
 /// rmcp's error, described without secrets: `secrets` (the values in play)
 /// are cut out of any text an authorization server sent.
 fn from_auth(error: AuthError, secrets: &[&str]) -> OAuthError {
-    let scrub = |text: String| {
-        let mut text = text;
-        for secret in secrets.iter().filter(|s| s.len() >= 4) {
-            text = text.replace(secret, crate::credentials::REDACTED);
-        }
-        crate::credentials::bounded(&text, crate::credentials::MAX_UPSTREAM_TEXT)
-    };
+    let scrub = |text: String| scrubbed(text, secrets);
     match error {
         AuthError::CredentialStoreError(reason) => OAuthError::Store(StoreError(reason)),
         AuthError::HttpError(e) => OAuthError::Unreachable(scrub(e.without_url().to_string())),
@@ -610,6 +662,15 @@ fn from_auth(error: AuthError, secrets: &[&str]) -> OAuthError {
         }
         other => OAuthError::Refused(scrub(other.to_string())),
     }
+}
+
+/// `text` from an authorization server with `secrets` (the values in play)
+/// cut out, bounded.
+fn scrubbed(mut text: String, secrets: &[&str]) -> String {
+    for secret in secrets.iter().filter(|s| s.len() >= 4) {
+        text = text.replace(secret, crate::credentials::REDACTED);
+    }
+    crate::credentials::bounded(&text, crate::credentials::MAX_UPSTREAM_TEXT)
 }
 
 /// The innermost cause's text (reqwest puts the useful part there).
@@ -848,6 +909,11 @@ pub struct OAuthClient {
     refresh_wait: Duration,
     /// Told of each token obtained and each flow started or completed.
     events: Option<EventSink>,
+    /// The DPoP key and nonces, when [`OAuthSettings::dpop`] is on.
+    dpop: Option<Arc<Dpop>>,
+    /// The HTTP client of DPoP managers and of the JWT-bearer grant, built
+    /// on first use.
+    http: OnceLock<Arc<OAuthHttp>>,
 }
 
 /// Where an [`OAuthClient`] reports its events (`token_refreshed`,
@@ -879,13 +945,93 @@ impl OAuthClient {
     pub fn new(settings: OAuthSettings, store: Arc<dyn OAuthStore>) -> Result<Self, OAuthError> {
         settings.validate()?;
         ensure_crypto_provider();
+        let dpop = if settings.dpop {
+            let key = match &settings.dpop_key {
+                Some(pem) => DpopKey::from_pem(pem.expose()),
+                None => DpopKey::generate(),
+            }
+            .map_err(|e| OAuthError::Settings(e.to_string()))?;
+            Some(Arc::new(Dpop::new(key)))
+        } else {
+            None
+        };
         Ok(Self {
             settings,
             store,
             step_ups: Mutex::default(),
             refresh_wait: REFRESH_WAIT,
             events: None,
+            dpop,
+            http: OnceLock::new(),
         })
+    }
+
+    /// The DPoP key and nonces, when DPoP is on.
+    pub fn dpop(&self) -> Option<&Arc<Dpop>> {
+        self.dpop.as_ref()
+    }
+
+    /// How a `method` request to the resource at `url` carries `token`
+    /// (the key's): `Authorization: DPoP` with a fresh proof (`ath`, and the
+    /// nonce the resource server gave last) when DPoP is on and the
+    /// authorization server bound the token (`token_type: DPoP`), else
+    /// `Authorization: Bearer`.
+    ///
+    /// # Errors
+    /// The store failed, or the proof could not be made.
+    pub async fn resource_auth(
+        &self,
+        key: &TokenKey,
+        token: &Secret,
+        method: &str,
+        url: &str,
+    ) -> Result<ResourceAuth, OAuthError> {
+        let bearer = || ResourceAuth {
+            authorization: Secret::new(format!("Bearer {}", token.expose())),
+            dpop: None,
+        };
+        let Some(dpop) = &self.dpop else {
+            return Ok(bearer());
+        };
+        let bound = self
+            .store
+            .load_credentials(key)
+            .await?
+            .and_then(|c| c.token_response)
+            .is_some_and(|t| {
+                t.access_token().secret() == token.expose()
+                    && t.token_type().as_ref().eq_ignore_ascii_case("dpop")
+            });
+        if !bound {
+            return Ok(bearer());
+        }
+        let proof = dpop
+            .proof(method, url, Some(token.expose()))
+            .map_err(|e| OAuthError::Settings(e.to_string()))?;
+        Ok(ResourceAuth {
+            authorization: Secret::new(format!("DPoP {}", token.expose())),
+            dpop: Some(proof),
+        })
+    }
+
+    /// The resource server at `url` gave `nonce` (`DPoP-Nonce`): the next
+    /// proofs to it carry it. Nothing happens when DPoP is off.
+    pub fn resource_nonce(&self, url: &str, nonce: &str) {
+        if let Some(dpop) = &self.dpop {
+            dpop.remember_nonce(url, nonce);
+        }
+    }
+
+    /// The HTTP client of DPoP managers and of the JWT-bearer grant.
+    fn oauth_http(&self) -> Result<Arc<OAuthHttp>, OAuthError> {
+        if let Some(http) = self.http.get() {
+            return Ok(http.clone());
+        }
+        let http = OAuthHttp::new(self.settings.allow_private_addresses, self.dpop.clone())
+            .map_err(|e| {
+                OAuthError::Settings(format!("cannot build the OAuth HTTP client: {e}"))
+            })?;
+        Ok(self.http.get_or_init(|| Arc::new(http)).clone())
     }
 
     /// Reports events to `sink`.
@@ -1229,7 +1375,15 @@ impl OAuthClient {
         challenge: Option<&str>,
     ) -> Result<(AuthorizationManager, AuthorizationMetadata), OAuthError> {
         let url = self.settings.server_url.as_str();
-        let created = if self.settings.allow_private_addresses {
+        // With DPoP, toolgate's client (proofs on token requests, the
+        // address rule on every resolved address) replaces rmcp's own.
+        let dpop_http = match self.dpop {
+            Some(_) => Some(self.oauth_http()?),
+            None => None,
+        };
+        let created = if let Some(http) = &dpop_http {
+            AuthorizationManager::new_with_oauth_http_client(url, http.clone()).await
+        } else if self.settings.allow_private_addresses {
             AuthorizationManager::new_allowing_private_addresses(url).await
         } else {
             AuthorizationManager::new(url).await
@@ -1249,6 +1403,9 @@ impl OAuthClient {
             check_endpoint(registration, allow).await?;
         }
         let metadata = self.restrict_auth_method(resolution.metadata)?;
+        if let Some(http) = &dpop_http {
+            http.add_token_endpoint(&metadata.token_endpoint);
+        }
         manager.set_metadata(metadata.clone());
         Ok((manager, metadata))
     }
@@ -1569,6 +1726,9 @@ impl OAuthClient {
         challenge: Option<&str>,
         extra: &[String],
     ) -> Result<Secret, OAuthError> {
+        if let Some(assertion) = &self.settings.jwt_bearer_assertion {
+            return self.jwt_bearer(key, challenge, extra, assertion).await;
+        }
         let (mut manager, metadata) = self.manager(key, challenge).await?;
         let client_id = self
             .settings
@@ -1636,6 +1796,143 @@ impl OAuthClient {
         tracing::info!(tenant = %key.tenant, server = %key.server, "OAuth client-credentials token obtained");
         self.event(key, "token_issued");
         Ok(Secret::new(response.access_token().secret()))
+    }
+
+    /// A token from the JWT-bearer grant (RFC 7523 section 2.1) with the
+    /// workload's `assertion`, at the token endpoint discovery finds, for
+    /// the configured scopes (else rmcp's selection; `extra` on step-up)
+    /// and the server as `resource`. rmcp 3.11 sends this grant only inside
+    /// its enterprise flow (for an ID-JAG it obtained itself), and oauth2
+    /// has no request for it: the form is built here, sent through
+    /// [`OAuthHttp`] (the address rule; a DPoP proof when on), and the
+    /// answer read as oauth2's token or error response. A refusal is final
+    /// (no retry, no other grant).
+    async fn jwt_bearer(
+        &self,
+        key: &TokenKey,
+        challenge: Option<&str>,
+        extra: &[String],
+        assertion: &WorkloadAssertion,
+    ) -> Result<Secret, OAuthError> {
+        let (manager, metadata) = self.manager(key, challenge).await?;
+        let mut scopes = if !extra.is_empty() {
+            extra.to_vec()
+        } else if !self.settings.scopes.is_empty() {
+            self.settings.scopes.clone()
+        } else {
+            manager.select_scopes(None, &[])
+        };
+        scopes.retain(|s| s != "offline_access");
+        let assertion = match assertion {
+            WorkloadAssertion::Value(value) => value.clone(),
+            WorkloadAssertion::File(path) => Secret::new(
+                tokio::fs::read_to_string(path)
+                    .await
+                    .map_err(|e| {
+                        OAuthError::Settings(format!(
+                            "the workload assertion {} cannot be read: {e}",
+                            path.display()
+                        ))
+                    })?
+                    .trim(),
+            ),
+        };
+        let secret = self.settings.client_secret.as_ref();
+        let secrets = [assertion.expose(), secret.map_or("", Secret::expose)];
+        let request = self.jwt_bearer_request(&metadata.token_endpoint, &assertion, &scopes)?;
+        let http = self.oauth_http()?;
+        http.add_token_endpoint(&metadata.token_endpoint);
+        let response = http
+            .send(request, false)
+            .await
+            .map_err(|e| OAuthError::Unreachable(scrubbed(root_cause(e.as_ref()), &secrets)))?;
+        if !response.status().is_success() {
+            let reason = serde_json::from_slice::<
+                oauth2::StandardErrorResponse<oauth2::basic::BasicErrorResponseType>,
+            >(response.body())
+            .map_or_else(
+                |_| format!("HTTP {}", response.status().as_u16()),
+                |e| e.to_string(),
+            );
+            return Err(OAuthError::Refused(scrubbed(reason, &secrets)));
+        }
+        let token: OAuthTokenResponse = serde_json::from_slice(response.body())
+            .map_err(|_| OAuthError::Refused("the token response is malformed".into()))?;
+        let granted = token
+            .scopes()
+            .map(|s| s.iter().map(|s| s.to_string()).collect())
+            .unwrap_or(scopes);
+        let access = Secret::new(token.access_token().secret());
+        let stored = StoredCredentials::new(
+            self.settings.client_id.clone().unwrap_or_default(),
+            Some(token),
+            granted,
+            Some(now_secs()),
+        )
+        .with_issuer(metadata.issuer.clone());
+        self.store.save_credentials(key, stored).await?;
+        tracing::info!(tenant = %key.tenant, server = %key.server, "OAuth JWT-bearer token obtained");
+        self.event(key, "token_issued");
+        Ok(access)
+    }
+
+    /// The JWT-bearer token request (RFC 7523 section 2.1): the grant, the
+    /// assertion, `scope` when there are scopes, `resource`, and the
+    /// client's authentication (its secret, Basic unless `token_endpoint_auth`
+    /// says post; else its `client_id`, if any).
+    fn jwt_bearer_request(
+        &self,
+        token_endpoint: &str,
+        assertion: &Secret,
+        scopes: &[String],
+    ) -> Result<http::Request<Vec<u8>>, OAuthError> {
+        use base64::Engine as _;
+
+        let secret = self.settings.client_secret.as_ref();
+        let mut form = url::form_urlencoded::Serializer::new(String::new());
+        form.append_pair("grant_type", JWT_BEARER_GRANT)
+            .append_pair("assertion", assertion.expose());
+        if !scopes.is_empty() {
+            form.append_pair("scope", &scopes.join(" "));
+        }
+        form.append_pair("resource", self.settings.server_url.as_str());
+        let mut request = http::Request::builder()
+            .method(http::Method::POST)
+            .uri(token_endpoint)
+            .header(
+                http::header::CONTENT_TYPE,
+                "application/x-www-form-urlencoded",
+            )
+            .header(http::header::ACCEPT, "application/json");
+        match (&self.settings.client_id, secret) {
+            (Some(id), Some(secret))
+                if self.settings.token_endpoint_auth
+                    == Some(TokenEndpointAuth::ClientSecretPost) =>
+            {
+                form.append_pair("client_id", id)
+                    .append_pair("client_secret", secret.expose());
+            }
+            (Some(id), Some(secret)) => {
+                // RFC 6749 section 2.3.1: both form-encoded, then Basic.
+                let encode = |v: &str| url::form_urlencoded::byte_serialize(v.as_bytes()).collect();
+                let (id, secret): (String, String) = (encode(id), encode(secret.expose()));
+                let basic =
+                    base64::engine::general_purpose::STANDARD.encode(format!("{id}:{secret}"));
+                let mut value =
+                    http::HeaderValue::from_str(&format!("Basic {basic}")).map_err(|_| {
+                        OAuthError::Settings("the client credentials are not ASCII".into())
+                    })?;
+                value.set_sensitive(true);
+                request = request.header(http::header::AUTHORIZATION, value);
+            }
+            (Some(id), None) => {
+                form.append_pair("client_id", id);
+            }
+            (None, _) => {}
+        }
+        request
+            .body(form.finish().into_bytes())
+            .map_err(|_| OAuthError::Discovery("the token endpoint is not a valid URI".into()))
     }
 
     /// The configured algorithm, else the first the server lists that rmcp
@@ -1776,7 +2073,7 @@ async fn check_endpoint(endpoint: &str, allow_private: bool) -> Result<(), OAuth
 }
 
 #[derive(Debug, PartialEq, Eq)]
-enum AddressClass {
+pub(super) enum AddressClass {
     Public,
     /// Private, loopback, shared (CGNAT) or unique-local.
     Private,
@@ -1784,7 +2081,7 @@ enum AddressClass {
     Reserved,
 }
 
-fn classify(ip: IpAddr) -> AddressClass {
+pub(super) fn classify(ip: IpAddr) -> AddressClass {
     match ip {
         IpAddr::V4(v4) => {
             let [a, b, ..] = v4.octets();
@@ -2170,5 +2467,353 @@ mod tests {
             pending_flow(&store, "https://gw.example/cb?code=c&state=x").await,
             Err(OAuthError::UnknownState)
         ));
+    }
+
+    fn workload_settings() -> OAuthSettings {
+        let url = Url::parse("https://mcp.example/mcp").expect("url");
+        let mut settings = OAuthSettings::new(url, Grant::ClientCredentials);
+        settings.client_id = Some("workload".into());
+        settings.jwt_bearer_assertion = Some(WorkloadAssertion::Value(Secret::new(
+            "eyJhbGciOiJFUzI1NiJ9.e30.sig",
+        )));
+        settings
+    }
+
+    #[test]
+    fn jwt_bearer_and_dpop_settings_are_checked() {
+        let store: Arc<dyn OAuthStore> = Arc::new(MemoryStore::new());
+        // A public workload client: no secret needed.
+        assert!(OAuthClient::new(workload_settings(), store.clone()).is_ok());
+        let mut code = workload_settings();
+        code.grant = Grant::AuthorizationCode;
+        code.redirect_uri = Some("https://gw.example/cb".into());
+        assert!(matches!(
+            OAuthClient::new(code, store.clone()),
+            Err(OAuthError::Settings(_))
+        ));
+        let mut jwt = workload_settings();
+        jwt.token_endpoint_auth = Some(TokenEndpointAuth::PrivateKeyJwt);
+        jwt.private_key = Some(Secret::new("pem"));
+        assert!(matches!(
+            OAuthClient::new(jwt, store.clone()),
+            Err(OAuthError::Settings(_))
+        ));
+        let mut bad_key = workload_settings();
+        bad_key.dpop = true;
+        bad_key.dpop_key = Some(Secret::new("not a key"));
+        assert!(matches!(
+            OAuthClient::new(bad_key, store.clone()),
+            Err(OAuthError::Settings(_))
+        ));
+        let mut dpop = workload_settings();
+        dpop.dpop = true;
+        let client = OAuthClient::new(dpop, store).expect("valid settings");
+        assert!(client.dpop().is_some());
+    }
+
+    fn form(request: &http::Request<Vec<u8>>) -> HashMap<String, String> {
+        url::form_urlencoded::parse(request.body())
+            .into_owned()
+            .collect()
+    }
+
+    #[test]
+    fn the_jwt_bearer_request_carries_the_assertion_and_the_client() {
+        let store: Arc<dyn OAuthStore> = Arc::new(MemoryStore::new());
+        let assertion = Secret::new("eyJhbGciOiJFUzI1NiJ9.e30.sig");
+        let token = "https://as.example/token";
+        let public = OAuthClient::new(workload_settings(), store.clone()).expect("valid");
+        let request = public
+            .jwt_bearer_request(token, &assertion, &["files.read".into()])
+            .expect("a request");
+        assert_eq!(request.method(), http::Method::POST);
+        assert_eq!(request.uri(), token);
+        let fields = form(&request);
+        assert_eq!(fields["grant_type"], JWT_BEARER_GRANT);
+        assert_eq!(fields["assertion"], assertion.expose());
+        assert_eq!(fields["scope"], "files.read");
+        assert_eq!(fields["resource"], "https://mcp.example/mcp");
+        assert_eq!(fields["client_id"], "workload");
+        assert!(request.headers().get(http::header::AUTHORIZATION).is_none());
+
+        let mut settings = workload_settings();
+        settings.client_secret = Some(Secret::new("s3cr:et"));
+        let basic = OAuthClient::new(settings.clone(), store.clone()).expect("valid");
+        let request = basic
+            .jwt_bearer_request(token, &assertion, &[])
+            .expect("a request");
+        let fields = form(&request);
+        assert!(!fields.contains_key("scope") && !fields.contains_key("client_id"));
+        assert_eq!(
+            request.headers()[http::header::AUTHORIZATION],
+            "Basic d29ya2xvYWQ6czNjciUzQWV0"
+        );
+
+        settings.token_endpoint_auth = Some(TokenEndpointAuth::ClientSecretPost);
+        let post = OAuthClient::new(settings, store).expect("valid");
+        let request = post
+            .jwt_bearer_request(token, &assertion, &[])
+            .expect("a request");
+        let fields = form(&request);
+        assert_eq!(fields["client_id"], "workload");
+        assert_eq!(fields["client_secret"], "s3cr:et");
+    }
+
+    fn dpop_credentials(access: &str, token_type: &str) -> StoredCredentials {
+        let response: OAuthTokenResponse = serde_json::from_value(serde_json::json!({
+            "access_token": access,
+            "token_type": token_type,
+            "expires_in": 3600,
+        }))
+        .expect("a token response");
+        StoredCredentials::new(
+            "client".into(),
+            Some(response),
+            Vec::new(),
+            Some(now_secs()),
+        )
+    }
+
+    /// The claims of a JWT, unverified.
+    fn jwt_claims(jwt: &str) -> serde_json::Value {
+        use base64::Engine as _;
+        let payload = jwt.split('.').nth(1).expect("a payload");
+        let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(payload)
+            .expect("base64url");
+        serde_json::from_slice(&bytes).expect("JSON")
+    }
+
+    #[tokio::test]
+    async fn bound_tokens_go_with_a_proof_and_others_as_bearer() {
+        let store = Arc::new(MemoryStore::new());
+        let key = TokenKey::tenant_wide("t", "s");
+        let mut settings = workload_settings();
+        settings.dpop = true;
+        let client = OAuthClient::new(settings, store.clone()).expect("valid");
+        let url = "https://mcp.example/mcp";
+
+        store
+            .save_credentials(&key, dpop_credentials("at-1", "DPoP"))
+            .await
+            .expect("saved");
+        let token = Secret::new("at-1");
+        let auth = client
+            .resource_auth(&key, &token, "POST", url)
+            .await
+            .expect("auth");
+        assert_eq!(auth.authorization.expose(), "DPoP at-1");
+        let proof = auth.dpop.expect("a proof");
+        let claims = jwt_claims(&proof);
+        assert_eq!(claims["htm"], "POST");
+        assert_eq!(claims["htu"], url);
+        assert!(claims["ath"].is_string());
+        assert!(claims.get("nonce").is_none());
+        client.resource_nonce(url, "rs-nonce");
+        let again = client
+            .resource_auth(&key, &token, "POST", url)
+            .await
+            .expect("auth");
+        assert_eq!(
+            jwt_claims(&again.dpop.expect("a proof"))["nonce"],
+            "rs-nonce"
+        );
+
+        // A token the authorization server did not bind is a bearer token.
+        store
+            .save_credentials(&key, dpop_credentials("at-2", "Bearer"))
+            .await
+            .expect("saved");
+        let auth = client
+            .resource_auth(&key, &Secret::new("at-2"), "POST", url)
+            .await
+            .expect("auth");
+        assert_eq!(auth.authorization.expose(), "Bearer at-2");
+        assert!(auth.dpop.is_none());
+
+        // DPoP off: always bearer.
+        let plain = OAuthClient::new(workload_settings(), store.clone()).expect("valid");
+        let auth = plain
+            .resource_auth(&key, &Secret::new("at-2"), "GET", url)
+            .await
+            .expect("auth");
+        assert_eq!(auth.authorization.expose(), "Bearer at-2");
+    }
+
+    /// What the test authorization server saw at its token endpoint: the
+    /// form and the DPoP proof of each request.
+    type Seen = Arc<Mutex<Vec<(HashMap<String, String>, Option<String>)>>>;
+
+    /// An MCP server's protected resource metadata and an authorization
+    /// server in one process, whose token endpoint asks for a DPoP nonce
+    /// once, then answers `token` (JSON) with status `status`.
+    async fn test_authorization_server(status: u16, token: serde_json::Value) -> (Url, Seen) {
+        use axum::routing::{get, post};
+
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a port");
+        let base = format!("http://{}", listener.local_addr().expect("an address"));
+        let seen: Seen = Arc::default();
+        let json = |value: serde_json::Value| {
+            (
+                [(http::header::CONTENT_TYPE, "application/json")],
+                value.to_string(),
+            )
+        };
+        let prm = serde_json::json!({
+            "resource": format!("{base}/mcp"),
+            "authorization_servers": [base.clone()],
+        });
+        let metadata = serde_json::json!({
+            "issuer": base.clone(),
+            "authorization_endpoint": format!("{base}/authorize"),
+            "token_endpoint": format!("{base}/token"),
+            "response_types_supported": ["code"],
+            "grant_types_supported": [JWT_BEARER_GRANT],
+            "token_endpoint_auth_methods_supported": ["none"],
+            "dpop_signing_alg_values_supported": ["ES256"],
+        });
+        let recorded = seen.clone();
+        let router = axum::Router::new()
+            .route(
+                "/.well-known/oauth-protected-resource/mcp",
+                get(move || async move { json(prm) }),
+            )
+            .route(
+                "/.well-known/oauth-authorization-server",
+                get(move || async move { json(metadata) }),
+            )
+            .route(
+                "/token",
+                post(move |headers: http::HeaderMap, body: String| async move {
+                    let form = url::form_urlencoded::parse(body.as_bytes())
+                        .into_owned()
+                        .collect();
+                    let proof = headers
+                        .get("dpop")
+                        .and_then(|v| v.to_str().ok())
+                        .map(str::to_owned);
+                    let first = {
+                        let mut seen = recorded.lock().expect("lock");
+                        seen.push((form, proof));
+                        seen.len() == 1
+                    };
+                    let (status, nonce, body) = if first {
+                        let error = serde_json::json!({"error": "use_dpop_nonce"});
+                        (400, "as-nonce", error)
+                    } else {
+                        (status, "as-nonce-2", token)
+                    };
+                    (
+                        http::StatusCode::from_u16(status).expect("a status"),
+                        [
+                            (http::header::CONTENT_TYPE, "application/json"),
+                            (http::HeaderName::from_static("dpop-nonce"), nonce),
+                        ],
+                        body.to_string(),
+                    )
+                }),
+            );
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, router).await;
+        });
+        (Url::parse(&format!("{base}/mcp")).expect("url"), seen)
+    }
+
+    #[tokio::test]
+    async fn a_workload_assertion_buys_a_dpop_bound_token() {
+        let (url, seen) = test_authorization_server(
+            200,
+            serde_json::json!({
+                "access_token": "at-wif",
+                "token_type": "DPoP",
+                "expires_in": 3600,
+            }),
+        )
+        .await;
+        let store = Arc::new(MemoryStore::new());
+        let mut settings = workload_settings();
+        settings.server_url = url.clone();
+        settings.allow_private_addresses = true;
+        settings.dpop = true;
+        let client = OAuthClient::new(settings, store.clone()).expect("valid");
+        let key = TokenKey::tenant_wide("t", "s");
+        let token = client.access_token(&key).await.expect("a token");
+        assert_eq!(token.expose(), "at-wif");
+
+        let seen = seen.lock().expect("lock").clone();
+        assert_eq!(seen.len(), 2, "one retry for the nonce");
+        let token_endpoint = url.join("/token").expect("url").to_string();
+        for (i, (fields, proof)) in seen.iter().enumerate() {
+            assert_eq!(fields["grant_type"], JWT_BEARER_GRANT);
+            assert_eq!(fields["assertion"], "eyJhbGciOiJFUzI1NiJ9.e30.sig");
+            assert_eq!(fields["client_id"], "workload");
+            assert_eq!(fields["resource"], url.as_str());
+            let claims = jwt_claims(proof.as_deref().expect("a proof"));
+            assert_eq!(claims["htm"], "POST");
+            assert_eq!(claims["htu"], token_endpoint.as_str());
+            assert!(claims.get("ath").is_none());
+            if i == 0 {
+                assert!(claims.get("nonce").is_none());
+            } else {
+                assert_eq!(claims["nonce"], "as-nonce");
+            }
+        }
+        // Kept for the next token request, and the token goes as DPoP.
+        let dpop = client.dpop().expect("DPoP on");
+        assert_eq!(dpop.nonce(&token_endpoint).as_deref(), Some("as-nonce-2"));
+        let auth = client
+            .resource_auth(&key, &token, "POST", url.as_str())
+            .await
+            .expect("auth");
+        assert_eq!(auth.authorization.expose(), "DPoP at-wif");
+        // Still fresh: no further request.
+        assert_eq!(
+            client.access_token(&key).await.expect("a token").expose(),
+            "at-wif"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_refused_assertion_is_final_and_scrubbed() {
+        let (url, seen) = test_authorization_server(
+            400,
+            serde_json::json!({
+                "error": "invalid_grant",
+                "error_description": "assertion eyJhbGciOiJFUzI1NiJ9.e30.sig expired",
+            }),
+        )
+        .await;
+        let mut settings = workload_settings();
+        settings.server_url = url;
+        settings.allow_private_addresses = true;
+        settings.dpop = true;
+        let client =
+            OAuthClient::new(settings, Arc::new(MemoryStore::new())).expect("valid settings");
+        let key = TokenKey::tenant_wide("t", "s");
+        let error = client.access_token(&key).await.expect_err("refused");
+        let OAuthError::Refused(text) = &error else {
+            panic!("not a refusal: {error:?}");
+        };
+        assert!(text.contains("invalid_grant"), "{text}");
+        assert!(!text.contains("e30.sig"), "{text}");
+        assert_eq!(seen.lock().expect("lock").len(), 2);
+    }
+
+    #[tokio::test]
+    async fn the_address_rule_holds_for_dpop_clients() {
+        let (url, _seen) = test_authorization_server(200, serde_json::json!({})).await;
+        let mut settings = workload_settings();
+        settings.server_url = url;
+        settings.dpop = true;
+        let client =
+            OAuthClient::new(settings, Arc::new(MemoryStore::new())).expect("valid settings");
+        let key = TokenKey::tenant_wide("t", "s");
+        let error = client.access_token(&key).await.expect_err("refused");
+        assert!(
+            error.to_string().contains("private or reserved address"),
+            "{error}"
+        );
     }
 }
