@@ -47,6 +47,9 @@ pub enum AppError {
     /// `state.keys` entry that is not a 32-byte base64 key).
     #[error("state store: {0}")]
     State(String),
+    /// The approvals file exists but cannot be read or is malformed.
+    #[error("{0}")]
+    Approvals(#[from] crate::approvals::ApprovalsError),
 }
 
 /// Opens the state store when a server uses OAuth (a gateway without one
@@ -214,7 +217,18 @@ pub async fn run_with_reload(
 
     config.log_warnings();
     let oauth = open_oauth(&config)?;
-    let registry = Registry::start_with_oauth(&config, env, metrics.clone(), oauth.clone());
+    let (approvals, approvals_digest) = crate::approvals::initial(config.approvals.as_ref())?;
+    let registry =
+        Registry::start_with_approvals(&config, env, metrics.clone(), oauth.clone(), approvals);
+    let stop_approvals = CancellationToken::new();
+    tokio::spawn(crate::approvals::watch(
+        registry.clone(),
+        config
+            .approvals
+            .as_ref()
+            .map(|a| (a.file.clone(), approvals_digest)),
+        stop_approvals.clone(),
+    ));
     let stop_consent = CancellationToken::new();
     if let (Some(context), Some(listener)) = (&oauth, &config.oauth) {
         let addr = listener.listen;
@@ -348,6 +362,7 @@ pub async fn run_with_reload(
         }
     };
     stop_reload.cancel();
+    stop_approvals.cancel();
     // 5. Close every upstream session.
     tracing::info!("closing upstream sessions");
     registry.shutdown().await;

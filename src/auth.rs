@@ -1,6 +1,7 @@
-//! Caller authentication: `authorization: Bearer <token>` → the caller's
-//! [`Tenant`], put into the request extensions, with the [`Subject`] the
-//! call acts for (`x-toolgate-subject`).
+//! What caller authentication puts into the request extensions: the
+//! [`Subject`] a call acts for and the [`Caller`] (how it proved itself);
+//! and the static tokens' [`TokenTable`]. The layer that authenticates is
+//! [`crate::callers::AuthLayer`] (static tokens and JWTs).
 //!
 //! Tokens are kept only as SHA-256 digests. A presented token is hashed and
 //! looked up by digest, then the digests are compared in constant time, so
@@ -11,11 +12,8 @@ use std::sync::Arc;
 
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
-use tonic::service::Interceptor;
 
 use crate::config::Config;
-use crate::error::CallError;
-use crate::registry::{Registry, Tenant};
 
 /// The metadata key naming the end user a call acts for.
 pub const SUBJECT_METADATA: &str = "x-toolgate-subject";
@@ -71,7 +69,15 @@ impl Subject {
     /// # Errors
     /// The metadata is present but not a valid subject.
     pub fn from_metadata(metadata: &tonic::metadata::MetadataMap) -> Result<Self, &'static str> {
-        match metadata.get(SUBJECT_METADATA) {
+        Self::from_headers(metadata.as_ref())
+    }
+
+    /// Reads the subject from request headers.
+    ///
+    /// # Errors
+    /// The header is present but not a valid subject.
+    pub fn from_headers(headers: &http::HeaderMap) -> Result<Self, &'static str> {
+        match headers.get(SUBJECT_METADATA) {
             None => Ok(Self::tenant()),
             Some(value) => value
                 .to_str()
@@ -173,64 +179,15 @@ impl TokenTable {
             .map(|(_, tenant)| *tenant)
     }
 
-    /// Extracts the bearer token from an `authorization` value.
-    fn bearer(value: &str) -> Option<&str> {
-        let (scheme, token) = value.trim().split_once(' ')?;
-        scheme
-            .eq_ignore_ascii_case("bearer")
-            .then_some(token.trim())
-            .filter(|t| !t.is_empty())
-    }
 }
 
-/// The gRPC interceptor that authenticates every ToolGateway call and puts
-/// the caller's [`Tenant`] into the request extensions. It reads the
-/// registry's current tokens, so a configuration reload applies to the
-/// next call.
-#[derive(Debug, Clone)]
-pub struct Authenticate {
-    registry: Arc<Registry>,
-}
-
-impl Authenticate {
-    /// An interceptor over the registry's tenants.
-    pub fn new(registry: Arc<Registry>) -> Self {
-        Self { registry }
-    }
-}
-
-impl Interceptor for Authenticate {
-    fn call(
-        &mut self,
-        mut request: tonic::Request<()>,
-    ) -> Result<tonic::Request<()>, tonic::Status> {
-        let Some(value) = request.metadata().get("authorization") else {
-            return Err(CallError::Unauthenticated(
-                "missing `authorization: Bearer <token>` metadata",
-            )
-            .into());
-        };
-        let token =
-            value
-                .to_str()
-                .ok()
-                .and_then(TokenTable::bearer)
-                .ok_or(CallError::Unauthenticated(
-                    "the `authorization` metadata is not `Bearer <token>`",
-                ))?;
-        let (tenant, caller): (Arc<Tenant>, Caller) = self
-            .registry
-            .authenticate(token)
-            .ok_or(CallError::Unauthenticated("unknown token"))?;
-        let subject = Subject::from_metadata(request.metadata())
-            .map_err(|reason| tonic::Status::from(CallError::InvalidSubject(reason)))?;
-        // The caller's credential goes no further than this layer.
-        request.metadata_mut().remove("authorization");
-        request.extensions_mut().insert(tenant);
-        request.extensions_mut().insert(subject);
-        request.extensions_mut().insert(caller);
-        Ok(request)
-    }
+/// Extracts the bearer token from an `authorization` value.
+pub(crate) fn bearer(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim().split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then_some(token.trim())
+        .filter(|t| !t.is_empty())
 }
 
 #[cfg(test)]
@@ -252,10 +209,10 @@ mod tests {
 
     #[test]
     fn parses_bearer_values() {
-        assert_eq!(TokenTable::bearer("Bearer abc"), Some("abc"));
-        assert_eq!(TokenTable::bearer("bearer  abc "), Some("abc"));
-        assert_eq!(TokenTable::bearer("Basic abc"), None);
-        assert_eq!(TokenTable::bearer("Bearer "), None);
-        assert_eq!(TokenTable::bearer("abc"), None);
+        assert_eq!(bearer("Bearer abc"), Some("abc"));
+        assert_eq!(bearer("bearer  abc "), Some("abc"));
+        assert_eq!(bearer("Basic abc"), None);
+        assert_eq!(bearer("Bearer "), None);
+        assert_eq!(bearer("abc"), None);
     }
 }

@@ -34,6 +34,20 @@ pub enum CallError {
         /// The requested name.
         name: String,
     },
+    /// The name is a tool of a `definitions: approved` server whose current
+    /// definition is not approved (new, or changed since approved): it is
+    /// withheld until an operator approves it.
+    #[error("tool `{tool}` of server `{server}` is withheld: its definition (hash {definition_hash}) {} and awaits approval (`toolgate approve`)", if .approved_hash.is_some() { "changed since it was approved" } else { "was never approved" })]
+    DefinitionNotApproved {
+        /// The server.
+        server: String,
+        /// The exposed tool name.
+        tool: String,
+        /// The tool's current definition hash.
+        definition_hash: String,
+        /// The approved hash, when the tool changed since its approval.
+        approved_hash: Option<String>,
+    },
     /// The `x-toolgate-subject` metadata is malformed.
     #[error("invalid subject: {0}")]
     InvalidSubject(&'static str),

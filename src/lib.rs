@@ -7,6 +7,7 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 pub mod app;
+pub mod approvals;
 pub mod auth;
 pub mod catalog;
 pub mod cli;

@@ -31,6 +31,10 @@ pub struct ServerInput<'a> {
     pub overrides: &'a std::collections::HashMap<String, crate::config::ToolOverride>,
     /// The server's current state.
     pub state: InputState<'a>,
+    /// `Some` for a server with `definitions: approved`: only the tools
+    /// whose definition hash these approvals record are exposed; the rest
+    /// are withheld. `None` (`definitions: any`): every tool.
+    pub approved: Option<&'a crate::approvals::ServerApprovals>,
 }
 
 /// The state of a server as seen by the catalog.
@@ -87,6 +91,21 @@ pub struct ServerStatus {
     pub state: ServerState,
     /// How many tools it contributes.
     pub tool_count: u32,
+    /// Tools it lists whose definitions are not approved (`definitions:
+    /// approved`): not exposed, sorted by name.
+    pub withheld: Vec<WithheldTool>,
+}
+
+/// A tool withheld because its definition is not approved: new, or
+/// changed since it was approved.
+#[derive(Debug, Clone)]
+pub struct WithheldTool {
+    /// The tool as it would be exposed (its `definition_hash` is the
+    /// current one).
+    pub tool: CatalogTool,
+    /// The hash approved for this name, when the tool changed since; `None`
+    /// for a tool never approved.
+    pub approved_hash: Option<String>,
 }
 
 /// MCP tool annotations (hints).
@@ -233,11 +252,13 @@ impl Catalog {
                     None => (ServerState::Connected, list),
                 },
             };
+            let withheld = withhold(&mut server_tools, input.approved);
             servers.push(ServerStatus {
                 name: input.name.to_owned(),
                 transport: input.transport,
                 state,
                 tool_count: u32::try_from(server_tools.len()).unwrap_or(u32::MAX),
+                withheld,
             });
             tools.append(&mut server_tools);
         }
@@ -336,6 +357,18 @@ impl Catalog {
         &self.servers
     }
 
+    /// The tool exposed as `name` would be, were its definition approved:
+    /// with the server that lists it.
+    pub fn withheld(&self, name: &str) -> Option<(&ServerStatus, &WithheldTool)> {
+        self.servers.iter().find_map(|server| {
+            server
+                .withheld
+                .iter()
+                .find(|w| w.tool.name == name)
+                .map(|w| (server, w))
+        })
+    }
+
     /// Whether any server is still connecting.
     pub fn is_settling(&self) -> bool {
         self.servers
@@ -348,6 +381,33 @@ impl Catalog {
     pub fn version(&self) -> &str {
         &self.version
     }
+}
+
+/// Takes the tools whose definitions `approved` does not record out of
+/// `tools` (none when `approved` is `None`: `definitions: any`), sorted by
+/// name. A withheld tool still claims its name: two servers exposing one
+/// name are refused whether or not either is approved.
+fn withhold(
+    tools: &mut Vec<CatalogTool>,
+    approved: Option<&crate::approvals::ServerApprovals>,
+) -> Vec<WithheldTool> {
+    let Some(approved) = approved else {
+        return Vec::new();
+    };
+    let mut withheld = Vec::new();
+    tools.retain(|tool| {
+        let approval = approved.get(&tool.name);
+        if approval.is_some_and(|a| a.hash == tool.definition_hash) {
+            return true;
+        }
+        withheld.push(WithheldTool {
+            tool: tool.clone(),
+            approved_hash: approval.map(|a| a.hash.clone()),
+        });
+        false
+    });
+    withheld.sort_by(|a, b| a.tool.name.cmp(&b.tool.name));
+    withheld
 }
 
 /// The exposed tools of one connected server, or why it is refused.
@@ -603,6 +663,7 @@ mod tests {
             filter,
             overrides: no_overrides(),
             state: InputState::Listed(tools),
+            approved: None,
         }
     }
 
@@ -686,6 +747,89 @@ mod tests {
         assert_eq!(v1, v1_again);
         assert_ne!(v1, v2);
     }
+
+    #[test]
+    fn unapproved_definitions_are_withheld_and_recorded() {
+        use crate::approvals::{Approval, ServerApprovals};
+        let filter = ToolFilter::default();
+        let listed = [tool("kept"), tool("changed"), tool("new")];
+        let everything =
+            Catalog::build(&[input("s", false, &filter, &listed)], &Default::default());
+        let hash = |name: &str| everything.get(name).unwrap().definition_hash.clone();
+        let approved: ServerApprovals =
+            [("s__kept", hash("s__kept")), ("s__changed", "0".repeat(32))]
+                .into_iter()
+                .map(|(name, hash)| {
+                    (
+                        name.to_owned(),
+                        Approval {
+                            hash,
+                            description: String::new(),
+                        },
+                    )
+                })
+                .collect();
+        let mut server = input("s", false, &filter, &listed);
+        server.approved = Some(&approved);
+        let catalog = Catalog::build(&[server], &Default::default());
+        let names: Vec<_> = catalog.tools().iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["s__kept"]);
+        let status = &catalog.servers()[0];
+        assert_eq!(
+            (status.state.clone(), status.tool_count),
+            (ServerState::Connected, 1)
+        );
+        let withheld: Vec<_> = status
+            .withheld
+            .iter()
+            .map(|w| (w.tool.name.as_str(), w.approved_hash.clone()))
+            .collect();
+        assert_eq!(
+            withheld,
+            [("s__changed", Some("0".repeat(32))), ("s__new", None)]
+        );
+        let (server, changed) = catalog.withheld("s__changed").unwrap();
+        assert_eq!(server.name, "s");
+        assert_eq!(changed.tool.definition_hash, hash("s__changed"));
+        assert!(catalog.withheld("s__kept").is_none());
+        // Withheld tools are not part of the served catalog's version.
+        let only_kept = [tool("kept")];
+        let kept = Catalog::build(
+            &[input("s", false, &filter, &only_kept)],
+            &Default::default(),
+        );
+        assert_eq!(catalog.version(), kept.version());
+
+        // Nothing approved (no file yet): everything is withheld.
+        let none = ServerApprovals::new();
+        let mut server = input("s", false, &filter, &listed);
+        server.approved = Some(&none);
+        let catalog = Catalog::build(&[server], &Default::default());
+        assert!(catalog.tools().is_empty());
+        assert_eq!(catalog.servers()[0].withheld.len(), 3);
+    }
+
+    #[test]
+    fn a_withheld_tool_still_claims_its_name() {
+        use crate::approvals::ServerApprovals;
+        let filter = ToolFilter::default();
+        let a = [tool("x")];
+        let b = [tool("x")];
+        let none = ServerApprovals::new();
+        let mut first = input("one", true, &filter, &a);
+        first.approved = Some(&none);
+        let catalog = Catalog::build(
+            &[first, input("two", true, &filter, &b)],
+            &Default::default(),
+        );
+        assert!(catalog.tools().is_empty());
+        assert!(
+            catalog
+                .servers()
+                .iter()
+                .all(|s| matches!(s.state, ServerState::Refused(_)))
+        );
+    }
 }
 
 #[cfg(test)]
@@ -740,6 +884,7 @@ mod properties {
                     filter: &filter,
                     overrides: &overrides,
                     state: InputState::Listed(tools),
+                    approved: None,
                 })
                 .collect();
             let catalog = Catalog::build(&inputs, &crate::config::Limits::default());

@@ -1,6 +1,7 @@
 //! The command line: `serve`, `check` and `demo`, and the client verbs
 //! `tools` and `call` (in [`client`]).
 
+mod approve;
 pub mod client;
 
 use std::path::PathBuf;
@@ -39,7 +40,9 @@ enum Command {
         config: PathBuf,
     },
     /// Validate the configuration, connect every server, print each
-    /// tenant's catalog; exit 1 if any server failed or was refused.
+    /// tenant's catalog and each tool withheld for want of approval
+    /// (approved hash → current hash); exit 1 if any server failed or was
+    /// refused, or a tool is withheld.
     Check {
         /// The YAML configuration file.
         #[arg(long, short)]
@@ -48,6 +51,12 @@ enum Command {
         #[arg(long)]
         offline: bool,
     },
+    /// Connect the servers with `definitions: approved` and record the
+    /// current definition hash of each of their tools in the approvals
+    /// file (other entries are kept); review the file's diff, commit it,
+    /// and the gateway serves those definitions. Exit 1 if a server in
+    /// scope could not be listed (its previous approvals are kept).
+    Approve(approve::ApproveArgs),
     /// Run an in-process MCP server, a gateway in front of it, and a gRPC
     /// client against that; print what happens.
     Demo,
@@ -83,6 +92,13 @@ pub fn main() -> ExitCode {
             Command::Check { config, offline } => {
                 let guard = telemetry::init(cli.log_format.unwrap_or_default(), "warn");
                 let code = check(config, offline).await;
+                guard.shutdown().await;
+                code
+            }
+            Command::Approve(args) => {
+                // What approve finds is printed; logs only for errors.
+                let guard = telemetry::init(cli.log_format.unwrap_or_default(), "error");
+                let code = approve::run(args).await;
                 guard.shutdown().await;
                 code
             }
@@ -154,6 +170,40 @@ async fn serve(path: PathBuf, log_format: Option<LogFormat>) -> ExitCode {
     }
 }
 
+/// The approvals `check` lists against: the configured file's (a line
+/// saying how many tools it approves), or none when it does not exist yet
+/// (a warning).
+///
+/// # Errors
+/// The file exists but cannot be read or is malformed (exit 1).
+fn check_approvals(config: &Config) -> Result<crate::approvals::Approvals, ExitCode> {
+    let Some(file) = config.approvals.as_ref().map(|a| &a.file) else {
+        return Ok(crate::approvals::Approvals::new());
+    };
+    match crate::approvals::read(file) {
+        Ok(Some((approvals, _))) => {
+            println!(
+                "approvals: {} ({} tool(s) approved)",
+                file.display(),
+                approvals.tool_count()
+            );
+            Ok(approvals)
+        }
+        Ok(None) => {
+            println!(
+                "warning: the approvals file {} does not exist: nothing is approved yet, so \
+                 every tool of a `definitions: approved` server is withheld (run `toolgate approve`)",
+                file.display()
+            );
+            Ok(crate::approvals::Approvals::new())
+        }
+        Err(e) => {
+            eprintln!("toolgate: {e}");
+            Err(ExitCode::FAILURE)
+        }
+    }
+}
+
 async fn check(path: PathBuf, offline: bool) -> ExitCode {
     let config = match load(&path) {
         Ok(config) => config,
@@ -167,6 +217,10 @@ async fn check(path: PathBuf, offline: bool) -> ExitCode {
     for warning in config.warnings() {
         println!("warning: {warning}");
     }
+    let approvals = match check_approvals(&config) {
+        Ok(approvals) => approvals,
+        Err(code) => return code,
+    };
     if offline {
         return ExitCode::SUCCESS;
     }
@@ -177,11 +231,12 @@ async fn check(path: PathBuf, offline: bool) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let registry = Registry::start_with_oauth(
+    let registry = Registry::start_with_approvals(
         &config,
         Arc::new(ProcessEnv),
         Arc::new(crate::telemetry::Metrics::new()),
         oauth,
+        approvals,
     );
     let wait = config
         .tenants
@@ -241,6 +296,20 @@ async fn check(path: PathBuf, offline: bool) -> ExitCode {
             }
             for tool in catalog.tools().iter().filter(|t| t.server == server.name) {
                 println!("    {}", tool.name);
+            }
+            // The approval diff: approved hash → current hash.
+            for withheld in &server.withheld {
+                healthy = false;
+                println!(
+                    "    WITHHELD {}: {} → {}: \"{}\"",
+                    withheld.tool.name,
+                    withheld
+                        .approved_hash
+                        .as_deref()
+                        .unwrap_or("(not approved)"),
+                    withheld.tool.definition_hash,
+                    crate::approvals::excerpt(&withheld.tool.description)
+                );
             }
         }
         let mut warnings = crate::catalog::lint::lint(&catalog);

@@ -2,6 +2,7 @@
 //! validated into the domain types below. Every error names the path of the
 //! field at fault (`tenants[0].servers[1].url: ...`).
 
+mod approvals;
 mod oauth;
 mod raw;
 pub mod secret;
@@ -11,6 +12,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub use approvals::{ApprovalsConfig, Definitions};
 pub use oauth::{
     DEFAULT_STATE_URL, Grant, OAuthListener, ServerOAuth, StateConfig, TokenEndpointAuth,
 };
@@ -61,6 +63,9 @@ pub struct Config {
     pub state: StateConfig,
     /// The OAuth consent listener, when configured.
     pub oauth: Option<OAuthListener>,
+    /// The approvals file of servers with `definitions: approved`, when
+    /// configured.
+    pub approvals: Option<ApprovalsConfig>,
     /// Every tenant, in file order.
     pub tenants: Vec<TenantConfig>,
 }
@@ -237,6 +242,9 @@ pub struct ServerConfig {
     pub redact_results: bool,
     /// OAuth 2.1 client settings, for an HTTP server that needs them.
     pub oauth: Option<ServerOAuth>,
+    /// Which tool definitions are served: any (the default), or only
+    /// approved ones.
+    pub definitions: Definitions,
 }
 
 /// An operator's override of one tool's definition, applied before the
@@ -310,6 +318,7 @@ impl ServerConfig {
             )
             .as_bytes(),
         );
+        field(format!("definitions{:?}", self.definitions).as_bytes());
         if let Some(oauth) = &self.oauth {
             field(
                 format!(

@@ -24,6 +24,7 @@ pub(crate) struct RawConfig {
     pub(crate) defaults: Option<RawDefaults>,
     pub(crate) state: Option<RawState>,
     pub(crate) oauth: Option<RawOAuth>,
+    pub(crate) approvals: Option<super::approvals::RawApprovals>,
     #[serde(default)]
     pub(crate) tenants: Vec<RawTenant>,
 }
@@ -168,6 +169,7 @@ pub(crate) struct RawServer {
     pub(crate) lifecycle: Option<super::Lifecycle>,
     pub(crate) redact_results: Option<bool>,
     pub(crate) oauth: Option<RawServerOAuth>,
+    pub(crate) definitions: Option<super::Definitions>,
 }
 
 /// An operator's override of one tool's definition.

@@ -241,6 +241,9 @@ pub(super) fn validate(
     let oauth = raw
         .oauth
         .and_then(|raw| super::oauth::listener(&mut errors, raw));
+    let approvals = raw
+        .approvals
+        .and_then(|raw| super::approvals::approvals(&mut errors, raw, base));
 
     if raw.tenants.is_empty() {
         errors.push("tenants", "at least one tenant is required");
@@ -276,6 +279,7 @@ pub(super) fn validate(
     }
 
     oauth_requirements(&mut errors, &tenants, &state, oauth.as_ref());
+    super::approvals::requirements(&mut errors, &tenants, approvals.as_ref());
     if !errors.0.is_empty() {
         return Err(errors.0);
     }
@@ -291,6 +295,7 @@ pub(super) fn validate(
         max_live_sessions,
         state,
         oauth,
+        approvals,
         tenants,
     })
 }
@@ -818,6 +823,7 @@ fn validate_server(
         overrides,
         redact_results: server.redact_results.unwrap_or(true),
         oauth,
+        definitions: server.definitions.unwrap_or_default(),
     })
 }
 

@@ -198,6 +198,16 @@ async fn invoke(
         Unresolved::Unsettled => CallError::Reloading,
     })?;
     let Some(tool) = catalog.get(name) else {
+        // A tool withheld for want of approval is named as such.
+        if let Some((server, withheld)) = catalog.withheld(name) {
+            routing.server_name = Some(server.name.clone());
+            return Err(CallError::DefinitionNotApproved {
+                server: server.name.clone(),
+                tool: name.to_owned(),
+                definition_hash: withheld.tool.definition_hash.clone(),
+                approved_hash: withheld.approved_hash.clone(),
+            });
+        }
         // A tool of a server that is down is unavailable, not unknown.
         if let Some(server) = catalog.down_server_for(name) {
             routing.server_name = Some(server.name.clone());

@@ -33,6 +33,7 @@ pub fn server_statuses(catalog: &Catalog) -> Vec<pb::ServerStatus> {
                 transport: s.transport.to_owned(),
                 state: state.into(),
                 authorization_url: String::new(),
+                withheld_tools: s.withheld.iter().map(|w| w.tool.name.clone()).collect(),
             }
         })
         .collect()

@@ -40,6 +40,9 @@ pub fn classify(error: &CallError) -> (Code, &'static str) {
     match error {
         CallError::Unauthenticated(_) => (Code::Unauthenticated, "UNAUTHENTICATED"),
         CallError::ToolNotFound { .. } => (Code::NotFound, "TOOL_NOT_FOUND"),
+        CallError::DefinitionNotApproved { .. } => {
+            (Code::FailedPrecondition, "DEFINITION_NOT_APPROVED")
+        }
         CallError::InvalidArguments { .. } => (Code::InvalidArgument, "INVALID_ARGUMENTS"),
         CallError::InvalidName { .. } => (Code::InvalidArgument, "INVALID_TOOL_NAME"),
         CallError::InvalidSubject(_) => (Code::InvalidArgument, "INVALID_SUBJECT"),
@@ -181,6 +184,19 @@ fn metadata(error: &CallError) -> HashMap<String, String> {
         }
         CallError::StateUnavailable { server, .. } => {
             metadata.insert("server".to_owned(), server.clone());
+        }
+        CallError::DefinitionNotApproved {
+            server,
+            tool,
+            definition_hash,
+            approved_hash,
+        } => {
+            metadata.insert("server".to_owned(), server.clone());
+            metadata.insert("tool".to_owned(), tool.clone());
+            metadata.insert("definition_hash".to_owned(), definition_hash.clone());
+            if let Some(approved) = approved_hash {
+                metadata.insert("approved_hash".to_owned(), approved.clone());
+            }
         }
         CallError::ResponseTooLarge {
             server,

@@ -77,6 +77,10 @@ pub(super) fn invoke_with_progress(
     Box::pin(ReceiverStream::new(rx))
 }
 
+/// What a watcher last sent of one server: its state, its tool count and
+/// its withheld tools.
+type ServerSeen = (ServerState, u32, Vec<String>);
+
 /// The current filtered catalog, then a new one whenever the tools or the
 /// servers' states change. Ends with UNAVAILABLE (DRAINING) when the
 /// gateway drains, so watchers reconnect to another replica.
@@ -89,10 +93,10 @@ pub(super) fn watch(
     tokio::spawn(async move {
         let mut changes = tenant.subscribe();
         // What the last snapshot sent showed: the catalog version (its
-        // tools) and each server's state. A new snapshot is built and sent
+        // tools) and each server's state (and withheld tools). A new snapshot is built and sent
         // only when one of them changed: no per-watcher deep copy or
         // comparison of whole catalogs.
-        let mut last: Option<(String, Vec<(ServerState, u32)>)> = None;
+        let mut last: Option<(String, Vec<ServerSeen>)> = None;
         loop {
             let catalog = changes.borrow_and_update().clone();
             let seen = (
@@ -100,7 +104,10 @@ pub(super) fn watch(
                 catalog
                     .servers()
                     .iter()
-                    .map(|s| (s.state.clone(), s.tool_count))
+                    .map(|s| {
+                        let withheld = s.withheld.iter().map(|w| w.tool.name.clone());
+                        (s.state.clone(), s.tool_count, withheld.collect())
+                    })
                     .collect::<Vec<_>>(),
             );
             if last.as_ref() != Some(&seen) {

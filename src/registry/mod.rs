@@ -85,6 +85,9 @@ pub(crate) struct Spawner {
     activated: Notify,
     /// The state store and consent listener, when OAuth servers exist.
     oauth: Option<OAuthContext>,
+    /// The approved definitions in force (servers with `definitions:
+    /// approved` serve only these).
+    approvals: ArcSwap<crate::approvals::Approvals>,
 }
 
 impl Spawner {
@@ -131,6 +134,10 @@ impl Spawner {
     pub(crate) fn activated(&self) {
         self.activated.notify_one();
     }
+
+    pub(crate) fn approvals(&self) -> arc_swap::Guard<Arc<crate::approvals::Approvals>> {
+        self.approvals.load()
+    }
 }
 
 /// Every tenant of the gateway.
@@ -149,6 +156,10 @@ pub struct Registry {
     retired: Mutex<Vec<Arc<Slot>>>,
     /// `sessions.max_live`, 0 for no cap.
     max_live: AtomicUsize,
+    /// The configured approvals file (`approvals.file`), if any.
+    approvals_file: Mutex<Option<std::path::PathBuf>>,
+    /// Woken when a reload names another approvals file.
+    approvals_file_moved: Notify,
 }
 
 impl Registry {
@@ -171,6 +182,24 @@ impl Registry {
         metrics: Arc<Metrics>,
         oauth: Option<OAuthContext>,
     ) -> Arc<Registry> {
+        Self::start_with_approvals(
+            config,
+            env,
+            metrics,
+            oauth,
+            crate::approvals::Approvals::new(),
+        )
+    }
+
+    /// [`Registry::start_with_oauth`] with the approved definitions in
+    /// force from the start (see [`Registry::set_approvals`]).
+    pub fn start_with_approvals(
+        config: &Config,
+        env: Arc<dyn Environment>,
+        metrics: Arc<Metrics>,
+        oauth: Option<OAuthContext>,
+        approvals: crate::approvals::Approvals,
+    ) -> Arc<Registry> {
         // (`apply` is also what a reload calls.)
         let tasks = TaskTracker::new();
         let registry = Arc::new(Registry {
@@ -188,12 +217,15 @@ impl Registry {
                 started: Instant::now(),
                 activated: Notify::new(),
                 oauth,
+                approvals: ArcSwap::from_pointee(approvals),
             }),
             metrics,
             shutdown: CancellationToken::new(),
             tasks,
             retired: Mutex::default(),
             max_live: AtomicUsize::new(0),
+            approvals_file: Mutex::default(),
+            approvals_file_moved: Notify::new(),
         });
         registry.apply(config);
         registry.tasks.spawn(reap(registry.clone()));
@@ -227,6 +259,39 @@ impl Registry {
         self.spawner.oauth()
     }
 
+    /// The approved definitions in force.
+    pub fn approvals(&self) -> Arc<crate::approvals::Approvals> {
+        self.spawner.approvals.load_full()
+    }
+
+    /// Puts `approvals` in force: every tenant with a `definitions:
+    /// approved` server whose approvals changed publishes a new catalog
+    /// (withheld tools appear once approved, and the other way round).
+    pub fn set_approvals(&self, approvals: crate::approvals::Approvals) {
+        let new = Arc::new(approvals);
+        let old = self.spawner.approvals.swap(new.clone());
+        for tenant in self.current().tenants.iter() {
+            if tenant.servers().any(|s| s.needs_approval())
+                && old.tenant(&tenant.name) != new.tenant(&tenant.name)
+            {
+                tenant.rebuild();
+            }
+        }
+    }
+
+    /// The configured approvals file (`approvals.file`), if any.
+    pub fn approvals_file(&self) -> Option<std::path::PathBuf> {
+        self.approvals_file
+            .lock()
+            .expect("approvals file lock")
+            .clone()
+    }
+
+    /// Resolves when a configuration reload names another approvals file.
+    pub async fn approvals_file_changed(&self) {
+        self.approvals_file_moved.notified().await;
+    }
+
     /// Slots retired by reloads whose sessions have not closed yet (they
     /// close once the calls running on them end).
     pub fn retiring(&self) -> usize {
@@ -248,6 +313,14 @@ impl Registry {
             .store(Arc::new(Redactor::for_config(config)));
         self.max_live
             .store(config.max_live_sessions.unwrap_or(0), Ordering::Relaxed);
+        {
+            let file = config.approvals.as_ref().map(|a| a.file.clone());
+            let mut current = self.approvals_file.lock().expect("approvals file lock");
+            if *current != file {
+                *current = file;
+                self.approvals_file_moved.notify_one();
+            }
+        }
         let old = self.current();
         let old_by_name: HashMap<&str, &Arc<Tenant>> =
             old.tenants.iter().map(|t| (t.name.as_str(), t)).collect();

@@ -327,6 +327,7 @@ impl Tenant {
     /// Builds and publishes; the caller holds the publication lock.
     fn publish(&self, _owner: &Weak<Tenant>) {
         let states: Vec<SlotState> = self.slots.iter().map(|s| s.state()).collect();
+        let approvals = self.spawner.approvals();
         let inputs: Vec<ServerInput<'_>> = self
             .slots
             .iter()
@@ -349,9 +350,14 @@ impl Tenant {
                         InputState::AuthorizationRequired(reason)
                     }
                 },
+                approved: slot
+                    .config
+                    .needs_approval()
+                    .then(|| approvals.server(&self.name, &slot.config.name)),
             })
             .collect();
         let catalog = Arc::new(Catalog::build(&inputs, &self.limits).with_stamp(self.stamp));
+        self.report_withheld(&catalog);
         {
             let mut history = self.publication.history.lock().expect("history lock");
             if history
@@ -365,6 +371,42 @@ impl Tenant {
             }
         }
         self.publication.catalog.send_replace(catalog);
+    }
+
+    /// Counts the withheld tools of each `definitions: approved` server
+    /// (`toolgate_tools_withheld`) and logs, at WARN, each tool withheld
+    /// now that the published catalog did not withhold (with this
+    /// definition): once per change, not per rebuild.
+    fn report_withheld(&self, catalog: &Catalog) {
+        let previous = self.publication.catalog.borrow().clone();
+        for (slot, server) in self.slots.iter().zip(catalog.servers()) {
+            if !slot.config.needs_approval() {
+                continue;
+            }
+            self.spawner
+                .metrics()
+                .tools_withheld(&self.name, &server.name, server.withheld.len());
+            for withheld in &server.withheld {
+                let known = previous
+                    .withheld(&withheld.tool.name)
+                    .is_some_and(|(s, w)| {
+                        s.name == server.name
+                            && w.tool.definition_hash == withheld.tool.definition_hash
+                    });
+                if known {
+                    continue;
+                }
+                tracing::warn!(
+                    tenant = %self.name,
+                    server = %server.name,
+                    tool = %withheld.tool.name,
+                    definition_hash = %withheld.tool.definition_hash,
+                    approved_hash = withheld.approved_hash.as_deref().unwrap_or("none"),
+                    description = %crate::approvals::excerpt(&withheld.tool.description),
+                    "tool withheld: its definition is not approved (run `toolgate approve` after review)"
+                );
+            }
+        }
     }
 
     /// The current catalog snapshot.

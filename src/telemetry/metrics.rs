@@ -13,6 +13,7 @@
 //! | `toolgate_upstream_session_lost_total` | counter | tenant, server |
 //! | `toolgate_config_reloads_total` | counter | result |
 //! | `toolgate_oauth_events_total` | counter | tenant, server, event |
+//! | `toolgate_tools_withheld` | gauge | tenant, server |
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -93,6 +94,7 @@ pub struct Metrics {
     sessions_lost: Family<ServerLabels, Counter>,
     reloads: Family<ReloadLabels, Counter>,
     oauth: Family<OAuthLabels, Counter>,
+    tools_withheld: Family<ServerLabels, Gauge>,
 }
 
 /// A reload's result.
@@ -127,6 +129,13 @@ impl Metrics {
         let reconnects = Family::<ServerLabels, Counter>::default();
         let reloads = Family::<ReloadLabels, Counter>::default();
         let oauth = Family::<OAuthLabels, Counter>::default();
+        let tools_withheld = Family::<ServerLabels, Gauge>::default();
+        registry.register(
+            "toolgate_tools_withheld",
+            "Tools of a `definitions: approved` server withheld because their definitions are \
+             not approved (new, or changed since approved)",
+            tools_withheld.clone(),
+        );
         registry.register(
             "toolgate_oauth_events",
             "OAuth events by tenant, server and event: token_refreshed, token_issued, \
@@ -191,7 +200,19 @@ impl Metrics {
             sessions_lost,
             reloads,
             oauth,
+            tools_withheld,
         }
+    }
+
+    /// Sets how many tools of `tenant`'s `server` are withheld for want of
+    /// approval (`toolgate_tools_withheld`).
+    pub fn tools_withheld(&self, tenant: &str, server: &str, count: usize) {
+        self.tools_withheld
+            .get_or_create(&ServerLabels {
+                tenant: tenant.to_owned(),
+                server: server.to_owned(),
+            })
+            .set(i64::try_from(count).unwrap_or(i64::MAX));
     }
 
     /// Counts an OAuth event of `tenant`'s `server` (never a subject: the

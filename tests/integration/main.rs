@@ -4,6 +4,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod approvals;
 mod auth;
 mod binary;
 mod catalog;

@@ -1,0 +1,97 @@
+//! The authentication layer: a tower [`Layer`] around the ToolGateway
+//! service. Authentication may wait (a JWT whose key must be fetched), so
+//! it is an async service rather than a tonic interceptor; a refused call
+//! is answered here with its gRPC status, and the inner service never sees
+//! it.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use tonic::server::NamedService;
+use tower::{Layer, Service};
+
+use crate::registry::Registry;
+
+/// Authenticates every request before the inner service runs (see
+/// [`super::authenticate`]). It reads the registry's current
+/// configuration, so a reload applies to the next call.
+#[derive(Debug, Clone)]
+pub struct AuthLayer {
+    registry: Arc<Registry>,
+}
+
+impl AuthLayer {
+    /// A layer over the registry's tenants and callers.
+    pub fn new(registry: Arc<Registry>) -> Self {
+        Self { registry }
+    }
+}
+
+impl<S> Layer<S> for AuthLayer {
+    type Service = AuthService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        AuthService {
+            inner,
+            registry: self.registry.clone(),
+        }
+    }
+}
+
+/// The service [`AuthLayer`] makes: on success the request goes on with
+/// `Arc<Tenant>`, [`crate::auth::Subject`] and [`crate::auth::Caller`] in
+/// its extensions and without its `authorization` header; on failure the
+/// answer is the gRPC status (`Status::into_http`).
+#[derive(Debug, Clone)]
+pub struct AuthService<S> {
+    inner: S,
+    registry: Arc<Registry>,
+}
+
+impl<S, ReqBody, ResBody> Service<http::Request<ReqBody>> for AuthService<S>
+where
+    S: Service<http::Request<ReqBody>, Response = http::Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    ReqBody: Send + 'static,
+    ResBody: Default,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: http::Request<ReqBody>) -> Self::Future {
+        // The service that was polled ready serves this request; a clone
+        // takes its place for the next one.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let registry = self.registry.clone();
+        Box::pin(async move {
+            match super::authenticate(&registry, request.headers()).await {
+                Ok(authenticated) => {
+                    // The caller's credential goes no further than this layer.
+                    request.headers_mut().remove(http::header::AUTHORIZATION);
+                    let extensions = request.extensions_mut();
+                    extensions.insert(authenticated.tenant);
+                    extensions.insert(authenticated.subject);
+                    extensions.insert(authenticated.caller);
+                    inner.call(request).await
+                }
+                Err(error) => {
+                    let (_, reason) = crate::grpc::status::classify(&error);
+                    tracing::debug!(reason, %error, "caller refused");
+                    Ok(tonic::Status::from(error).into_http())
+                }
+            }
+        })
+    }
+}
+
+impl<S: NamedService> NamedService for AuthService<S> {
+    const NAME: &'static str = S::NAME;
+}
