@@ -11,7 +11,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::server::TcpIncoming;
 
-use crate::auth::Authenticate;
+use crate::callers::AuthLayer;
 use crate::config::{Config, Environment};
 use crate::grpc::Gateway;
 use crate::grpc::drain::Drain;
@@ -263,11 +263,11 @@ pub async fn run_with_reload(
     let abort = CancellationToken::new();
     let drain = Arc::new(Drain::default());
     let gateway = Gateway::new(abort.clone(), metrics.clone(), drain.clone());
-    let service = tonic::service::interceptor::InterceptedService::new(
+    let service = tower::Layer::layer(
+        &AuthLayer::new(registry.clone()),
         ToolGatewayServer::new(gateway)
             .max_decoding_message_size(config.limits.max_message_bytes)
             .max_encoding_message_size(config.limits.max_message_bytes),
-        Authenticate::new(registry.clone()),
     );
 
     let (health, health_service) = tonic_health::server::health_reporter();

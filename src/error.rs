@@ -51,6 +51,9 @@ pub enum CallError {
     /// The `x-toolgate-subject` metadata is malformed.
     #[error("invalid subject: {0}")]
     InvalidSubject(&'static str),
+    /// The caller's JWT is refused (or its issuer's keys cannot be loaded).
+    #[error("unauthenticated: {0}")]
+    Token(crate::callers::TokenError),
     /// The server acts for each end user, and this call's subject has not
     /// authorized it yet: the user consents at `url`.
     #[error("server `{server}` needs the consent of this call's subject{}: open the authorization URL (in the status details) and retry after consenting", if .subject.is_empty() { " (the tenant itself: no x-toolgate-subject was sent)" } else { "" })]

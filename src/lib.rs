@@ -9,6 +9,7 @@
 pub mod app;
 pub mod approvals;
 pub mod auth;
+pub mod callers;
 pub mod catalog;
 pub mod cli;
 pub mod config;

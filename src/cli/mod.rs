@@ -338,6 +338,16 @@ async fn check(path: PathBuf, offline: bool) -> ExitCode {
             println!("  warning: {warning}");
         }
     }
+    // The keys of each JWT issuer (callers.jwt), fetched or read now.
+    for (issuer, keys) in registry.jwt_callers().probe().await {
+        match keys {
+            Ok(count) => println!("\ncallers.jwt issuer {issuer}: {count} key(s)"),
+            Err(reason) => {
+                healthy = false;
+                println!("\ncallers.jwt issuer {issuer}: JWKS FAILED: {reason}");
+            }
+        }
+    }
     registry.shutdown().await;
     if healthy {
         ExitCode::SUCCESS

@@ -3,6 +3,7 @@
 //! field at fault (`tenants[0].servers[1].url: ...`).
 
 mod approvals;
+mod callers;
 mod oauth;
 mod raw;
 pub mod secret;
@@ -13,6 +14,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use approvals::{ApprovalsConfig, Definitions};
+pub use callers::{
+    CallersConfig, ClaimExpression, DEFAULT_ALGORITHMS, DEFAULT_CLOCK_SKEW,
+    DEFAULT_JWKS_MIN_REFRESH_INTERVAL, DEFAULT_JWKS_REFRESH_INTERVAL, DEFAULT_SUBJECT_EXPRESSION,
+    JwksSource, JwtIssuer, MAX_CLOCK_SKEW,
+};
 pub use oauth::{
     DEFAULT_STATE_URL, Grant, OAuthListener, ServerOAuth, StateConfig, TokenEndpointAuth,
 };
@@ -63,6 +69,9 @@ pub struct Config {
     pub state: StateConfig,
     /// The OAuth consent listener, when configured.
     pub oauth: Option<OAuthListener>,
+    /// Callers with workload identity (`callers.jwt`), besides the
+    /// tenants' static tokens.
+    pub callers: CallersConfig,
     /// The approvals file of servers with `definitions: approved`, when
     /// configured.
     pub approvals: Option<ApprovalsConfig>,

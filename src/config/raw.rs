@@ -24,6 +24,7 @@ pub(crate) struct RawConfig {
     pub(crate) defaults: Option<RawDefaults>,
     pub(crate) state: Option<RawState>,
     pub(crate) oauth: Option<RawOAuth>,
+    pub(crate) callers: Option<super::callers::RawCallers>,
     pub(crate) approvals: Option<super::approvals::RawApprovals>,
     #[serde(default)]
     pub(crate) tenants: Vec<RawTenant>,

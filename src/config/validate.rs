@@ -241,6 +241,7 @@ pub(super) fn validate(
     let oauth = raw
         .oauth
         .and_then(|raw| super::oauth::listener(&mut errors, raw));
+    let callers = super::callers::callers(&mut errors, raw.callers.unwrap_or_default(), base);
     let approvals = raw
         .approvals
         .and_then(|raw| super::approvals::approvals(&mut errors, raw, base));
@@ -255,6 +256,13 @@ pub(super) fn validate(
     let mut tenants = Vec::with_capacity(raw.tenants.len());
     for (index, tenant) in raw.tenants.into_iter().enumerate() {
         let path = format!("tenants[{index}]");
+        // With JWT callers, a tenant may have no static token.
+        if tenant.tokens.is_empty() && callers.jwt.is_empty() {
+            errors.push(
+                format!("{path}.tokens"),
+                "at least one token is required (callers of this tenant could not authenticate; or configure callers.jwt)",
+            );
+        }
         if let Some(first) = tenant_names.insert(tenant.name.clone(), index) {
             errors.push(
                 format!("{path}.name"),
@@ -295,6 +303,7 @@ pub(super) fn validate(
         max_live_sessions,
         state,
         oauth,
+        callers,
         approvals,
         tenants,
     })
@@ -566,12 +575,6 @@ fn validate_tenant(
                 "`{}` is not a valid tenant name (1 to 64 of a-z A-Z 0-9 . _ -)",
                 tenant.name
             ),
-        );
-    }
-    if tenant.tokens.is_empty() {
-        errors.push(
-            format!("{path}.tokens"),
-            "at least one token is required (callers of this tenant could not authenticate)",
         );
     }
     let mut tokens = Vec::with_capacity(tenant.tokens.len());
@@ -1013,12 +1016,12 @@ pub(super) fn resolve(
     }
 }
 
-fn duration(errors: &mut Errors, path: &str, text: Option<&str>, default: Duration) -> Duration {
+pub(super) fn duration(errors: &mut Errors, path: &str, text: Option<&str>, default: Duration) -> Duration {
     parse_duration(errors, path, text, default, false)
 }
 
 /// A duration that may be zero ("0s" turns the stage off).
-fn duration_or_zero(
+pub(super) fn duration_or_zero(
     errors: &mut Errors,
     path: &str,
     text: Option<&str>,

@@ -46,6 +46,7 @@ pub fn classify(error: &CallError) -> (Code, &'static str) {
         CallError::InvalidArguments { .. } => (Code::InvalidArgument, "INVALID_ARGUMENTS"),
         CallError::InvalidName { .. } => (Code::InvalidArgument, "INVALID_TOOL_NAME"),
         CallError::InvalidSubject(_) => (Code::InvalidArgument, "INVALID_SUBJECT"),
+        CallError::Token(token) => classify_token(token),
         CallError::AuthorizationRequired { .. } => {
             (Code::FailedPrecondition, "UPSTREAM_AUTHORIZATION_REQUIRED")
         }
@@ -80,6 +81,25 @@ pub fn classify(error: &CallError) -> (Code, &'static str) {
         CallError::Upstream {
             error, idempotent, ..
         } => classify_upstream(error, *idempotent),
+    }
+}
+
+/// A refused JWT is UNAUTHENTICATED with a reason per check; keys that
+/// cannot be loaded are UNAVAILABLE (nothing is known of the token yet: a
+/// retry may succeed).
+fn classify_token(error: &crate::callers::TokenError) -> (Code, &'static str) {
+    use crate::callers::TokenError;
+    match error {
+        TokenError::Expired => (Code::Unauthenticated, "TOKEN_EXPIRED"),
+        TokenError::NotYetValid => (Code::Unauthenticated, "TOKEN_NOT_YET_VALID"),
+        TokenError::Audience => (Code::Unauthenticated, "TOKEN_AUDIENCE"),
+        TokenError::Issuer => (Code::Unauthenticated, "TOKEN_ISSUER"),
+        TokenError::KeyUnknown { .. } => (Code::Unauthenticated, "TOKEN_KEY_UNKNOWN"),
+        TokenError::Algorithm(_) => (Code::Unauthenticated, "TOKEN_ALGORITHM"),
+        TokenError::TenantUnknown(_) => (Code::Unauthenticated, "TOKEN_TENANT_UNKNOWN"),
+        TokenError::SubjectInvalid(_) => (Code::Unauthenticated, "TOKEN_SUBJECT_INVALID"),
+        TokenError::Invalid(_) => (Code::Unauthenticated, "TOKEN_INVALID"),
+        TokenError::KeysUnavailable { .. } => (Code::Unavailable, "JWKS_UNAVAILABLE"),
     }
 }
 
@@ -269,7 +289,14 @@ fn metadata(error: &CallError) -> HashMap<String, String> {
                 metadata.insert("current_definition_hash".to_owned(), current_hash.clone());
             }
         }
+        CallError::Token(
+            crate::callers::TokenError::KeyUnknown { issuer }
+            | crate::callers::TokenError::KeysUnavailable { issuer, .. },
+        ) => {
+            metadata.insert("issuer".to_owned(), issuer.clone());
+        }
         CallError::Unauthenticated(_)
+        | CallError::Token(_)
         | CallError::ShuttingDown { .. }
         | CallError::Draining
         | CallError::Reloading

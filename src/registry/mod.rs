@@ -51,6 +51,11 @@ const RETIRE_BOUND: Duration = Duration::from_secs(600);
 struct Generation {
     tenants: Vec<Arc<Tenant>>,
     tokens: TokenTable,
+    /// The JWT issuers (`callers.jwt`), their key caches kept across
+    /// reloads that leave an issuer's keys' source unchanged.
+    jwt: crate::callers::JwtCallers,
+    /// Tenant name → index in `tenants`, for JWT callers (empty without).
+    by_name: HashMap<String, usize>,
 }
 
 /// What a reload changed.
@@ -206,6 +211,8 @@ impl Registry {
             generation: ArcSwap::from_pointee(Generation {
                 tenants: Vec::new(),
                 tokens: TokenTable::default(),
+                jwt: crate::callers::JwtCallers::default(),
+                by_name: HashMap::new(),
             }),
             applying: Mutex::new(()),
             spawner: Arc::new(Spawner {
@@ -242,6 +249,19 @@ impl Registry {
         let (tenant, token_index) = generation.tokens.tenant_for(token)?;
         let tenant = generation.tenants.get(tenant).cloned()?;
         Some((tenant, crate::auth::Caller::static_token(token_index)))
+    }
+
+    /// The JWT issuers of the current configuration (`callers.jwt`).
+    pub fn jwt_callers(&self) -> crate::callers::JwtCallers {
+        self.generation.load().jwt.clone()
+    }
+
+    /// The current tenant named `name`, when JWT callers are configured
+    /// (they name their tenant; static tokens select it).
+    pub fn tenant_named(&self, name: &str) -> Option<Arc<Tenant>> {
+        let generation = self.generation.load();
+        let index = *generation.by_name.get(name)?;
+        generation.tenants.get(index).cloned()
     }
 
     /// Every tenant, in configuration order.
@@ -396,9 +416,21 @@ impl Registry {
                 }
             }
         }
+        let jwt = crate::callers::JwtCallers::new(&config.callers, Some(&old.jwt));
+        let by_name = if jwt.is_empty() {
+            HashMap::new()
+        } else {
+            tenants
+                .iter()
+                .enumerate()
+                .map(|(index, t)| (t.name.clone(), index))
+                .collect()
+        };
         self.generation.store(Arc::new(Generation {
             tokens: TokenTable::new(config),
             tenants,
+            jwt,
+            by_name,
         }));
         summary
     }

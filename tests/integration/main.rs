@@ -11,6 +11,7 @@ mod catalog;
 mod fuzz_corpus;
 mod hostile;
 mod invoke;
+mod jwt;
 mod lazy;
 mod limits;
 mod oauth;
