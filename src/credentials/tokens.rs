@@ -36,6 +36,7 @@ impl OAuthTokens {
                 TokenError::AuthorizationRequired { .. } => "authorization_required",
                 TokenError::StoreUnavailable(_) => "store_unavailable",
                 TokenError::Failed(_) => "token_failed",
+                TokenError::Refused(_) => "oauth_refused",
             },
         );
         error
@@ -76,9 +77,13 @@ pub(crate) fn token_error(key: &TokenKey, error: OAuthError) -> TokenError {
             tracing::warn!(tenant = %key.tenant, server = %key.server, error = %e, "OAuth state store unavailable");
             TokenError::StoreUnavailable(e.0)
         }
-        other => {
+        other if other.is_retryable() => {
             tracing::warn!(tenant = %key.tenant, server = %key.server, error = %other, "OAuth token unavailable");
             TokenError::Failed(other.to_string())
+        }
+        other => {
+            tracing::warn!(tenant = %key.tenant, server = %key.server, error = %other, "OAuth cannot give a token");
+            TokenError::Refused(other.to_string())
         }
     }
 }

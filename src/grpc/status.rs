@@ -145,6 +145,9 @@ fn classify_upstream(error: &UpstreamError, idempotent: bool) -> (Code, &'static
         }
         UpstreamError::StateUnavailable(_) => (Code::Unavailable, "STATE_UNAVAILABLE"),
         UpstreamError::TokenFailed(_) => (Code::Unavailable, "UPSTREAM_TOKEN_UNAVAILABLE"),
+        // Not retryable: the OAuth settings or the authorization server
+        // must change first.
+        UpstreamError::OAuthFailed(_) => (Code::FailedPrecondition, "UPSTREAM_OAUTH_FAILED"),
         UpstreamError::Timeout(_) => (Code::DeadlineExceeded, "UPSTREAM_TIMEOUT"),
         UpstreamError::Protocol(_) => (Code::Internal, "UPSTREAM_PROTOCOL_ERROR"),
         UpstreamError::Unsupported(_) => (Code::Unimplemented, "UPSTREAM_UNSUPPORTED"),

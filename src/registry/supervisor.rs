@@ -157,7 +157,7 @@ impl Supervisor {
             }
             Ok(Some(client)) => client,
             Err(reason) => {
-                return Err(Attempt::Failed(upstream::UpstreamError::TokenFailed(
+                return Err(Attempt::Failed(upstream::UpstreamError::OAuthFailed(
                     reason.clone(),
                 )));
             }

@@ -535,7 +535,7 @@ impl Tenant {
         let client = match &slot.oauth {
             Ok(Some(client)) => client.clone(),
             Ok(None) => return Err(UpstreamError::Handshake("not an OAuth server".to_owned())),
-            Err(reason) => return Err(UpstreamError::TokenFailed(reason.clone())),
+            Err(reason) => return Err(UpstreamError::OAuthFailed(reason.clone())),
         };
         let spawner = &self.spawner;
         let label = crate::upstream::Label {

@@ -32,6 +32,10 @@ pub enum TokenError {
     /// refused, or could not be reached). Never contains a token or secret.
     #[error("{0}")]
     Failed(String),
+    /// The OAuth setup cannot give a token and retrying will not help
+    /// (settings, discovery, a refused client, step-ups spent).
+    #[error("{0}")]
+    Refused(String),
 }
 
 impl From<TokenError> for UpstreamError {
@@ -42,6 +46,7 @@ impl From<TokenError> for UpstreamError {
             }
             TokenError::StoreUnavailable(reason) => UpstreamError::StateUnavailable(reason),
             TokenError::Failed(reason) => UpstreamError::TokenFailed(reason),
+            TokenError::Refused(reason) => UpstreamError::OAuthFailed(reason),
         }
     }
 }

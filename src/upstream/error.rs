@@ -88,6 +88,12 @@ pub enum UpstreamError {
     /// could not be reached): nothing was sent.
     #[error("no access token: {0}")]
     TokenFailed(String),
+    /// The OAuth setup cannot give a token (settings that cannot work,
+    /// failed discovery, a refused client, step-ups spent): retrying will
+    /// not help until the configuration or the authorization server
+    /// changes. Never contains a token or secret.
+    #[error("no access token: {0}")]
+    OAuthFailed(String),
     /// The request ran out of time; the server was sent a cancellation.
     #[error("no answer within {}", humantime::format_duration(*.0))]
     Timeout(Duration),
@@ -151,6 +157,7 @@ impl UpstreamError {
             UpstreamError::AuthorizationRequired { .. }
                 | UpstreamError::StateUnavailable(_)
                 | UpstreamError::TokenFailed(_)
+                | UpstreamError::OAuthFailed(_)
         )
     }
 
