@@ -48,6 +48,13 @@ pub enum CallError {
         /// The approved hash, when the tool changed since its approval.
         approved_hash: Option<String>,
     },
+    /// The tenant's policy does not let this caller call the tool (nor see
+    /// it): the message names the tool, never the rule.
+    #[error("this caller may not call tool `{tool}` (the tenant's policy)")]
+    ToolNotPermitted {
+        /// The exposed tool name.
+        tool: String,
+    },
     /// The `x-toolgate-subject` metadata is malformed.
     #[error("invalid subject: {0}")]
     InvalidSubject(&'static str),

@@ -23,6 +23,7 @@ pub mod error;
 pub mod fuzzing;
 pub mod grpc;
 pub mod limits;
+pub mod policy;
 pub mod registry;
 pub mod reload;
 pub mod state;

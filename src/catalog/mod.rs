@@ -165,9 +165,10 @@ impl CatalogTool {
 pub struct Catalog {
     /// Built on the first search of this snapshot.
     search_index: std::sync::OnceLock<search::Index>,
-    /// One value derived from this snapshot by the API layer (its wire
-    /// form), built once per snapshot rather than per call.
-    derived: std::sync::OnceLock<Arc<dyn std::any::Any + Send + Sync>>,
+    /// Values derived from this snapshot by other layers (the API layer's
+    /// wire form, callers' policy views), one per type, each built once per
+    /// snapshot rather than per call.
+    derived: std::sync::RwLock<Vec<(std::any::TypeId, Arc<DerivedSlot>)>>,
     tools: Vec<CatalogTool>,
     index: HashMap<String, usize>,
     servers: Vec<ServerStatus>,
@@ -273,7 +274,7 @@ impl Catalog {
         down_routes.retain(|name, _| !index.contains_key(name));
         Catalog {
             search_index: std::sync::OnceLock::new(),
-            derived: std::sync::OnceLock::new(),
+            derived: std::sync::RwLock::default(),
             tools,
             index,
             servers,
@@ -315,20 +316,39 @@ impl Catalog {
         .then_some(status)
     }
 
-    /// The value `build` derives from this snapshot, built on first use and
-    /// shared afterwards (the API layer keeps its wire form here, so a
-    /// snapshot is converted once, not per call). One type per snapshot:
-    /// asking for another type builds it without keeping it.
+    /// The value of type `T` that `build` derives from this snapshot,
+    /// built on first use and shared afterwards (the API layer keeps its
+    /// wire form here, so a snapshot is converted once, not per call). One
+    /// value per type: the first `build` of a type is the one kept.
     pub fn derived<T: Send + Sync + 'static>(&self, build: impl FnOnce(&Catalog) -> T) -> Arc<T> {
-        let mut build = Some(build);
-        let stored = self.derived.get_or_init(|| {
-            let value: Arc<T> = Arc::new((build.take().expect("once"))(self));
-            Arc::new(value)
-        });
-        match stored.clone().downcast::<Arc<T>>() {
-            Ok(value) => (*value).clone(),
-            Err(_) => Arc::new((build.take().expect("unused"))(self)),
-        }
+        let id = std::any::TypeId::of::<T>();
+        let found = self
+            .derived
+            .read()
+            .expect("derived lock")
+            .iter()
+            .find(|(t, _)| *t == id)
+            .map(|(_, slot)| slot.clone());
+        let slot = match found {
+            Some(slot) => slot,
+            None => {
+                let mut slots = self.derived.write().expect("derived lock");
+                match slots.iter().find(|(t, _)| *t == id) {
+                    Some((_, slot)) => slot.clone(),
+                    None => {
+                        let slot = Arc::new(DerivedSlot::default());
+                        slots.push((id, slot.clone()));
+                        slot
+                    }
+                }
+            }
+        };
+        // Built outside the lock: other types are not held up meanwhile.
+        let stored = slot.get_or_init(|| Arc::new(build(self)));
+        stored
+            .clone()
+            .downcast::<T>()
+            .expect("a slot holds the type it is keyed by")
     }
 
     /// The tools matching a natural-language `query`, most relevant first,
@@ -350,6 +370,11 @@ impl Catalog {
     /// The tool exposed as `name`, if any.
     pub fn get(&self, name: &str) -> Option<&CatalogTool> {
         self.index.get(name).map(|&i| &self.tools[i])
+    }
+
+    /// The position of the tool exposed as `name` in [`Catalog::tools`].
+    pub fn position(&self, name: &str) -> Option<usize> {
+        self.index.get(name).copied()
     }
 
     /// Each configured server's state, in configuration order.
@@ -620,6 +645,12 @@ fn definition_hash(tool: &CatalogTool) -> String {
 }
 
 fn catalog_version(tools: &[CatalogTool]) -> String {
+    version_of(tools)
+}
+
+/// The catalog version of these tools (in catalog order): a content hash
+/// over their definitions, which [`Catalog::version`] is for all of them.
+pub fn version_of<'a>(tools: impl IntoIterator<Item = &'a CatalogTool>) -> String {
     let mut hasher = Sha256::new();
     for tool in tools {
         hasher.update(tool.definition_hash.as_bytes());
@@ -637,6 +668,9 @@ fn hex(bytes: &[u8]) -> String {
 
 /// A shared, immutable catalog snapshot.
 pub type SharedCatalog = Arc<Catalog>;
+
+/// One derived value of a snapshot, set once.
+type DerivedSlot = std::sync::OnceLock<Arc<dyn std::any::Any + Send + Sync>>;
 
 #[cfg(test)]
 mod tests {

@@ -5,6 +5,7 @@
 mod approvals;
 mod callers;
 mod oauth;
+mod policy;
 mod raw;
 pub mod secret;
 mod validate;
@@ -200,6 +201,9 @@ pub struct TenantConfig {
     pub connect: ConnectMode,
     /// For lazy tenants: sessions unused this long are closed.
     pub idle_timeout: Duration,
+    /// Per-tool policy (`policy:`), compiled; `None` when the tenant has
+    /// no rules (every caller sees and calls every tool).
+    pub policy: Option<std::sync::Arc<crate::policy::Policy>>,
 }
 
 /// When a tenant's sessions connect.

@@ -145,6 +145,8 @@ pub(crate) struct RawTenant {
     pub(crate) limits: Option<RawTenantLimits>,
     pub(crate) connect: Option<super::ConnectMode>,
     pub(crate) idle_timeout: Option<String>,
+    #[serde(default)]
+    pub(crate) policy: Vec<super::policy::RawRule>,
 }
 
 /// One upstream MCP server of a tenant.

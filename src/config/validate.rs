@@ -637,6 +637,7 @@ fn validate_tenant(
         tenant.idle_timeout.as_deref(),
         defaults.idle_timeout,
     );
+    let policy = super::policy::policy(errors, &format!("{path}.policy"), tenant.policy);
     (errors.0.len() == before).then_some(TenantConfig {
         name: tenant.name,
         tokens,
@@ -644,6 +645,7 @@ fn validate_tenant(
         limits,
         connect,
         idle_timeout,
+        policy,
     })
 }
 

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use tonic::{Request, Status};
 use tracing::Instrument;
 
+use super::listing::{self, Viewer};
 use super::{
     Gateway, LIST_SETTLE_WAIT, caller_timeout, convert, deadline_margin, parse_arguments, status,
 };
@@ -55,11 +56,7 @@ pub(crate) async fn run_call(
     );
     trace::continue_caller_trace(&span, request.metadata());
     let inherited_trace = trace::caller_context(request.metadata());
-    let subject = request
-        .extensions()
-        .get::<crate::auth::Subject>()
-        .cloned()
-        .unwrap_or_default();
+    let (caller, subject) = super::caller_of(&request);
     let request = request.into_inner();
     let _in_flight = gateway.metrics.in_flight(&tenant.name);
     let mut routing = Routing::default();
@@ -69,6 +66,7 @@ pub(crate) async fn run_call(
         inherited_trace,
         progress,
         subject,
+        caller,
     };
     let call = async {
         tokio::select! {
@@ -129,6 +127,8 @@ struct CallContext {
     progress: Option<ProgressSink>,
     /// Whose credential a per-user server uses.
     subject: crate::auth::Subject,
+    /// Who is calling: the tenant's policy reads its claims.
+    caller: crate::auth::Caller,
 }
 
 /// How far a call got, for metrics, logs and the shutdown status.
@@ -160,6 +160,7 @@ async fn invoke(
         inherited_trace,
         progress,
         subject,
+        caller,
     } = context;
     let name = request.name.as_str();
     if name.len() > MAX_TOOL_NAME {
@@ -197,9 +198,17 @@ async fn invoke(
         }
         Unresolved::Unsettled => CallError::Reloading,
     })?;
+    // How this caller reads catalogs: under the policy of the tenant that
+    // built the one it routes by.
+    let viewer = Viewer {
+        policy: tenant.policy().map(AsRef::as_ref),
+        caller: &caller,
+        subject: &subject,
+    };
     let Some(tool) = catalog.get(name) else {
         // A tool withheld for want of approval is named as such.
         if let Some((server, withheld)) = catalog.withheld(name) {
+            permitted(&viewer, &catalog, &withheld.tool)?;
             routing.server_name = Some(server.name.clone());
             return Err(CallError::DefinitionNotApproved {
                 server: server.name.clone(),
@@ -238,7 +247,7 @@ async fn invoke(
                 },
             });
         }
-        if let Some(gone) = gone_since_pin(&tenant, request) {
+        if let Some(gone) = gone_since_pin(&tenant, request, &viewer) {
             return Err(gone);
         }
         return Err(CallError::ToolNotFound {
@@ -250,7 +259,9 @@ async fn invoke(
     routing.resolved = true;
     let idempotent = tool.annotations.idempotent == Some(true);
     routing.idempotent = idempotent;
-    check_pins(&tenant, &catalog, tool, request)?;
+    // Before anything else about the tool is told or done.
+    permitted(&viewer, &catalog, tool)?;
+    check_pins(&tenant, &catalog, tool, request, &viewer)?;
     let max_arguments = tenant.limits().max_argument_bytes;
     if request.arguments_json.len() > max_arguments {
         return Err(CallError::ArgumentsTooLarge {
@@ -414,17 +425,22 @@ fn token_failure(server: &str, tool: &str, subject: &str, error: UpstreamError) 
 
 /// Refuses the call when the caller pinned a definition or catalog version
 /// and this tool changed since.
+///
+/// Catalog versions are the caller's: the versions of its views under the
+/// tenant's policy (the catalog's own when it has none).
 fn check_pins(
     tenant: &Tenant,
     current: &Catalog,
     tool: &CatalogTool,
     request: &pb::InvokeToolRequest,
+    viewer: &Viewer<'_>,
 ) -> Result<(), CallError> {
+    let current_version = || viewer.version(current);
     let refuse = |pin: Pin, detail: String| CallError::PlanOutdated {
         tool: tool.name.clone(),
         pin,
         detail,
-        current_version: current.version().to_owned(),
+        current_version: current_version().into_owned(),
         current_hash: tool.definition_hash.clone(),
     };
     if !request.definition_hash.is_empty() && request.definition_hash != tool.definition_hash {
@@ -444,20 +460,20 @@ fn check_pins(
         !request.definition_hash.is_empty() && request.definition_hash == tool.definition_hash;
     if !hash_confirms
         && !request.catalog_version.is_empty()
-        && request.catalog_version != current.version()
+        && request.catalog_version != current_version()
     {
-        let Some(pinned) = tenant.catalog_with_version(&request.catalog_version) else {
+        let Some((pinned, view)) = viewer.pinned(tenant, &request.catalog_version) else {
             return Err(refuse(
                 Pin::VersionUnknown,
                 format!(
                     "catalog_version {} is not known to this gateway (too old, or never served); \
                      the catalog is now {}",
                     quoted(&request.catalog_version),
-                    current.version()
+                    current_version()
                 ),
             ));
         };
-        match pinned.get(&tool.name) {
+        match listing::seen(&pinned, view.as_deref(), &tool.name) {
             Some(then) if then.definition_hash == tool.definition_hash => {}
             Some(_) => {
                 return Err(refuse(
@@ -486,12 +502,16 @@ fn check_pins(
 
 /// For a name not in the catalog: TOOL_GONE when the caller's pins show
 /// the tool existed when the plan was made.
-fn gone_since_pin(tenant: &Tenant, request: &pb::InvokeToolRequest) -> Option<CallError> {
+fn gone_since_pin(
+    tenant: &Tenant,
+    request: &pb::InvokeToolRequest,
+    viewer: &Viewer<'_>,
+) -> Option<CallError> {
     let current = tenant.catalog();
     let existed = if !request.catalog_version.is_empty() {
-        tenant
-            .catalog_with_version(&request.catalog_version)
-            .is_some_and(|c| c.get(&request.name).is_some())
+        viewer
+            .pinned(tenant, &request.catalog_version)
+            .is_some_and(|(c, view)| listing::seen(&c, view.as_deref(), &request.name).is_some())
     } else {
         // Only a hash this gateway has served for this name counts.
         !request.definition_hash.is_empty()
@@ -504,7 +524,18 @@ fn gone_since_pin(tenant: &Tenant, request: &pb::InvokeToolRequest) -> Option<Ca
             "`{}` is gone from the catalog since the plan was made",
             request.name
         ),
-        current_version: current.version().to_owned(),
+        current_version: viewer.version(&current).into_owned(),
         current_hash: String::new(),
     })
+}
+
+/// Refuses a tool the tenant's policy does not let this caller call.
+fn permitted(viewer: &Viewer<'_>, catalog: &Catalog, tool: &CatalogTool) -> Result<(), CallError> {
+    if viewer.permits(catalog, tool) {
+        Ok(())
+    } else {
+        Err(CallError::ToolNotPermitted {
+            tool: tool.name.clone(),
+        })
+    }
 }

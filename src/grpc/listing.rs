@@ -1,13 +1,19 @@
-//! Filtered views of a catalog: ListTools/WatchTools filters and
-//! SearchTools ranking.
+//! Filtered views of a catalog: ListTools/WatchTools filters, SearchTools
+//! ranking, and the caller's view under the tenant's policy.
+
+use std::borrow::Cow;
+use std::sync::Arc;
 
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use tonic::Status;
 
 use super::convert;
-use crate::catalog::{Catalog, CatalogTool};
+use crate::auth::{Caller, Subject};
+use crate::catalog::{Catalog, CatalogTool, SharedCatalog};
 use crate::error::CallError;
 use crate::pb;
+use crate::policy::{Policy, View};
+use crate::registry::Tenant;
 
 /// Most results SearchTools returns.
 const MAX_SEARCH_RESULTS: usize = 100;
@@ -82,13 +88,130 @@ impl Filter {
     }
 }
 
-/// The filtered catalog as a ListToolsResponse. Without filters the
-/// response is built once per catalog snapshot and cloned per call.
-pub(super) fn list_response(catalog: &Catalog, filter: &Filter) -> pb::ListToolsResponse {
-    if filter.is_empty() {
-        return (*catalog.derived(|c| build_list_response(c, filter))).clone();
+/// The filtered catalog as a ListToolsResponse, as much of it as `view`
+/// (the caller's view under the tenant's policy; `None`: everything) lets
+/// the caller see. Without filters and policy the response is built once
+/// per catalog snapshot and cloned per call.
+pub(super) fn list_response(
+    catalog: &Catalog,
+    filter: &Filter,
+    view: Option<&View>,
+) -> pb::ListToolsResponse {
+    match view {
+        None if filter.is_empty() => (*catalog.derived(|c| build_list_response(c, filter))).clone(),
+        None => build_list_response(catalog, filter),
+        Some(view) => build_view_response(catalog, filter, view),
     }
-    build_list_response(catalog, filter)
+}
+
+/// A restricted view as a ListToolsResponse: its tools, its version, and
+/// each server's count of the tools the caller sees.
+fn build_view_response(catalog: &Catalog, filter: &Filter, view: &View) -> pb::ListToolsResponse {
+    let tools: Vec<pb::Tool> = view
+        .tools(catalog)
+        .filter(|t| filter.allows(t))
+        .map(convert::tool)
+        .collect();
+    let total_estimated_tokens = tools.iter().map(|t| t.estimated_tokens).sum();
+    let mut servers = convert::server_statuses(catalog);
+    for (index, status) in servers.iter_mut().enumerate() {
+        status.tool_count = view.server_tool_count(index);
+        status
+            .withheld_tools
+            .retain(|name| !view.hides_withheld(name));
+    }
+    pb::ListToolsResponse {
+        tools,
+        catalog_version: view.version().to_owned(),
+        servers,
+        total_estimated_tokens,
+    }
+}
+
+/// The policy `catalog` is read under: that of the tenant object that
+/// built it (a reload may have replaced the caller's since it
+/// authenticated).
+pub(super) fn policy_for(tenant: &Arc<Tenant>, catalog: &SharedCatalog) -> Option<Arc<Policy>> {
+    if catalog.stamp() == tenant.stamp() {
+        return tenant.policy().cloned();
+    }
+    match tenant.resolve(catalog.clone()) {
+        Ok(resolved) => resolved.tenant.policy().cloned(),
+        Err(_) => tenant.policy().cloned(),
+    }
+}
+
+/// How one caller reads catalogs: under a policy (or none), with its
+/// claims and subject.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Viewer<'a> {
+    pub(super) policy: Option<&'a Policy>,
+    pub(super) caller: &'a Caller,
+    pub(super) subject: &'a Subject,
+}
+
+impl Viewer<'_> {
+    /// The caller's view of `catalog`; `None` when it sees every tool (no
+    /// policy, or a policy that hides nothing from it).
+    pub(super) fn view(&self, catalog: &Catalog) -> Option<Arc<View>> {
+        let view = crate::policy::caller_view(self.policy?, catalog, self.caller, self.subject);
+        (!view.is_everything()).then_some(view)
+    }
+
+    /// Whether the caller may call `tool` (of `catalog`, or withheld from
+    /// it): a lookup in its view when a listing evaluated one for this
+    /// snapshot, else the policy's decision for this one tool.
+    pub(super) fn permits(&self, catalog: &Catalog, tool: &CatalogTool) -> bool {
+        let Some(policy) = self.policy else {
+            return true;
+        };
+        if let Some(index) = catalog.position(&tool.name)
+            && std::ptr::eq(&catalog.tools()[index], tool)
+            && let Some(view) =
+                crate::policy::cached_view(policy, catalog, self.caller, self.subject)
+        {
+            return view.allows_index(index);
+        }
+        policy.allows(self.caller, self.subject, tool)
+    }
+
+    /// The catalog version the caller sees for `catalog`.
+    pub(super) fn version<'c>(&self, catalog: &'c Catalog) -> Cow<'c, str> {
+        match self.view(catalog) {
+            None => Cow::Borrowed(catalog.version()),
+            Some(view) => Cow::Owned(view.version().to_owned()),
+        }
+    }
+
+    /// A remembered catalog whose version, as this caller sees it, is
+    /// `version`, with the caller's view of it.
+    pub(super) fn pinned(
+        &self,
+        tenant: &Tenant,
+        version: &str,
+    ) -> Option<(SharedCatalog, Option<Arc<View>>)> {
+        if self.policy.is_none() {
+            return tenant.catalog_with_version(version).map(|c| (c, None));
+        }
+        tenant.recent_catalogs().into_iter().find_map(|catalog| {
+            let view = self.view(&catalog);
+            let seen = view.as_ref().map_or(catalog.version(), |v| v.version());
+            (seen == version).then(|| (catalog.clone(), view))
+        })
+    }
+}
+
+/// The tool exposed as `name` in `catalog`, if `view` (`None`: everything)
+/// lets the caller see it.
+pub(super) fn seen<'c>(
+    catalog: &'c Catalog,
+    view: Option<&View>,
+    name: &str,
+) -> Option<&'c CatalogTool> {
+    match view {
+        Some(view) if !view.allows_name(catalog, name) => None,
+        _ => catalog.get(name),
+    }
 }
 
 fn build_list_response(catalog: &Catalog, filter: &Filter) -> pb::ListToolsResponse {
@@ -145,11 +268,13 @@ pub(super) async fn show_consent(
     }
 }
 
-/// Ranks the filtered catalog against the request's query.
+/// Ranks the filtered catalog (as much of it as `view` lets the caller
+/// see) against the request's query.
 pub(super) fn search(
     catalog: &Catalog,
     filter: &Filter,
     request: &pb::SearchToolsRequest,
+    view: Option<&View>,
 ) -> pb::SearchToolsResponse {
     let limit = match request.limit {
         0 => DEFAULT_SEARCH_RESULTS,
@@ -159,6 +284,7 @@ pub(super) fn search(
         .search(&request.query)
         .into_iter()
         .filter(|(tool, _)| filter.allows(tool))
+        .filter(|(tool, _)| view.is_none_or(|v| v.allows_name(catalog, &tool.name)))
         .take(limit)
         .map(|(tool, score)| pb::ScoredTool {
             tool: Some(convert::tool(tool)),
@@ -167,6 +293,6 @@ pub(super) fn search(
         .collect();
     pb::SearchToolsResponse {
         results,
-        catalog_version: catalog.version().to_owned(),
+        catalog_version: view.map_or(catalog.version(), View::version).to_owned(),
     }
 }

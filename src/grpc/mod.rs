@@ -148,13 +148,16 @@ impl pb::tool_gateway_server::ToolGateway for Gateway {
         let span = rpc_span("ListTools", &tenant.name);
         trace::continue_caller_trace(&span, request.metadata());
         let wait = settle_wait(&request);
-        let subject = request
-            .extensions()
-            .get::<crate::auth::Subject>()
-            .cloned()
-            .unwrap_or_default();
+        let (caller, subject) = caller_of(&request);
         let catalog = tenant.settled_catalog(wait).instrument(span).await;
-        let mut response = listing::list_response(&catalog, &filter);
+        let policy = listing::policy_for(&tenant, &catalog);
+        let viewer = listing::Viewer {
+            policy: policy.as_deref(),
+            caller: &caller,
+            subject: &subject,
+        };
+        let view = viewer.view(&catalog);
+        let mut response = listing::list_response(&catalog, &filter, view.as_deref());
         listing::show_consent(&tenant, subject.id().unwrap_or(""), &mut response).await;
         Ok(Response::new(response))
     }
@@ -190,9 +193,11 @@ impl pb::tool_gateway_server::ToolGateway for Gateway {
         // tenant's sessions from idle eviction (it then shows them idle).
         let (tenant, _busy) = self.listing_tenant(&request)?;
         let filter = listing::Filter::new(&request.get_ref().filter.clone().unwrap_or_default())?;
+        let (caller, subject) = caller_of(&request);
         Ok(Response::new(stream::watch(
             tenant,
             filter,
+            (caller, subject),
             self.drain.clone(),
         )))
     }
@@ -207,13 +212,37 @@ impl pb::tool_gateway_server::ToolGateway for Gateway {
         trace::continue_caller_trace(&span, request.metadata());
         let wait = settle_wait(&request);
         let catalog = tenant.settled_catalog(wait).instrument(span).await;
-
+        let (caller, subject) = caller_of(&request);
+        let policy = listing::policy_for(&tenant, &catalog);
+        let viewer = listing::Viewer {
+            policy: policy.as_deref(),
+            caller: &caller,
+            subject: &subject,
+        };
+        let view = viewer.view(&catalog);
         Ok(Response::new(listing::search(
             &catalog,
             &filter,
             request.get_ref(),
+            view.as_deref(),
         )))
     }
+}
+
+/// Who is calling (put there by [`crate::auth`]) and for whom. A request
+/// that did not pass authentication has no claims.
+fn caller_of<T>(request: &Request<T>) -> (crate::auth::Caller, crate::auth::Subject) {
+    let caller = request
+        .extensions()
+        .get::<crate::auth::Caller>()
+        .cloned()
+        .unwrap_or_else(|| crate::auth::Caller::static_token(0));
+    let subject = request
+        .extensions()
+        .get::<crate::auth::Subject>()
+        .cloned()
+        .unwrap_or_default();
+    (caller, subject)
 }
 
 /// How long a listing waits for servers still connecting.

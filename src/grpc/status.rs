@@ -40,6 +40,7 @@ pub fn classify(error: &CallError) -> (Code, &'static str) {
     match error {
         CallError::Unauthenticated(_) => (Code::Unauthenticated, "UNAUTHENTICATED"),
         CallError::ToolNotFound { .. } => (Code::NotFound, "TOOL_NOT_FOUND"),
+        CallError::ToolNotPermitted { .. } => (Code::PermissionDenied, "TOOL_NOT_PERMITTED"),
         CallError::DefinitionNotApproved { .. } => {
             (Code::FailedPrecondition, "DEFINITION_NOT_APPROVED")
         }
@@ -197,6 +198,9 @@ fn metadata(error: &CallError) -> HashMap<String, String> {
     match error {
         CallError::ToolNotFound { name } => {
             metadata.insert("tool".to_owned(), quoted(name).into_owned());
+        }
+        CallError::ToolNotPermitted { tool } => {
+            metadata.insert("tool".to_owned(), tool.clone());
         }
         CallError::AuthorizationRequired {
             server, tool, url, ..

@@ -10,6 +10,7 @@ use tonic::{Request, Status};
 
 use super::listing::{self, Filter};
 use super::{EventStream, Gateway, call, drain::Drain};
+use crate::auth::{Caller, Subject};
 use crate::catalog::ServerState;
 use crate::error::CallError;
 use crate::pb;
@@ -81,12 +82,14 @@ pub(super) fn invoke_with_progress(
 /// its withheld tools.
 type ServerSeen = (ServerState, u32, Vec<String>);
 
-/// The current filtered catalog, then a new one whenever the tools or the
+/// The current filtered catalog (the caller's view of it under the
+/// tenant's policy), then a new one whenever the tools it sees or the
 /// servers' states change. Ends with UNAVAILABLE (DRAINING) when the
 /// gateway drains, so watchers reconnect to another replica.
 pub(super) fn watch(
     tenant: Arc<Tenant>,
     filter: Filter,
+    (caller, subject): (Caller, Subject),
     drain: Arc<Drain>,
 ) -> EventStream<pb::ListToolsResponse> {
     let (out, rx) = mpsc::channel(4);
@@ -99,19 +102,38 @@ pub(super) fn watch(
         let mut last: Option<(String, Vec<ServerSeen>)> = None;
         loop {
             let catalog = changes.borrow_and_update().clone();
+            // The policy of the tenant object that built this snapshot
+            // (reloads replace the one the watch started with).
+            let policy = listing::policy_for(&tenant, &catalog);
+            let view = listing::Viewer {
+                policy: policy.as_deref(),
+                caller: &caller,
+                subject: &subject,
+            }
+            .view(&catalog);
             let seen = (
-                catalog.version().to_owned(),
+                view.as_ref()
+                    .map_or(catalog.version(), |v| v.version())
+                    .to_owned(),
                 catalog
                     .servers()
                     .iter()
-                    .map(|s| {
-                        let withheld = s.withheld.iter().map(|w| w.tool.name.clone());
-                        (s.state.clone(), s.tool_count, withheld.collect())
+                    .enumerate()
+                    .map(|(i, s)| {
+                        let withheld = s
+                            .withheld
+                            .iter()
+                            .map(|w| w.tool.name.clone())
+                            .filter(|n| view.as_ref().is_none_or(|v| !v.hides_withheld(n)));
+                        let count = view
+                            .as_ref()
+                            .map_or(s.tool_count, |v| v.server_tool_count(i));
+                        (s.state.clone(), count, withheld.collect())
                     })
                     .collect::<Vec<_>>(),
             );
             if last.as_ref() != Some(&seen) {
-                let snapshot = listing::list_response(&catalog, &filter);
+                let snapshot = listing::list_response(&catalog, &filter, view.as_deref());
                 if out.send(Ok(snapshot)).await.is_err() {
                     return;
                 }

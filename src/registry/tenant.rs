@@ -80,6 +80,9 @@ pub struct Tenant {
     pub(super) connect: ConnectMode,
     pub(super) idle_timeout: Duration,
     spawner: Arc<Spawner>,
+    /// The tenant's per-tool policy, compiled with the configuration;
+    /// `None` when it has no rules.
+    policy: Option<Arc<crate::policy::Policy>>,
 }
 
 /// Holds a tenant as busy while a call runs.
@@ -168,6 +171,7 @@ impl Tenant {
             connect: config.connect,
             idle_timeout: config.idle_timeout,
             spawner,
+            policy: config.policy.clone(),
         });
         {
             let mut owner = tenant.publication.owner.lock().expect("publication lock");
@@ -213,6 +217,12 @@ impl Tenant {
             }
         }
         Err(Unresolved::Unsettled)
+    }
+
+    /// The tenant's per-tool policy; `None` when it has no rules (every
+    /// caller sees and calls every tool).
+    pub fn policy(&self) -> Option<&Arc<crate::policy::Policy>> {
+        self.policy.as_ref()
     }
 
     /// This tenant object's stamp (see [`Tenant::resolve`]).
@@ -436,6 +446,18 @@ impl Tenant {
             .cloned()
     }
 
+    /// The remembered catalogs (for pinned plans), newest first.
+    pub fn recent_catalogs(&self) -> Vec<SharedCatalog> {
+        self.publication
+            .history
+            .lock()
+            .expect("history lock")
+            .iter()
+            .rev()
+            .cloned()
+            .collect()
+    }
+
     /// Whether a remembered catalog exposed `name` with this definition
     /// hash.
     pub fn served_definition(&self, name: &str, hash: &str) -> bool {
@@ -476,6 +498,11 @@ impl Tenant {
     /// The gateway-wide size limits.
     pub fn limits(&self) -> &Limits {
         &self.limits
+    }
+
+    /// The current configuration's credential redactor.
+    pub fn redactor(&self) -> Arc<crate::credentials::Redactor> {
+        self.spawner.redactor().load_full()
     }
 
     /// The live session of server `index`.

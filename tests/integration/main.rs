@@ -17,6 +17,7 @@ mod limits;
 mod oauth;
 mod oauth_oidc;
 mod ops;
+mod policy;
 mod processes;
 mod redaction;
 mod reload;

@@ -11,6 +11,7 @@
 
 mod floor;
 mod measure;
+mod policy;
 mod upstream;
 
 use std::collections::BTreeMap;
@@ -42,6 +43,9 @@ struct Args {
     /// Skip the many-tenant figures.
     #[arg(long)]
     skip_tenants: bool,
+    /// Only the per-tool policy figures (a 20-rule policy against none).
+    #[arg(long)]
+    only_policy: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -643,6 +647,11 @@ async fn main() -> anyhow::Result<()> {
         toolgate_exe().exists(),
         "build the gateway first: cargo build --release"
     );
+    if args.only_policy {
+        println!("| target | figure | goal | |");
+        println!("| --- | --- | --- | --- |");
+        return policy::report(args.rounds).await;
+    }
     eprintln!(
         "toolgate-bench: {} round(s), {:?} per throughput run, {} sequential calls",
         args.rounds, args.duration, args.sequential
@@ -794,5 +803,6 @@ async fn main() -> anyhow::Result<()> {
             verdict(live_rss <= 100.0)
         );
     }
+    policy::report(args.rounds).await?;
     Ok(())
 }

@@ -1,0 +1,885 @@
+//! Per-tool policy: a tenant's ordered `allow`/`deny` rules over exposed
+//! tool names, each with an optional CEL condition (`when`) on the caller's
+//! claims, its subject and the tool. The first rule that matches decides;
+//! no match allows. Compiled once per configuration; [`view`] holds the
+//! caller's view of a catalog (what ListTools, SearchTools and WatchTools
+//! show it), cached per catalog snapshot.
+//!
+//! A `when` that cannot be evaluated for a call (a missing claim, a type
+//! mismatch, a result that is not a boolean) never widens access: it counts
+//! as true for a `deny` rule and false for an `allow` rule. The first such
+//! failure of each rule is logged at debug level.
+
+pub mod view;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use cel::common::types::{
+    CelBool, CelDouble, CelInt, CelList, CelMap, CelMapKey, CelNull, CelString, CelUInt,
+};
+use cel::common::value::Val;
+use globset::{Candidate, Glob, GlobSet, GlobSetBuilder};
+
+use crate::auth::{Caller, Subject};
+use crate::catalog::CatalogTool;
+
+pub use view::{View, cached_view, caller_view};
+
+/// The variables a `when` may read.
+pub const VARIABLES: [&str; 3] = ["claims", "subject", "tool"];
+
+/// What a rule does to the tools it matches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Effect {
+    /// The caller may call the tool (and sees it).
+    Allow,
+    /// The caller may not call the tool, and does not see it.
+    Deny,
+}
+
+/// One rule as configured, before compiling.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleSpec {
+    /// Allow or deny.
+    pub effect: Effect,
+    /// Globs over exposed tool names (`server__tool`); any one matching
+    /// makes the rule apply.
+    pub globs: Vec<String>,
+    /// A CEL expression over `claims`, `subject` and `tool`; the rule
+    /// applies only when it is true.
+    pub when: Option<String>,
+}
+
+/// A rule that does not compile: where and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{path}: {message}")]
+pub struct PolicyError {
+    /// The path of the field at fault, e.g. `tenants[0].policy[2].when`.
+    pub path: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// Identities of compiled policies: keys of cached views, so that a view
+/// evaluated under one configuration is never served under another.
+static POLICY_IDS: AtomicU64 = AtomicU64::new(1);
+
+/// A tenant's compiled policy.
+pub struct Policy {
+    /// Unique per compiled policy (see [`POLICY_IDS`]).
+    id: u64,
+    rules: Vec<Rule>,
+    /// Every rule's globs in one set, so a tool name is matched once.
+    globs: GlobSet,
+    /// The rule of each glob in `globs`.
+    glob_rule: Vec<usize>,
+    env: Arc<cel::Env>,
+    /// Whether any `when` reads `claims`.
+    reads_claims: bool,
+    /// Whether any `when` reads `subject`.
+    reads_subject: bool,
+}
+
+impl std::fmt::Debug for Policy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Policy")
+            .field("id", &self.id)
+            .field("rules", &self.rules)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Rule {
+    /// `tenants[i].policy[j]`, for logs.
+    path: String,
+    effect: Effect,
+    when: Option<Condition>,
+}
+
+impl std::fmt::Debug for Rule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Rule")
+            .field("path", &self.path)
+            .field("effect", &self.effect)
+            .field("when", &self.when.as_ref().map(|c| &c.source))
+            .finish()
+    }
+}
+
+struct Condition {
+    program: cel::Program,
+    source: String,
+    /// What it reads of `tool`: nothing (its value is the same for every
+    /// tool of one caller, and is evaluated once per caller), or which
+    /// fields (its value is the same for tools alike in them).
+    reads_tool: ToolReads,
+    /// Set once its first evaluation failure has been logged.
+    failure_logged: AtomicBool,
+}
+
+impl Policy {
+    /// Compiles the rules at `path` (`tenants[0].policy`), in order.
+    ///
+    /// # Errors
+    /// Every rule with no glob, a glob that does not parse, or a `when`
+    /// that does not compile or reads a variable other than `claims`,
+    /// `subject` and `tool`, each naming its path.
+    pub fn compile(path: &str, specs: &[RuleSpec]) -> Result<Policy, Vec<PolicyError>> {
+        let env = Arc::new(cel::Env::stdlib());
+        let mut errors = Vec::new();
+        let mut rules = Vec::with_capacity(specs.len());
+        let mut builder = GlobSetBuilder::new();
+        let mut glob_rule = Vec::new();
+        let (mut reads_claims, mut reads_subject) = (false, false);
+        for (index, spec) in specs.iter().enumerate() {
+            let rule_path = format!("{path}[{index}]");
+            let key = match spec.effect {
+                Effect::Allow => "allow",
+                Effect::Deny => "deny",
+            };
+            if spec.globs.is_empty() {
+                errors.push(PolicyError {
+                    path: format!("{rule_path}.{key}"),
+                    message: "at least one glob over exposed tool names is required".to_owned(),
+                });
+            }
+            for (g, text) in spec.globs.iter().enumerate() {
+                match Glob::new(text) {
+                    Ok(glob) => {
+                        builder.add(glob);
+                        glob_rule.push(index);
+                    }
+                    Err(e) => errors.push(PolicyError {
+                        path: format!("{rule_path}.{key}[{g}]"),
+                        message: format!("`{text}` is not a valid glob: {}", e.kind()),
+                    }),
+                }
+            }
+            let when = match &spec.when {
+                None => None,
+                Some(source) => match compile_condition(&env, source) {
+                    Ok(condition) => {
+                        let free = free_variables(condition.program.expression());
+                        reads_claims |= free.contains_key("claims");
+                        reads_subject |= free.contains_key("subject");
+                        Some(condition)
+                    }
+                    Err(message) => {
+                        errors.push(PolicyError {
+                            path: format!("{rule_path}.when"),
+                            message,
+                        });
+                        None
+                    }
+                },
+            };
+            rules.push(Rule {
+                path: rule_path,
+                effect: spec.effect,
+                when,
+            });
+        }
+        let globs = builder.build().map_err(|e| {
+            vec![PolicyError {
+                path: path.to_owned(),
+                message: format!("the globs do not compile: {e}"),
+            }]
+        });
+        if !errors.is_empty() {
+            return Err(errors);
+        }
+        Ok(Policy {
+            id: POLICY_IDS.fetch_add(1, Ordering::Relaxed),
+            rules,
+            globs: globs?,
+            glob_rule,
+            env,
+            reads_claims,
+            reads_subject,
+        })
+    }
+
+    /// How many rules there are.
+    pub fn len(&self) -> usize {
+        self.rules.len()
+    }
+
+    /// Whether there is no rule (everything is allowed).
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+
+    /// Whether `caller`, acting for `subject`, may call (and see) `tool`:
+    /// the effect of the first rule whose glob matches the tool's exposed
+    /// name and whose `when` holds; allowed when none does.
+    pub fn allows(&self, caller: &Caller, subject: &Subject, tool: &CatalogTool) -> bool {
+        self.evaluator(caller, subject).allows(tool)
+    }
+
+    /// An evaluator for many tools of one caller: the caller's variables
+    /// are converted once, conditions that do not read `tool` are
+    /// evaluated once, and those that read only its server or annotations
+    /// once per server and set of hints.
+    pub(crate) fn evaluator<'a>(
+        &'a self,
+        caller: &'a Caller,
+        subject: &'a Subject,
+    ) -> Evaluator<'a> {
+        let mut context = cel::Context::with_env(self.env.clone());
+        if self.reads_claims {
+            context.add_variable_as_val("claims", json_val(caller.claims.as_ref()));
+        }
+        if self.reads_subject {
+            context.add_variable_as_val("subject", Box::new(CelString::from(subject.key())));
+        }
+        Evaluator {
+            policy: self,
+            context,
+            memo: vec![None; self.rules.len()],
+            tool_memo: HashMap::new(),
+            matched: Vec::new(),
+        }
+    }
+
+    /// The identity of this compiled policy (a key of cached views).
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Whether any `when` reads `claims` / `subject` (what a cached view
+    /// must be keyed by).
+    pub(crate) fn reads(&self) -> (bool, bool) {
+        (self.reads_claims, self.reads_subject)
+    }
+}
+
+/// Evaluates one caller's access to many tools.
+pub(crate) struct Evaluator<'a> {
+    policy: &'a Policy,
+    context: cel::Context<'a, 'a>,
+    /// Per rule, the value of a condition that does not read `tool`, once
+    /// evaluated.
+    memo: Vec<Option<bool>>,
+    /// Values of conditions that read only a tool's server or annotations:
+    /// by rule, server index and hints.
+    tool_memo: HashMap<(usize, usize, u8), bool>,
+    /// Scratch space: indices of the globs matching a name.
+    matched: Vec<usize>,
+}
+
+impl<'a> Evaluator<'a> {
+    /// Whether the caller may call `tool`.
+    pub(crate) fn allows(&mut self, tool: &'a CatalogTool) -> bool {
+        let Evaluator {
+            policy,
+            context,
+            memo,
+            tool_memo,
+            matched,
+        } = self;
+        policy
+            .globs
+            .matches_candidate_into(&Candidate::new(tool.name.as_str()), matched);
+        if matched.is_empty() {
+            return true;
+        }
+        // Glob indices to rule indices, in rule order.
+        for glob in matched.iter_mut() {
+            *glob = policy.glob_rule[*glob];
+        }
+        matched.sort_unstable();
+        matched.dedup();
+        // The scope with `tool`, made when a condition first needs it.
+        let mut scope: Option<cel::Context<'_, 'a>> = None;
+        for &index in matched.iter() {
+            let rule = &policy.rules[index];
+            let applies = match &rule.when {
+                None => true,
+                Some(condition) => {
+                    let key = condition.reads_tool.memo_key(index, tool);
+                    let known = match key {
+                        Some(None) => memo[index],
+                        Some(Some(key)) => tool_memo.get(&key).copied(),
+                        None => None,
+                    };
+                    match known {
+                        Some(value) => value,
+                        None => {
+                            let value = if condition.reads_tool.any() {
+                                let scope = scope.get_or_insert_with(|| {
+                                    let mut scope = context.new_inner_scope();
+                                    scope.add_variable_as_val("tool", tool_val(tool));
+                                    scope
+                                });
+                                holds(rule, condition, scope)
+                            } else {
+                                holds(rule, condition, context)
+                            };
+                            match key {
+                                Some(None) => memo[index] = Some(value),
+                                Some(Some(key)) => {
+                                    tool_memo.insert(key, value);
+                                }
+                                None => {}
+                            }
+                            value
+                        }
+                    }
+                }
+            };
+            if applies {
+                return rule.effect == Effect::Allow;
+            }
+        }
+        true
+    }
+}
+
+/// What a condition reads of `tool`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct ToolReads {
+    name: bool,
+    server: bool,
+    annotations: bool,
+    /// `tool` used other than as `tool.name`, `tool.server` or
+    /// `tool.annotations…`.
+    whole: bool,
+}
+
+impl ToolReads {
+    fn any(self) -> bool {
+        self.name || self.server || self.annotations || self.whole
+    }
+
+    /// Where a value of the condition may be remembered for `tool`:
+    /// `Some(None)`, per caller (it reads no tool); `Some(Some(key))`, per
+    /// server and hints; `None`, not at all (it reads the name).
+    fn memo_key(self, rule: usize, tool: &CatalogTool) -> Option<Option<(usize, usize, u8)>> {
+        if !self.any() {
+            return Some(None);
+        }
+        if self.name || self.whole {
+            return None;
+        }
+        let server = if self.server {
+            tool.server_index
+        } else {
+            usize::MAX
+        };
+        let hints = if self.annotations {
+            let a = hints(tool);
+            u8::from(a[0]) | u8::from(a[1]) << 1 | u8::from(a[2]) << 2 | u8::from(a[3]) << 3
+        } else {
+            0
+        };
+        Some(Some((rule, server, hints)))
+    }
+}
+
+/// What `expression` reads of the variable `tool`.
+fn tool_reads(expression: &cel::IdedExpr) -> ToolReads {
+    fn walk<'e>(expression: &'e cel::IdedExpr, bound: &mut Vec<&'e str>, reads: &mut ToolReads) {
+        use cel::common::ast::{EntryExpr, Expr};
+        let free_tool = |e: &cel::IdedExpr, bound: &[&str]| {
+            matches!(&e.expr, Expr::Ident(name) if name == "tool") && !bound.contains(&"tool")
+        };
+        match &expression.expr {
+            Expr::Select(select) if free_tool(&select.operand, bound) => {
+                match select.field.as_str() {
+                    "name" => reads.name = true,
+                    "server" => reads.server = true,
+                    "annotations" => reads.annotations = true,
+                    _ => reads.whole = true,
+                }
+            }
+            Expr::Ident(name) => {
+                if name == "tool" && !bound.contains(&"tool") {
+                    reads.whole = true;
+                }
+            }
+            Expr::Unspecified | Expr::Literal(_) => {}
+            Expr::Call(call) => {
+                if let Some(target) = &call.target {
+                    walk(target, bound, reads);
+                }
+                for arg in &call.args {
+                    walk(arg, bound, reads);
+                }
+            }
+            Expr::Comprehension(c) => {
+                walk(&c.iter_range, bound, reads);
+                walk(&c.accu_init, bound, reads);
+                let depth = bound.len();
+                bound.push(&c.iter_var);
+                if let Some(second) = &c.iter_var2 {
+                    bound.push(second);
+                }
+                bound.push(&c.accu_var);
+                walk(&c.loop_cond, bound, reads);
+                walk(&c.loop_step, bound, reads);
+                walk(&c.result, bound, reads);
+                bound.truncate(depth);
+            }
+            Expr::List(list) => {
+                for element in &list.elements {
+                    walk(element, bound, reads);
+                }
+            }
+            Expr::Map(map) => {
+                for entry in &map.entries {
+                    match &entry.expr {
+                        EntryExpr::StructField(field) => walk(&field.value, bound, reads),
+                        EntryExpr::MapEntry(entry) => {
+                            walk(&entry.key, bound, reads);
+                            walk(&entry.value, bound, reads);
+                        }
+                    }
+                }
+            }
+            Expr::Select(select) => walk(&select.operand, bound, reads),
+            Expr::Struct(structure) => {
+                for entry in &structure.entries {
+                    match &entry.expr {
+                        EntryExpr::StructField(field) => walk(&field.value, bound, reads),
+                        EntryExpr::MapEntry(entry) => {
+                            walk(&entry.key, bound, reads);
+                            walk(&entry.value, bound, reads);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let mut reads = ToolReads::default();
+    walk(expression, &mut Vec::new(), &mut reads);
+    reads
+}
+
+/// Whether `rule`'s condition holds. A condition that fails to evaluate
+/// (or is not a boolean) holds for a deny rule and not for an allow rule:
+/// a failure never grants access.
+fn holds(rule: &Rule, condition: &Condition, context: &cel::Context<'_, '_>) -> bool {
+    let failure = match condition.program.execute(context) {
+        Ok(cel::Value::Bool(value)) => return value,
+        Ok(other) => format!("the result is {:?}, not a boolean", other.type_of()),
+        Err(error) => error.to_string(),
+    };
+    if !condition.failure_logged.swap(true, Ordering::Relaxed) {
+        tracing::debug!(
+            rule = %rule.path,
+            %failure,
+            "a policy condition failed to evaluate (logged once per rule); it counts as {}",
+            if rule.effect == Effect::Deny { "true (deny)" } else { "false (no allow)" }
+        );
+    }
+    rule.effect == Effect::Deny
+}
+
+/// A tool's hints, unset ones taking the MCP defaults: read_only (false),
+/// destructive (true), idempotent (false), open_world (true).
+fn hints(tool: &CatalogTool) -> [bool; 4] {
+    let a = &tool.annotations;
+    [
+        a.read_only.unwrap_or(false),
+        a.destructive.unwrap_or(true),
+        a.idempotent.unwrap_or(false),
+        a.open_world.unwrap_or(true),
+    ]
+}
+
+/// The `tool` variable: `name`, `server` and `annotations` (`read_only`,
+/// `destructive`, `idempotent`, `open_world`, see [`hints`]), borrowing
+/// the tool's strings.
+fn tool_val(tool: &CatalogTool) -> Box<dyn Val + '_> {
+    let [read_only, destructive, idempotent, open_world] = hints(tool);
+    let annotations: HashMap<CelMapKey<'_>, Box<dyn Val + '_>> = HashMap::from([
+        (CelMapKey::from("read_only"), boolean(read_only)),
+        (CelMapKey::from("destructive"), boolean(destructive)),
+        (CelMapKey::from("idempotent"), boolean(idempotent)),
+        (CelMapKey::from("open_world"), boolean(open_world)),
+    ]);
+    let fields: HashMap<CelMapKey<'_>, Box<dyn Val + '_>> = HashMap::from([
+        (
+            CelMapKey::from("name"),
+            Box::new(CelString::from(tool.name.as_str())) as Box<dyn Val>,
+        ),
+        (
+            CelMapKey::from("server"),
+            Box::new(CelString::from(tool.server.as_str())),
+        ),
+        (
+            CelMapKey::from("annotations"),
+            Box::new(CelMap::from(annotations)),
+        ),
+    ]);
+    Box::new(CelMap::from(fields))
+}
+
+fn boolean<'v>(value: bool) -> Box<dyn Val + 'v> {
+    Box::new(CelBool::from(value))
+}
+
+/// A JSON value (the claims) as a CEL value, borrowing its strings.
+fn json_val(value: &serde_json::Value) -> Box<dyn Val + '_> {
+    use serde_json::Value as Json;
+    match value {
+        Json::Null => Box::new(CelNull),
+        Json::Bool(b) => boolean(*b),
+        Json::Number(n) => match (n.as_i64(), n.as_u64()) {
+            (Some(i), _) => Box::new(CelInt::from(i)),
+            (None, Some(u)) => Box::new(CelUInt::from(u)),
+            (None, None) => Box::new(CelDouble::from(n.as_f64().unwrap_or(f64::NAN))),
+        },
+        Json::String(text) => Box::new(CelString::from(text.as_str())),
+        Json::Array(items) => Box::new(CelList::from(
+            items.iter().map(json_val).collect::<Vec<_>>(),
+        )),
+        Json::Object(map) => Box::new(CelMap::from(
+            map.iter()
+                .map(|(k, v)| (CelMapKey::from(k.as_str()), json_val(v)))
+                .collect::<HashMap<_, _>>(),
+        )),
+    }
+}
+
+/// Compiles a `when`, refusing variables other than [`VARIABLES`].
+fn compile_condition(env: &cel::Env, source: &str) -> Result<Condition, String> {
+    if source.trim().is_empty() {
+        return Err("an empty condition (leave `when` out to match always)".to_owned());
+    }
+    let program = env
+        .compile(source)
+        .map_err(|e| format!("does not compile: {}", one_line(&e.to_string())))?;
+    let free = free_variables(program.expression());
+    if let Some(unknown) = free.keys().find(|name| !VARIABLES.contains(&name.as_str())) {
+        return Err(format!(
+            "reads `{unknown}`, which is not a variable here (a condition reads `claims`, \
+             `subject` and `tool`)"
+        ));
+    }
+    let reads_tool = tool_reads(program.expression());
+    Ok(Condition {
+        program,
+        source: source.to_owned(),
+        reads_tool,
+        failure_logged: AtomicBool::new(false),
+    })
+}
+
+/// Parser errors on one line.
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// CEL type names, which parse as identifiers (`type(x) == int`).
+const TYPE_NAMES: [&str; 12] = [
+    "bool",
+    "bytes",
+    "double",
+    "dyn",
+    "int",
+    "list",
+    "map",
+    "null_type",
+    "string",
+    "type",
+    "uint",
+    "optional_type",
+];
+
+/// The identifiers an expression reads that no comprehension binds, with
+/// how often (type names excluded).
+fn free_variables(expression: &cel::IdedExpr) -> HashMap<String, usize> {
+    fn walk<'e>(
+        expression: &'e cel::IdedExpr,
+        bound: &mut Vec<&'e str>,
+        free: &mut HashMap<String, usize>,
+    ) {
+        use cel::common::ast::{EntryExpr, Expr};
+        match &expression.expr {
+            Expr::Unspecified | Expr::Literal(_) => {}
+            Expr::Ident(name) => {
+                if !name.starts_with('@')
+                    && !bound.contains(&name.as_str())
+                    && !TYPE_NAMES.contains(&name.as_str())
+                {
+                    *free.entry(name.clone()).or_default() += 1;
+                }
+            }
+            Expr::Call(call) => {
+                if let Some(target) = &call.target {
+                    walk(target, bound, free);
+                }
+                for arg in &call.args {
+                    walk(arg, bound, free);
+                }
+            }
+            Expr::Comprehension(comprehension) => {
+                walk(&comprehension.iter_range, bound, free);
+                walk(&comprehension.accu_init, bound, free);
+                let depth = bound.len();
+                bound.push(&comprehension.iter_var);
+                if let Some(second) = &comprehension.iter_var2 {
+                    bound.push(second);
+                }
+                bound.push(&comprehension.accu_var);
+                walk(&comprehension.loop_cond, bound, free);
+                walk(&comprehension.loop_step, bound, free);
+                walk(&comprehension.result, bound, free);
+                bound.truncate(depth);
+            }
+            Expr::List(list) => {
+                for element in &list.elements {
+                    walk(element, bound, free);
+                }
+            }
+            Expr::Map(map) => {
+                for entry in &map.entries {
+                    match &entry.expr {
+                        EntryExpr::StructField(field) => walk(&field.value, bound, free),
+                        EntryExpr::MapEntry(entry) => {
+                            walk(&entry.key, bound, free);
+                            walk(&entry.value, bound, free);
+                        }
+                    }
+                }
+            }
+            Expr::Select(select) => walk(&select.operand, bound, free),
+            Expr::Struct(structure) => {
+                for entry in &structure.entries {
+                    match &entry.expr {
+                        EntryExpr::StructField(field) => walk(&field.value, bound, free),
+                        EntryExpr::MapEntry(entry) => {
+                            walk(&entry.key, bound, free);
+                            walk(&entry.value, bound, free);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let mut free = HashMap::new();
+    walk(expression, &mut Vec::new(), &mut free);
+    free
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::Annotations;
+
+    fn tool(name: &str, annotations: Annotations) -> CatalogTool {
+        let (server, _) = name.split_once("__").unwrap_or(("s", name));
+        CatalogTool {
+            name: name.to_owned(),
+            server: server.to_owned(),
+            server_index: 0,
+            upstream_name: name.to_owned(),
+            description: String::new(),
+            title: String::new(),
+            input_schema_json: "{}".to_owned(),
+            output_schema_json: String::new(),
+            annotations,
+            definition_hash: String::new(),
+        }
+    }
+
+    fn plain(name: &str) -> CatalogTool {
+        tool(name, Annotations::default())
+    }
+
+    fn rule(effect: Effect, globs: &[&str], when: Option<&str>) -> RuleSpec {
+        RuleSpec {
+            effect,
+            globs: globs.iter().map(|g| (*g).to_owned()).collect(),
+            when: when.map(str::to_owned),
+        }
+    }
+
+    fn jwt(claims: serde_json::Value) -> Caller {
+        Caller {
+            identity: crate::auth::CallerIdentity::Jwt {
+                issuer: "https://issuer.example".to_owned(),
+                subject: "worker".to_owned(),
+            },
+            claims: Arc::new(claims),
+        }
+    }
+
+    fn compile(specs: &[RuleSpec]) -> Policy {
+        Policy::compile("tenants[0].policy", specs).unwrap()
+    }
+
+    #[test]
+    fn first_match_wins_and_default_allows() {
+        let policy = compile(&[
+            rule(Effect::Allow, &["db__read_*"], None),
+            rule(Effect::Deny, &["db__*"], None),
+        ]);
+        let caller = Caller::static_token(0);
+        let subject = Subject::tenant();
+        assert!(policy.allows(&caller, &subject, &plain("db__read_rows")));
+        assert!(!policy.allows(&caller, &subject, &plain("db__drop_table")));
+        assert!(policy.allows(&caller, &subject, &plain("web__fetch")));
+
+        // The same rules the other way round: the deny comes first.
+        let reversed = compile(&[
+            rule(Effect::Deny, &["db__*"], None),
+            rule(Effect::Allow, &["db__read_*"], None),
+        ]);
+        assert!(!reversed.allows(&caller, &subject, &plain("db__read_rows")));
+    }
+
+    #[test]
+    fn conditions_read_claims_with_explicit_json() {
+        let policy = compile(&[
+            rule(
+                Effect::Allow,
+                &["admin__*"],
+                Some("'admins' in claims.groups"),
+            ),
+            rule(Effect::Deny, &["admin__*"], None),
+            rule(
+                Effect::Deny,
+                &["*"],
+                Some("claims.tier == 'free' && tool.annotations.open_world"),
+            ),
+        ]);
+        let subject = Subject::tenant();
+        let admin = jwt(serde_json::json!({"groups": ["admins", "dev"], "tier": "paid"}));
+        let dev = jwt(serde_json::json!({"groups": ["dev"], "tier": "free"}));
+        let closed = tool(
+            "admin__reset",
+            Annotations {
+                open_world: Some(false),
+                ..Annotations::default()
+            },
+        );
+        assert!(policy.allows(&admin, &subject, &closed));
+        assert!(!policy.allows(&dev, &subject, &closed));
+        // Unset open_world takes the MCP default (true).
+        assert!(policy.allows(&admin, &subject, &plain("web__fetch")));
+        assert!(!policy.allows(&dev, &subject, &plain("web__fetch")));
+        let local = tool(
+            "web__fetch",
+            Annotations {
+                open_world: Some(false),
+                ..Annotations::default()
+            },
+        );
+        assert!(policy.allows(&dev, &subject, &local));
+    }
+
+    #[test]
+    fn conditions_read_the_subject_and_annotations() {
+        let policy = compile(&[
+            rule(
+                Effect::Deny,
+                &["*"],
+                Some("!tool.annotations.read_only && !subject.startsWith('ops-')"),
+            ),
+            rule(Effect::Deny, &["*__secret"], Some("subject == ''")),
+        ]);
+        let caller = Caller::static_token(0);
+        let read_only = tool(
+            "db__rows",
+            Annotations {
+                read_only: Some(true),
+                ..Annotations::default()
+            },
+        );
+        let alice = Subject::named("alice").unwrap();
+        let ops = Subject::named("ops-bob").unwrap();
+        assert!(policy.allows(&caller, &alice, &read_only));
+        assert!(!policy.allows(&caller, &alice, &plain("db__write")));
+        assert!(policy.allows(&caller, &ops, &plain("db__write")));
+        let secret = tool(
+            "db__secret",
+            Annotations {
+                read_only: Some(true),
+                ..Annotations::default()
+            },
+        );
+        assert!(!policy.allows(&caller, &Subject::tenant(), &secret));
+        assert!(policy.allows(&caller, &alice, &secret));
+    }
+
+    #[test]
+    fn a_failing_condition_never_grants() {
+        // `claims.groups` is missing for this caller: the deny holds and
+        // the allow does not.
+        let deny = compile(&[rule(
+            Effect::Deny,
+            &["admin__*"],
+            Some("!('admins' in claims.groups)"),
+        )]);
+        let allow = compile(&[
+            rule(Effect::Allow, &["admin__*"], Some("claims.level > 3")),
+            rule(Effect::Deny, &["admin__*"], None),
+        ]);
+        let not_bool = compile(&[rule(Effect::Deny, &["*"], Some("claims.level"))]);
+        let caller = jwt(serde_json::json!({"sub": "x"}));
+        let subject = Subject::tenant();
+        assert!(!deny.allows(&caller, &subject, &plain("admin__reset")));
+        assert!(!allow.allows(&caller, &subject, &plain("admin__reset")));
+        let leveled = jwt(serde_json::json!({"level": 5}));
+        assert!(allow.allows(&leveled, &subject, &plain("admin__reset")));
+        assert!(!not_bool.allows(&leveled, &subject, &plain("x__y")));
+        // Static tokens have empty claims: the same.
+        let token = Caller::static_token(0);
+        assert!(!deny.allows(&token, &subject, &plain("admin__reset")));
+        // `has()` guards an optional claim.
+        let guarded = compile(&[rule(
+            Effect::Deny,
+            &["admin__*"],
+            Some("has(claims.groups) && 'banned' in claims.groups"),
+        )]);
+        assert!(guarded.allows(&token, &subject, &plain("admin__reset")));
+    }
+
+    #[test]
+    fn bad_rules_name_their_path() {
+        let errors = Policy::compile(
+            "tenants[0].policy",
+            &[
+                rule(Effect::Allow, &["ok__*"], None),
+                rule(Effect::Deny, &["[unclosed"], None),
+                rule(Effect::Deny, &["*"], Some("claims.groups.exists(g, g ==")),
+                rule(Effect::Deny, &["*"], Some("claim.role == 'x'")),
+                rule(Effect::Allow, &[], None),
+                rule(Effect::Deny, &["*"], Some("  ")),
+            ],
+        )
+        .unwrap_err();
+        let paths: Vec<&str> = errors.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            [
+                "tenants[0].policy[1].deny[0]",
+                "tenants[0].policy[2].when",
+                "tenants[0].policy[3].when",
+                "tenants[0].policy[4].allow",
+                "tenants[0].policy[5].when",
+            ]
+        );
+        assert!(errors[2].message.contains("`claim`"), "{}", errors[2]);
+    }
+
+    #[test]
+    fn comprehension_variables_and_type_names_are_not_unknown() {
+        let policy = compile(&[rule(
+            Effect::Allow,
+            &["*"],
+            Some(
+                "claims.groups.exists(g, g.startsWith('team-')) && \
+                 claims.groups.all(g, type(g) == string) && \
+                 claims.roles.map(r, r + '!').size() >= 0",
+            ),
+        )]);
+        let caller = jwt(serde_json::json!({"groups": ["team-a"], "roles": []}));
+        assert!(policy.allows(&caller, &Subject::tenant(), &plain("a__b")));
+        assert_eq!(policy.reads(), (true, false));
+    }
+}
