@@ -839,6 +839,47 @@ mod tests {
         assert!(guarded.allows(&token, &subject, &plain("admin__reset")));
     }
 
+    /// Collects what a subscriber writes.
+    #[derive(Clone, Default)]
+    struct Capture(Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Capture {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_failing_condition_is_logged_at_debug_once_per_rule() {
+        let policy = compile(&[
+            rule(Effect::Deny, &["a__*"], Some("claims.level > 3")),
+            rule(Effect::Deny, &["b__*"], Some("claims.tier == 'x'")),
+        ]);
+        let capture = Capture::default();
+        let writer = capture.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::DEBUG)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            let caller = Caller::static_token(0);
+            for _ in 0..3 {
+                assert!(!policy.allows(&caller, &Subject::tenant(), &plain("a__x")));
+                assert!(!policy.allows(&caller, &Subject::tenant(), &plain("b__x")));
+            }
+        });
+        let text = String::from_utf8(capture.0.lock().unwrap().clone()).unwrap();
+        assert_eq!(text.matches("failed to evaluate").count(), 2, "{text}");
+        assert!(text.contains("DEBUG"), "{text}");
+        assert!(text.contains("tenants[0].policy[0]") && text.contains("tenants[0].policy[1]"));
+    }
+
     #[test]
     fn bad_rules_name_their_path() {
         let errors = Policy::compile(

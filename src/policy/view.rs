@@ -347,6 +347,33 @@ mod tests {
     }
 
     #[test]
+    fn remembered_condition_values_follow_what_they_read() {
+        // Conditions on the server or hints are remembered per server and
+        // hints; one on the name is evaluated per tool.
+        let one = catalog(&["a_secret", "b", "c_secret", "d"]);
+        let by_name = policy(&[(Effect::Deny, "*", Some("tool.name.endsWith('secret')"))]);
+        let view = caller_view(&by_name, &one, &Caller::static_token(0), &Subject::tenant());
+        let names: Vec<&str> = view.tools(&one).map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["s__b", "s__d"]);
+        let by_server = policy(&[(
+            Effect::Deny,
+            "*",
+            Some("tool.server == 's' && tool.annotations.destructive"),
+        )]);
+        let view = caller_view(
+            &by_server,
+            &one,
+            &Caller::static_token(0),
+            &Subject::tenant(),
+        );
+        assert!(view.is_empty());
+        let whole = policy(&[(Effect::Deny, "*", Some("tool['name'] == 's__b'"))]);
+        let view = caller_view(&whole, &one, &Caller::static_token(0), &Subject::tenant());
+        assert_eq!(view.len(), 3);
+        assert!(!view.allows_name(&one, "s__b"));
+    }
+
+    #[test]
     fn the_cache_is_keyed_by_what_the_policy_reads_and_bounded() {
         let one = catalog(&["a", "b"]);
         // Reads nothing of the caller: one view for everyone.

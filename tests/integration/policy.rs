@@ -566,3 +566,121 @@ async fn a_reload_that_changes_only_the_policy_reaches_listings_and_watches() {
             .success()
     );
 }
+
+/// An ES256 key made with the `openssl` CLI, and its public JWK set.
+fn es256_key(dir: &Path) -> (jsonwebtoken::EncodingKey, serde_json::Value) {
+    let path = dir.join("key.pem");
+    let status = std::process::Command::new("openssl")
+        .args([
+            "genpkey",
+            "-algorithm",
+            "EC",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-out",
+        ])
+        .arg(&path)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("the openssl CLI makes the test key");
+    assert!(status.success());
+    let encoding = jsonwebtoken::EncodingKey::from_ec_pem(&std::fs::read(&path).unwrap()).unwrap();
+    let mut jwk =
+        jsonwebtoken::jwk::Jwk::from_encoding_key(&encoding, jsonwebtoken::Algorithm::ES256)
+            .unwrap();
+    jwk.common.key_id = Some("policy-1".to_owned());
+    let set = jsonwebtoken::jwk::JwkSet { keys: vec![jwk] };
+    (encoding, serde_json::to_value(set).unwrap())
+}
+
+#[tokio::test]
+async fn jwt_callers_with_different_claims_see_and_call_different_tools() {
+    let (ops, docs) = servers().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (key, jwks) = es256_key(dir.path());
+    let jwks_file = dir.path().join("jwks.json");
+    std::fs::write(&jwks_file, jwks.to_string()).unwrap();
+    let issuer = "https://idp.policy.test";
+    let callers = format!(
+        "callers:\n  jwt:\n    - issuer: \"{issuer}\"\n      audiences: [toolgate]\n      algorithms: [ES256]\n      jwks: {{ file: \"{}\" }}\n      tenant: claims.team\n",
+        jwks_file.display()
+    );
+    // Claims decide: `ops` members get the ops server; a `level` below 3
+    // (or none at all: the condition fails, which never grants) loses
+    // every tool that is not read-only.
+    let policy = concat!(
+        "      - allow: \"ops__*\"\n",
+        "        when: \"has(claims.groups) && 'ops' in claims.groups\"\n",
+        "      - deny: \"ops__*\"\n",
+        "      - deny: \"*\"\n",
+        "        when: \"!tool.annotations.read_only && claims.level < 3\"\n",
+    );
+    let gateway = TestGateway::start(&(callers + &yaml(&ops, &docs, policy)), &[]).await;
+    let mut client = gateway.client().await;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let token = |extra: serde_json::Value| {
+        let mut claims = serde_json::json!({
+            "iss": issuer, "aud": "toolgate", "sub": "worker", "team": "acme",
+            "iat": now, "exp": now + 600,
+        });
+        claims
+            .as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::ES256);
+        header.kid = Some("policy-1".to_owned());
+        jsonwebtoken::encode(&header, &claims, &key).unwrap()
+    };
+    let operator = token(serde_json::json!({"groups": ["ops", "dev"], "level": 5}));
+    let developer = token(serde_json::json!({"groups": ["dev"], "level": 1}));
+    let unleveled = token(serde_json::json!({"groups": ["dev"]}));
+
+    let seen = |listing: pb::ListToolsResponse| names(&listing);
+    assert_eq!(
+        seen(list_as(&mut client, &operator, None).await),
+        [
+            "docs__publish",
+            "docs__search",
+            "ops__delete_env",
+            "ops__deploy",
+            "ops__restart",
+            "ops__status"
+        ]
+    );
+    assert_eq!(
+        seen(list_as(&mut client, &developer, None).await),
+        ["docs__search"]
+    );
+    assert_eq!(
+        seen(list_as(&mut client, &unleveled, None).await),
+        ["docs__search"]
+    );
+    assert!(
+        invoke_as(&mut client, &operator, None, call("ops__deploy"))
+            .await
+            .is_ok()
+    );
+    assert_not_permitted(
+        invoke_as(&mut client, &developer, None, call("ops__deploy")).await,
+        "ops__deploy",
+    );
+    assert_not_permitted(
+        invoke_as(&mut client, &developer, None, call("docs__publish")).await,
+        "docs__publish",
+    );
+    assert!(
+        invoke_as(&mut client, &developer, None, call("docs__search"))
+            .await
+            .is_ok()
+    );
+    // A static token of the same tenant has empty claims: `level` is
+    // missing, so the deny holds for what is not read-only.
+    assert_eq!(
+        seen(list_as(&mut client, DOCS, None).await),
+        ["docs__search"]
+    );
+    gateway.shutdown().await;
+}
