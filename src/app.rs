@@ -76,6 +76,7 @@ pub fn open_oauth(config: &Config) -> Result<Option<crate::registry::OAuthContex
         store: Arc::new(crate::credentials::StateOAuthStore::new(state.clone())),
         state,
         listener: config.oauth.clone(),
+        audit: crate::audit::Audit::disabled(),
     }))
 }
 
@@ -216,7 +217,18 @@ pub async fn run_with_reload(
     }
 
     config.log_warnings();
-    let oauth = open_oauth(&config)?;
+    let audit = match &config.audit {
+        Some(settings) => crate::audit::Audit::start(
+            settings,
+            crate::audit::replica(env.as_ref()),
+            metrics.clone(),
+        ),
+        None => crate::audit::Audit::disabled(),
+    };
+    let mut oauth = open_oauth(&config)?;
+    if let Some(context) = &mut oauth {
+        context.audit = audit.clone();
+    }
     let (approvals, approvals_digest) = crate::approvals::initial(config.approvals.as_ref())?;
     let registry =
         Registry::start_with_approvals(&config, env, metrics.clone(), oauth.clone(), approvals);
@@ -262,7 +274,8 @@ pub async fn run_with_reload(
     }
     let abort = CancellationToken::new();
     let drain = Arc::new(Drain::default());
-    let gateway = Gateway::new(abort.clone(), metrics.clone(), drain.clone());
+    let gateway =
+        Gateway::new(abort.clone(), metrics.clone(), drain.clone()).with_audit(audit.clone());
     let service = tower::Layer::layer(
         &AuthLayer::new(registry.clone()),
         ToolGatewayServer::new(gateway)
@@ -296,6 +309,9 @@ pub async fn run_with_reload(
         .with_keepalive(Some(grpc.tcp_keepalive));
     let max_message_bytes = config.limits.max_message_bytes;
     let mut builder = tonic::transport::Server::builder()
+        // Outermost: records ToolGateway calls refused before the service
+        // (authentication), with the status that leaves.
+        .layer(crate::audit::RefusalLayer::new(audit.clone()))
         .layer(tower::util::MapResponseLayer::new(
             move |response: http::Response<tonic::body::Body>| {
                 crate::grpc::status::oversized_message(response, max_message_bytes)

@@ -80,7 +80,21 @@ async fn callback(State(consent): State<Consent>, RawQuery(query): RawQuery) -> 
     );
     let flow = match pending_flow(consent.store.as_ref(), &callback_url).await {
         Ok(flow) => flow,
-        Err(error) => return refused(&error),
+        Err(error) => {
+            // No flow: nobody is known to be consenting (an expired or
+            // forged link). Recorded before the page leaves.
+            if let Some(context) = consent.registry.oauth() {
+                context.audit.authorization(
+                    "",
+                    "",
+                    "",
+                    "consent_failed",
+                    Some(audit_reason(&error)),
+                );
+                context.audit.flush().await;
+            }
+            return refused(&error);
+        }
     };
     let tenant = consent
         .registry
@@ -99,6 +113,11 @@ async fn callback(State(consent): State<Consent>, RawQuery(query): RawQuery) -> 
     match client.complete(&callback_url).await {
         Ok(key) => {
             tenant.consented(&key.server, &key.subject);
+            // The client recorded `consent_completed`: written before the
+            // page leaves.
+            if let Some(context) = consent.registry.oauth() {
+                context.audit.flush().await;
+            }
             page(
                 StatusCode::OK,
                 "Authorized",
@@ -113,9 +132,31 @@ async fn callback(State(consent): State<Consent>, RawQuery(query): RawQuery) -> 
             consent
                 .registry
                 .oauth_event(&flow.tenant, &flow.server, "consent_failed");
+            if let Some(context) = consent.registry.oauth() {
+                context.audit.authorization(
+                    &flow.tenant,
+                    &flow.subject,
+                    &flow.server,
+                    "consent_failed",
+                    Some(audit_reason(&error)),
+                );
+                context.audit.flush().await;
+            }
             tracing::warn!(tenant = %flow.tenant, server = %flow.server, %error, "OAuth callback refused");
             refused(&error)
         }
+    }
+}
+
+/// Why a consent failed, as the audit record says it (stable, secret-free).
+fn audit_reason(error: &OAuthError) -> &'static str {
+    match error {
+        OAuthError::UnknownState => "unknown_state",
+        OAuthError::Declined(_) => "declined",
+        OAuthError::Callback(_) => "malformed_callback",
+        OAuthError::Store(_) => "store_unavailable",
+        OAuthError::Issuer(_) => "issuer_mismatch",
+        _ => "exchange_failed",
     }
 }
 

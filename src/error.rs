@@ -193,6 +193,20 @@ pub enum CallError {
     /// was sent upstream, so another replica can take the call.
     #[error("the gateway is shutting down and takes no new calls; retry on another replica")]
     Draining,
+    /// `audit.required` is set and the call's audit record cannot be
+    /// written: before sending, the call is refused; after, its result is
+    /// withheld.
+    #[error("{}", if *.sent {
+        "the audit trail cannot be written, so the result of this call is withheld (the tool may have acted)"
+    } else {
+        "the audit trail cannot be written and is required; nothing was sent upstream, retry"
+    })]
+    AuditUnavailable {
+        /// Whether the request had been sent upstream.
+        sent: bool,
+        /// The tool is annotated `idempotentHint: true`.
+        idempotent: bool,
+    },
     /// The gateway is shutting down and its grace period ran out.
     #[error("{}", if *.sent {
         "the gateway is shutting down; the call was cancelled after it was sent upstream (the tool may have acted)"

@@ -8,6 +8,7 @@
 
 pub mod app;
 pub mod approvals;
+pub mod audit;
 pub mod auth;
 pub mod callers;
 pub mod catalog;

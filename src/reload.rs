@@ -110,6 +110,7 @@ pub async fn watch(
                     ),
                     ("state", state_changed(&config, &applied)),
                     ("oauth", oauth_listener(&config) != oauth_listener(&applied)),
+                    ("audit", config.audit != applied.audit),
                 ] {
                     if changed {
                         tracing::warn!(

@@ -3,6 +3,7 @@
 //! field at fault (`tenants[0].servers[1].url: ...`).
 
 mod approvals;
+mod audit;
 mod callers;
 mod oauth;
 mod policy;
@@ -15,6 +16,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use approvals::{ApprovalsConfig, Definitions};
+pub use audit::{AuditArguments, AuditConfig, AuditDestination};
 pub use callers::{
     CallersConfig, ClaimExpression, DEFAULT_ALGORITHMS, DEFAULT_CLOCK_SKEW,
     DEFAULT_JWKS_MIN_REFRESH_INTERVAL, DEFAULT_JWKS_REFRESH_INTERVAL, DEFAULT_SUBJECT_EXPRESSION,
@@ -70,12 +72,14 @@ pub struct Config {
     pub state: StateConfig,
     /// The OAuth consent listener, when configured.
     pub oauth: Option<OAuthListener>,
-    /// Callers with workload identity (`callers.jwt`), besides the
-    /// tenants' static tokens.
-    pub callers: CallersConfig,
     /// The approvals file of servers with `definitions: approved`, when
     /// configured.
     pub approvals: Option<ApprovalsConfig>,
+    /// Callers with workload identity (`callers.jwt`), besides the
+    /// tenants' static tokens.
+    pub callers: CallersConfig,
+    /// The audit trail (`audit:`), when configured.
+    pub audit: Option<AuditConfig>,
     /// Every tenant, in file order.
     pub tenants: Vec<TenantConfig>,
 }

@@ -24,8 +24,9 @@ pub(crate) struct RawConfig {
     pub(crate) defaults: Option<RawDefaults>,
     pub(crate) state: Option<RawState>,
     pub(crate) oauth: Option<RawOAuth>,
-    pub(crate) callers: Option<super::callers::RawCallers>,
     pub(crate) approvals: Option<super::approvals::RawApprovals>,
+    pub(crate) callers: Option<super::callers::RawCallers>,
+    pub(crate) audit: Option<super::audit::RawAudit>,
     #[serde(default)]
     pub(crate) tenants: Vec<RawTenant>,
 }

@@ -241,10 +241,13 @@ pub(super) fn validate(
     let oauth = raw
         .oauth
         .and_then(|raw| super::oauth::listener(&mut errors, raw));
-    let callers = super::callers::callers(&mut errors, raw.callers.unwrap_or_default(), base);
     let approvals = raw
         .approvals
         .and_then(|raw| super::approvals::approvals(&mut errors, raw, base));
+    let audit = raw
+        .audit
+        .and_then(|raw| super::audit::audit(&mut errors, raw, base));
+    let callers = super::callers::callers(&mut errors, raw.callers.unwrap_or_default(), base);
 
     if raw.tenants.is_empty() {
         errors.push("tenants", "at least one tenant is required");
@@ -303,8 +306,9 @@ pub(super) fn validate(
         max_live_sessions,
         state,
         oauth,
-        callers,
         approvals,
+        callers,
+        audit,
         tenants,
     })
 }

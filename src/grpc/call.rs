@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use tonic::{Request, Status};
 use tracing::Instrument;
 
+use super::call_audit::{AuditedCall, Progress};
 use super::listing::{self, Viewer};
 use super::{
     Gateway, LIST_SETTLE_WAIT, caller_timeout, convert, deadline_margin, parse_arguments, status,
@@ -33,11 +34,20 @@ pub(crate) async fn run_call(
 ) -> Result<pb::InvokeToolResponse, Status> {
     let (tenant, _busy) = gateway.tenant(&request)?;
     let started = Instant::now();
+    let mut audited = AuditedCall::new(
+        &gateway.audit,
+        &request,
+        &tenant,
+        progress.is_some(),
+        started,
+    );
     let Some(_call) = gateway.drain.enter() else {
         gateway
             .metrics
             .call_finished(&tenant.name, "", "", "DRAINING", 0.0);
-        return Err(CallError::Draining.into());
+        let refused = Err(CallError::Draining);
+        audited.finish(&refused, Progress::none()).await;
+        return refused.map_err(Status::from);
     };
     let caller_deadline = caller_timeout(&request).map(|t| t.saturating_sub(deadline_margin(t)));
     let span = tracing::info_span!(
@@ -55,6 +65,7 @@ pub(crate) async fn run_call(
         outcome = tracing::field::Empty,
     );
     trace::continue_caller_trace(&span, request.metadata());
+    audited.trace(&span, request.metadata());
     let inherited_trace = trace::caller_context(request.metadata());
     let (caller, subject) = super::caller_of(&request);
     let request = request.into_inner();
@@ -67,6 +78,7 @@ pub(crate) async fn run_call(
         progress,
         subject,
         caller,
+        audit: gateway.audit.clone(),
     };
     let call = async {
         tokio::select! {
@@ -79,6 +91,16 @@ pub(crate) async fn run_call(
         // The call future is gone: what it had got to is in `routing`.
         *sent = routing.sent;
         *idempotent = routing.idempotent;
+    }
+    // The record is written before the response leaves.
+    let progress = Progress {
+        server: routing.server_name.as_deref(),
+        definition_hash: routing.definition_hash.as_deref(),
+        sent: routing.sent,
+        idempotent: routing.idempotent,
+    };
+    if let Some(withheld) = audited.finish(&result, progress).await {
+        result = Err(withheld);
     }
     let (outcome, code) = match &result {
         Ok(r) if r.is_error => ("tool_error", tonic::Code::Ok),
@@ -129,6 +151,8 @@ struct CallContext {
     subject: crate::auth::Subject,
     /// Who is calling: the tenant's policy reads its claims.
     caller: crate::auth::Caller,
+    /// Consulted before anything is sent upstream (`audit.required`).
+    audit: crate::audit::Audit,
 }
 
 /// How far a call got, for metrics, logs and the shutdown status.
@@ -138,6 +162,8 @@ struct Routing {
     server_name: Option<String>,
     /// Whether the name resolved to a tool (only then is it a label value).
     resolved: bool,
+    /// The resolved tool's definition hash (for the audit record).
+    definition_hash: Option<String>,
     /// Whether the tool is annotated `idempotentHint: true`.
     idempotent: bool,
     /// Whether the request was handed to the upstream session.
@@ -161,6 +187,7 @@ async fn invoke(
         progress,
         subject,
         caller,
+        audit,
     } = context;
     let name = request.name.as_str();
     if name.len() > MAX_TOOL_NAME {
@@ -257,6 +284,7 @@ async fn invoke(
     tracing::Span::current().record("server", tool.server.as_str());
     routing.server_name = Some(tool.server.clone());
     routing.resolved = true;
+    routing.definition_hash = Some(tool.definition_hash.clone());
     let idempotent = tool.annotations.idempotent == Some(true);
     routing.idempotent = idempotent;
     // Before anything else about the tool is told or done.
@@ -321,6 +349,14 @@ async fn invoke(
     let timeout = remaining
         .unwrap_or_else(|| server.timeout_for(&tool.upstream_name))
         .min(server.max_call_timeout);
+    if !audit.admits_calls() {
+        // `audit.required` and the sink is known to be broken: nothing is
+        // sent that could not be audited.
+        return Err(CallError::AuditUnavailable {
+            sent: false,
+            idempotent,
+        });
+    }
     let upstream_started = Instant::now();
     routing.sent = true;
     let result = session

@@ -4,6 +4,7 @@
 //! [`stream`] (progress relay, catalog watch).
 
 mod call;
+mod call_audit;
 pub mod convert;
 pub mod drain;
 mod listing;
@@ -43,6 +44,8 @@ pub struct Gateway {
     abort: CancellationToken,
     metrics: Arc<Metrics>,
     drain: Arc<drain::Drain>,
+    /// Where each call's record goes (disabled unless `audit:` is set).
+    audit: crate::audit::Audit,
 }
 
 impl Gateway {
@@ -53,12 +56,24 @@ impl Gateway {
             abort,
             metrics,
             drain,
+            audit: crate::audit::Audit::disabled(),
         }
+    }
+
+    /// The service writing a record of each call to `audit`.
+    #[must_use]
+    pub fn with_audit(mut self, audit: crate::audit::Audit) -> Self {
+        self.audit = audit;
+        self
     }
 
     /// The caller's tenant, marked busy and then used (a lazy tenant
     /// connects now). The guard keeps idle eviction away until it drops.
     fn tenant<T>(&self, request: &Request<T>) -> Result<(Arc<Tenant>, Busy), Status> {
+        // Past authentication: the audit refusal layer records no refusal.
+        if let Some(reached) = request.extensions().get::<crate::audit::Reached>() {
+            reached.mark();
+        }
         let tenant = request
             .extensions()
             .get::<Arc<Tenant>>()

@@ -60,6 +60,9 @@ pub fn classify(error: &CallError) -> (Code, &'static str) {
             (in_doubt(*sent, *idempotent), "SHUTTING_DOWN")
         }
         CallError::Draining => (Code::Unavailable, "DRAINING"),
+        CallError::AuditUnavailable { sent, idempotent } => {
+            (in_doubt(*sent, *idempotent), "AUDIT_UNAVAILABLE")
+        }
         CallError::InvalidFilter(_) => (Code::InvalidArgument, "INVALID_FILTER"),
         CallError::PlanOutdated { pin, .. } => (
             Code::FailedPrecondition,
@@ -305,6 +308,7 @@ fn metadata(error: &CallError) -> HashMap<String, String> {
         CallError::Unauthenticated(_)
         | CallError::Token(_)
         | CallError::ShuttingDown { .. }
+        | CallError::AuditUnavailable { .. }
         | CallError::Draining
         | CallError::Reloading
         | CallError::InvalidName { .. }

@@ -33,6 +33,9 @@ pub struct OAuthContext {
     pub store: Arc<dyn OAuthStore>,
     /// The consent listener (`oauth:`), when configured.
     pub listener: Option<OAuthListener>,
+    /// Where authorization events are recorded (consent started,
+    /// completed, failed; authorization required).
+    pub audit: crate::audit::Audit,
 }
 
 /// The OAuth client of `server`, when it has `oauth:`.
@@ -60,8 +63,10 @@ pub(super) fn client_for(
     };
     let settings = OAuthSettings::from_config(url.clone(), oauth, context.listener.as_ref());
     let metrics = metrics.clone();
+    let audit = context.audit.clone();
     let events = EventSink::new(move |key, event| {
         metrics.oauth_event(&key.tenant, &key.server, event);
+        audit.authorization(&key.tenant, &key.subject, &key.server, event, None);
     });
     OAuthClient::new(settings, context.store.clone())
         .map(|client| Some(Arc::new(client.with_events(events))))

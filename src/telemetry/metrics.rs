@@ -14,6 +14,7 @@
 //! | `toolgate_config_reloads_total` | counter | result |
 //! | `toolgate_oauth_events_total` | counter | tenant, server, event |
 //! | `toolgate_tools_withheld` | gauge | tenant, server |
+//! | `toolgate_audit_failures_total` | counter | reason |
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -67,6 +68,12 @@ struct OAuthLabels {
     event: String,
 }
 
+/// Why an audit record was not written.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AuditLabels {
+    reason: String,
+}
+
 /// A tenant.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct TenantLabels {
@@ -95,6 +102,7 @@ pub struct Metrics {
     reloads: Family<ReloadLabels, Counter>,
     oauth: Family<OAuthLabels, Counter>,
     tools_withheld: Family<ServerLabels, Gauge>,
+    audit_failures: Family<AuditLabels, Counter>,
 }
 
 /// A reload's result.
@@ -135,6 +143,13 @@ impl Metrics {
             "Tools of a `definitions: approved` server withheld because their definitions are \
              not approved (new, or changed since approved)",
             tools_withheld.clone(),
+        );
+        let audit_failures = Family::<AuditLabels, Counter>::default();
+        registry.register(
+            "toolgate_audit_failures",
+            "Audit records not written, by reason (write: the sink could not be opened or \
+             written; timeout: not written within 5 s; overflow: the writer's queue was full)",
+            audit_failures.clone(),
         );
         registry.register(
             "toolgate_oauth_events",
@@ -200,8 +215,28 @@ impl Metrics {
             sessions_lost,
             reloads,
             oauth,
+            audit_failures,
             tools_withheld,
         }
+    }
+
+    /// Shows `toolgate_audit_failures_total` at 0 for each reason, so
+    /// that alerts see the series before the first failure.
+    pub fn audit_configured(&self) {
+        for reason in ["write", "timeout", "overflow"] {
+            drop(self.audit_failures.get_or_create(&AuditLabels {
+                reason: reason.to_owned(),
+            }));
+        }
+    }
+
+    /// Counts an audit record that was not written (`toolgate_audit_failures_total`).
+    pub fn audit_failure(&self, reason: &str) {
+        self.audit_failures
+            .get_or_create(&AuditLabels {
+                reason: reason.to_owned(),
+            })
+            .inc();
     }
 
     /// Sets how many tools of `tenant`'s `server` are withheld for want of

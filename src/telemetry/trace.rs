@@ -101,3 +101,27 @@ pub fn caller_context(metadata: &tonic::metadata::MetadataMap) -> Vec<(String, S
         })
         .collect()
 }
+
+/// The trace id (32 lowercase hex digits) of a W3C `traceparent` value,
+/// if it is well formed and not all zeros.
+pub fn traceparent_id(traceparent: &str) -> Option<String> {
+    let mut parts = traceparent.trim().split('-');
+    let (_version, id) = (parts.next()?, parts.next()?);
+    (id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()) && id.bytes().any(|b| b != b'0'))
+        .then(|| id.to_ascii_lowercase())
+}
+
+/// The trace id of a call: the one of `span` when trace export is on,
+/// else the caller's `traceparent`'s.
+pub fn trace_id(span: &tracing::Span, metadata: &tonic::metadata::MetadataMap) -> Option<String> {
+    use opentelemetry::trace::TraceContextExt as _;
+    let context = span.context();
+    let own = context.span().span_context().trace_id();
+    if own != opentelemetry::trace::TraceId::INVALID {
+        return Some(own.to_string());
+    }
+    metadata
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+        .and_then(traceparent_id)
+}

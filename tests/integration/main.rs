@@ -4,6 +4,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod audit;
 mod approvals;
 mod auth;
 mod binary;

@@ -139,14 +139,21 @@ fn spawn(mut command: Command) -> Proc {
 /// A gateway process with one tenant `bench` (token `bench-token`) and
 /// the given servers YAML.
 async fn gateway(servers: &str) -> (Proc, u16) {
+    gateway_with(|_| String::new(), servers).await
+}
+
+/// [`gateway`] with top-level YAML made from the gateway's own temporary
+/// directory (for an audit file).
+async fn gateway_with(top: impl Fn(&Path) -> String, servers: &str) -> (Proc, u16) {
     let port = free_port();
     let dir = std::env::temp_dir().join(format!("toolgate-bench-{}-{port}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let config = dir.join("config.yaml");
+    let top = top(&dir);
     std::fs::write(
         &config,
         format!(
-            "listen: \"127.0.0.1:{port}\"\nshutdown_delay: \"0s\"\nlimits:\n  max_message_bytes: 268435456\n  max_result_bytes: 268435456\ntenants:\n  - name: bench\n    tokens: [bench-token]\n    servers:\n{servers}"
+            "listen: \"127.0.0.1:{port}\"\nshutdown_delay: \"0s\"\n{top}limits:\n  max_message_bytes: 268435456\n  max_result_bytes: 268435456\ntenants:\n  - name: bench\n    tokens: [bench-token]\n    servers:\n{servers}"
         ),
     )
     .expect("config");
@@ -310,7 +317,17 @@ async fn through_toolgate(
     tool: &str,
     extra: Vec<Proc>,
 ) -> anyhow::Result<Path_> {
-    let (gw, port) = gateway(servers).await;
+    through_toolgate_with(name, |_| String::new(), servers, tool, extra).await
+}
+
+async fn through_toolgate_with(
+    name: &'static str,
+    top: impl Fn(&Path) -> String,
+    servers: &str,
+    tool: &str,
+    extra: Vec<Proc>,
+) -> anyhow::Result<Path_> {
+    let (gw, port) = gateway_with(top, servers).await;
     let client = grpc(port).await;
     // Wait for the upstream to be connected.
     for _ in 0..300 {
@@ -399,6 +416,22 @@ async fn build_paths() -> anyhow::Result<Vec<Path_>> {
         )
         .await?,
     );
+    // The same, with every call's audit record written to a file first.
+    paths.push(
+        through_toolgate_with(
+            AUDITED,
+            |dir| {
+                format!(
+                    "audit:\n  path: \"{}\"\n",
+                    dir.join("audit.jsonl").display()
+                )
+            },
+            &format!("      - name: fast\n        command: [\"{exe_s}\", \"mcp-server\"]\n"),
+            "fast__echo",
+            Vec::new(),
+        )
+        .await?,
+    );
 
     // Fast Rust upstream over Streamable HTTP.
     let (direct_server, direct_port) = fast_http_server(0);
@@ -453,6 +486,9 @@ async fn build_paths() -> anyhow::Result<Vec<Path_>> {
     );
     Ok(paths)
 }
+
+/// The path through a gateway with an audit file (`audit.path`).
+const AUDITED: &str = "toolgate → fast stdio, audit file";
 
 /// mcpo in front of server-everything, via bench/mcpo/run.sh.
 fn mcpo(args: &Args) -> anyhow::Result<serde_json::Value> {
@@ -761,6 +797,19 @@ async fn main() -> anyhow::Result<()> {
         "| added p50 (toolgate − direct, fast stdio) / bare echo p50 | {} | ≤ 1.5 | {} |",
         fmt(added, 2),
         verdict(added <= 1.5)
+    );
+    let audited = summary[AUDITED];
+    println!(
+        "| audit cost per call (fast stdio, audited − not): p50 | {} ms | | |",
+        fmt(audited.0 - via_fast.0, 3)
+    );
+    println!(
+        "| audit cost per call (fast stdio, audited − not): gateway CPU @16 | {} ms | | |",
+        fmt(audited.3 - via_fast.3, 3)
+    );
+    println!(
+        "| audit cost: calls/s @16, audited / not | {} | | |",
+        fmt(audited.1 / via_fast.1, 2)
     );
     let vs_direct = via_every.1 / direct_every.1;
     println!(

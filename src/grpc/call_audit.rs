@@ -1,0 +1,170 @@
+//! The audit record of one call ([`crate::audit`]): what is known when
+//! the call starts (who, what, the arguments' digest), completed with how
+//! it ended and written before the response leaves. A call dropped before
+//! it ended (the caller went away) is recorded as cancelled.
+
+use std::time::Instant;
+
+use tonic::Request;
+
+use super::status;
+use crate::audit::{Audit, CallerRecord, Outcome, Record, RecordKind, code_name, error_outcome};
+use crate::error::{CallError, quoted};
+use crate::pb;
+use crate::registry::Tenant;
+
+/// A call's record in the making.
+pub(super) struct AuditedCall {
+    audit: Audit,
+    /// `None` once written (or when the trail is disabled).
+    record: Option<Record>,
+    started: Instant,
+}
+
+/// How far a call got, as the record tells it.
+pub(super) struct Progress<'a> {
+    /// The server the name resolved to (or whose namespace it is in).
+    pub(super) server: Option<&'a str>,
+    /// The definition hash of the resolved tool.
+    pub(super) definition_hash: Option<&'a str>,
+    /// Whether the request was handed to the upstream session.
+    pub(super) sent: bool,
+    /// Whether the tool is annotated `idempotentHint: true`.
+    pub(super) idempotent: bool,
+}
+
+impl Progress<'static> {
+    /// A call that got nowhere.
+    pub(super) fn none() -> Self {
+        Progress {
+            server: None,
+            definition_hash: None,
+            sent: false,
+            idempotent: false,
+        }
+    }
+}
+
+impl AuditedCall {
+    /// The record of `request` by `tenant` (an `InvokeToolStream` call
+    /// when `stream`), started at `started`.
+    pub(super) fn new(
+        audit: &Audit,
+        request: &Request<pb::InvokeToolRequest>,
+        tenant: &Tenant,
+        stream: bool,
+        started: Instant,
+    ) -> Self {
+        let record = audit.is_enabled().then(|| {
+            let mut record = Record::new(RecordKind::Call, Outcome::Cancelled);
+            record.rpc = Some(
+                if stream {
+                    "InvokeToolStream"
+                } else {
+                    "InvokeTool"
+                }
+                .to_owned(),
+            );
+            record.tenant = Some(tenant.name.clone());
+            record.subject = request
+                .extensions()
+                .get::<crate::auth::Subject>()
+                .and_then(|s| s.id())
+                .map(str::to_owned);
+            record.caller = request
+                .extensions()
+                .get::<crate::auth::Caller>()
+                .map(|caller| CallerRecord::from(&caller.identity));
+            record.peer = request.remote_addr().map(|a| a.to_string());
+            record.tool = Some(quoted(&request.get_ref().name).into_owned());
+            record.arguments =
+                audit.arguments(&request.get_ref().arguments_json, || tenant.redactor());
+            record.trace_id = request
+                .metadata()
+                .get("traceparent")
+                .and_then(|v| v.to_str().ok())
+                .and_then(crate::telemetry::trace::traceparent_id);
+            record
+        });
+        Self {
+            audit: audit.clone(),
+            record,
+            started,
+        }
+    }
+
+    /// Takes the trace id of the call's span (the gateway's own trace when
+    /// export is on).
+    pub(super) fn trace(&mut self, span: &tracing::Span, metadata: &tonic::metadata::MetadataMap) {
+        if let Some(record) = &mut self.record {
+            record.trace_id = crate::telemetry::trace::trace_id(span, metadata);
+        }
+    }
+
+    /// Writes the record of `result` and waits for it. Returns the error to
+    /// answer instead when the trail is required and the record could not
+    /// be written: `AUDIT_UNAVAILABLE`, in doubt (UNKNOWN) when the request
+    /// was sent to a tool that is not idempotent. A call that was not sent
+    /// keeps its own status: it served nothing.
+    pub(super) async fn finish(
+        mut self,
+        result: &Result<pb::InvokeToolResponse, CallError>,
+        progress: Progress<'_>,
+    ) -> Option<CallError> {
+        let mut record = self.record.take()?;
+        record.time = crate::audit::now();
+        record.server = progress.server.map(str::to_owned);
+        record.definition_hash = progress.definition_hash.map(str::to_owned);
+        record.duration_ms = Some(crate::audit::millis(self.started.elapsed()));
+        let sent = result.is_ok() || progress.sent;
+        record.sent = Some(sent);
+        match result {
+            Ok(response) => {
+                record.outcome = if response.is_error {
+                    Outcome::ToolError
+                } else {
+                    Outcome::Ok
+                };
+                record.code = Some(code_name(tonic::Code::Ok).to_owned());
+            }
+            Err(error) => {
+                let (code, reason) = status::classify(error);
+                record.outcome = error_outcome(code, sent);
+                record.code = Some(code_name(code).to_owned());
+                record.reason = Some(reason.to_owned());
+                if let CallError::DefinitionNotApproved {
+                    definition_hash, ..
+                } = error
+                {
+                    record.definition_hash = Some(definition_hash.clone());
+                }
+            }
+        }
+        let written = self.audit.write(record).await;
+        (written.is_err() && self.audit.is_required() && sent).then(|| {
+            tracing::error!(
+                outcome = ?result.as_ref().map(|r| r.is_error).map_err(|e| status::classify(e).1),
+                "the call's audit record cannot be written and audit.required is set: the result is withheld"
+            );
+            CallError::AuditUnavailable {
+                sent: result.is_ok() || progress.sent,
+                idempotent: progress.idempotent,
+            }
+        })
+    }
+}
+
+impl Drop for AuditedCall {
+    /// A call dropped before [`AuditedCall::finish`]: the caller went away
+    /// (or the RPC was cancelled). Queued without waiting: there is no
+    /// response left to hold back.
+    fn drop(&mut self) {
+        if let Some(mut record) = self.record.take() {
+            record.time = crate::audit::now();
+            record.outcome = Outcome::Cancelled;
+            record.code = Some(code_name(tonic::Code::Cancelled).to_owned());
+            record.duration_ms = Some(crate::audit::millis(self.started.elapsed()));
+            self.audit.enqueue(record);
+        }
+    }
+}
