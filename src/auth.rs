@@ -178,7 +178,6 @@ impl TokenTable {
             .filter(|(known, _)| bool::from(known.ct_eq(&presented)))
             .map(|(_, tenant)| *tenant)
     }
-
 }
 
 /// Extracts the bearer token from an `authorization` value.

@@ -1022,7 +1022,12 @@ pub(super) fn resolve(
     }
 }
 
-pub(super) fn duration(errors: &mut Errors, path: &str, text: Option<&str>, default: Duration) -> Duration {
+pub(super) fn duration(
+    errors: &mut Errors,
+    path: &str,
+    text: Option<&str>,
+    default: Duration,
+) -> Duration {
     parse_duration(errors, path, text, default, false)
 }
 

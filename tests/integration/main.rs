@@ -4,8 +4,8 @@
 #[path = "../common/mod.rs"]
 mod common;
 
-mod audit;
 mod approvals;
+mod audit;
 mod auth;
 mod binary;
 mod catalog;
