@@ -917,3 +917,190 @@ fn bad_callers_configuration_names_the_path() {
         "{err}"
     );
 }
+
+/// The four governance parts together: a JWT caller (tenant and subject
+/// from its claims) calls a tool its policy allows and whose definition is
+/// approved; a tool the policy denies and a tool not approved are refused;
+/// every call leaves one audit record naming the JWT caller, never its token.
+#[tokio::test]
+async fn a_jwt_caller_calls_an_approved_permitted_tool_and_every_call_is_audited() {
+    use toolgate::approvals::{self, Approval, Approvals, ServerApprovals};
+
+    let k = keys();
+    let dir = tempfile::tempdir().unwrap();
+    let jwks_file = dir.path().join("jwks.json");
+    std::fs::write(&jwks_file, jwks_doc_text(&[&k.ec1])).unwrap();
+    let approvals_file = dir.path().join("approvals.yaml");
+    let audit_file = dir.path().join("audit.jsonl");
+    let server = serve_mcp(TestServer::new(&["echo", "delete", "fresh"])).await;
+    let yaml = format!(
+        r#"callers:
+  jwt:
+    - issuer: "{FILES}"
+      audiences: [toolgate]
+      algorithms: [ES256]
+      jwks: {{ file: "{jwks}" }}
+      tenant: claims.team
+      subject: 'has(claims.email) ? claims.email : null'
+approvals:
+  file: "{approvals}"
+audit:
+  path: "{audit}"
+tenants:
+  - name: acme
+    policy:
+      - deny: ["s__delete"]
+        when: '!("admin" in claims.groups)'
+    servers:
+      - name: s
+        url: "{url}"
+        definitions: approved
+"#,
+        jwks = jwks_file.display(),
+        approvals = approvals_file.display(),
+        audit = audit_file.display(),
+        url = server.url,
+    );
+    let gateway = TestGateway::start(&yaml, &[]).await;
+    let mut client = gateway.client().await;
+    let now = now();
+    let claims = json!({
+        "iss": FILES, "aud": "toolgate", "sub": "worker-7", "team": "acme",
+        "email": "alice@example.com", "groups": ["dev"],
+        "iat": now, "nbf": now, "exp": now + 600,
+    });
+    let jwt = k.ec1.sign(&claims);
+    let admin = k
+        .ec1
+        .sign(&with(claims.clone(), "groups", json!(["admin"])));
+    let call_as = |token: &str, name: &'static str| {
+        let request = authed(
+            token,
+            pb::InvokeToolRequest {
+                name: name.to_owned(),
+                arguments_json: r#"{"text":"hi"}"#.to_owned(),
+                ..Default::default()
+            },
+        );
+        let mut client = client.clone();
+        async move { client.invoke_tool(request).await }
+    };
+    let call = |name: &'static str| call_as(&jwt, name);
+
+    // Nothing is approved yet (no file): the tool is withheld; its current
+    // hash is in the refusal.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        match call("s__echo").await {
+            Err(status) if reason(&status) == "DEFINITION_NOT_APPROVED" => break status,
+            other if std::time::Instant::now() > deadline => panic!("{other:?}"),
+            _ => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    };
+    let hash_of = |status: &tonic::Status| {
+        use tonic_types::StatusExt;
+        status.get_details_error_info().unwrap().metadata["definition_hash"].clone()
+    };
+    let echo_hash = hash_of(&status);
+    // `delete` is not this caller's to call (the policy answers first); an
+    // admin's refusal shows its hash.
+    assert_eq!(
+        reason(&call("s__delete").await.unwrap_err()),
+        "TOOL_NOT_PERMITTED"
+    );
+    let delete_hash = hash_of(&call_as(&admin, "s__delete").await.unwrap_err());
+
+    // The reviewer approves `echo` and `delete` (not `fresh`).
+    let mut tools = ServerApprovals::new();
+    for (name, hash) in [("s__echo", &echo_hash), ("s__delete", &delete_hash)] {
+        tools.insert(
+            name.to_owned(),
+            Approval {
+                hash: hash.clone(),
+                description: String::new(),
+            },
+        );
+    }
+    let mut approved = Approvals::new();
+    approved.set_server("acme", "s", tools);
+    approvals::write(&approvals_file, &approved).unwrap();
+
+    // The approved, permitted tool runs for the JWT caller.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let answer = loop {
+        match call("s__echo").await {
+            Ok(answer) => break answer.into_inner(),
+            Err(status) if std::time::Instant::now() > deadline => panic!("{status:?}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    };
+    assert!(answer.text.contains("hi"), "{}", answer.text);
+    // Approved but denied by the policy for this caller's claims.
+    let denied = call("s__delete").await.unwrap_err();
+    assert_eq!(denied.code(), tonic::Code::PermissionDenied);
+    assert_eq!(reason(&denied), "TOOL_NOT_PERMITTED");
+    // The same approved tool runs for a caller whose claims the policy allows.
+    call_as(&admin, "s__delete")
+        .await
+        .expect("an admin may call the approved `delete`");
+    // Permitted but not approved.
+    let withheld = call("s__fresh").await.unwrap_err();
+    assert_eq!(reason(&withheld), "DEFINITION_NOT_APPROVED");
+    // The caller's listing shows exactly what it may call.
+    let listing = client
+        .list_tools(authed(&jwt, pb::ListToolsRequest::default()))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(names(&listing), vec!["s__echo".to_owned()]);
+    gateway.shutdown().await;
+
+    // One audit record per call, naming the JWT caller and its subject.
+    let text = std::fs::read_to_string(&audit_file).unwrap();
+    assert!(!text.contains(&jwt), "the token is never audited");
+    let records: Vec<Value> = text
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let calls: Vec<&Value> = records.iter().filter(|r| r["kind"] == "call").collect();
+    let ok: Vec<&&Value> = calls
+        .iter()
+        .filter(|r| r["outcome"] == "ok" && r["tool"] == "s__echo")
+        .collect();
+    assert_eq!(ok.len(), 1, "{records:#?}");
+    let ok = ok[0];
+    assert_eq!(ok["tenant"], "acme");
+    assert_eq!(ok["subject"], "alice@example.com");
+    assert_eq!(
+        ok["caller"],
+        json!({"kind": "jwt", "issuer": FILES, "subject": "worker-7"})
+    );
+    assert_eq!(ok["tool"], "s__echo");
+    assert_eq!(ok["definition_hash"], echo_hash.as_str());
+    assert_eq!(ok["sent"], true);
+    let refused = |tool: &str, why: &str| {
+        calls
+            .iter()
+            .filter(|r| r["tool"] == tool && r["reason"] == why && r["sent"] == false)
+            .count()
+    };
+    assert_eq!(
+        refused("s__delete", "TOOL_NOT_PERMITTED"),
+        2,
+        "{records:#?}"
+    );
+    assert!(
+        calls
+            .iter()
+            .any(|r| r["tool"] == "s__delete" && r["outcome"] == "ok"),
+        "{records:#?}"
+    );
+    assert!(
+        refused("s__fresh", "DEFINITION_NOT_APPROVED") >= 1,
+        "{records:#?}"
+    );
+    assert!(
+        refused("s__echo", "DEFINITION_NOT_APPROVED") >= 1,
+        "{records:#?}"
+    );
+}
