@@ -155,7 +155,22 @@ pub(super) fn state(
         };
         use base64::Engine as _;
         match base64::engine::general_purpose::STANDARD.decode(key.expose().trim()) {
-            Ok(bytes) if bytes.len() == 32 => keys.push(key),
+            Ok(bytes) if bytes.len() == 32 => {
+                let same = keys.iter().position(|k: &Secret| {
+                    base64::engine::general_purpose::STANDARD
+                        .decode(k.expose().trim())
+                        .is_ok_and(|b| b == bytes)
+                });
+                match same {
+                    // The key ring refuses a key given twice (rotation
+                    // would be ambiguous): say so here, where `check` sees it.
+                    Some(first) => errors.push(
+                        path,
+                        format!("is the same key as state.keys[{first}]; give each key once"),
+                    ),
+                    None => keys.push(key),
+                }
+            }
             Ok(bytes) => errors.push(
                 path,
                 format!(
@@ -388,6 +403,23 @@ mod tests {
                     .starts_with("tenants[0].servers[0].oauth.grant: authorization_code needs")),
             "{errors:?}"
         );
+    }
+
+    #[test]
+    fn a_key_given_twice_is_refused_naming_both() {
+        let key = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
+        let yaml = format!(
+            "state:\n  keys: [\"{key}\", \" {key}\"]\n{}",
+            server("{ grant: client_credentials, client_id: c, client_secret: s }")
+        );
+        let errors = messages(&yaml);
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.starts_with("state.keys[1]: is the same key as state.keys[0]")),
+            "{errors:?}"
+        );
+        assert!(!errors.join("\n").contains(key), "{errors:?}");
     }
 
     #[test]
