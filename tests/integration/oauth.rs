@@ -110,7 +110,9 @@ fn env() -> [(&'static str, &'static str); 2] {
     [("STATE_KEY", STATE_KEY), ("SVC_SECRET", SVC_SECRET)]
 }
 
-async fn call(
+/// Invokes `name` with `{}` as the tenant, for `subject` when given; a tool
+/// error fails the test. Returns the text.
+pub(crate) async fn call(
     client: &mut ToolGatewayClient<Channel>,
     subject: Option<&str>,
     name: &str,
@@ -135,7 +137,7 @@ async fn call(
 
 /// Calls until the answer is not UNAVAILABLE (a server still connecting,
 /// or listing after a first consent), bounded.
-async fn call_settled(
+pub(crate) async fn call_settled(
     client: &mut ToolGatewayClient<Channel>,
     subject: Option<&str>,
     name: &str,
@@ -183,7 +185,11 @@ async fn consent(url: &str, user: &str, callback_port: u16) -> (u16, String) {
     (status, page.text().await.unwrap())
 }
 
-async fn listing(client: &mut ToolGatewayClient<Channel>, subject: &str) -> pb::ListToolsResponse {
+/// ListTools as `subject`.
+pub(crate) async fn listing(
+    client: &mut ToolGatewayClient<Channel>,
+    subject: &str,
+) -> pb::ListToolsResponse {
     let mut request = authed("acme-token", pb::ListToolsRequest::default());
     request
         .metadata_mut()
@@ -191,7 +197,8 @@ async fn listing(client: &mut ToolGatewayClient<Channel>, subject: &str) -> pb::
     client.list_tools(request).await.unwrap().into_inner()
 }
 
-fn server<'a>(listing: &'a pb::ListToolsResponse, name: &str) -> &'a pb::ServerStatus {
+/// The status of server `name` in a listing.
+pub(crate) fn server<'a>(listing: &'a pb::ListToolsResponse, name: &str) -> &'a pb::ServerStatus {
     listing.servers.iter().find(|s| s.name == name).unwrap()
 }
 

@@ -21,6 +21,7 @@ use toolgate::pb;
 use toolgate::pb::tool_gateway_client::ToolGatewayClient;
 
 use crate::common::*;
+use crate::oauth::{call, call_settled, listing, server};
 
 /// A state-store key (32 bytes, base64).
 const STATE_KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
@@ -206,49 +207,6 @@ fn env() -> [(&'static str, &'static str); 2] {
     [("STATE_KEY", STATE_KEY), ("SVC_SECRET", SVC_SECRET)]
 }
 
-async fn call(
-    client: &mut ToolGatewayClient<Channel>,
-    subject: Option<&str>,
-    name: &str,
-) -> Result<String, tonic::Status> {
-    let mut request = authed(
-        "acme-token",
-        pb::InvokeToolRequest {
-            name: name.to_owned(),
-            arguments_json: "{}".to_owned(),
-            ..Default::default()
-        },
-    );
-    if let Some(subject) = subject {
-        request
-            .metadata_mut()
-            .insert("x-toolgate-subject", subject.parse().unwrap());
-    }
-    let response = client.invoke_tool(request).await?.into_inner();
-    assert!(!response.is_error, "tool error: {}", response.text);
-    Ok(response.text)
-}
-
-/// Calls until the answer is not UNAVAILABLE (a server still connecting,
-/// or listing after a first consent), bounded by 20 s.
-async fn call_settled(
-    client: &mut ToolGatewayClient<Channel>,
-    subject: Option<&str>,
-    name: &str,
-) -> Result<String, tonic::Status> {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        match call(client, subject, name).await {
-            Err(status)
-                if status.code() == tonic::Code::Unavailable && Instant::now() < deadline =>
-            {
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            other => return other,
-        }
-    }
-}
-
 /// `whoami` on the per-user server as `subject`, which must succeed.
 async fn whoami(
     client: &mut ToolGatewayClient<Channel>,
@@ -328,18 +286,6 @@ async fn consent(url: &str, user: &str, callback_port: u16, upstream: &Upstream)
         .parse()
         .unwrap();
     (code, page.to_owned())
-}
-
-async fn listing(client: &mut ToolGatewayClient<Channel>, subject: &str) -> pb::ListToolsResponse {
-    let mut request = authed("acme-token", pb::ListToolsRequest::default());
-    request
-        .metadata_mut()
-        .insert("x-toolgate-subject", subject.parse().unwrap());
-    client.list_tools(request).await.unwrap().into_inner()
-}
-
-fn server<'a>(listing: &'a pb::ListToolsResponse, name: &str) -> &'a pb::ServerStatus {
-    listing.servers.iter().find(|s| s.name == name).unwrap()
 }
 
 /// A gateway in this process with its state in SQLite under `dir`.
