@@ -4,13 +4,9 @@
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
-use std::time::Duration;
 
 use crate::approvals::{self, Approval, ServerApprovals};
 use crate::catalog::ServerState;
-use crate::config::ProcessEnv;
-use crate::registry::Registry;
 
 /// Arguments of `toolgate approve`.
 #[derive(Debug, clap::Args)]
@@ -107,30 +103,15 @@ pub(super) async fn run(args: ApproveArgs) -> ExitCode {
         return ExitCode::SUCCESS;
     }
 
-    let oauth = match crate::app::open_oauth(&config) {
-        Ok(oauth) => oauth,
-        Err(e) => {
-            eprintln!("{}: {e}", args.config.display());
-            return ExitCode::FAILURE;
-        }
-    };
-    let registry = Registry::start_with_oauth(
+    // With no approvals: every tool is withheld, and its current hash known.
+    let (registry, wait) = match super::connect_every_tenant(
         &config,
-        Arc::new(ProcessEnv),
-        Arc::new(crate::telemetry::Metrics::new()),
-        oauth,
-    );
-    let wait = config
-        .tenants
-        .iter()
-        .flat_map(|t| &t.servers)
-        .map(|s| s.connect_timeout)
-        .max()
-        .unwrap_or_default()
-        + Duration::from_secs(1);
-    for tenant in registry.tenants() {
-        tenant.activate();
-    }
+        &args.config,
+        crate::approvals::Approvals::new(),
+    ) {
+        Ok(started) => started,
+        Err(code) => return code,
+    };
     let old = previous.clone().unwrap_or_default();
     let mut new = old.clone();
     let mut complete = true;

@@ -170,6 +170,44 @@ async fn serve(path: PathBuf, log_format: Option<LogFormat>) -> ExitCode {
     }
 }
 
+/// Starts a registry for `config` (with its state store when a server
+/// uses OAuth) and connects every tenant, lazy ones included, for `check`
+/// and `approve`. Returns it with how long to wait for catalogs to settle
+/// (the longest `connect_timeout`, plus a second).
+///
+/// # Errors
+/// The state store cannot be opened: the error is printed, and the exit
+/// code returned.
+pub(crate) fn connect_every_tenant(
+    config: &Config,
+    path: &std::path::Path,
+    approvals: crate::approvals::Approvals,
+) -> Result<(Arc<Registry>, Duration), ExitCode> {
+    let oauth = crate::app::open_oauth(config).map_err(|e| {
+        eprintln!("{}: {e}", path.display());
+        ExitCode::FAILURE
+    })?;
+    let registry = Registry::start_with_approvals(
+        config,
+        Arc::new(ProcessEnv),
+        Arc::new(crate::telemetry::Metrics::new()),
+        oauth,
+        approvals,
+    );
+    let wait = config
+        .tenants
+        .iter()
+        .flat_map(|t| &t.servers)
+        .map(|s| s.connect_timeout)
+        .max()
+        .unwrap_or_default()
+        + Duration::from_secs(1);
+    for tenant in registry.tenants() {
+        tenant.activate();
+    }
+    Ok((registry, wait))
+}
+
 /// The approvals `check` lists against: the configured file's (a line
 /// saying how many tools it approves), or none when it does not exist yet
 /// (a warning).
@@ -224,33 +262,11 @@ async fn check(path: PathBuf, offline: bool) -> ExitCode {
     if offline {
         return ExitCode::SUCCESS;
     }
-    let oauth = match crate::app::open_oauth(&config) {
-        Ok(oauth) => oauth,
-        Err(e) => {
-            eprintln!("{}: {e}", path.display());
-            return ExitCode::FAILURE;
-        }
+    let (registry, wait) = match connect_every_tenant(&config, &path, approvals) {
+        Ok(started) => started,
+        Err(code) => return code,
     };
-    let registry = Registry::start_with_approvals(
-        &config,
-        Arc::new(ProcessEnv),
-        Arc::new(crate::telemetry::Metrics::new()),
-        oauth,
-        approvals,
-    );
-    let wait = config
-        .tenants
-        .iter()
-        .flat_map(|t| &t.servers)
-        .map(|s| s.connect_timeout)
-        .max()
-        .unwrap_or_default()
-        + Duration::from_secs(1);
     let mut healthy = true;
-    // `check` connects every tenant, lazy ones included.
-    for tenant in registry.tenants() {
-        tenant.activate();
-    }
     for tenant in registry.tenants() {
         let catalog = tenant.settled_catalog(wait).await;
         println!(
