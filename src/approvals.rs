@@ -469,12 +469,7 @@ pub async fn watch(
     loop {
         let trigger = tokio::select! {
             () = stop.cancelled() => return,
-            Some(()) = async {
-                match hangup.as_mut() {
-                    Some(h) => h.recv().await,
-                    None => std::future::pending().await,
-                }
-            } => "SIGHUP",
+            Some(()) = crate::reload::next_hangup(&mut hangup) => "SIGHUP",
             () = registry.approvals_file_changed() => "configuration reload",
             _ = poll.tick() => "file change",
         };

@@ -56,12 +56,7 @@ pub async fn watch(
     loop {
         let trigger = tokio::select! {
             () = stop.cancelled() => return,
-            Some(()) = async {
-                match hangup.as_mut() {
-                    Some(h) => h.recv().await,
-                    None => std::future::pending().await,
-                }
-            } => "SIGHUP",
+            Some(()) = crate::reload::next_hangup(&mut hangup) => "SIGHUP",
             _ = poll.tick() => {
                 let now = digest(&source.path);
                 if now == seen || now.is_none() {
@@ -144,4 +139,12 @@ fn oauth_listener(config: &Config) -> Option<(std::net::SocketAddr, String, bool
             o.allow_private_addresses,
         )
     })
+}
+
+/// The next SIGHUP; never, when no SIGHUP handler could be installed.
+pub(crate) async fn next_hangup(hangup: &mut Option<tokio::signal::unix::Signal>) -> Option<()> {
+    match hangup.as_mut() {
+        Some(h) => h.recv().await,
+        None => std::future::pending().await,
+    }
 }
