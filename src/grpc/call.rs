@@ -394,6 +394,9 @@ async fn invoke(
         Err(error) if error.is_credential_failure() => {
             // No token could be had: the request was not sent.
             routing.sent = false;
+            if let UpstreamError::AuthorizationRequired { url } = &error {
+                tenant.remember_consent_url(tool.server_index, subject, url);
+            }
             return Err(upstream(error));
         }
         Err(error) => return Err(upstream(error)),

@@ -570,19 +570,20 @@ impl Tenant {
             server: slot.config.name.clone(),
         };
         let key = crate::state::TokenKey::new(&self.name, subject, &slot.config.name);
+        // A subject already sent to consent gets the same URL (no new
+        // pending flow per call), with or without an open session, until
+        // it has a token.
+        if let Some(url) = slot.consent_url(subject)
+            && client
+                .store()
+                .load_credentials(&key)
+                .await
+                .map_err(|e| UpstreamError::StateUnavailable(e.0))?
+                .is_none()
+        {
+            return Err(UpstreamError::AuthorizationRequired { url });
+        }
         let connect = async {
-            // A subject already sent to consent gets the same URL (no new
-            // pending flow per call) until it has a token.
-            if let Some(url) = slot.consent_url(subject)
-                && client
-                    .store()
-                    .load_credentials(&key)
-                    .await
-                    .map_err(|e| UpstreamError::StateUnavailable(e.0))?
-                    .is_none()
-            {
-                return Err(UpstreamError::AuthorizationRequired { url });
-            }
             let connected = crate::upstream::connect_with(
                 &slot.config,
                 &label,
@@ -633,6 +634,15 @@ impl Tenant {
                 ConsentState::Required(url)
             }
             Err(e) => ConsentState::Unavailable(e.to_string()),
+        }
+    }
+
+    /// Remembers the authorization URL a call of `subject` on per-user
+    /// server `index` was given (its grant ended while its session was
+    /// open), so the next calls get the same URL.
+    pub fn remember_consent_url(&self, index: usize, subject: &str, url: &str) {
+        if let Some(slot) = self.slots.get(index) {
+            slot.remember_consent_url(subject, url);
         }
     }
 

@@ -307,7 +307,13 @@ async fn per_user_consent_isolates_subjects_and_client_credentials_serve_the_ten
     let status = call(&mut client, Some("alice"), "docs__whoami")
         .await
         .unwrap_err();
-    authorization_url(&status);
+    let again = authorization_url(&status);
+    // Her session is still open; her next call gets the same link (no new
+    // pending flow per call).
+    let status = call(&mut client, Some("alice"), "docs__whoami")
+        .await
+        .unwrap_err();
+    assert_eq!(authorization_url(&status), again);
     assert_eq!(
         call(&mut client, Some("bob"), "docs__whoami")
             .await
