@@ -17,7 +17,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::OAuthListener;
-use crate::credentials::oauth::{OAuthError, OAuthStore, pending_flow};
+use crate::credentials::oauth::{OAuthError, OAuthStore, PendingFlow, pending_flow};
 use crate::registry::Registry;
 
 /// What the handlers share.
@@ -82,17 +82,8 @@ async fn callback(State(consent): State<Consent>, RawQuery(query): RawQuery) -> 
         Ok(flow) => flow,
         Err(error) => {
             // No flow: nobody is known to be consenting (an expired or
-            // forged link). Recorded before the page leaves.
-            if let Some(context) = consent.registry.oauth() {
-                context.audit.authorization(
-                    "",
-                    "",
-                    "",
-                    "consent_failed",
-                    Some(audit_reason(&error)),
-                );
-                context.audit.flush().await;
-            }
+            // forged link).
+            consent_failed(&consent, None, &error).await;
             return refused(&error);
         }
     };
@@ -129,26 +120,37 @@ async fn callback(State(consent): State<Consent>, RawQuery(query): RawQuery) -> 
             )
         }
         Err(error) => {
-            consent
-                .registry
-                .oauth_event(&flow.tenant, &flow.server, "consent_failed");
-            if let Some(context) = consent.registry.oauth() {
-                context.audit.authorization(
-                    &flow.tenant,
-                    &flow.subject,
-                    &flow.server,
-                    "consent_failed",
-                    Some(audit_reason(&error)),
-                );
-                context.audit.flush().await;
-            }
             tracing::warn!(tenant = %flow.tenant, server = %flow.server, %error, "OAuth callback refused");
+            consent_failed(&consent, Some(&flow), &error).await;
             refused(&error)
         }
     }
 }
 
 /// Why a consent failed, as the audit record says it (stable, secret-free).
+/// Counts a failed callback (for the flow's server, when one was found)
+/// and records it in the audit trail before the page leaves.
+async fn consent_failed(consent: &Consent, flow: Option<&PendingFlow>, error: &OAuthError) {
+    let (tenant, subject, server) = flow.map_or(("", "", ""), |f| {
+        (f.tenant.as_str(), f.subject.as_str(), f.server.as_str())
+    });
+    if flow.is_some() {
+        consent
+            .registry
+            .oauth_event(tenant, server, "consent_failed");
+    }
+    if let Some(context) = consent.registry.oauth() {
+        context.audit.authorization(
+            tenant,
+            subject,
+            server,
+            "consent_failed",
+            Some(audit_reason(error)),
+        );
+        context.audit.flush().await;
+    }
+}
+
 fn audit_reason(error: &OAuthError) -> &'static str {
     match error {
         OAuthError::UnknownState => "unknown_state",

@@ -1079,14 +1079,25 @@ impl OAuthClient {
                 self.renew_exclusively(key, stale, |_| self.client_credentials(key, None, &[]))
                     .await
             }
-            Grant::AuthorizationCode => match stored {
-                Some(stale) if stale.token_response.is_some() => {
-                    self.refresh(key, &stale, None).await
-                }
-                _ => Err(OAuthError::AuthorizationRequired {
-                    url: self.authorization_url(key, None).await?,
-                }),
-            },
+            Grant::AuthorizationCode => self.renew_grant(key, stored, None).await,
+        }
+    }
+
+    /// An authorization-code subject's renewal: a refresh when a grant is
+    /// stored, else a consent (the URL to give the end user).
+    async fn renew_grant(
+        &self,
+        key: &TokenKey,
+        stored: Option<StoredCredentials>,
+        challenge: Option<&str>,
+    ) -> Result<Secret, OAuthError> {
+        match stored {
+            Some(stale) if stale.token_response.is_some() => {
+                self.refresh(key, &stale, challenge).await
+            }
+            _ => Err(OAuthError::AuthorizationRequired {
+                url: self.authorization_url(key, challenge).await?,
+            }),
         }
     }
 
@@ -1245,14 +1256,7 @@ impl OAuthClient {
                 })
                 .await
             }
-            Grant::AuthorizationCode => match stored {
-                Some(stale) if stale.token_response.is_some() => {
-                    self.refresh(key, &stale, challenge).await
-                }
-                _ => Err(OAuthError::AuthorizationRequired {
-                    url: self.authorization_url(key, challenge).await?,
-                }),
-            },
+            Grant::AuthorizationCode => self.renew_grant(key, stored, challenge).await,
         }
     }
 

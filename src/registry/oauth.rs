@@ -82,8 +82,8 @@ pub(super) fn options_for(client: &Arc<OAuthClient>, key: TokenKey) -> SessionOp
 }
 
 /// Whose tokens may list a per-user server's tools, in the order to try:
-/// the tenant itself when it has consented, then subjects oldest consent
-/// first.
+/// the tenant itself when it has consented, then subjects by the least
+/// recently written token (one query; no token is opened).
 ///
 /// # Errors
 /// The state store cannot be read.
@@ -92,27 +92,13 @@ pub(super) async fn listing_candidates(
     tenant: &str,
     server: &str,
 ) -> Result<Vec<TokenKey>, String> {
-    let mut keys = Vec::new();
-    let own = TokenKey::tenant_wide(tenant, server);
-    if context
-        .store
-        .load_credentials(&own)
-        .await
-        .map_err(|e| e.to_string())?
-        .is_some()
-    {
-        keys.push(own);
-    }
     let subjects = context
         .state
         .subjects(tenant, server, LISTING_CANDIDATES)
         .await
         .map_err(|e| e.to_string())?;
-    keys.extend(
-        subjects
-            .into_iter()
-            .filter(|s| !s.is_empty())
-            .map(|subject| TokenKey::new(tenant, subject, server)),
-    );
-    Ok(keys)
+    Ok(subjects
+        .into_iter()
+        .map(|subject| TokenKey::new(tenant, subject, server))
+        .collect())
 }

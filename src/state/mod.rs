@@ -388,10 +388,10 @@ impl StateStore {
         Ok(done.rows_affected() > 0)
     }
 
-    /// The subjects holding a token for `server` of `tenant`, the least
-    /// recently written first (`updated_at_ms`, then subject), at most
-    /// `limit`. The tenant itself, when it holds a token, appears as the
-    /// empty subject. Used to pick whose token lists a per-user server's
+    /// The subjects holding a token for `server` of `tenant`, at most
+    /// `limit`: the tenant itself first when it holds a token (as the empty
+    /// subject), then the least recently written (`updated_at_ms`, then
+    /// subject). Used to pick whose token lists a per-user server's
     /// tools; only the key columns are read, no value is opened.
     ///
     /// # Errors
@@ -408,7 +408,7 @@ impl StateStore {
         let pool = self.ready().await?;
         let rows = sqlx::query(
             "SELECT subject FROM toolgate_tokens WHERE tenant = $1 AND server = $2 \
-             ORDER BY updated_at_ms, subject LIMIT $3",
+             ORDER BY subject <> '', updated_at_ms, subject LIMIT $3",
         )
         .bind(tenant)
         .bind(server)

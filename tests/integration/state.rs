@@ -607,6 +607,17 @@ async fn subjects_by_age_per_tenant_and_server(url: &str) {
         ["alice", "bob"]
     );
     assert!(s.subjects("subj", "github", 0).await.unwrap().is_empty());
+    // The tenant itself comes first, however recently it was written and
+    // however small the limit.
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let own = TokenKey::tenant_wide("subj", "github");
+    s.put_token(&own, b"t").await.unwrap();
+    assert_eq!(s.subjects("subj", "github", 1).await.unwrap(), [""]);
+    assert_eq!(
+        s.subjects("subj", "github", 10).await.unwrap(),
+        ["", "alice", "bob", "carol"]
+    );
+    s.delete_token(&own).await.unwrap();
     assert_eq!(s.subjects("subj", "gitlab", 10).await.unwrap(), ["dave"]);
     assert_eq!(
         s.subjects("subj-other", "github", 10).await.unwrap(),
