@@ -1,5 +1,12 @@
 //! Compiles `proto/toolgate/v1/toolgate.proto` with protox (no system `protoc`
 //! needed) and generates the tonic server and client code.
+//!
+//! Two passes over the same descriptors: the messages and the client go to
+//! `OUT_DIR/toolgate.v1.rs` (`toolgate::pb`); the server alone goes to
+//! `OUT_DIR/server/toolgate.v1.rs`, with every message taken from
+//! `crate::pb` except `ListToolsResponse`, which the server answers as
+//! `crate::grpc::reply::ListToolsReply`: the same message on the wire, with
+//! the tools encoded once per catalog snapshot rather than per call.
 
 fn main() -> anyhow::Result<()> {
     let proto = "proto/toolgate/v1/toolgate.proto";
@@ -13,8 +20,20 @@ fn main() -> anyhow::Result<()> {
         prost::Message::encode_to_vec(&descriptors),
     )?;
     tonic_prost_build::configure()
-        .build_server(true)
+        .build_server(false)
         .build_client(true)
+        .compile_fds(descriptors.clone())?;
+    let server_dir = out_dir.join("server");
+    std::fs::create_dir_all(&server_dir)?;
+    tonic_prost_build::configure()
+        .build_server(true)
+        .build_client(false)
+        .out_dir(&server_dir)
+        .extern_path(".toolgate.v1", "crate::pb")
+        .extern_path(
+            ".toolgate.v1.ListToolsResponse",
+            "crate::grpc::reply::ListToolsReply",
+        )
         .compile_fds(descriptors)?;
     Ok(())
 }

@@ -36,7 +36,18 @@ pub mod upstream;
 pub mod pb {
     tonic::include_proto!("toolgate.v1");
 
+    /// The server side of the service: its `ListTools` and `WatchTools`
+    /// answer [`crate::grpc::reply::ListToolsReply`], the same message on
+    /// the wire as [`ListToolsResponse`] with its tools encoded ahead.
+    pub use super::pb_server::tool_gateway_server;
+
     /// The encoded file descriptor set, for server reflection.
     pub const FILE_DESCRIPTOR_SET: &[u8] =
         tonic::include_file_descriptor_set!("toolgate_descriptor");
+}
+
+/// Generated server code for `toolgate.v1` (see `build.rs`).
+#[allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic)]
+mod pb_server {
+    include!(concat!(env!("OUT_DIR"), "/server/toolgate.v1.rs"));
 }

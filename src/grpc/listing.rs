@@ -8,6 +8,7 @@ use globset::{Glob, GlobSet, GlobSetBuilder};
 use tonic::Status;
 
 use super::convert;
+use super::reply::{self, EncodedTools, ListToolsReply};
 use crate::auth::{Caller, Subject};
 use crate::catalog::{Catalog, CatalogTool, SharedCatalog};
 use crate::error::CallError;
@@ -90,41 +91,108 @@ impl Filter {
 
 /// The filtered catalog as a ListToolsResponse, as much of it as `view`
 /// (the caller's view under the tenant's policy; `None`: everything) lets
-/// the caller see. Without filters and policy the response is built once
-/// per catalog snapshot and cloned per call.
+/// the caller see. Without filters, the tools are encoded once per catalog
+/// snapshot (once per distinct view under a policy) and written as they
+/// are; only the small rest (version, server statuses) is encoded per
+/// call. A filtered listing is built and encoded per call.
 pub(super) fn list_response(
     catalog: &Catalog,
     filter: &Filter,
     view: Option<&View>,
-) -> pb::ListToolsResponse {
-    match view {
-        None if filter.is_empty() => (*catalog.derived(|c| build_list_response(c, filter))).clone(),
-        None => build_list_response(catalog, filter),
-        Some(view) => build_view_response(catalog, filter, view),
+) -> ListToolsReply {
+    if !filter.is_empty() {
+        let tools = listed_tools(catalog, filter, view);
+        let mut message = rest_of_listing(catalog, view);
+        message.total_estimated_tokens = reply::total_tokens(&tools);
+        message.tools = tools;
+        return ListToolsReply::built(message);
+    }
+    let tools = match view {
+        None => catalog
+            .derived(|c| Unfiltered(EncodedTools::encode(listed_tools(c, filter, None))))
+            .0
+            .clone(),
+        Some(view) => catalog
+            .derived(|_| ViewListings::default())
+            .get_or_encode(view.version(), || {
+                EncodedTools::encode(listed_tools(catalog, filter, Some(view)))
+            }),
+    };
+    ListToolsReply::encoded(tools, rest_of_listing(catalog, view))
+}
+
+/// The encoded tools of a snapshot's unfiltered listing.
+struct Unfiltered(EncodedTools);
+
+/// Most distinct policy views whose encoded listing a snapshot keeps.
+const MAX_ENCODED_VIEWS: usize = 16;
+
+/// The encoded tools of a snapshot's distinct policy views, by view
+/// version (callers with the same view share one), oldest evicted first.
+#[derive(Default)]
+struct ViewListings {
+    encoded: std::sync::Mutex<std::collections::VecDeque<(String, EncodedTools)>>,
+}
+
+impl ViewListings {
+    /// The view's encoded tools, encoded now (outside the lock) when not
+    /// kept yet.
+    fn get_or_encode(&self, version: &str, encode: impl FnOnce() -> EncodedTools) -> EncodedTools {
+        let find = |kept: &std::collections::VecDeque<(String, EncodedTools)>| {
+            kept.iter()
+                .find(|(v, _)| v == version)
+                .map(|(_, e)| e.clone())
+        };
+        if let Some(found) = find(&self.encoded.lock().expect("view listings lock")) {
+            return found;
+        }
+        let encoded = encode();
+        let mut kept = self.encoded.lock().expect("view listings lock");
+        if let Some(found) = find(&kept) {
+            return found;
+        }
+        if kept.len() >= MAX_ENCODED_VIEWS {
+            kept.pop_front();
+        }
+        kept.push_back((version.to_owned(), encoded.clone()));
+        encoded
     }
 }
 
-/// A restricted view as a ListToolsResponse: its tools, its version, and
-/// each server's count of the tools the caller sees.
-fn build_view_response(catalog: &Catalog, filter: &Filter, view: &View) -> pb::ListToolsResponse {
-    let tools: Vec<pb::Tool> = view
-        .tools(catalog)
-        .filter(|t| filter.allows(t))
-        .map(convert::tool)
-        .collect();
-    let total_estimated_tokens = tools.iter().map(|t| t.estimated_tokens).sum();
+/// The tools `view` (`None`: everything) lets the caller see that pass
+/// `filter`, in catalog order.
+fn listed_tools(catalog: &Catalog, filter: &Filter, view: Option<&View>) -> Vec<pb::Tool> {
+    match view {
+        None => catalog
+            .tools()
+            .iter()
+            .filter(|t| filter.allows(t))
+            .map(convert::tool)
+            .collect(),
+        Some(view) => view
+            .tools(catalog)
+            .filter(|t| filter.allows(t))
+            .map(convert::tool)
+            .collect(),
+    }
+}
+
+/// A listing's fields but its tools: the version the caller sees and each
+/// server's status, with the count of the tools the caller sees.
+fn rest_of_listing(catalog: &Catalog, view: Option<&View>) -> pb::ListToolsResponse {
     let mut servers = convert::server_statuses(catalog);
-    for (index, status) in servers.iter_mut().enumerate() {
-        status.tool_count = view.server_tool_count(index);
-        status
-            .withheld_tools
-            .retain(|name| !view.hides_withheld(name));
+    if let Some(view) = view {
+        for (index, status) in servers.iter_mut().enumerate() {
+            status.tool_count = view.server_tool_count(index);
+            status
+                .withheld_tools
+                .retain(|name| !view.hides_withheld(name));
+        }
     }
     pb::ListToolsResponse {
-        tools,
-        catalog_version: view.version().to_owned(),
+        catalog_version: view.map_or(catalog.version(), View::version).to_owned(),
         servers,
-        total_estimated_tokens,
+        ..Default::default()
     }
 }
 
@@ -214,36 +282,25 @@ pub(super) fn seen<'c>(
     }
 }
 
-fn build_list_response(catalog: &Catalog, filter: &Filter) -> pb::ListToolsResponse {
-    let tools: Vec<pb::Tool> = catalog
-        .tools()
-        .iter()
-        .filter(|t| filter.allows(t))
-        .map(convert::tool)
-        .collect();
-    let total_estimated_tokens = tools.iter().map(|t| t.estimated_tokens).sum();
-    pb::ListToolsResponse {
-        tools,
-        catalog_version: catalog.version().to_owned(),
-        servers: convert::server_statuses(catalog),
-        total_estimated_tokens,
-    }
-}
-
 /// Shows, for each per-user server, whether the caller's subject has
 /// authorized it: `AUTHORIZATION_REQUIRED` with the URL to consent at when
 /// it has not. The rest of the listing is the tenant's.
 pub(super) async fn show_consent(
     tenant: &crate::registry::Tenant,
     subject: &str,
-    response: &mut pb::ListToolsResponse,
+    response: &mut ListToolsReply,
 ) {
     use crate::registry::ConsentState;
     for (index, server) in tenant.servers().enumerate() {
         if !tenant.is_per_user(index) {
             continue;
         }
-        let Some(status) = response.servers.iter_mut().find(|s| s.name == server.name) else {
+        let Some(status) = response
+            .rest
+            .servers
+            .iter_mut()
+            .find(|s| s.name == server.name)
+        else {
             continue;
         };
         match tenant.consent_state(index, subject).await {

@@ -8,6 +8,7 @@ mod call_audit;
 pub mod convert;
 pub mod drain;
 mod listing;
+pub mod reply;
 pub mod status;
 mod stream;
 
@@ -157,7 +158,7 @@ impl pb::tool_gateway_server::ToolGateway for Gateway {
     async fn list_tools(
         &self,
         request: Request<pb::ListToolsRequest>,
-    ) -> Result<Response<pb::ListToolsResponse>, Status> {
+    ) -> Result<Response<reply::ListToolsReply>, Status> {
         let (tenant, _busy) = self.listing_tenant(&request)?;
         let filter = listing::Filter::new(request.get_ref())?;
         let span = rpc_span("ListTools", &tenant.name);
@@ -198,7 +199,7 @@ impl pb::tool_gateway_server::ToolGateway for Gateway {
         )))
     }
 
-    type WatchToolsStream = EventStream<pb::ListToolsResponse>;
+    type WatchToolsStream = EventStream<reply::ListToolsReply>;
 
     async fn watch_tools(
         &self,

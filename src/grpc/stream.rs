@@ -91,7 +91,7 @@ pub(super) fn watch(
     filter: Filter,
     (caller, subject): (Caller, Subject),
     drain: Arc<Drain>,
-) -> EventStream<pb::ListToolsResponse> {
+) -> EventStream<super::reply::ListToolsReply> {
     let (out, rx) = mpsc::channel(4);
     tokio::spawn(async move {
         let mut changes = tenant.subscribe();

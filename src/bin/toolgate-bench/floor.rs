@@ -1,29 +1,40 @@
 //! The floor of a gRPC hop: a bare tonic server of the same service and
-//! message types that answers every call with a prebuilt message, no work.
+//! message types that answers every call with a prebuilt message, no work:
+//! InvokeTool with the argument text, ListTools with bytes recorded from a
+//! gateway's answer, written as they are (what the gateway does with the
+//! tools it encoded ahead).
 
 use std::sync::Arc;
 
 use tonic::{Request, Response, Status};
+use toolgate::grpc::reply::{EncodedTools, ListToolsReply};
 use toolgate::pb;
 
 type Stream<T> = std::pin::Pin<Box<dyn futures::Stream<Item = Result<T, Status>> + Send>>;
 
-/// Answers InvokeTool with the argument text; ListTools with a prebuilt
-/// message of a chosen size.
+/// Answers InvokeTool with the argument text; ListTools with a recorded
+/// answer.
 #[derive(Clone)]
 pub struct Echo {
-    list: Arc<pb::ListToolsResponse>,
+    list: Arc<ListToolsReply>,
 }
 
 impl Echo {
-    pub fn new(list_bytes: usize) -> Self {
-        let list = pb::ListToolsResponse {
-            catalog_version: "x".repeat(list_bytes),
-            ..Default::default()
-        };
-        Self {
-            list: Arc::new(list),
-        }
+    /// `list`: the encoded ListToolsResponse to answer (empty: an empty
+    /// listing).
+    pub fn new(list: &[u8]) -> anyhow::Result<Self> {
+        let message = <pb::ListToolsResponse as prost::Message>::decode(list)?;
+        // The tools as one encoded block and the rest per call: byte for
+        // byte what a gateway answers.
+        let tools = EncodedTools::encode(message.tools.clone());
+        let reply = ListToolsReply::encoded(tools, message);
+        anyhow::ensure!(
+            prost::Message::encode_to_vec(&reply) == list,
+            "the recorded ListTools answer does not re-encode to the same bytes"
+        );
+        Ok(Self {
+            list: Arc::new(reply),
+        })
     }
 }
 
@@ -32,7 +43,7 @@ impl pb::tool_gateway_server::ToolGateway for Echo {
     async fn list_tools(
         &self,
         _request: Request<pb::ListToolsRequest>,
-    ) -> Result<Response<pb::ListToolsResponse>, Status> {
+    ) -> Result<Response<ListToolsReply>, Status> {
         Ok(Response::new((*self.list).clone()))
     }
 
@@ -61,7 +72,7 @@ impl pb::tool_gateway_server::ToolGateway for Echo {
         Err(Status::unimplemented("not in the floor"))
     }
 
-    type WatchToolsStream = Stream<pb::ListToolsResponse>;
+    type WatchToolsStream = Stream<ListToolsReply>;
 
     async fn watch_tools(
         &self,
@@ -78,12 +89,18 @@ impl pb::tool_gateway_server::ToolGateway for Echo {
     }
 }
 
-/// Serves the floor on 127.0.0.1:`port`.
-pub async fn serve(port: u16, list_bytes: usize) -> anyhow::Result<()> {
+/// Serves the floor on 127.0.0.1:`port`; ListTools answers the encoded
+/// message in the file `list` (none: an empty listing).
+pub async fn serve(port: u16, list: Option<&std::path::Path>) -> anyhow::Result<()> {
+    let list = match list {
+        Some(path) => std::fs::read(path)?,
+        None => Vec::new(),
+    };
+    let echo = Echo::new(&list)?;
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
     tonic::transport::Server::builder()
         .add_service(
-            pb::tool_gateway_server::ToolGatewayServer::new(Echo::new(list_bytes))
+            pb::tool_gateway_server::ToolGatewayServer::new(echo)
                 .max_encoding_message_size(usize::MAX),
         )
         .serve_with_incoming(

@@ -10,6 +10,7 @@
 //! See docs/performance.md.
 
 mod floor;
+mod listing;
 mod measure;
 mod policy;
 mod upstream;
@@ -46,6 +47,9 @@ struct Args {
     /// Only the per-tool policy figures (a 20-rule policy against none).
     #[arg(long)]
     only_policy: bool,
+    /// Only the ListTools figures (10,000 tools against the floor).
+    #[arg(long)]
+    only_listing: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -60,8 +64,9 @@ enum Cmd {
     /// (internal) the bare tonic floor server.
     EchoServer {
         port: u16,
-        #[arg(long, default_value_t = 0)]
-        list_bytes: usize,
+        /// An encoded ListToolsResponse to answer ListTools with.
+        #[arg(long)]
+        list_file: Option<PathBuf>,
     },
 }
 
@@ -201,20 +206,6 @@ fn invoke_fn(
                     arguments_json: r#"{"message":"hello"}"#.into(),
                     ..Default::default()
                 }))
-                .await?;
-            Ok(())
-        })
-    })
-}
-
-fn list_fn(
-    client: pb::tool_gateway_client::ToolGatewayClient<tonic::transport::Channel>,
-) -> CallFn {
-    std::sync::Arc::new(move || {
-        let mut client = client.clone();
-        Box::pin(async move {
-            client
-                .list_tools(authed(pb::ListToolsRequest::default()))
                 .await?;
             Ok(())
         })
@@ -504,52 +495,6 @@ fn mcpo(args: &Args) -> anyhow::Result<serde_json::Value> {
     Ok(serde_json::from_slice(&output.stdout)?)
 }
 
-/// ListTools of a 10,000-tool catalog against a floor echo of a message of
-/// the same size: (toolgate p50 ms, floor p50 ms, bytes).
-async fn large_catalog() -> anyhow::Result<(f64, f64, usize)> {
-    use prost::Message;
-    let (server, port) = fast_http_server(9_999);
-    wait_port(port).await;
-    let (gw, gw_port) = gateway(&format!(
-        "      - name: big\n        url: \"http://127.0.0.1:{port}/mcp\"\n        max_list_pages: 20\n"
-    ))
-    .await;
-    let mut client = grpc(gw_port).await;
-    let mut size = 0;
-    for _ in 0..500 {
-        let listing = client
-            .list_tools(authed(pb::ListToolsRequest::default()))
-            .await?
-            .into_inner();
-        if listing.tools.len() == 10_000 {
-            size = listing.encoded_len();
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    anyhow::ensure!(size > 0, "the 10,000-tool catalog never appeared");
-    let list = list_fn(client.clone());
-    measure::sequential(&list, 10).await?;
-    let toolgate = measure::sequential(&list, 100).await?.p50;
-    drop((gw, server));
-
-    let floor_port = free_port();
-    let mut command = Command::new(exe());
-    command.args([
-        "echo-server",
-        &floor_port.to_string(),
-        "--list-bytes",
-        &size.to_string(),
-    ]);
-    let _floor = spawn(command);
-    wait_port(floor_port).await;
-    let floor_client = grpc(floor_port).await;
-    let floor_list = list_fn(floor_client);
-    measure::sequential(&floor_list, 10).await?;
-    let floor = measure::sequential(&floor_list, 100).await?.p50;
-    Ok((toolgate, floor, size))
-}
-
 /// Many tenants: (ms to SERVING with 10,000 tenants, idle RSS MiB,
 /// RSS MiB with 1,000 tenants × 2 live HTTP sessions).
 async fn many_tenants() -> anyhow::Result<(f64, f64, f64)> {
@@ -674,8 +619,8 @@ async fn main() -> anyhow::Result<()> {
             http: Some(port),
             tools,
         }) => return upstream::serve_http(*port, *tools).await,
-        Some(Cmd::EchoServer { port, list_bytes }) => {
-            return floor::serve(*port, *list_bytes).await;
+        Some(Cmd::EchoServer { port, list_file }) => {
+            return floor::serve(*port, list_file.as_deref()).await;
         }
         None => {}
     }
@@ -687,6 +632,11 @@ async fn main() -> anyhow::Result<()> {
         println!("| target | figure | goal | |");
         println!("| --- | --- | --- | --- |");
         return policy::report(args.rounds).await;
+    }
+    if args.only_listing {
+        println!("| target | figure | goal | |");
+        println!("| --- | --- | --- | --- |");
+        return listing::report().await;
     }
     eprintln!(
         "toolgate-bench: {} round(s), {:?} per throughput run, {} sequential calls",
@@ -825,15 +775,7 @@ async fn main() -> anyhow::Result<()> {
             verdict(vs_mcpo >= 3.0)
         );
     }
-    let (list_tg, list_floor, bytes) = large_catalog().await?;
-    let list_ratio = list_tg / list_floor;
-    println!(
-        "| ListTools, 10,000 tools ({bytes} bytes): toolgate p50 {} ms / echo p50 {} ms | {} | ≤ 2 | {} |",
-        fmt(list_tg, 2),
-        fmt(list_floor, 2),
-        fmt(list_ratio, 2),
-        verdict(list_ratio <= 2.0)
-    );
+    listing::report().await?;
     if !args.skip_tenants {
         let (serving_ms, idle_rss, live_rss) = many_tenants().await?;
         println!(
