@@ -9,6 +9,7 @@ mod oauth;
 mod policy;
 mod raw;
 pub mod secret;
+mod tls;
 mod validate;
 
 use std::net::SocketAddr;
@@ -26,6 +27,9 @@ pub use oauth::{
     DEFAULT_STATE_URL, Grant, OAuthListener, ServerOAuth, StateConfig, TokenEndpointAuth,
 };
 pub use secret::{Environment, ProcessEnv, Secret, SourceError, ValueSource};
+pub use tls::TlsTrust;
+#[cfg(test)]
+pub(crate) use tls::test_certs;
 
 /// The default gRPC listen address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:50051";
@@ -305,12 +309,16 @@ impl ServerConfig {
                     field(value.expose().as_bytes());
                 }
             }
-            Transport::Http { url, headers } => {
+            Transport::Http { url, headers, tls } => {
                 field(b"http");
                 field(url.as_str().as_bytes());
                 for (name, value) in headers {
                     field(name.as_str().as_bytes());
                     field(value.expose().as_bytes());
+                }
+                if let Some(tls) = tls {
+                    field(b"tls");
+                    field(&tls.digest());
                 }
             }
         }
@@ -382,6 +390,9 @@ pub enum Transport {
         url: url::Url,
         /// Headers sent with every request of this transport.
         headers: Vec<(http::HeaderName, Secret)>,
+        /// The CA certificates an `https://` server's certificate must
+        /// chain to, instead of the system's roots (`servers[].tls`).
+        tls: Option<TlsTrust>,
     },
 }
 
@@ -577,7 +588,7 @@ impl Config {
         let mut warnings = Vec::new();
         for (t, tenant) in self.tenants.iter().enumerate() {
             for (s, server) in tenant.servers.iter().enumerate() {
-                let Transport::Http { url, headers } = &server.transport else {
+                let Transport::Http { url, headers, .. } = &server.transport else {
                     continue;
                 };
                 if url.scheme() != "http" || is_loopback(url) {

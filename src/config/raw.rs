@@ -160,6 +160,7 @@ pub(crate) struct RawServer {
     pub(crate) env: Option<BTreeMap<String, RawValue>>,
     pub(crate) url: Option<String>,
     pub(crate) headers: Option<BTreeMap<String, RawValue>>,
+    pub(crate) tls: Option<super::tls::RawTls>,
     pub(crate) tools: Option<RawToolFilter>,
     #[serde(default)]
     pub(crate) bare: bool,

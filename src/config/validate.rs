@@ -685,6 +685,7 @@ fn validate_server(
         Some(raw) => super::oauth::server(errors, path, raw, base, env),
         None => None,
     };
+    let is_stdio = server.command.is_some();
     let transport = match (server.command, server.url) {
         (Some(_), Some(_)) => {
             errors.push(
@@ -723,6 +724,24 @@ fn validate_server(
                 );
             }
             http(errors, path, &url, server.headers, base, env)
+        }
+    };
+    let transport = match (transport, server.tls) {
+        (transport, None) => transport,
+        (Some(Transport::Http { url, headers, .. }), Some(raw)) => {
+            super::tls::server_tls(errors, path, raw, Some(&url), false, base).map(|tls| {
+                Transport::Http {
+                    url,
+                    headers,
+                    tls: Some(tls),
+                }
+            })
+        }
+        (_, Some(raw)) => {
+            // A stdio server, or an HTTP one with errors: the block is
+            // still checked, so every error shows at once.
+            super::tls::server_tls(errors, path, raw, None, is_stdio, base);
+            None
         }
     };
 
@@ -954,7 +973,11 @@ fn http(
     if errors.0.len() != before {
         return None;
     }
-    Some(Transport::Http { url: url?, headers })
+    Some(Transport::Http {
+        url: url?,
+        headers,
+        tls: None,
+    })
 }
 
 /// The URL without credentials, for error messages.

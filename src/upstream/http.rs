@@ -3,11 +3,12 @@
 //! prints them. The W3C trace context of a `tools/call` (put in `_meta` by
 //! the session) is also sent as `traceparent`/`tracestate` headers. Error
 //! bodies are read only as a bounded prefix and redacted before rmcp sees
-//! them; one client (and connection pool) serves every session.
+//! them; one client (and connection pool) serves every session with the
+//! same TLS trust (the system's roots, or a server's `tls.ca_file`).
 
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use futures::stream::BoxStream;
@@ -21,7 +22,7 @@ use rmcp::transport::streamable_http_client::{
 use sse_stream::Sse;
 
 use super::{Bearer, UpstreamError, error};
-use crate::config::Secret;
+use crate::config::{Secret, TlsTrust};
 use crate::credentials::SharedRedactor;
 
 /// Installs the process-wide TLS crypto provider (ring) once.
@@ -45,15 +46,18 @@ const POOL_MAX_IDLE_PER_HOST: usize = 32;
 /// How long an idle pooled connection is kept.
 const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 
-/// Builds the transport for `url` with `headers`. Error texts the server
-/// sends back are redacted with `redactor` before rmcp sees (or logs) them.
+/// Builds the transport for `url` with `headers`, checking an HTTPS
+/// server's certificate against `tls` (when set) instead of the system's
+/// roots. Error texts the server sends back are redacted with `redactor`
+/// before rmcp sees (or logs) them.
 ///
 /// # Errors
-/// The process-wide HTTP client cannot be built (its TLS backend failed to
-/// initialise).
+/// The HTTP client cannot be built (its TLS backend failed to initialise,
+/// or refused the configured CA certificates).
 pub(super) fn transport(
     url: &url::Url,
     headers: &[(HeaderName, Secret)],
+    tls: Option<&TlsTrust>,
     max_result_bytes: usize,
     redactor: &SharedRedactor,
     bearer: Option<Bearer>,
@@ -77,7 +81,10 @@ pub(super) fn transport(
         // transparent re-initialisation would keep a stale catalog).
         .reinit_on_expired_session(false);
     let client = TraceHeaders {
-        client: shared_client()?,
+        client: match tls {
+            None => shared_client()?,
+            Some(tls) => trusting_client(tls)?,
+        },
         redactor: redactor.clone(),
         bearer,
     };
@@ -88,33 +95,76 @@ pub(super) fn transport(
 /// settings and connection pool are built once (per-session clients cost
 /// hundreds of KiB each, and could not share connections). Headers are per
 /// session, passed with every request.
-fn shared_client() -> Result<reqwest::Client, UpstreamError> {
-    static CLIENT: std::sync::OnceLock<Result<reqwest::Client, String>> =
+fn shared_client() -> Result<Arc<reqwest::Client>, UpstreamError> {
+    static CLIENT: std::sync::OnceLock<Result<Arc<reqwest::Client>, String>> =
         std::sync::OnceLock::new();
     CLIENT
         .get_or_init(|| {
-            reqwest::Client::builder()
-                // Redirects could carry the configured credentials elsewhere.
-                .redirect(reqwest::redirect::Policy::none())
-                // Keep connections (and their TLS sessions) for reuse: a
-                // call to an HTTPS upstream must not cost a new TCP and TLS
-                // handshake. hyper puts a connection back in the pool only
-                // once its response body was read to the end; a response
-                // dropped early (rmcp reads only a prefix of an error body)
-                // closes its connection instead, so no reused connection
-                // waits on unread bytes.
-                .pool_max_idle_per_host(POOL_MAX_IDLE_PER_HOST)
-                .pool_idle_timeout(POOL_IDLE_TIMEOUT)
-                // No Nagle: a request written in two segments (headers,
-                // body) must not wait for the server's delayed ACK.
-                .tcp_nodelay(true)
+            client_builder()
                 .build()
+                .map(Arc::new)
                 .map_err(|e| error::root_cause(&e))
         })
         .clone()
         .map_err(|reason| {
             UpstreamError::Transport(format!("cannot build the HTTP client: {reason}"))
         })
+}
+
+/// The client of every session whose server trusts `tls`'s roots: one per
+/// distinct set of roots, shared (with its connection pool) by all the
+/// sessions that use it, and dropped with the last of them.
+fn trusting_client(tls: &TlsTrust) -> Result<Arc<reqwest::Client>, UpstreamError> {
+    type Clients = std::sync::Mutex<HashMap<[u8; 32], Weak<reqwest::Client>>>;
+    static CLIENTS: std::sync::OnceLock<Clients> = std::sync::OnceLock::new();
+    let clients = CLIENTS.get_or_init(Default::default);
+    // Poisoning cannot leave the map inconsistent (single inserts).
+    let mut clients = clients.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(client) = clients.get(&tls.digest()).and_then(Weak::upgrade) {
+        return Ok(client);
+    }
+    let mut roots = Vec::with_capacity(tls.roots().len());
+    for der in tls.roots() {
+        roots.push(reqwest::Certificate::from_der(der).map_err(|e| {
+            UpstreamError::Transport(format!(
+                "cannot use the CA certificates of {}: {}",
+                tls.ca_file().display(),
+                error::root_cause(&e)
+            ))
+        })?);
+    }
+    let client = client_builder()
+        .tls_certs_only(roots)
+        .build()
+        .map_err(|e| {
+            UpstreamError::Transport(format!(
+                "cannot build the HTTP client trusting {}: {}",
+                tls.ca_file().display(),
+                error::root_cause(&e)
+            ))
+        })?;
+    let client = Arc::new(client);
+    clients.retain(|_, client| client.strong_count() > 0);
+    clients.insert(tls.digest(), Arc::downgrade(&client));
+    Ok(client)
+}
+
+/// The settings of every HTTP client of the gateway.
+fn client_builder() -> reqwest::ClientBuilder {
+    reqwest::Client::builder()
+        // Redirects could carry the configured credentials elsewhere.
+        .redirect(reqwest::redirect::Policy::none())
+        // Keep connections (and their TLS sessions) for reuse: a call to an
+        // HTTPS upstream must not cost a new TCP and TLS handshake. hyper
+        // puts a connection back in the pool only once its response body
+        // was read to the end; a response dropped early (rmcp reads only a
+        // prefix of an error body) closes its connection instead, so no
+        // reused connection waits on unread bytes.
+        .pool_max_idle_per_host(POOL_MAX_IDLE_PER_HOST)
+        .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+        // No Nagle: a request written in two segments (headers, body) must
+        // not wait for the server's delayed ACK.
+        .tcp_nodelay(true)
 }
 
 /// The answer to an HTTP request that failed with an error status, as rmcp
@@ -136,7 +186,8 @@ pub(super) fn split_status(text: &str) -> Option<(u16, &str)> {
 /// of the errors it hands to rmcp.
 #[derive(Clone, Debug)]
 pub(super) struct TraceHeaders {
-    client: reqwest::Client,
+    /// Shared by every session with the same TLS trust.
+    client: Arc<reqwest::Client>,
     redactor: SharedRedactor,
     /// The session's OAuth token, sent as `Authorization: Bearer` with
     /// every request (read per request: a refreshed token applies at once).
@@ -293,6 +344,30 @@ impl StreamableHttpClient for TraceHeaders {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::test_certs::{CA_1, CA_2};
+
+    fn trust(dir: &std::path::Path, name: &str, pem: &str) -> TlsTrust {
+        let path = dir.join(name);
+        std::fs::write(&path, pem).unwrap();
+        TlsTrust::from_pem_file(&path).unwrap()
+    }
+
+    #[test]
+    fn sessions_with_the_same_roots_share_one_client() {
+        ensure_crypto_provider();
+        let dir = tempfile::tempdir().unwrap();
+        let a = trusting_client(&trust(dir.path(), "a.pem", CA_1)).unwrap();
+        // The same certificates under another name: the same client.
+        let b = trusting_client(&trust(dir.path(), "b.pem", CA_1)).unwrap();
+        assert!(Arc::ptr_eq(&a, &b));
+        let other = trusting_client(&trust(dir.path(), "c.pem", CA_2)).unwrap();
+        assert!(!Arc::ptr_eq(&a, &other));
+        assert!(!Arc::ptr_eq(&a, &shared_client().unwrap()));
+        // Once no session holds it, the client (and its pool) is dropped.
+        let weak = Arc::downgrade(&other);
+        drop(other);
+        assert!(weak.upgrade().is_none());
+    }
 
     #[test]
     fn split_status_reads_rmcps_error_text() {

@@ -332,9 +332,10 @@ async fn start(
                 }
             }
         }
-        Transport::Http { url, headers } => {
+        Transport::Http { url, headers, tls } => {
             let Some(bearer) = &options.bearer else {
-                let transport = http::transport(url, headers, max_result_bytes, redactor, None)?;
+                let transport =
+                    http::transport(url, headers, tls.as_ref(), max_result_bytes, redactor, None)?;
                 let service = serve(transport, lifecycle, cancel, options)
                     .await
                     .map_err(handshake)?;
@@ -348,6 +349,7 @@ async fn start(
                 let transport = http::transport(
                     url,
                     headers,
+                    tls.as_ref(),
                     max_result_bytes,
                     redactor,
                     Some(bearer.clone()),

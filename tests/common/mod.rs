@@ -28,6 +28,9 @@ use toolgate::config::Config;
 use toolgate::pb;
 use toolgate::pb::tool_gateway_client::ToolGatewayClient;
 
+mod tls;
+pub use tls::{make_certs, serve_mcp_tls};
+
 /// The repository root.
 pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -436,37 +439,7 @@ async fn serve_mcp_with(server: TestServer, json: bool) -> McpServer {
 async fn serve_mcp_on(server: TestServer, json: bool, port: u16) -> McpServer {
     let log = server.log.clone();
     let stop = CancellationToken::new();
-    let mut config =
-        StreamableHttpServerConfig::default().with_cancellation_token(stop.child_token());
-    if json {
-        config.legacy_session_mode = false;
-        config.json_response = true;
-    }
-    let service = StreamableHttpService::new(
-        move || Ok(server.clone()),
-        LocalSessionManager::default().into(),
-        config,
-    );
-    let header_log = log.clone();
-    let router =
-        axum::Router::new()
-            .nest_service("/mcp", service)
-            .layer(axum::middleware::from_fn(
-                move |request: axum::extract::Request, next: axum::middleware::Next| {
-                    let header_log = header_log.clone();
-                    async move {
-                        let headers = request
-                            .headers()
-                            .iter()
-                            .map(|(k, v)| {
-                                (k.as_str().to_string(), v.to_str().unwrap_or("").to_string())
-                            })
-                            .collect();
-                        header_log.headers.lock().unwrap().push(headers);
-                        next.run(request).await
-                    }
-                },
-            ));
+    let router = mcp_router(server, json, &stop);
     let listener = loop {
         // A port just released may take a moment to be free again.
         match TcpListener::bind(("127.0.0.1", port)).await {
@@ -487,6 +460,41 @@ async fn serve_mcp_on(server: TestServer, json: bool, port: u16) -> McpServer {
         log,
         stop,
     }
+}
+
+/// `server`'s Streamable HTTP endpoint (`/mcp`), recording request
+/// headers; plain JSON bodies (stateless, no SSE) when `json`.
+fn mcp_router(server: TestServer, json: bool, stop: &CancellationToken) -> axum::Router {
+    let mut config =
+        StreamableHttpServerConfig::default().with_cancellation_token(stop.child_token());
+    if json {
+        config.legacy_session_mode = false;
+        config.json_response = true;
+    }
+    let header_log = server.log.clone();
+    let service = StreamableHttpService::new(
+        move || Ok(server.clone()),
+        LocalSessionManager::default().into(),
+        config,
+    );
+    axum::Router::new()
+        .nest_service("/mcp", service)
+        .layer(axum::middleware::from_fn(
+            move |request: axum::extract::Request, next: axum::middleware::Next| {
+                let header_log = header_log.clone();
+                async move {
+                    let headers = request
+                        .headers()
+                        .iter()
+                        .map(|(k, v)| {
+                            (k.as_str().to_string(), v.to_str().unwrap_or("").to_string())
+                        })
+                        .collect();
+                    header_log.headers.lock().unwrap().push(headers);
+                    next.run(request).await
+                }
+            },
+        ))
 }
 
 /// A child process that is killed when dropped.

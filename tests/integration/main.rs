@@ -26,4 +26,5 @@ mod routing;
 mod search;
 mod state;
 mod third_party;
+mod tls;
 mod worker_api;

@@ -11,6 +11,7 @@
 
 mod floor;
 mod listing;
+mod https;
 mod measure;
 mod policy;
 mod upstream;
@@ -50,6 +51,9 @@ struct Args {
     /// Only the ListTools figures (10,000 tools against the floor).
     #[arg(long)]
     only_listing: bool,
+    /// Only the fast stdio, http and https paths through the gateway.
+    #[arg(long)]
+    only_http: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -60,6 +64,9 @@ enum Cmd {
         http: Option<u16>,
         #[arg(long, default_value_t = 0)]
         tools: usize,
+        /// With --http: serve HTTPS with this directory's certificates.
+        #[arg(long)]
+        tls: Option<PathBuf>,
     },
     /// (internal) the bare tonic floor server.
     EchoServer {
@@ -453,6 +460,7 @@ async fn build_paths() -> anyhow::Result<Vec<Path_>> {
         )
         .await?,
     );
+    paths.push(https::path().await?.0);
 
     // server-everything over stdio.
     paths.push(
@@ -614,10 +622,18 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let _ = rustls::crypto::ring::default_provider().install_default();
     match &args.command {
-        Some(Cmd::McpServer { http: None, tools }) => return upstream::serve_stdio(*tools).await,
+        Some(Cmd::McpServer {
+            http: None, tools, ..
+        }) => return upstream::serve_stdio(*tools).await,
         Some(Cmd::McpServer {
             http: Some(port),
             tools,
+            tls: Some(dir),
+        }) => return https::serve(*port, *tools, dir).await,
+        Some(Cmd::McpServer {
+            http: Some(port),
+            tools,
+            tls: None,
         }) => return upstream::serve_http(*port, *tools).await,
         Some(Cmd::EchoServer { port, list_file }) => {
             return floor::serve(*port, list_file.as_deref()).await;
@@ -637,6 +653,9 @@ async fn main() -> anyhow::Result<()> {
         println!("| target | figure | goal | |");
         println!("| --- | --- | --- | --- |");
         return listing::report().await;
+    }
+    if args.only_http {
+        return https::report(&args).await;
     }
     eprintln!(
         "toolgate-bench: {} round(s), {:?} per throughput run, {} sequential calls",
@@ -761,6 +780,7 @@ async fn main() -> anyhow::Result<()> {
         "| audit cost: calls/s @16, audited / not | {} | | |",
         fmt(audited.1 / via_fast.1, 2)
     );
+    https::targets(&summary);
     let vs_direct = via_every.1 / direct_every.1;
     println!(
         "| everything stdio @16: toolgate / direct rmcp throughput | {} | ≥ 0.9 | {} |",

@@ -90,8 +90,8 @@ pub async fn serve_stdio(extra_tools: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Serves Streamable HTTP on 127.0.0.1:`port` until killed.
-pub async fn serve_http(port: u16, extra_tools: usize) -> anyhow::Result<()> {
+/// The Streamable HTTP endpoint (`/mcp`) of the fast server.
+pub fn router(extra_tools: usize) -> axum::Router {
     use rmcp::transport::streamable_http_server::{
         StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
     };
@@ -101,8 +101,19 @@ pub async fn serve_http(port: u16, extra_tools: usize) -> anyhow::Result<()> {
         LocalSessionManager::default().into(),
         StreamableHttpServerConfig::default(),
     );
-    let router = axum::Router::new().nest_service("/mcp", service);
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
-    axum::serve(listener, router).await?;
+    axum::Router::new().nest_service("/mcp", service)
+}
+
+/// Serves Streamable HTTP on 127.0.0.1:`port` until killed.
+pub async fn serve_http(port: u16, extra_tools: usize) -> anyhow::Result<()> {
+    use axum::serve::ListenerExt;
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await?
+        // Without TCP_NODELAY (axum does not set it), an SSE answer written
+        // in two segments waits for the client's delayed ACK (40 ms).
+        .tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
+    axum::serve(listener, router(extra_tools)).await?;
     Ok(())
 }
