@@ -163,8 +163,9 @@ impl CatalogTool {
 /// An immutable snapshot of one tenant's catalog.
 #[derive(Debug, Default)]
 pub struct Catalog {
-    /// Built on the first search of this snapshot.
-    search_index: std::sync::OnceLock<search::Index>,
+    /// Built on the first search of this snapshot (boxed: most snapshots
+    /// are never searched).
+    search_index: std::sync::OnceLock<Box<search::Index>>,
     /// Values derived from this snapshot by other layers (the API layer's
     /// wire form, callers' policy views), one per type, each built once per
     /// snapshot rather than per call.
@@ -174,39 +175,69 @@ pub struct Catalog {
     servers: Vec<ServerStatus>,
     /// Exposed names of servers that are down, from their last listing.
     down_routes: HashMap<String, usize>,
-    /// Namespaces (`server` of `server__tool`) of non-bare servers.
-    namespaces: HashMap<String, usize>,
+    /// Whether each server (by index) namespaces its tools (`server__tool`:
+    /// not `bare`).
+    namespaced: Box<[bool]>,
     version: String,
     /// Which tenant object built the snapshot (its server indices index
     /// that object's servers); 0 for none.
     stamp: u64,
 }
 
+/// The exposed tools one listing of a server gives (schemas serialised,
+/// definitions hashed and checked against the limits), or why the server
+/// is refused on its own account. A catalog is assembled from these parts;
+/// the registry keeps each server's part with its listing, so a rebuild
+/// (another server connects, fails or is reloaded) does not re-serialise
+/// the servers whose listing did not change.
+pub type ServerPart = Arc<Result<Vec<CatalogTool>, String>>;
+
 impl Catalog {
     /// Builds a snapshot from the servers' states, in configuration order.
     pub fn build(inputs: &[ServerInput<'_>], limits: &crate::config::Limits) -> Catalog {
+        Self::build_with(inputs, |server_index, input, listed| {
+            Self::server_part(server_index, input, listed, limits)
+        })
+    }
+
+    /// The part of the catalog that `listed`, a listing of server
+    /// `server_index` (described by `input`), gives.
+    pub fn server_part(
+        server_index: usize,
+        input: &ServerInput<'_>,
+        listed: &[rmcp::model::Tool],
+        limits: &crate::config::Limits,
+    ) -> ServerPart {
+        Arc::new(server_tools(server_index, input, listed, limits))
+    }
+
+    /// [`Catalog::build`] with each listing's part given by `part`, called
+    /// with the server's index, its input and the listing (its current one,
+    /// or the last one of a server that is down). `part` must return what
+    /// [`Catalog::server_part`] returns for the same arguments (a part kept
+    /// from an earlier build of the same listing, index and limits).
+    pub fn build_with(
+        inputs: &[ServerInput<'_>],
+        mut part: impl FnMut(usize, &ServerInput<'_>, &[rmcp::model::Tool]) -> ServerPart,
+    ) -> Catalog {
         // First pass: each connected server's candidate tools, or why the
         // server is refused on its own account.
-        let mut candidates: Vec<Result<Vec<CatalogTool>, String>> = Vec::new();
+        let mut candidates: Vec<Option<ServerPart>> = Vec::with_capacity(inputs.len());
         let mut down_routes = HashMap::new();
-        let mut namespaces = HashMap::new();
         for (server_index, input) in inputs.iter().enumerate() {
-            if !input.bare {
-                namespaces.insert(input.name.to_owned(), server_index);
-            }
             if let InputState::Failed {
                 last_tools: Some(tools),
                 ..
             } = &input.state
-                && let Ok(tools) = server_tools(server_index, input, tools, limits)
+                && let Ok(tools) = part(server_index, input, tools).as_ref()
             {
                 for tool in tools {
-                    down_routes.insert(tool.name, server_index);
+                    down_routes.insert(tool.name.clone(), server_index);
                 }
             }
             candidates.push(match &input.state {
-                InputState::Listed(tools) => server_tools(server_index, input, tools, limits),
-                _ => Ok(Vec::new()),
+                InputState::Listed(tools) => Some(part(server_index, input, tools)),
+                _ => None,
             });
         }
 
@@ -214,7 +245,9 @@ impl Catalog {
         let mut claims: HashMap<&str, usize> = HashMap::new();
         let mut collisions: Vec<(usize, usize, String)> = Vec::new();
         for (server_index, tools) in candidates.iter().enumerate() {
-            let Ok(tools) = tools else { continue };
+            let Some(Ok(tools)) = tools.as_deref() else {
+                continue;
+            };
             for tool in tools {
                 if let Some(&other) = claims.get(tool.name.as_str()) {
                     collisions.push((other, server_index, tool.name.clone()));
@@ -247,10 +280,15 @@ impl Catalog {
                     ServerState::AuthorizationRequired((*reason).to_owned()),
                     Vec::new(),
                 ),
-                (InputState::Listed(_), Err(reason)) => (ServerState::Refused(reason), Vec::new()),
-                (InputState::Listed(_), Ok(list)) => match refusals.remove(&server_index) {
-                    Some(reason) => (ServerState::Refused(reason), Vec::new()),
-                    None => (ServerState::Connected, list),
+                (InputState::Listed(_), candidate) => match candidate.as_deref() {
+                    Some(Err(reason)) => (ServerState::Refused(reason.clone()), Vec::new()),
+                    Some(Ok(list)) => match refusals.remove(&server_index) {
+                        Some(reason) => (ServerState::Refused(reason), Vec::new()),
+                        // The part is shared with later builds: copied,
+                        // not rebuilt.
+                        None => (ServerState::Connected, list.clone()),
+                    },
+                    None => (ServerState::Connected, Vec::new()),
                 },
             };
             let withheld = withhold(&mut server_tools, input.approved);
@@ -279,7 +317,7 @@ impl Catalog {
             index,
             servers,
             down_routes,
-            namespaces,
+            namespaced: inputs.iter().map(|input| !input.bare).collect(),
             version,
             stamp: 0,
         }
@@ -304,7 +342,11 @@ impl Catalog {
     pub fn down_server_for(&self, name: &str) -> Option<&ServerStatus> {
         let index = self.down_routes.get(name).copied().or_else(|| {
             let (namespace, _) = name.split_once(name::DELIMITER)?;
-            self.namespaces.get(namespace).copied()
+            // Few servers per tenant: a scan, not a map per snapshot.
+            self.servers
+                .iter()
+                .zip(self.namespaced.iter())
+                .position(|(server, &namespaced)| namespaced && server.name == namespace)
         })?;
         let status = &self.servers[index];
         matches!(
@@ -355,7 +397,7 @@ impl Catalog {
     /// with their BM25 scores.
     pub fn search(&self, query: &str) -> Vec<(&CatalogTool, f32)> {
         self.search_index
-            .get_or_init(|| search::Index::new(&self.tools))
+            .get_or_init(|| Box::new(search::Index::new(&self.tools)))
             .search(query)
             .into_iter()
             .filter_map(|(i, score)| self.tools.get(i).map(|t| (t, score)))

@@ -12,7 +12,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::Tenant;
 use super::users::UserSessions;
-use crate::config::ServerConfig;
+use crate::catalog::ServerPart;
+use crate::config::{Limits, ServerConfig};
 use crate::credentials::oauth::OAuthClient;
 use crate::limits::Concurrency;
 use crate::upstream::Session;
@@ -61,6 +62,19 @@ pub(crate) struct Slot {
     /// Authorization URLs recently made per subject, shown again for a
     /// while rather than starting a flow per listing.
     consent_urls: Mutex<HashMap<String, (String, Instant)>>,
+    /// The catalog part built from the server's latest listing (boxed:
+    /// idle slots have none).
+    part: Mutex<Option<Box<KeptPart>>>,
+}
+
+/// A catalog part and what it was built from: the listing (held, so its
+/// address is not reused while kept), the server's index and the limits.
+#[derive(Debug)]
+struct KeptPart {
+    listing: Arc<Vec<rmcp::model::Tool>>,
+    server_index: usize,
+    limits: Limits,
+    part: ServerPart,
 }
 
 /// Most subjects whose authorization URL a slot remembers.
@@ -78,6 +92,7 @@ impl Slot {
             users: UserSessions::default(),
             wake: Notify::new(),
             consent_urls: Mutex::default(),
+            part: Mutex::default(),
             limit: config.max_concurrent_calls.map(Concurrency::new),
             config,
             fingerprint,
@@ -188,6 +203,35 @@ impl Slot {
         self.consent_urls.lock().expect("slot lock").remove(subject);
     }
 
+    /// The catalog part of `listing` (this slot's current or last listing)
+    /// as server `server_index` under `limits`: the one kept from the
+    /// previous build when all three are the same, else built by `build`
+    /// and kept instead (one part per slot: the newest listing's).
+    pub(super) fn part(
+        &self,
+        listing: &Arc<Vec<rmcp::model::Tool>>,
+        server_index: usize,
+        limits: &Limits,
+        build: impl FnOnce() -> ServerPart,
+    ) -> ServerPart {
+        let mut kept = self.part.lock().expect("slot lock");
+        if let Some(kept) = kept.as_ref()
+            && Arc::ptr_eq(&kept.listing, listing)
+            && kept.server_index == server_index
+            && kept.limits == *limits
+        {
+            return kept.part.clone();
+        }
+        let part = build();
+        *kept = Some(Box::new(KeptPart {
+            listing: listing.clone(),
+            server_index,
+            limits: limits.clone(),
+            part: part.clone(),
+        }));
+        part
+    }
+
     /// The live session, if any.
     pub(super) fn session(&self) -> Option<Arc<Session>> {
         match &*self.state.lock().expect("slot lock") {
@@ -203,6 +247,120 @@ impl Slot {
         match std::mem::replace(&mut *state, SlotState::Idle) {
             SlotState::Ready { session, .. } => Some(session),
             _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+    use std::collections::HashMap;
+    use std::path::Path;
+
+    use super::*;
+    use crate::catalog::{Catalog, InputState, ServerInput};
+
+    fn slot_and_limits() -> (Slot, Limits) {
+        let yaml = "listen: \"127.0.0.1:0\"\ntenants:\n  - name: t\n    tokens: [token-for-the-slot-tests]\n    servers:\n      - name: s\n        url: \"http://127.0.0.1:9/mcp\"\n";
+        let mut config = crate::config::Config::from_yaml(
+            yaml,
+            "test.yaml",
+            Path::new("."),
+            &HashMap::<String, String>::new(),
+        )
+        .expect("a valid configuration");
+        let server = config.tenants.remove(0).servers.remove(0);
+        let fingerprint = server.fingerprint();
+        let slot = Slot::new(server, fingerprint, CancellationToken::new(), Ok(None));
+        (slot, config.limits)
+    }
+
+    fn listing(names: &[&str]) -> Arc<Vec<rmcp::model::Tool>> {
+        Arc::new(
+            names
+                .iter()
+                .map(|name| {
+                    rmcp::model::Tool::new(
+                        (*name).to_owned(),
+                        format!("does {name}"),
+                        Arc::new(serde_json::Map::new()),
+                    )
+                })
+                .collect(),
+        )
+    }
+
+    fn input<'a>(slot: &'a Slot, tools: &'a [rmcp::model::Tool]) -> ServerInput<'a> {
+        ServerInput {
+            name: &slot.config.name,
+            transport: slot.config.transport.kind(),
+            bare: slot.config.bare,
+            filter: &slot.config.filter,
+            overrides: &slot.config.overrides,
+            state: InputState::Listed(tools),
+            approved: None,
+        }
+    }
+
+    #[test]
+    fn a_part_is_built_once_per_listing_index_and_limits() {
+        let (slot, limits) = slot_and_limits();
+        let builds = Cell::new(0);
+        let part = |listing: &Arc<Vec<rmcp::model::Tool>>, index: usize, limits: &Limits| {
+            slot.part(listing, index, limits, || {
+                builds.set(builds.get() + 1);
+                Catalog::server_part(index, &input(&slot, listing), listing, limits)
+            })
+        };
+        let first = listing(&["a", "b"]);
+        let built = part(&first, 0, &limits);
+        assert!(Arc::ptr_eq(&built, &part(&first, 0, &limits)));
+        assert_eq!(builds.get(), 1, "the same listing is not built again");
+
+        // An equal listing read again (a reconnect) is a new listing.
+        let second = listing(&["a", "b"]);
+        let rebuilt = part(&second, 0, &limits);
+        assert_eq!(builds.get(), 2);
+        assert!(!Arc::ptr_eq(&built, &rebuilt));
+
+        // A reload that moves the server or changes the limits rebuilds it.
+        let moved = part(&second, 1, &limits);
+        assert_eq!(builds.get(), 3);
+        assert_eq!(moved.as_ref().as_ref().unwrap()[0].server_index, 1);
+        let mut tight = limits.clone();
+        tight.max_tools_per_server = 1;
+        let refused = part(&second, 1, &tight);
+        assert_eq!(builds.get(), 4);
+        assert!(
+            refused
+                .as_ref()
+                .as_ref()
+                .unwrap_err()
+                .contains("max_tools_per_server")
+        );
+    }
+
+    #[test]
+    fn a_catalog_from_kept_parts_equals_one_built_afresh() {
+        let (slot, limits) = slot_and_limits();
+        let tools = listing(&["b", "a"]);
+        let inputs = [input(&slot, &tools)];
+        let fresh = Catalog::build(&inputs, &limits);
+        let kept = |_: ()| {
+            Catalog::build_with(&inputs, |index, input, listed| {
+                slot.part(&tools, index, &limits, || {
+                    Catalog::server_part(index, input, listed, &limits)
+                })
+            })
+        };
+        let (first, second) = (kept(()), kept(()));
+        for catalog in [&first, &second] {
+            assert_eq!(catalog.version(), fresh.version());
+            let names: Vec<_> = catalog.tools().iter().map(|t| &t.name).collect();
+            assert_eq!(names, ["s__a", "s__b"]);
+            let hashes: Vec<_> = catalog.tools().iter().map(|t| &t.definition_hash).collect();
+            let fresh_hashes: Vec<_> = fresh.tools().iter().map(|t| &t.definition_hash).collect();
+            assert_eq!(hashes, fresh_hashes);
         }
     }
 }

@@ -46,7 +46,10 @@ impl Supervisor {
         loop {
             // A panic while connecting (a bug, or a misbehaving library)
             // must fail this attempt, not leave the slot "connecting".
-            let connect = AssertUnwindSafe(self.connect(&label)).catch_unwind();
+            // The connect future (several KiB: rmcp's handshake and the
+            // tool listing) is boxed, so it is freed once connected instead
+            // of sizing this task for as long as the session lives.
+            let connect = AssertUnwindSafe(Box::pin(self.connect(&label))).catch_unwind();
             let result = tokio::select! {
                 result = connect => result.unwrap_or_else(|_| {
                     Err(Attempt::Failed(upstream::UpstreamError::Handshake(

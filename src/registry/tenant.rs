@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use tokio::sync::watch;
 
 use super::Spawner;
@@ -23,42 +24,79 @@ const CATALOG_HISTORY: usize = 16;
 static STAMPS: AtomicU64 = AtomicU64::new(1);
 
 /// Where a tenant publishes its catalog; kept across configuration
-/// reloads, so watchers and pinned plans see one continuous history.
+/// reloads, so watchers and pinned plans see one continuous history. One
+/// allocation per tenant: a configured tenant that is never used costs
+/// little more than its configuration.
 #[derive(Debug, Clone)]
-pub(super) struct Publication {
-    catalog: Arc<watch::Sender<SharedCatalog>>,
-    history: Arc<Mutex<VecDeque<SharedCatalog>>>,
+pub(super) struct Publication(Arc<Shared>);
+
+/// What a tenant's generations share.
+#[derive(Debug)]
+pub(super) struct Shared {
+    /// The current catalog, read without locking.
+    current: ArcSwap<Catalog>,
+    /// The sender of every new catalog to watchers, made on the first
+    /// subscription (most tenants are never watched). Its lock also
+    /// orders a new catalog with a first subscription, so no watcher
+    /// misses one.
+    watch: Mutex<Option<watch::Sender<SharedCatalog>>>,
+    history: Mutex<VecDeque<SharedCatalog>>,
     /// The tenant object that publishes here now (the newest generation's).
     /// Its lock serialises every rebuild of every generation: only the
     /// owner publishes, so a stale generation can never publish after a
     /// newer one.
-    owner: Arc<Mutex<Weak<Tenant>>>,
+    owner: Mutex<Weak<Tenant>>,
     /// Cancelled when a reload removes the tenant: watches end.
     pub(super) removed: tokio_util::sync::CancellationToken,
     /// Calls of the tenant running now, across reloads (idle eviction
     /// waits for zero).
-    in_flight: Arc<AtomicUsize>,
+    in_flight: AtomicUsize,
     /// When the tenant was last used, in ms since the registry started
     /// (kept across reloads).
-    pub(super) last_used: Arc<AtomicU64>,
+    last_used: AtomicU64,
     /// Held while a lazy tenant is marked used and connected, and while the
     /// reaper closes it: a call that has marked itself busy is never closed
     /// under.
-    pub(super) activity: Arc<Mutex<()>>,
+    activity: Mutex<()>,
+}
+
+impl std::ops::Deref for Publication {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
 }
 
 impl Publication {
     pub(super) fn new(now_ms: u64) -> Self {
-        let empty: SharedCatalog = Arc::new(Catalog::default());
-        Self {
-            catalog: Arc::new(watch::channel(empty).0),
-            history: Arc::default(),
-            owner: Arc::new(Mutex::new(Weak::new())),
+        Self(Arc::new(Shared {
+            current: ArcSwap::from_pointee(Catalog::default()),
+            watch: Mutex::new(None),
+            history: Mutex::default(),
+            owner: Mutex::new(Weak::new()),
             removed: tokio_util::sync::CancellationToken::new(),
-            in_flight: Arc::default(),
-            last_used: Arc::new(AtomicU64::new(now_ms)),
-            activity: Arc::default(),
+            in_flight: AtomicUsize::new(0),
+            last_used: AtomicU64::new(now_ms),
+            activity: Mutex::new(()),
+        }))
+    }
+
+    /// Makes `catalog` the current one and sends it to the watchers.
+    fn publish(&self, catalog: SharedCatalog) {
+        let watch = self.watch.lock().expect("watch lock");
+        self.current.store(catalog.clone());
+        if let Some(sender) = watch.as_ref() {
+            sender.send_replace(catalog);
         }
+    }
+
+    /// A receiver of every catalog from the current one on.
+    fn subscribe(&self) -> watch::Receiver<SharedCatalog> {
+        let mut watch = self.watch.lock().expect("watch lock");
+        watch
+            .get_or_insert_with(|| watch::channel(self.current.load_full()).0)
+            .subscribe()
     }
 }
 
@@ -87,11 +125,11 @@ pub struct Tenant {
 
 /// Holds a tenant as busy while a call runs.
 #[derive(Debug)]
-pub struct Busy(Arc<AtomicUsize>);
+pub struct Busy(Publication);
 
 impl Drop for Busy {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -309,9 +347,8 @@ impl Tenant {
 
     /// Marks a call running until the guard drops.
     pub fn busy(&self) -> Busy {
-        let in_flight = &self.publication.in_flight;
-        in_flight.fetch_add(1, Ordering::AcqRel);
-        Busy(in_flight.clone())
+        self.publication.in_flight.fetch_add(1, Ordering::AcqRel);
+        Busy(self.publication.clone())
     }
 
     /// Calls of the tenant running now.
@@ -366,7 +403,26 @@ impl Tenant {
                     .then(|| approvals.server(&self.name, &slot.config.name)),
             })
             .collect();
-        let catalog = Arc::new(Catalog::build(&inputs, &self.limits).with_stamp(self.stamp));
+        // Each listing's part is built once and kept by its slot: only
+        // servers whose listing changed are serialised again.
+        let catalog = Catalog::build_with(&inputs, |index, input, listed| {
+            let build = || Catalog::server_part(index, input, listed, &self.limits);
+            let listing = match &states[index] {
+                SlotState::Ready { tools, .. } => Some(tools),
+                SlotState::Failed {
+                    last_tools: Some(tools),
+                    ..
+                } => Some(tools),
+                _ => None,
+            };
+            match listing {
+                Some(listing) if std::ptr::eq(listing.as_slice(), listed) => {
+                    self.slots[index].part(listing, index, &self.limits, build)
+                }
+                _ => build(),
+            }
+        });
+        let catalog = Arc::new(catalog.with_stamp(self.stamp));
         self.report_withheld(&catalog);
         {
             let mut history = self.publication.history.lock().expect("history lock");
@@ -380,7 +436,7 @@ impl Tenant {
                 history.push_back(catalog.clone());
             }
         }
-        self.publication.catalog.send_replace(catalog);
+        self.publication.publish(catalog);
     }
 
     /// Counts the withheld tools of each `definitions: approved` server
@@ -388,7 +444,7 @@ impl Tenant {
     /// now that the published catalog did not withhold (with this
     /// definition): once per change, not per rebuild.
     fn report_withheld(&self, catalog: &Catalog) {
-        let previous = self.publication.catalog.borrow().clone();
+        let previous = self.publication.current.load_full();
         for (slot, server) in self.slots.iter().zip(catalog.servers()) {
             if !slot.config.needs_approval() {
                 continue;
@@ -421,7 +477,7 @@ impl Tenant {
 
     /// The current catalog snapshot.
     pub fn catalog(&self) -> SharedCatalog {
-        self.publication.catalog.borrow().clone()
+        self.publication.current.load_full()
     }
 
     /// Resolves when a configuration reload removes this tenant.
@@ -431,7 +487,7 @@ impl Tenant {
 
     /// A receiver of every new catalog snapshot.
     pub fn subscribe(&self) -> watch::Receiver<SharedCatalog> {
-        self.publication.catalog.subscribe()
+        self.publication.subscribe()
     }
 
     /// A recent catalog with this version, if remembered.

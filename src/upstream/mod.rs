@@ -43,11 +43,11 @@ pub struct Session {
     client: handler::GatewayClient,
     label: Label,
     cancel: CancellationToken,
-    /// Becomes `true` when the session's service loop has ended.
-    ended: watch::Receiver<bool>,
-    /// Becomes `true` once the session has ended and, for stdio, no live
-    /// process is left in the child's process group.
-    closed: watch::Receiver<bool>,
+    /// How far the session's end has come: [`End::Ended`] when its
+    /// service loop has ended, [`End::Closed`] once it has ended and, for
+    /// stdio, no live process is left in the child's process group. (One
+    /// channel for both: each costs a few hundred bytes per session.)
+    end: watch::Receiver<End>,
     /// The stdio child's pid (and process group), for log lines.
     pid: Option<u32>,
     /// Removes configured credentials from what the server sends back.
@@ -56,6 +56,17 @@ pub struct Session {
     redact_results: bool,
     /// OAuth bearer tokens, when the server takes them.
     bearer: Option<Bearer>,
+}
+
+/// How far a session's end has come.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum End {
+    /// The service loop runs.
+    Running,
+    /// The service loop has ended.
+    Ended,
+    /// Ended, and a stdio server's process group is gone.
+    Closed,
 }
 
 /// What connecting yields: the session and every tool it listed.
@@ -255,8 +266,7 @@ async fn finish_connect(
     let peer = service.peer().clone();
     let client = service.service().clone();
     let pid = group.as_ref().map(stdio::Group::pid);
-    let (ended_tx, ended) = watch::channel(false);
-    let (closed_tx, closed) = watch::channel(false);
+    let (end_tx, end) = watch::channel(End::Running);
     // Every end of the session passes here (closed, evicted, replaced,
     // dropped, the server exited or crashed): once the service loop is
     // over, the session is reported ended at once (calls in flight fail
@@ -264,11 +274,11 @@ async fn finish_connect(
     // process group is stopped, and only then is the session closed.
     tokio::spawn(async move {
         let _ = service.waiting().await;
-        let _ = ended_tx.send(true);
+        let _ = end_tx.send(End::Ended);
         if let Some(group) = group {
             group.stop().await;
         }
-        let _ = closed_tx.send(true);
+        let _ = end_tx.send(End::Closed);
     });
     Ok(Connected {
         session: Arc::new(Session {
@@ -276,8 +286,7 @@ async fn finish_connect(
             client,
             label: label.clone(),
             cancel,
-            ended,
-            closed,
+            end,
             pid,
             redactor: redactor.clone(),
             redact_results: server.redact_results,
@@ -565,7 +574,7 @@ impl Session {
             params.meta = Some(meta);
         }
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
-        let mut ended = self.ended.clone();
+        let mut ended = self.end.clone();
         let response = async {
             let handle = self
                 .peer
@@ -585,7 +594,7 @@ impl Session {
                     Ok(result) => result.map_err(|e| self.classify(e, true)),
                     Err(_) => Err(UpstreamError::Timeout(timeout)),
                 },
-                _ = ended.wait_for(|ended| *ended) => Err(UpstreamError::Lost),
+                _ = ended.wait_for(|end| *end >= End::Ended) => Err(UpstreamError::Lost),
             };
             if !matches!(
                 result,
@@ -649,13 +658,13 @@ impl Session {
     /// Whether the session's service loop has ended (child gone,
     /// connection closed).
     pub fn is_ended(&self) -> bool {
-        *self.ended.borrow()
+        *self.end.borrow() >= End::Ended
     }
 
     /// Resolves when the session ends.
     pub async fn wait_ended(&self) {
-        let mut ended = self.ended.clone();
-        let _ = ended.wait_for(|ended| *ended).await;
+        let mut ended = self.end.clone();
+        let _ = ended.wait_for(|end| *end >= End::Ended).await;
     }
 
     /// The session's rmcp peer, for requests [`Session::call`] does not
@@ -670,8 +679,8 @@ impl Session {
     /// live process left in the group), bounded by [`CLOSE_TIMEOUT`].
     pub async fn close(&self) {
         self.cancel.cancel();
-        let mut closed = self.closed.clone();
-        if tokio::time::timeout(CLOSE_TIMEOUT, closed.wait_for(|closed| *closed))
+        let mut closed = self.end.clone();
+        if tokio::time::timeout(CLOSE_TIMEOUT, closed.wait_for(|end| *end == End::Closed))
             .await
             .is_err()
         {
