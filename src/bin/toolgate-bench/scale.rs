@@ -41,8 +41,20 @@ struct Figures {
     unexpected: Vec<String>,
     peak_rss_mib: f64,
     end_rss_mib: f64,
+    /// CPU seconds of the gateway during the run.
+    gateway_cpu: f64,
+    /// CPU seconds of the upstream servers during the run.
+    upstream_cpu: f64,
     metrics: Metrics,
+    /// `toolgate_upstream_session_up` summed after [`SETTLE`] without calls.
+    settled_live: f64,
+    /// Established TCP connections from the gateway to the upstreams then.
+    settled_connections: usize,
 }
+
+/// How long the gateway is left without calls before the settled figures
+/// (its reaper enforces `max_live` every second).
+const SETTLE: Duration = Duration::from_secs(3);
 
 /// Session figures from the gateway's /metrics at the end of the run.
 #[derive(Debug, Default)]
@@ -239,6 +251,13 @@ async fn run(duration: Duration) -> anyhow::Result<Figures> {
     super::wait_port(metrics_port).await;
     let client = super::grpc(port).await;
 
+    let upstream_cpu = || -> f64 {
+        upstreams
+            .iter()
+            .map(|u| measure::cpu_seconds(u.pid()))
+            .sum()
+    };
+    let (gateway_before, upstream_before) = (measure::cpu_seconds(gateway.pid()), upstream_cpu());
     let started = Instant::now();
     let deadline = started + duration;
     let workers: Vec<_> = (0..IN_FLIGHT)
@@ -257,15 +276,39 @@ async fn run(duration: Duration) -> anyhow::Result<Figures> {
     }
     figures.seconds = started.elapsed().as_secs_f64();
     figures.calls = figures.latencies_ms.len() as u64;
+    figures.gateway_cpu = measure::cpu_seconds(gateway.pid()) - gateway_before;
+    figures.upstream_cpu = upstream_cpu() - upstream_before;
     if let Some(status) = gateway.0.try_wait()? {
         anyhow::bail!("large-scale run: the gateway exited during the run ({status})");
     }
     figures.peak_rss_mib = measure::peak_rss_mib(gateway.pid());
     figures.end_rss_mib = measure::rss_mib(gateway.pid());
     figures.metrics = scrape(metrics_port).await?;
+    tokio::time::sleep(SETTLE).await;
+    figures.settled_live = scrape(metrics_port).await?.live;
+    figures.settled_connections = connections_to(gateway.pid(), &ports);
     drop((gateway, upstreams));
     let _ = std::fs::remove_dir_all(&dir);
     Ok(figures)
+}
+
+/// Established TCP connections (IPv4) in `pid`'s network namespace whose
+/// remote port is one of `ports`: the client side of connections to the
+/// upstreams, all the gateway's.
+fn connections_to(pid: u32, ports: &[u16]) -> usize {
+    let table = std::fs::read_to_string(format!("/proc/{pid}/net/tcp")).unwrap_or_default();
+    table
+        .lines()
+        .skip(1)
+        .filter(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let remote_port = fields
+                .get(2)
+                .and_then(|a| a.rsplit_once(':'))
+                .and_then(|(_, p)| u16::from_str_radix(p, 16).ok());
+            fields.get(3) == Some(&"01") && remote_port.is_some_and(|p| ports.contains(&p))
+        })
+        .count()
 }
 
 fn percentile(sorted: &[f64], q: f64) -> f64 {
@@ -306,6 +349,15 @@ pub async fn report(duration: Duration) -> anyhow::Result<()> {
         fmt(f.peak_rss_mib, 1),
         fmt(f.end_rss_mib, 1)
     );
+    let per_call =
+        |cpu: f64| cpu * 1000.0 / (f.calls + f.errors.values().sum::<u64>()).max(1) as f64;
+    println!(
+        "| {scope}: CPU ms/call, gateway / the {UPSTREAMS} upstreams (cores used: {} / {}) | {} / {} ms | | |",
+        fmt(f.gateway_cpu / f.seconds, 2),
+        fmt(f.upstream_cpu / f.seconds, 2),
+        fmt(per_call(f.gateway_cpu), 3),
+        fmt(per_call(f.upstream_cpu), 3)
+    );
     let m = &f.metrics;
     println!(
         "| {scope}: sessions opened / reopened / evicted / live at end | {} / {} / {} / {} | | |",
@@ -313,6 +365,12 @@ pub async fn report(duration: Duration) -> anyhow::Result<()> {
         m.reopened(),
         m.evicted(),
         m.live
+    );
+    println!(
+        "| {scope}: {}s after the last call: live sessions (metric) / TCP connections to the upstreams | {} / {} | | |",
+        SETTLE.as_secs(),
+        f.settled_live,
+        f.settled_connections
     );
     println!(
         "| {scope}: connects failed / reconnects / sessions lost | {} / {} / {} | | |",
