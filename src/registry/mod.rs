@@ -538,8 +538,7 @@ async fn reap(registry: Arc<Registry>) {
         }
         let mut live: usize = tenants.iter().map(|t| t.live_sessions()).sum();
         lazy.retain(|t| t.is_active());
-        lazy.sort_by_key(|t| t.last_used());
-        for tenant in lazy {
+        for tenant in least_recently_used_first(lazy, |t| t.last_used()) {
             if live <= cap {
                 break;
             }
@@ -549,5 +548,38 @@ async fn reap(registry: Arc<Registry>) {
                 live = live.saturating_sub(sessions);
             }
         }
+    }
+}
+
+/// `items` ordered by `last_used`, oldest first, reading each item's
+/// `last_used` once. It changes while calls arrive; a sort that read it at
+/// every comparison would not see a total order, and the standard sort
+/// panics on that, which ended the reaper (and with it `max_live` and the
+/// idle timeout) under load.
+fn least_recently_used_first<T>(items: Vec<T>, last_used: impl Fn(&T) -> u64) -> Vec<T> {
+    let mut keyed: Vec<(u64, T)> = items.into_iter().map(|t| (last_used(&t), t)).collect();
+    keyed.sort_by_key(|(used, _)| *used);
+    keyed.into_iter().map(|(_, t)| t).collect()
+}
+
+#[cfg(test)]
+mod lru_tests {
+    use std::cell::Cell;
+
+    use super::least_recently_used_first;
+
+    #[test]
+    fn reads_each_last_used_once_while_it_changes() {
+        // Every read of a tenant's `last_used` returns a later time, as
+        // when calls keep arriving during the sort.
+        let reads = Cell::new(0u64);
+        let items: Vec<u64> = (0..1000).map(|i| (i * 7919) % 1000).collect();
+        let ordered = least_recently_used_first(items, |&base| {
+            reads.set(reads.get() + 1);
+            base * 1_000_000 + reads.get()
+        });
+        assert_eq!(reads.get(), 1000, "last_used read more than once per item");
+        assert!(ordered.windows(2).all(|w| w[0] <= w[1]), "not oldest first");
+        assert_eq!(ordered.len(), 1000);
     }
 }

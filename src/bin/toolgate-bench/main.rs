@@ -15,6 +15,9 @@ mod https;
 mod measure;
 mod memory;
 mod policy;
+mod policy_audit;
+mod python;
+mod scale;
 mod upstream;
 
 use std::collections::BTreeMap;
@@ -58,6 +61,27 @@ struct Args {
     /// Only the many-tenant figures (memory), `--rounds` times.
     #[arg(long)]
     only_tenants: bool,
+    /// Skip the Python-client figure (grpc.aio, 16 in flight).
+    #[arg(long)]
+    skip_python: bool,
+    /// Only the Python-client figure.
+    #[arg(long)]
+    only_python: bool,
+    /// Skip the large-scale run (10,000 tenants, 2,000 active).
+    #[arg(long)]
+    skip_scale: bool,
+    /// Only the large-scale run.
+    #[arg(long)]
+    only_scale: bool,
+    /// Length of the large-scale run.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    scale_duration: Duration,
+    /// Skip the figure of a 20-rule policy and the audit trail together.
+    #[arg(long)]
+    skip_policy_audit: bool,
+    /// Only the figure of a 20-rule policy and the audit trail together.
+    #[arg(long)]
+    only_policy_audit: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -664,6 +688,11 @@ async fn main() -> anyhow::Result<()> {
     if args.only_http {
         return https::report(&args).await;
     }
+    if args.only_python || args.only_scale || args.only_policy_audit {
+        println!("| target | figure | goal | |");
+        println!("| --- | --- | --- | --- |");
+        return extras(&args, true).await;
+    }
     eprintln!(
         "toolgate-bench: {} round(s), {:?} per throughput run, {} sequential calls",
         args.rounds, args.duration, args.sequential
@@ -821,6 +850,22 @@ async fn main() -> anyhow::Result<()> {
             verdict(live_rss <= 100.0)
         );
     }
+    extras(&args, false).await?;
     policy::report(args.rounds).await?;
+    Ok(())
+}
+
+/// The Python-client, policy + audit and large-scale figures: those asked
+/// for with `--only-*` when `only`, else those not skipped.
+async fn extras(args: &Args, only: bool) -> anyhow::Result<()> {
+    if (only && args.only_python) || (!only && !args.skip_python) {
+        python::report(args.rounds, args.duration).await?;
+    }
+    if (only && args.only_policy_audit) || (!only && !args.skip_policy_audit) {
+        policy_audit::report(args.rounds, args.sequential, args.duration).await?;
+    }
+    if (only && args.only_scale) || (!only && !args.skip_scale) {
+        scale::report(args.scale_duration).await?;
+    }
     Ok(())
 }

@@ -55,7 +55,7 @@ fn rules() -> Vec<RuleSpec> {
 }
 
 /// The rules as `tenants[].policy` YAML (indented for a tenant).
-fn rules_yaml() -> String {
+pub(super) fn rules_yaml() -> String {
     rules()
         .iter()
         .map(|r| {
@@ -163,7 +163,7 @@ pub fn in_process() -> anyhow::Result<(f64, f64, f64)> {
     Ok((decision, evaluate, cached))
 }
 
-fn request<T>(token: &str, message: T) -> tonic::Request<T> {
+pub(super) fn request<T>(token: &str, message: T) -> tonic::Request<T> {
     let mut request = tonic::Request::new(message);
     request.metadata_mut().insert(
         "authorization",
@@ -175,9 +175,9 @@ fn request<T>(token: &str, message: T) -> tonic::Request<T> {
     request
 }
 
-type Client = pb::tool_gateway_client::ToolGatewayClient<tonic::transport::Channel>;
+pub(super) type Client = pb::tool_gateway_client::ToolGatewayClient<tonic::transport::Channel>;
 
-fn invoke(client: Client, token: &'static str) -> CallFn {
+pub(super) fn invoke(client: Client, token: &'static str) -> CallFn {
     Arc::new(move || {
         let mut client = client.clone();
         Box::pin(async move {
