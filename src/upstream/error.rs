@@ -247,11 +247,22 @@ fn find<'a, T: std::error::Error + 'static>(
     None
 }
 
-/// The innermost source of an error.
+/// The innermost source of an error. rmcp's HTTP client error does not
+/// name the reqwest error it wraps as its source, so the chain is
+/// followed into it by hand (a TLS failure then reads `invalid peer
+/// certificate: UnknownIssuer`, not `error sending request`).
 pub(crate) fn root_cause(error: &(dyn std::error::Error + 'static)) -> String {
+    use rmcp::transport::streamable_http_client::StreamableHttpError;
     let mut current = error;
-    while let Some(source) = current.source() {
-        current = source;
+    loop {
+        if let Some(StreamableHttpError::Client(inner)) =
+            current.downcast_ref::<StreamableHttpError<reqwest::Error>>()
+        {
+            current = inner;
+        } else if let Some(source) = current.source() {
+            current = source;
+        } else {
+            return current.to_string();
+        }
     }
-    current.to_string()
 }
