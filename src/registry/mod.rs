@@ -76,6 +76,13 @@ pub struct ReloadSummary {
 /// How often idle lazy tenants are looked for.
 const REAP_INTERVAL: Duration = Duration::from_secs(1);
 
+/// The shortest time between two passes of the reaper that activations
+/// start: under a stream of lazy connects (more active tenants than
+/// `sessions.max_live`), one pass per activation over every configured
+/// tenant took a fifth to a third of the gateway's CPU; activations within
+/// this time share one pass, so the cap holds within it.
+const REAP_COALESCE: Duration = Duration::from_millis(50);
+
 /// Starts supervisors for slots, with what they need.
 #[derive(Debug)]
 pub(crate) struct Spawner {
@@ -509,44 +516,63 @@ async fn reap(registry: Arc<Registry>) {
         tokio::select! {
             () = registry.shutdown.cancelled() => return,
             () = tokio::time::sleep(REAP_INTERVAL) => {}
-            () = registry.spawner.activated.notified() => {}
-        }
-        let now = registry.spawner.now_ms();
-        let tenants = registry.tenants();
-        for tenant in &tenants {
-            let closed = tenant.close_idle_user_sessions(now);
-            if closed > 0 {
-                tracing::info!(tenant = %tenant.name, closed, "closed idle per-user sessions");
+            () = registry.spawner.activated.notified() => {
+                // Activations arriving meanwhile are served by this pass.
+                tokio::select! {
+                    () = registry.shutdown.cancelled() => return,
+                    () = tokio::time::sleep(REAP_COALESCE) => {}
+                }
             }
         }
-        let mut lazy: Vec<&Arc<Tenant>> = tenants
-            .iter()
-            .filter(|t| t.connect == ConnectMode::Lazy && t.is_active() && t.calls_in_flight() == 0)
-            .collect();
-        for tenant in &lazy {
-            let last_used = tenant.last_used();
-            let idle_ms = now.saturating_sub(last_used);
-            if Duration::from_millis(idle_ms) >= tenant.idle_timeout
-                && tenant.deactivate_if_unused(last_used)
-            {
-                tracing::info!(tenant = %tenant.name, "closed the sessions of an idle tenant");
-            }
+        reap_once(&registry);
+    }
+}
+
+/// One pass of [`reap`]. Only active tenants hold sessions (a tenant's
+/// per-user sessions go with its slots' activation), so the others are
+/// passed over after one look.
+fn reap_once(registry: &Registry) {
+    let now = registry.spawner.now_ms();
+    let generation = registry.current();
+    let active: Vec<&Arc<Tenant>> = generation
+        .tenants
+        .iter()
+        .filter(|t| t.is_active())
+        .collect();
+    for tenant in &active {
+        let closed = tenant.close_idle_user_sessions(now);
+        if closed > 0 {
+            tracing::info!(tenant = %tenant.name, closed, "closed idle per-user sessions");
         }
-        let cap = registry.max_live.load(Ordering::Relaxed);
-        if cap == 0 {
-            continue;
+    }
+    let mut lazy: Vec<&Arc<Tenant>> = active
+        .iter()
+        .copied()
+        .filter(|t| t.connect == ConnectMode::Lazy && t.calls_in_flight() == 0)
+        .collect();
+    for tenant in &lazy {
+        let last_used = tenant.last_used();
+        let idle_ms = now.saturating_sub(last_used);
+        if Duration::from_millis(idle_ms) >= tenant.idle_timeout
+            && tenant.deactivate_if_unused(last_used)
+        {
+            tracing::info!(tenant = %tenant.name, "closed the sessions of an idle tenant");
         }
-        let mut live: usize = tenants.iter().map(|t| t.live_sessions()).sum();
-        lazy.retain(|t| t.is_active());
-        for tenant in least_recently_used_first(lazy, |t| t.last_used()) {
-            if live <= cap {
-                break;
-            }
-            let sessions = tenant.live_sessions();
-            if tenant.deactivate_if_unused(tenant.last_used()) {
-                tracing::info!(tenant = %tenant.name, live, cap, "closed the least recently used tenant's sessions");
-                live = live.saturating_sub(sessions);
-            }
+    }
+    let cap = registry.max_live.load(Ordering::Relaxed);
+    if cap == 0 {
+        return;
+    }
+    let mut live: usize = active.iter().map(|t| t.live_sessions()).sum();
+    lazy.retain(|t| t.is_active());
+    for tenant in least_recently_used_first(lazy, |t| t.last_used()) {
+        if live <= cap {
+            break;
+        }
+        let sessions = tenant.live_sessions();
+        if tenant.deactivate_if_unused(tenant.last_used()) {
+            tracing::info!(tenant = %tenant.name, live, cap, "closed the least recently used tenant's sessions");
+            live = live.saturating_sub(sessions);
         }
     }
 }

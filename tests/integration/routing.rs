@@ -251,7 +251,15 @@ async fn a_call_without_time_left_is_not_sent() {
         // The margin is at least 20 ms: 15 ms leaves nothing.
         request.set_timeout(Duration::from_millis(15));
         let err = client.invoke_tool(request).await.unwrap_err();
-        assert_eq!(err.code(), tonic::Code::DeadlineExceeded, "{err:?}");
+        // On a loaded machine the client's own 15 ms timer may fire before
+        // the gateway's answer arrives; any answer that does arrive is the
+        // gateway's DEADLINE_EXCEEDED.
+        let client_timer =
+            err.code() == tonic::Code::Cancelled && err.message().contains("Timeout expired");
+        assert!(
+            client_timer || err.code() == tonic::Code::DeadlineExceeded,
+            "{err:?}"
+        );
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(
