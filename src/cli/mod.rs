@@ -133,17 +133,7 @@ pub fn main() -> ExitCode {
 }
 
 fn load(path: &std::path::Path) -> Result<Config, ExitCode> {
-    // Read on a thread of its own: the YAML parser's garbage (many times
-    // the file's size, tens of MiB for 10,000 tenants) then lands in that
-    // thread's malloc arena, which is given back once everything in it is
-    // freed, instead of staying interleaved with what the gateway keeps.
-    let loaded = std::thread::scope(|scope| {
-        scope
-            .spawn(|| Config::load(path, &ProcessEnv))
-            .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-    });
-    loaded.map_err(|e| {
+    Config::load(path, &ProcessEnv).map_err(|e| {
         eprintln!("toolgate: {e}");
         ExitCode::from(EXIT_CONFIG)
     })
