@@ -119,6 +119,7 @@ pub async fn watch(
                 applied.tenants = Vec::new();
             }
         }
+        crate::memory::release_free_heap();
     }
 }
 
