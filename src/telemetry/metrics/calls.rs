@@ -232,7 +232,7 @@ mod tests {
             assert!(text.contains(line), "{line:?} missing from:\n{text}");
         }
         // Series appear on first use only, as before.
-        assert!(!text.contains("tool_error"), "{text}");
+        assert!(!text.contains("outcome=\"tool_error\""), "{text}");
         assert!(
             !text.contains(
                 "toolgate_upstream_request_duration_seconds_count{tenant=\"t\",server=\"\""
