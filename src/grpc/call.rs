@@ -17,7 +17,8 @@ use crate::catalog::{Catalog, CatalogTool};
 use crate::error::{CallError, MAX_TOOL_NAME, Pin, quoted};
 use crate::pb;
 use crate::registry::{Resolved, SessionUnavailable, Tenant, Unresolved};
-use crate::telemetry::{Metrics, trace};
+use crate::telemetry::metrics::{TenantCalls, ToolCalls};
+use crate::telemetry::trace;
 use crate::upstream::UpstreamError;
 
 /// Where a call's progress notifications go.
@@ -41,10 +42,9 @@ pub(crate) async fn run_call(
         progress.is_some(),
         started,
     );
+    let series = gateway.metrics.calls(&tenant.name);
     let Some(_call) = gateway.drain.enter() else {
-        gateway
-            .metrics
-            .call_finished(&tenant.name, "", "", "DRAINING", 0.0);
+        series.tool("", "").finished("DRAINING", 0.0);
         let refused = Err(CallError::Draining);
         audited.finish(&refused, Progress::none()).await;
         return refused.map_err(Status::from);
@@ -69,7 +69,7 @@ pub(crate) async fn run_call(
     let inherited_trace = trace::caller_context(request.metadata());
     let (caller, subject) = super::caller_of(&request);
     let request = request.into_inner();
-    let _in_flight = gateway.metrics.in_flight(&tenant.name);
+    let _in_flight = series.in_flight();
     let mut routing = Routing::default();
     let context = CallContext {
         caller_deadline,
@@ -82,7 +82,7 @@ pub(crate) async fn run_call(
     };
     let call = async {
         tokio::select! {
-            result = invoke(&tenant, &request, context, &gateway.metrics, &mut routing) => result,
+            result = invoke(&tenant, &request, context, &series, &mut routing) => result,
             () = gateway.abort.cancelled() => Err(CallError::ShuttingDown { sent: false, idempotent: false }),
         }
     };
@@ -116,20 +116,13 @@ pub(crate) async fn run_call(
     if code != tonic::Code::Ok {
         span.record("otel.status_code", "ERROR");
     }
-    // Only names that resolved to a tool become label values: callers
-    // cannot grow the metric set with made-up names.
-    let tool_label = if routing.resolved {
-        request.name.as_str()
-    } else {
-        ""
-    };
-    gateway.metrics.call_finished(
-        &tenant.name,
-        routing.server_name.as_deref().unwrap_or(""),
-        tool_label,
-        outcome,
-        elapsed.as_secs_f64(),
-    );
+    // Only names that resolved to a tool become label values (`tool`
+    // series): callers cannot grow the metric set with made-up names.
+    let tool_series = routing
+        .series
+        .take()
+        .unwrap_or_else(|| series.tool(routing.server_name.as_deref().unwrap_or(""), ""));
+    tool_series.finished(outcome, elapsed.as_secs_f64());
     span.in_scope(|| match &result {
         Err(error) => tracing::info!(
             elapsed_ms = elapsed.as_millis() as u64,
@@ -160,8 +153,9 @@ struct CallContext {
 struct Routing {
     /// The server the name resolved to (or whose namespace it is in).
     server_name: Option<String>,
-    /// Whether the name resolved to a tool (only then is it a label value).
-    resolved: bool,
+    /// The series of the tool the name resolved to (only then is the
+    /// name a label value).
+    series: Option<Arc<ToolCalls>>,
     /// The resolved tool's definition hash (for the audit record).
     definition_hash: Option<String>,
     /// Whether the tool is annotated `idempotentHint: true`.
@@ -177,7 +171,7 @@ async fn invoke(
     authenticated: &Arc<Tenant>,
     request: &pb::InvokeToolRequest,
     context: CallContext,
-    metrics: &Metrics,
+    series: &TenantCalls,
     routing: &mut Routing,
 ) -> Result<pb::InvokeToolResponse, CallError> {
     let CallContext {
@@ -283,7 +277,8 @@ async fn invoke(
     };
     tracing::Span::current().record("server", tool.server.as_str());
     routing.server_name = Some(tool.server.clone());
-    routing.resolved = true;
+    let tool_series = series.tool(&tool.server, name);
+    routing.series = Some(tool_series.clone());
     routing.definition_hash = Some(tool.definition_hash.clone());
     let idempotent = tool.annotations.idempotent == Some(true);
     routing.idempotent = idempotent;
@@ -368,12 +363,7 @@ async fn invoke(
             progress,
         )
         .await;
-    metrics.upstream_request(
-        &tenant.name,
-        &tool.server,
-        "tools/call",
-        upstream_started.elapsed().as_secs_f64(),
-    );
+    tool_series.upstream_finished(upstream_started.elapsed().as_secs_f64());
     let result = match result {
         Ok(result) => result,
         Err(UpstreamError::Timeout(_))

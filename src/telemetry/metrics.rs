@@ -28,6 +28,10 @@ use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+mod calls;
+
+pub use calls::{InFlight, TenantCalls, ToolCalls};
+
 /// Labels of a finished call.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CallLabels {
@@ -91,10 +95,10 @@ fn latency_histogram() -> Histogram {
 #[derive(Debug)]
 pub struct Metrics {
     registry: Registry,
-    calls: Family<CallLabels, Counter>,
-    call_duration: Family<ServerLabels, Histogram, fn() -> Histogram>,
-    upstream_duration: Family<UpstreamLabels, Histogram, fn() -> Histogram>,
-    in_flight: Family<TenantLabels, Gauge>,
+    /// The families of the call path, and their series resolved per
+    /// tenant and tool.
+    call_families: calls::CallFamilies,
+    call_series: calls::CallSeries,
     session_up: Family<ServerLabels, Gauge>,
     connects: Family<ConnectLabels, Counter>,
     reconnects: Family<ServerLabels, Counter>,
@@ -205,10 +209,13 @@ impl Metrics {
         );
         Metrics {
             registry,
-            calls,
-            call_duration,
-            upstream_duration,
-            in_flight,
+            call_families: calls::CallFamilies {
+                calls,
+                call_duration,
+                upstream_duration,
+                in_flight,
+            },
+            call_series: calls::CallSeries::default(),
             session_up,
             connects,
             reconnects,
@@ -262,52 +269,10 @@ impl Metrics {
             .inc();
     }
 
-    /// Counts a finished call and its latency.
-    pub fn call_finished(
-        &self,
-        tenant: &str,
-        server: &str,
-        tool: &str,
-        outcome: &str,
-        seconds: f64,
-    ) {
-        self.calls
-            .get_or_create(&CallLabels {
-                tenant: tenant.to_owned(),
-                server: server.to_owned(),
-                tool: tool.to_owned(),
-                outcome: outcome.to_owned(),
-            })
-            .inc();
-        self.call_duration
-            .get_or_create(&ServerLabels {
-                tenant: tenant.to_owned(),
-                server: server.to_owned(),
-            })
-            .observe(seconds);
-    }
-
-    /// Records one upstream request's latency.
-    pub fn upstream_request(&self, tenant: &str, server: &str, method: &str, seconds: f64) {
-        self.upstream_duration
-            .get_or_create(&UpstreamLabels {
-                tenant: tenant.to_owned(),
-                server: server.to_owned(),
-                method: method.to_owned(),
-            })
-            .observe(seconds);
-    }
-
-    /// Marks a call of `tenant` as running until the guard is dropped.
-    pub fn in_flight(self: &Arc<Self>, tenant: &str) -> InFlight {
-        let labels = TenantLabels {
-            tenant: tenant.to_owned(),
-        };
-        self.in_flight.get_or_create(&labels).inc();
-        InFlight {
-            metrics: self.clone(),
-            labels,
-        }
+    /// The call series of `tenant` (in flight, calls, latencies), resolved
+    /// once: a call increments them without building labels.
+    pub fn calls(&self, tenant: &str) -> Arc<TenantCalls> {
+        self.call_series.tenant(&self.call_families, tenant)
     }
 
     /// Records a connect attempt (a reconnect when `retry`) and the
@@ -402,19 +367,6 @@ fn openmetrics_to_prometheus(text: &str) -> String {
         out.push('\n');
     }
     out
-}
-
-/// Keeps a call counted as in flight while alive.
-#[derive(Debug)]
-pub struct InFlight {
-    metrics: Arc<Metrics>,
-    labels: TenantLabels,
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.metrics.in_flight.get_or_create(&self.labels).dec();
-    }
 }
 
 /// Serves `GET /metrics` on `listener` until `stop` is cancelled.
