@@ -262,7 +262,6 @@ pub async fn run_with_reload(
     let mut config = config;
     let tenant_count = config.tenants.len();
     config.tenants = Vec::new();
-    crate::memory::release_free_heap();
     let stop_reload = CancellationToken::new();
     if let Some(source) = reload {
         tokio::spawn(crate::reload::watch(

@@ -3,7 +3,7 @@
 //! `InvokeTool`), so agent workers in any language call tools without
 //! speaking MCP. See `docs/architecture.md` for how the pieces fit.
 
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 pub mod app;
@@ -24,7 +24,6 @@ pub mod error;
 pub mod fuzzing;
 pub mod grpc;
 pub mod limits;
-pub mod memory;
 pub mod policy;
 pub mod registry;
 pub mod reload;

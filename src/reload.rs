@@ -119,7 +119,6 @@ pub async fn watch(
                 applied.tenants = Vec::new();
             }
         }
-        crate::memory::release_free_heap();
     }
 }
 

@@ -45,18 +45,6 @@ impl EncodedTools {
             total_estimated_tokens,
         }
     }
-
-    /// How many tools it holds.
-    #[must_use]
-    pub fn len(&self) -> usize {
-        self.count
-    }
-
-    /// Whether it holds no tool.
-    #[must_use]
-    pub fn is_empty(&self) -> bool {
-        self.count == 0
-    }
 }
 
 impl fmt::Debug for EncodedTools {
@@ -105,22 +93,6 @@ impl ListToolsReply {
             rest: message,
         }
     }
-
-    /// How many tools it lists.
-    #[must_use]
-    pub fn tool_count(&self) -> usize {
-        self.tools.count + self.rest.tools.len()
-    }
-
-    /// The reply as a decoded message (tests, tools): what a client reads.
-    ///
-    /// # Errors
-    /// Never for a reply this module built; the decoder's error otherwise.
-    pub fn decode(&self) -> Result<pb::ListToolsResponse, prost::DecodeError> {
-        <pb::ListToolsResponse as prost::Message>::decode(
-            prost::Message::encode_to_vec(self).as_slice(),
-        )
-    }
 }
 
 impl fmt::Debug for ListToolsReply {
@@ -166,6 +138,11 @@ mod tests {
 
     use super::*;
 
+    /// What a client reads.
+    fn decode(reply: &ListToolsReply) -> pb::ListToolsResponse {
+        pb::ListToolsResponse::decode(reply.encode_to_vec().as_slice()).unwrap()
+    }
+
     fn tool(name: &str, tokens: u32) -> pb::Tool {
         pb::Tool {
             name: name.to_owned(),
@@ -200,8 +177,7 @@ mod tests {
         let reply = ListToolsReply::encoded(EncodedTools::encode(tools), rest());
         assert_eq!(reply.encode_to_vec(), plain.encode_to_vec());
         assert_eq!(reply.encoded_len(), plain.encoded_len());
-        assert_eq!(reply.decode().unwrap(), plain);
-        assert_eq!(reply.tool_count(), 2);
+        assert_eq!(decode(&reply), plain);
         let built = ListToolsReply::built(plain.clone());
         assert_eq!(built.encode_to_vec(), plain.encode_to_vec());
     }
@@ -211,7 +187,7 @@ mod tests {
         let encoded = EncodedTools::encode(vec![tool("a__one", 7)]);
         let mut reply = ListToolsReply::encoded(encoded.clone(), rest());
         reply.rest.servers[0].error = "consent needed".to_owned();
-        let decoded = reply.decode().unwrap();
+        let decoded = decode(&reply);
         assert_eq!(decoded.tools.len(), 1);
         assert_eq!(decoded.servers[0].error, "consent needed");
         assert_eq!(decoded.total_estimated_tokens, 7);
@@ -219,8 +195,9 @@ mod tests {
         let mut with_tools = rest();
         with_tools.tools.push(tool("a__stale", 1));
         let reply = ListToolsReply::encoded(encoded, with_tools);
-        assert_eq!(reply.decode().unwrap().tools[0].name, "a__one");
-        assert_eq!(reply.tool_count(), 1);
+        let decoded = decode(&reply);
+        assert_eq!(decoded.tools.len(), 1);
+        assert_eq!(decoded.tools[0].name, "a__one");
     }
 
     #[test]

@@ -11,7 +11,9 @@ use tokio::process::Command;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use toolgate::pb;
 
-use crate::{exe, fast_http_server, fmt, free_port, gateway, repo, spawn, verdict, wait_port};
+use crate::{
+    authed, exe, fast_http_server, fmt, free_port, gateway, repo, spawn, verdict, wait_port,
+};
 
 const TOOLS: usize = 10_000;
 const CALLS: usize = 100;
@@ -124,15 +126,6 @@ async fn whole_catalog(channel: &tonic::transport::Channel) -> anyhow::Result<By
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-fn authed<T>(message: T) -> tonic::Request<T> {
-    let mut request = tonic::Request::new(message);
-    request.metadata_mut().insert(
-        "authorization",
-        "Bearer bench-token".parse().expect("ascii"),
-    );
-    request
 }
 
 /// One ListTools, its answer as bytes (not decoded).

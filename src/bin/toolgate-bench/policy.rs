@@ -208,28 +208,23 @@ fn list(client: Client, token: &'static str) -> CallFn {
     })
 }
 
-/// End-to-end p50s in ms: (InvokeTool without, with policy; ListTools of
-/// 10,000 tools without, with policy).
-pub async fn end_to_end(rounds: usize) -> anyhow::Result<(f64, f64, f64, f64)> {
-    let (big, big_port) = super::fast_http_server(9_999);
-    super::wait_port(big_port).await;
-    let port = super::free_port();
-    let dir = std::env::temp_dir().join(format!(
-        "toolgate-bench-policy-{}-{port}",
-        std::process::id()
-    ));
-    std::fs::create_dir_all(&dir)?;
-    let exe = super::exe().display().to_string();
-    let servers = format!(
-        "      - name: fast\n        command: [\"{exe}\", \"mcp-server\"]\n\
-         \x20     - name: big\n        url: \"http://127.0.0.1:{big_port}/mcp\"\n        max_list_pages: 20\n"
-    );
-    let config = dir.join("config.yaml");
+/// A gateway on 127.0.0.1:`port` (its config written in `dir`) with the
+/// top-level YAML `top` and two tenants on the same `servers`: `bench`
+/// (token `bench-token`, no policy) and `bench-policy` (`policy-token`,
+/// the 20 rules); returned once `ready` holds for each tenant's listing.
+pub(super) async fn two_tenant_gateway(
+    dir: &std::path::Path,
+    port: u16,
+    top: &str,
+    servers: &str,
+    ready: impl Fn(&pb::ListToolsResponse) -> bool,
+) -> anyhow::Result<(super::Proc, Client)> {
+    let config = dir.join(format!("config-{port}.yaml"));
     std::fs::write(
         &config,
         format!(
-            "listen: \"127.0.0.1:{port}\"\nshutdown_delay: \"0s\"\nlimits:\n  max_message_bytes: 268435456\n  max_result_bytes: 268435456\n\
-             tenants:\n  - name: bench\n    tokens: [bench-token]\n    servers:\n{servers}\
+            "listen: \"127.0.0.1:{port}\"\nshutdown_delay: \"0s\"\n{top}tenants:\n\
+             \x20 - name: bench\n    tokens: [bench-token]\n    servers:\n{servers}\
              \x20 - name: bench-policy\n    tokens: [policy-token]\n    servers:\n{servers}    policy:\n{}",
             rules_yaml()
         ),
@@ -250,17 +245,46 @@ pub async fn end_to_end(rounds: usize) -> anyhow::Result<(f64, f64, f64, f64)> {
                 .list_tools(request(token, pb::ListToolsRequest::default()))
                 .await?
                 .into_inner();
-            if listing.tools.len() == 10_001 {
+            if ready(&listing) {
                 break;
             }
             anyhow::ensure!(
                 started.elapsed() < Duration::from_secs(30),
-                "the catalog of {token} never filled ({} tools)",
-                listing.tools.len()
+                "the gateway never got ready for {token} ({} tools, servers {:?})",
+                listing.tools.len(),
+                listing
+                    .servers
+                    .iter()
+                    .map(|s| (&s.name, s.connected))
+                    .collect::<Vec<_>>()
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
+    Ok((gateway, client))
+}
+
+/// End-to-end p50s in ms: (InvokeTool without, with policy; ListTools of
+/// 10,000 tools without, with policy).
+pub async fn end_to_end(rounds: usize) -> anyhow::Result<(f64, f64, f64, f64)> {
+    let (big, big_port) = super::fast_http_server(9_999);
+    super::wait_port(big_port).await;
+    let port = super::free_port();
+    let dir = std::env::temp_dir().join(format!(
+        "toolgate-bench-policy-{}-{port}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir)?;
+    let exe = super::exe().display().to_string();
+    let servers = format!(
+        "      - name: fast\n        command: [\"{exe}\", \"mcp-server\"]\n\
+         \x20     - name: big\n        url: \"http://127.0.0.1:{big_port}/mcp\"\n        max_list_pages: 20\n"
+    );
+    let top = "limits:\n  max_message_bytes: 268435456\n  max_result_bytes: 268435456\n";
+    let (gateway, client) = two_tenant_gateway(&dir, port, top, &servers, |listing| {
+        listing.tools.len() == 10_001
+    })
+    .await?;
     let paths = [
         invoke(client.clone(), "bench-token"),
         invoke(client.clone(), "policy-token"),

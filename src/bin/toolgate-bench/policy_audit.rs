@@ -7,12 +7,10 @@
 //! tenant (policy and audit). Interleaved rounds: InvokeTool p50, calls/s
 //! at 16 in flight and the gateway's CPU per call at 16 in flight.
 
-use std::time::{Duration, Instant};
-
-use toolgate::pb;
+use std::time::Duration;
 
 use super::measure::{self, CallFn, median};
-use super::policy::{Client, invoke, request, rules_yaml};
+use super::policy::{Client, invoke};
 
 const NONE: &str = "none";
 const POLICY: &str = "20-rule policy";
@@ -24,43 +22,10 @@ async fn gateway(dir: &std::path::Path, top: &str) -> anyhow::Result<(super::Pro
     let port = super::free_port();
     let exe = super::exe().display().to_string();
     let servers = format!("      - name: fast\n        command: [\"{exe}\", \"mcp-server\"]\n");
-    let config = dir.join(format!("config-{port}.yaml"));
-    std::fs::write(
-        &config,
-        format!(
-            "listen: \"127.0.0.1:{port}\"\nshutdown_delay: \"0s\"\n{top}tenants:\n\
-             \x20 - name: bench\n    tokens: [bench-token]\n    servers:\n{servers}\
-             \x20 - name: bench-policy\n    tokens: [policy-token]\n    servers:\n{servers}    policy:\n{}",
-            rules_yaml()
-        ),
-    )?;
-    let mut command = std::process::Command::new(super::toolgate_exe());
-    command
-        .args(["serve", "--config"])
-        .arg(&config)
-        .env("RUST_LOG", "error");
-    let proc = super::spawn(command);
-    super::wait_port(port).await;
-    let client = super::grpc(port).await;
-    for token in ["bench-token", "policy-token"] {
-        let started = Instant::now();
-        loop {
-            let listing = client
-                .clone()
-                .list_tools(request(token, pb::ListToolsRequest::default()))
-                .await?
-                .into_inner();
-            if !listing.servers.is_empty() && listing.servers.iter().all(|s| s.connected) {
-                break;
-            }
-            anyhow::ensure!(
-                started.elapsed() < Duration::from_secs(30),
-                "policy + audit: the fast stdio server of {token} never connected"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-    Ok((proc, client))
+    super::policy::two_tenant_gateway(dir, port, top, &servers, |listing| {
+        !listing.servers.is_empty() && listing.servers.iter().all(|s| s.connected)
+    })
+    .await
 }
 
 /// One measured path and its figures over rounds.
