@@ -4,6 +4,7 @@
 //! stderr redacted into the gateway's log, and its whole group stopped when
 //! the session ends ([`group`]).
 
+mod call_reply;
 mod framing;
 mod group;
 
@@ -12,7 +13,7 @@ use std::process::Stdio;
 
 use futures::StreamExt;
 use process_wrap::tokio::{CommandWrap, ProcessGroup};
-use tokio::process::{ChildStderr, ChildStdout};
+use tokio::process::{ChildStderr, ChildStdin, ChildStdout};
 use tokio_util::codec::{AnyDelimiterCodec, AnyDelimiterCodecError, FramedRead};
 use tokio_util::sync::CancellationToken;
 
@@ -27,7 +28,7 @@ use crate::credentials::SharedRedactor;
 const MAX_STDERR_LINE: usize = 4096;
 
 /// The transport of a stdio session.
-pub(super) type Transport = framing::StdioTransport<ChildStdout>;
+pub(super) type Transport = framing::StdioTransport<ChildStdout, ChildStdin>;
 
 /// Starts the child; returns its transport and its process group (which
 /// stops the child when the session ends, see [`Group::stop`]).

@@ -11,7 +11,7 @@
 //! session ends instead (a reconnect follows), so no call waits in vain.
 
 use std::io;
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
 use rmcp::RoleClient;
 use rmcp::model::{
@@ -19,8 +19,10 @@ use rmcp::model::{
 };
 use rmcp::transport::Transport;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
+
+use super::call_reply::CallIds;
 
 /// What a line may have beyond `max_result_bytes`: the JSON-RPC envelope
 /// (`{"jsonrpc":"2.0","id":…,"result":…}`) around the result.
@@ -63,95 +65,110 @@ pub(in crate::upstream) fn too_large_limit(error: &ErrorData) -> Option<usize> {
     usize::try_from(marker.get("max")?.as_u64()?).ok()
 }
 
-/// A message framed for stdin and where to report the write's outcome.
-type Frame = (Vec<u8>, oneshot::Sender<io::Result<()>>);
+/// The child's stdin, shared by the send futures; `None` once closed.
+type Stdin<W> = Arc<Mutex<Option<W>>>;
 
-/// The client side of a stdio session: messages to the child's stdin (a
-/// writer task), messages from its stdout (bounded lines).
-pub(in crate::upstream) struct StdioTransport<R> {
+/// The client side of a stdio session: messages to the child's stdin
+/// (written by each send future itself), messages from its stdout (bounded
+/// lines).
+pub(in crate::upstream) struct StdioTransport<R, W> {
     lines: LineReader<R>,
-    frames: mpsc::Sender<Frame>,
+    stdin: Stdin<W>,
     /// Cancelled: stdin is closed.
     close: CancellationToken,
     max_result_bytes: usize,
+    /// This session's `tools/call` requests awaiting their answer.
+    calls: CallIds,
 }
 
-impl<R: AsyncRead + Unpin> StdioTransport<R> {
+impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin + Send + 'static> StdioTransport<R, W> {
     /// A transport over `stdout` and `stdin`; cancelling `close` (or
     /// dropping the transport) closes stdin.
-    pub(in crate::upstream) fn new<W>(
+    pub(in crate::upstream) fn new(
         stdout: R,
         stdin: W,
         max_result_bytes: usize,
         close: CancellationToken,
-    ) -> Self
-    where
-        W: AsyncWrite + Unpin + Send + 'static,
-    {
-        let (frames, queue) = mpsc::channel(16);
-        tokio::spawn(write_frames(stdin, queue, close.clone()));
+    ) -> Self {
+        let stdin = Arc::new(Mutex::new(Some(stdin)));
+        tokio::spawn(close_on_cancel(Arc::clone(&stdin), close.clone()));
         Self {
             lines: LineReader::new(stdout, max_result_bytes.saturating_add(ENVELOPE_SLACK)),
-            frames,
+            stdin,
             close,
             max_result_bytes,
+            calls: CallIds::default(),
         }
     }
 }
 
-/// Writes each frame to stdin until the queue or `close` ends; stdin is
-/// dropped (closed) on return.
-async fn write_frames<W: AsyncWrite + Unpin>(
-    mut stdin: W,
-    mut queue: mpsc::Receiver<Frame>,
-    close: CancellationToken,
-) {
-    loop {
-        let (bytes, done) = tokio::select! {
-            biased;
-            _ = close.cancelled() => return,
-            frame = queue.recv() => match frame {
-                Some(frame) => frame,
-                None => return,
-            },
-        };
-        let written = tokio::select! {
-            biased;
-            _ = close.cancelled() => return,
-            written = async {
-                stdin.write_all(&bytes).await?;
-                stdin.flush().await
-            } => written,
-        };
-        let failed = written.is_err();
-        let _ = done.send(written);
-        if failed {
-            return;
-        }
+impl<R, W> Drop for StdioTransport<R, W> {
+    fn drop(&mut self) {
+        self.close.cancel();
     }
+}
+
+/// Closes stdin (drops it) once `close` is cancelled; a write under way
+/// gives the lock up as soon as it sees the cancellation.
+async fn close_on_cancel<W>(stdin: Stdin<W>, close: CancellationToken) {
+    close.cancelled().await;
+    stdin.lock().await.take();
+}
+
+/// Writes one framed message to stdin, unless it is (or gets) closed.
+async fn write_frame<W: AsyncWrite + Unpin>(
+    stdin: &Mutex<Option<W>>,
+    close: &CancellationToken,
+    bytes: &[u8],
+) -> io::Result<()> {
+    let mut stdin = tokio::select! {
+        biased;
+        _ = close.cancelled() => return Err(closed()),
+        stdin = stdin.lock() => stdin,
+    };
+    let Some(writer) = stdin.as_mut() else {
+        return Err(closed());
+    };
+    let written = tokio::select! {
+        biased;
+        _ = close.cancelled() => Err(closed()),
+        written = async {
+            writer.write_all(bytes).await?;
+            writer.flush().await
+        } => written,
+    };
+    if written.is_err() {
+        // A failed (or half-written) stdin is not written again.
+        stdin.take();
+    }
+    written
 }
 
 fn closed() -> io::Error {
     io::Error::new(io::ErrorKind::BrokenPipe, "the server's stdin is closed")
 }
 
-impl<R: AsyncRead + Unpin + Send> Transport<RoleClient> for StdioTransport<R> {
+impl<R, W> Transport<RoleClient> for StdioTransport<R, W>
+where
+    R: AsyncRead + Unpin + Send,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
     type Error = io::Error;
 
     fn send(
         &mut self,
         item: ClientJsonRpcMessage,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
-        let frames = self.frames.clone();
+        self.calls.sent(&item);
+        let stdin = Arc::clone(&self.stdin);
+        let close = self.close.clone();
         let framed = serde_json::to_vec(&item).map(|mut bytes| {
             bytes.push(b'\n');
             bytes
         });
         async move {
             let bytes = framed.map_err(io::Error::other)?;
-            let (done, written) = oneshot::channel();
-            frames.send((bytes, done)).await.map_err(|_| closed())?;
-            written.await.map_err(|_| closed())?
+            write_frame(&stdin, &close, &bytes).await
         }
     }
 
@@ -159,7 +176,12 @@ impl<R: AsyncRead + Unpin + Send> Transport<RoleClient> for StdioTransport<R> {
         loop {
             match self.lines.next().await {
                 Next::Line(line) => {
-                    if let Some(message) = parse(&line) {
+                    let line = trim(&line);
+                    if let Some(message) = self.calls.read(line) {
+                        return Some(message);
+                    }
+                    if let Some(message) = parse(line) {
+                        self.calls.answered(&message);
                         return Some(message);
                     }
                 }
@@ -170,10 +192,10 @@ impl<R: AsyncRead + Unpin + Send> Transport<RoleClient> for StdioTransport<R> {
                             limit = self.max_result_bytes,
                             "the server's answer exceeds limits.max_result_bytes; that request fails"
                         );
-                        return Some(JsonRpcMessage::error(
-                            too_large_error(self.max_result_bytes),
-                            Some(id),
-                        ));
+                        let message =
+                            JsonRpcMessage::error(too_large_error(self.max_result_bytes), Some(id));
+                        self.calls.answered(&message);
+                        return Some(message);
                     }
                     Oversized::Other => {
                         tracing::warn!(
@@ -206,11 +228,16 @@ impl<R: AsyncRead + Unpin + Send> Transport<RoleClient> for StdioTransport<R> {
     }
 }
 
-/// A whole line as a message; `None` (logged) when it is not one.
-fn parse(line: &[u8]) -> Option<ServerJsonRpcMessage> {
+/// A line without its line ending and byte order mark.
+fn trim(line: &[u8]) -> &[u8] {
     let line = line.strip_suffix(b"\n").unwrap_or(line);
     let line = line.strip_suffix(b"\r").unwrap_or(line);
-    let line = line.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(line);
+    line.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(line)
+}
+
+/// A trimmed line as a message, read by rmcp; `None` (logged) when it is
+/// not one.
+fn parse(line: &[u8]) -> Option<ServerJsonRpcMessage> {
     if line.iter().all(u8::is_ascii_whitespace) {
         return None;
     }
