@@ -519,6 +519,8 @@ fn keep_tail(tail: &mut Vec<u8>, bytes: &[u8]) {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     fn id(n: i64) -> RequestId {
@@ -578,6 +580,97 @@ mod tests {
             ),
         );
         assert_eq!(too_large_limit(&forged), None);
+    }
+
+    fn call(n: i64, text: &str) -> ClientJsonRpcMessage {
+        use rmcp::model::{CallToolRequest, CallToolRequestParams, ClientRequest};
+        let mut arguments = serde_json::Map::new();
+        arguments.insert("message".into(), text.into());
+        JsonRpcMessage::request(
+            ClientRequest::CallToolRequest(CallToolRequest::new(
+                CallToolRequestParams::new("echo").with_arguments(arguments),
+            )),
+            id(n),
+        )
+    }
+
+    /// A transport whose child ends are returned: what it wrote to the
+    /// child's stdin, and where the child's stdout is written.
+    fn transport(
+        pipe: usize,
+    ) -> (
+        StdioTransport<tokio::io::DuplexStream, tokio::io::DuplexStream>,
+        tokio::io::DuplexStream,
+        tokio::io::DuplexStream,
+        CancellationToken,
+    ) {
+        let (stdin, child_stdin) = tokio::io::duplex(pipe);
+        let (child_stdout, stdout) = tokio::io::duplex(pipe);
+        let close = CancellationToken::new();
+        let transport = StdioTransport::new(stdout, stdin, 1 << 20, close.clone());
+        (transport, child_stdin, child_stdout, close)
+    }
+
+    #[tokio::test]
+    async fn calls_go_out_as_lines_and_their_answers_come_back() {
+        use tokio::io::AsyncReadExt;
+        let (mut transport, child_stdin, mut child_stdout, _close) = transport(64 * 1024);
+        transport.send(call(7, "hello")).await.unwrap();
+        transport.send(call(8, "again")).await.unwrap();
+        let mut lines = BufReader::new(child_stdin).lines();
+        for (n, text) in [(7, "hello"), (8, "again")] {
+            let line = lines.next_line().await.unwrap().unwrap();
+            let sent: serde_json::Value = serde_json::from_str(&line).unwrap();
+            assert_eq!(sent["id"], n);
+            assert_eq!(sent["method"], "tools/call");
+            assert_eq!(sent["params"]["arguments"]["message"], text);
+        }
+        child_stdout
+            .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":8,\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"again\"}]}}\n")
+            .await
+            .unwrap();
+        match transport.receive().await {
+            Some(JsonRpcMessage::Response(response)) => {
+                assert_eq!(response.id, id(8));
+                let rmcp::model::ServerResult::CallToolResult(result) = response.result else {
+                    panic!("not a tool result: {:?}", response.result);
+                };
+                assert_eq!(result.content.len(), 1);
+            }
+            other => panic!("expected the answer, got {other:?}"),
+        }
+        // Dropping the transport closes the child's stdin.
+        drop(transport);
+        let mut rest = Vec::new();
+        let mut stdin = lines.into_inner();
+        tokio::time::timeout(Duration::from_secs(5), stdin.read_to_end(&mut rest))
+            .await
+            .expect("stdin reaches its end")
+            .unwrap();
+        assert!(rest.is_empty());
+        let _ = child_stdout.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn a_write_to_a_child_that_does_not_read_ends_at_close() {
+        use tokio::io::AsyncReadExt;
+        let (mut transport, mut child_stdin, _child_stdout, _close) = transport(64);
+        let sending = tokio::spawn(transport.send(call(1, &"x".repeat(10_000))));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!sending.is_finished(), "the pipe is full: the write waits");
+        transport.close().await.unwrap();
+        let written = tokio::time::timeout(Duration::from_secs(5), sending)
+            .await
+            .expect("the write gives up at close")
+            .unwrap();
+        assert_eq!(written.unwrap_err().kind(), io::ErrorKind::BrokenPipe);
+        // A send after close fails at once, and stdin is closed.
+        assert!(transport.send(call(2, "late")).await.is_err());
+        let mut rest = Vec::new();
+        tokio::time::timeout(Duration::from_secs(5), child_stdin.read_to_end(&mut rest))
+            .await
+            .expect("stdin reaches its end")
+            .unwrap();
     }
 
     #[tokio::test]
