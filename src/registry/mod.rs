@@ -360,12 +360,13 @@ impl Registry {
             }
             let mut slots = Vec::with_capacity(tenant_config.servers.len());
             for server in &tenant_config.servers {
-                let fingerprint = server.fingerprint();
                 let label = format!("{}/{}", tenant_config.name, server.name);
+                // Fingerprints only where there is a slot to compare with
+                // (not at start: 10,000 tenants would hash for nothing).
                 let reusable = previous.and_then(|t| {
-                    t.slots
-                        .iter()
-                        .find(|s| s.config.name == server.name && s.fingerprint == fingerprint)
+                    t.slots.iter().find(|s| {
+                        s.config.name == server.name && s.fingerprint() == server.fingerprint()
+                    })
                 });
                 match reusable {
                     Some(slot) => {
@@ -380,7 +381,6 @@ impl Registry {
                         }
                         let slot = Arc::new(Slot::new(
                             server.clone(),
-                            fingerprint,
                             self.shutdown.child_token(),
                             oauth,
                         ));

@@ -4,7 +4,7 @@
 //! tenant object and its session is untouched.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Instant;
 
 use tokio::sync::Notify;
@@ -43,7 +43,8 @@ pub(super) enum SlotState {
 #[derive(Debug)]
 pub(crate) struct Slot {
     pub(super) config: ServerConfig,
-    pub(super) fingerprint: [u8; 32],
+    /// `config`'s fingerprint, computed when a reload first compares it.
+    fingerprint: OnceLock<[u8; 32]>,
     pub(super) limit: Option<Concurrency>,
     state: Mutex<SlotState>,
     /// The tenant object whose catalog this slot feeds (replaced on reload).
@@ -81,9 +82,15 @@ struct KeptPart {
 const MAX_CONSENT_URLS: usize = 4096;
 
 impl Slot {
+    /// The fingerprint of the slot's server configuration
+    /// ([`ServerConfig::fingerprint`]): a reload keeps the slot (and its
+    /// session) when the new configuration's server has the same.
+    pub(super) fn fingerprint(&self) -> [u8; 32] {
+        *self.fingerprint.get_or_init(|| self.config.fingerprint())
+    }
+
     pub(super) fn new(
         config: ServerConfig,
-        fingerprint: [u8; 32],
         stop: CancellationToken,
         oauth: Result<Option<Arc<OAuthClient>>, String>,
     ) -> Self {
@@ -95,7 +102,7 @@ impl Slot {
             part: Mutex::default(),
             limit: config.max_concurrent_calls.map(Concurrency::new),
             config,
-            fingerprint,
+            fingerprint: OnceLock::new(),
             state: Mutex::new(SlotState::Idle),
             owner: Mutex::new(Weak::new()),
             stop,
@@ -270,8 +277,7 @@ mod tests {
         )
         .expect("a valid configuration");
         let server = config.tenants.remove(0).servers.remove(0);
-        let fingerprint = server.fingerprint();
-        let slot = Slot::new(server, fingerprint, CancellationToken::new(), Ok(None));
+        let slot = Slot::new(server, CancellationToken::new(), Ok(None));
         (slot, config.limits)
     }
 
