@@ -140,7 +140,12 @@ impl Redactor {
     pub fn redact<'a>(&self, text: &'a str) -> Cow<'a, str> {
         match self.matcher() {
             Some(matcher) if matcher.is_match(text) => {
-                Cow::Owned(matcher.replace_all(text, &vec![REDACTED; self.patterns.len()]))
+                let mut redacted = String::with_capacity(text.len());
+                matcher.replace_all_with(text, &mut redacted, |_, _, out| {
+                    out.push_str(REDACTED);
+                    true
+                });
+                Cow::Owned(redacted)
             }
             _ => Cow::Borrowed(text),
         }

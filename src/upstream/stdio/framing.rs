@@ -116,17 +116,24 @@ async fn close_on_cancel<W>(stdin: Stdin<W>, close: CancellationToken) {
 }
 
 /// Writes one framed message to stdin, unless it is (or gets) closed.
+/// A write that does not finish (it failed, `close` came first, or the
+/// future was dropped half-way) closes stdin: the child never sees a
+/// later message glued to half a line.
 async fn write_frame<W: AsyncWrite + Unpin>(
     stdin: &Mutex<Option<W>>,
     close: &CancellationToken,
     bytes: &[u8],
 ) -> io::Result<()> {
-    let mut stdin = tokio::select! {
+    let stdin = tokio::select! {
         biased;
         _ = close.cancelled() => return Err(closed()),
         stdin = stdin.lock() => stdin,
     };
-    let Some(writer) = stdin.as_mut() else {
+    let mut write = Write {
+        stdin,
+        finished: false,
+    };
+    let Some(writer) = write.stdin.as_mut() else {
         return Err(closed());
     };
     let written = tokio::select! {
@@ -137,11 +144,23 @@ async fn write_frame<W: AsyncWrite + Unpin>(
             writer.flush().await
         } => written,
     };
-    if written.is_err() {
-        // A failed (or half-written) stdin is not written again.
-        stdin.take();
-    }
+    write.finished = written.is_ok();
     written
+}
+
+/// A write under way, holding stdin's lock: dropped unfinished, it closes
+/// stdin.
+struct Write<'a, W> {
+    stdin: tokio::sync::MutexGuard<'a, Option<W>>,
+    finished: bool,
+}
+
+impl<W> Drop for Write<'_, W> {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.stdin.take();
+        }
+    }
 }
 
 fn closed() -> io::Error {
@@ -671,6 +690,30 @@ mod tests {
             .await
             .expect("stdin reaches its end")
             .unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_write_dropped_half_way_closes_stdin() {
+        use tokio::io::AsyncReadExt;
+        let (mut transport, mut child_stdin, _child_stdout, _close) = transport(64);
+        let sending = tokio::spawn(transport.send(call(1, &"x".repeat(10_000))));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!sending.is_finished(), "the pipe is full: the write waits");
+        sending.abort();
+        let _ = sending.await;
+        // The child got part of a line, then the end of its stdin: never
+        // a later message glued to it.
+        let mut got = Vec::new();
+        tokio::time::timeout(Duration::from_secs(5), child_stdin.read_to_end(&mut got))
+            .await
+            .expect("stdin reaches its end")
+            .unwrap();
+        assert!(
+            !got.is_empty() && !got.ends_with(b"\n"),
+            "{} bytes",
+            got.len()
+        );
+        assert!(transport.send(call(2, "next")).await.is_err());
     }
 
     #[tokio::test]
