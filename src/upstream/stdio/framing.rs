@@ -630,9 +630,31 @@ mod tests {
         (transport, child_stdin, child_stdout, close)
     }
 
+    /// What the child reads from its stdin until the gateway closes it
+    /// (within 5 s, or the test fails).
+    async fn until_closed(mut stdin: impl AsyncRead + Unpin) -> Vec<u8> {
+        use tokio::io::AsyncReadExt;
+        let mut rest = Vec::new();
+        tokio::time::timeout(Duration::from_secs(5), stdin.read_to_end(&mut rest))
+            .await
+            .expect("stdin reaches its end")
+            .unwrap();
+        rest
+    }
+
+    /// A send of a line longer than the pipe, started and left waiting for
+    /// the child to read.
+    async fn blocked_send(
+        transport: &mut StdioTransport<tokio::io::DuplexStream, tokio::io::DuplexStream>,
+    ) -> tokio::task::JoinHandle<io::Result<()>> {
+        let sending = tokio::spawn(transport.send(call(1, &"x".repeat(10_000))));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!sending.is_finished(), "the pipe is full: the write waits");
+        sending
+    }
+
     #[tokio::test]
     async fn calls_go_out_as_lines_and_their_answers_come_back() {
-        use tokio::io::AsyncReadExt;
         let (mut transport, child_stdin, mut child_stdout, _close) = transport(64 * 1024);
         transport.send(call(7, "hello")).await.unwrap();
         transport.send(call(8, "again")).await.unwrap();
@@ -660,23 +682,14 @@ mod tests {
         }
         // Dropping the transport closes the child's stdin.
         drop(transport);
-        let mut rest = Vec::new();
-        let mut stdin = lines.into_inner();
-        tokio::time::timeout(Duration::from_secs(5), stdin.read_to_end(&mut rest))
-            .await
-            .expect("stdin reaches its end")
-            .unwrap();
-        assert!(rest.is_empty());
+        assert!(until_closed(lines.into_inner()).await.is_empty());
         let _ = child_stdout.shutdown().await;
     }
 
     #[tokio::test]
     async fn a_write_to_a_child_that_does_not_read_ends_at_close() {
-        use tokio::io::AsyncReadExt;
-        let (mut transport, mut child_stdin, _child_stdout, _close) = transport(64);
-        let sending = tokio::spawn(transport.send(call(1, &"x".repeat(10_000))));
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        assert!(!sending.is_finished(), "the pipe is full: the write waits");
+        let (mut transport, child_stdin, _child_stdout, _close) = transport(64);
+        let sending = blocked_send(&mut transport).await;
         transport.close().await.unwrap();
         let written = tokio::time::timeout(Duration::from_secs(5), sending)
             .await
@@ -685,29 +698,18 @@ mod tests {
         assert_eq!(written.unwrap_err().kind(), io::ErrorKind::BrokenPipe);
         // A send after close fails at once, and stdin is closed.
         assert!(transport.send(call(2, "late")).await.is_err());
-        let mut rest = Vec::new();
-        tokio::time::timeout(Duration::from_secs(5), child_stdin.read_to_end(&mut rest))
-            .await
-            .expect("stdin reaches its end")
-            .unwrap();
+        until_closed(child_stdin).await;
     }
 
     #[tokio::test]
     async fn a_write_dropped_half_way_closes_stdin() {
-        use tokio::io::AsyncReadExt;
-        let (mut transport, mut child_stdin, _child_stdout, _close) = transport(64);
-        let sending = tokio::spawn(transport.send(call(1, &"x".repeat(10_000))));
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        assert!(!sending.is_finished(), "the pipe is full: the write waits");
+        let (mut transport, child_stdin, _child_stdout, _close) = transport(64);
+        let sending = blocked_send(&mut transport).await;
         sending.abort();
         let _ = sending.await;
         // The child got part of a line, then the end of its stdin: never
         // a later message glued to it.
-        let mut got = Vec::new();
-        tokio::time::timeout(Duration::from_secs(5), child_stdin.read_to_end(&mut got))
-            .await
-            .expect("stdin reaches its end")
-            .unwrap();
+        let got = until_closed(child_stdin).await;
         assert!(
             !got.is_empty() && !got.ends_with(b"\n"),
             "{} bytes",
