@@ -29,7 +29,9 @@ use toolgate::pb;
 use toolgate::pb::tool_gateway_client::ToolGatewayClient;
 
 mod tls;
-pub use tls::{make_certs, serve_mcp_tls};
+pub mod tls_server;
+pub use tls::serve_mcp_tls;
+pub use tls_server::make_certs;
 
 /// The repository root.
 pub fn repo_root() -> PathBuf {

@@ -36,7 +36,7 @@ async fn settled(gateway: &TestGateway) -> pb::ServerStatus {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_https_upstream_is_trusted_through_its_ca_file_and_its_connections_reused() {
     let dir = tempfile::tempdir().unwrap();
-    make_certs(dir.path());
+    make_certs(dir.path()).expect("certificates from the openssl CLI");
     let upstream = serve_mcp_tls(TestServer::new(&["echo"]), dir.path()).await;
     let url = &upstream.server.url;
 

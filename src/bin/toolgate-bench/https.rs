@@ -6,16 +6,15 @@
 //! paths alone, with the TCP connections each opened to its upstream.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Arc;
-use std::time::Duration;
 
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
-use tokio_rustls::TlsAcceptor;
-use tokio_rustls::server::TlsStream;
+use tokio::net::TcpListener;
+
+/// The certificates and the TLS listener, shared with the TLS tests.
+#[path = "../../../tests/common/tls_server.rs"]
+mod tls_server;
+use tls_server::{TlsListener, make_certs};
 
 use super::measure::median;
 use super::{Args, Figures, Path_, Proc};
@@ -23,136 +22,15 @@ use super::{Args, Figures, Path_, Proc};
 /// The name of the HTTPS path in the tables.
 pub const FAST_HTTPS: &str = "toolgate → fast https";
 
-/// Files of the run's certificates, in `dir`: `ca.pem` (what the gateway
-/// trusts), `server.pem` and `server.key` (what the server presents).
-pub fn make_certs(dir: &Path) -> anyhow::Result<()> {
-    std::fs::create_dir_all(dir)?;
-    std::fs::write(
-        dir.join("server.ext"),
-        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n\
-         keyUsage=digitalSignature\nextendedKeyUsage=serverAuth\n",
-    )?;
-    let ec = [
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-nodes",
-    ];
-    let steps: [&[&str]; 3] = [
-        &[
-            &["req", "-x509"][..],
-            &ec,
-            &["-keyout", "ca.key", "-out", "ca.pem", "-days", "2"],
-            &["-subj", "/CN=toolgate-bench CA"],
-        ]
-        .concat(),
-        &[
-            &["req"][..],
-            &ec,
-            &["-keyout", "server.key", "-out", "server.csr"],
-            &["-subj", "/CN=127.0.0.1"],
-        ]
-        .concat(),
-        &[
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            "server.pem",
-            "-days",
-            "2",
-            "-extfile",
-            "server.ext",
-        ],
-    ];
-    for args in steps {
-        let output = Command::new("openssl")
-            .args(args)
-            .current_dir(dir)
-            .output()?;
-        anyhow::ensure!(
-            output.status.success(),
-            "openssl {}: {}",
-            args[0],
-            String::from_utf8_lossy(&output.stderr)
-        );
-    }
-    Ok(())
-}
-
 /// Serves the fast server's Streamable HTTP endpoint over HTTPS on
 /// 127.0.0.1:`port`, with `dir`'s `server.pem` and `server.key`, until
 /// killed.
 pub async fn serve(port: u16, extra_tools: usize, dir: &Path) -> anyhow::Result<()> {
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-    let chain = CertificateDer::pem_file_iter(dir.join("server.pem"))?.collect::<Result<_, _>>()?;
-    let key = PrivateKeyDer::from_pem_file(dir.join("server.key"))?;
-    let mut config = rustls::ServerConfig::builder()
-        .with_no_client_auth()
-        .with_single_cert(chain, key)?;
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    let (done, handshaken) = mpsc::channel(64);
-    let listener = TlsListener {
-        tcp: TcpListener::bind(("127.0.0.1", port)).await?,
-        acceptor: TlsAcceptor::from(Arc::new(config)),
-        done,
-        handshaken,
-    };
+    let tcp = TcpListener::bind(("127.0.0.1", port)).await?;
+    let listener =
+        TlsListener::new(tcp, dir, Default::default()).map_err(anyhow::Error::from_boxed)?;
     axum::serve(listener, super::upstream::router(extra_tools)).await?;
     Ok(())
-}
-
-/// Accepts TCP connections and hands them to axum once their TLS
-/// handshake is done (handshakes run in their own tasks, so a slow or
-/// failed one holds no other connection back).
-struct TlsListener {
-    tcp: TcpListener,
-    acceptor: TlsAcceptor,
-    done: mpsc::Sender<(TlsStream<TcpStream>, SocketAddr)>,
-    handshaken: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
-}
-
-impl axum::serve::Listener for TlsListener {
-    type Io = TlsStream<TcpStream>;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        loop {
-            tokio::select! {
-                Some(ready) = self.handshaken.recv() => return ready,
-                accepted = self.tcp.accept() => {
-                    let Ok((tcp, addr)) = accepted else {
-                        // Out of descriptors, or similar: wait a little.
-                        tokio::time::sleep(Duration::from_millis(10)).await;
-                        continue;
-                    };
-                    let _ = tcp.set_nodelay(true);
-                    let acceptor = self.acceptor.clone();
-                    let done = self.done.clone();
-                    tokio::spawn(async move {
-                        let handshake = acceptor.accept(tcp);
-                        if let Ok(Ok(tls)) =
-                            tokio::time::timeout(Duration::from_secs(10), handshake).await
-                        {
-                            let _ = done.send((tls, addr)).await;
-                        }
-                    });
-                }
-            }
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        self.tcp.local_addr()
-    }
 }
 
 /// The fast server over HTTPS, its port and the CA file to trust.
