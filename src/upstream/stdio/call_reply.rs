@@ -61,7 +61,7 @@ impl CallIds {
         }))
     }
 
-    /// Forgets `line`'s id when it answers a tracked call (an error, or a
+    /// Forgets `message`'s id when it answers a tracked call (an error, or a
     /// result read by rmcp).
     pub(super) fn answered(&mut self, message: &ServerJsonRpcMessage) {
         if self.ids.is_empty() {
