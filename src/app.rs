@@ -11,11 +11,11 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::server::TcpIncoming;
 
-use crate::callers::AuthLayer;
 use crate::config::{Config, Environment};
+use crate::grpc::AuthLayer;
 use crate::grpc::Gateway;
 use crate::grpc::drain::Drain;
-use crate::pb::tool_gateway_server::ToolGatewayServer;
+use crate::grpc::server::tool_gateway_server::ToolGatewayServer;
 use crate::registry::Registry;
 use crate::telemetry::{Metrics, metrics};
 
@@ -146,7 +146,7 @@ pub async fn serve(
     config: Config,
     env: Arc<dyn Environment>,
     shutdown: Shutdown,
-    reload: Option<crate::reload::ConfigSource>,
+    reload: Option<crate::registry::reload::ConfigSource>,
 ) -> Result<(), AppError> {
     let listener = TcpListener::bind(config.listen)
         .await
@@ -193,7 +193,7 @@ pub async fn run_with_reload(
     listener: TcpListener,
     env: Arc<dyn Environment>,
     shutdown: Shutdown,
-    reload: Option<crate::reload::ConfigSource>,
+    reload: Option<crate::registry::reload::ConfigSource>,
 ) -> Result<(), AppError> {
     let local = listener
         .local_addr()
@@ -233,7 +233,7 @@ pub async fn run_with_reload(
     let registry =
         Registry::start_with_approvals(&config, env, metrics.clone(), oauth.clone(), approvals);
     let stop_approvals = CancellationToken::new();
-    tokio::spawn(crate::approvals::watch(
+    tokio::spawn(crate::registry::approvals::watch(
         registry.clone(),
         config
             .approvals
@@ -264,7 +264,7 @@ pub async fn run_with_reload(
     config.tenants = Vec::new();
     let stop_reload = CancellationToken::new();
     if let Some(source) = reload {
-        tokio::spawn(crate::reload::watch(
+        tokio::spawn(crate::registry::reload::watch(
             source,
             config.clone(),
             registry.clone(),

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use jsonwebtoken::errors::ErrorKind;
 use jsonwebtoken::{Algorithm, Validation};
 
+use super::Subject;
 use super::jwks::{KeyError, KeySet};
-use crate::auth::Subject;
 use crate::config::{CallersConfig, JwtIssuer};
 
 /// Longest JWT accepted, in bytes.
@@ -214,7 +214,7 @@ impl JwtCallers {
             Err(reason) => {
                 return Err(TokenError::TenantUnknown(format!(
                     "{path}.tenant names no tenant for this token: {}",
-                    crate::error::quoted(&reason)
+                    super::quoted(&reason)
                 )));
             }
         };
@@ -232,7 +232,7 @@ impl JwtCallers {
             Err(reason) => {
                 return Err(TokenError::SubjectInvalid(format!(
                     "{path}.subject names no subject for this token: {}",
-                    crate::error::quoted(&reason)
+                    super::quoted(&reason)
                 )));
             }
         };
@@ -289,7 +289,7 @@ fn header_error(token: &str) -> TokenError {
         ),
         Some(Alg { alg }) if alg.parse::<Algorithm>().is_err() => TokenError::Algorithm(format!(
             "algorithm `{}` is not one toolgate verifies",
-            crate::error::quoted(&alg)
+            super::quoted(&alg)
         )),
         _ => TokenError::Invalid("the header is not a JWT header".to_owned()),
     }

@@ -1,38 +1,86 @@
-//! Caller authentication, as a tower layer in front of the ToolGateway
-//! service: the caller's credential (`authorization: Bearer ...`) becomes
-//! its [`Tenant`], the [`Subject`] the call acts for and the [`Caller`]
-//! (how it proved itself, its verified claims), put into the request's
-//! extensions.
+//! Caller authentication: who is calling. The caller's credential
+//! (`authorization: Bearer ...`) becomes its tenant, the [`Subject`] the
+//! call acts for and the [`Caller`] (how it proved itself, its verified
+//! claims). Everything that decides it lives here; the gRPC surface applies
+//! it to every request as a tower layer (`grpc::AuthLayer`) and answers a
+//! refusal through the one status table.
 //!
 //! A credential is a tenant's static token (looked up by digest, compared
-//! in constant time: [`crate::auth::TokenTable`]) or, when `callers.jwt`
-//! is configured, a JWT from one of its issuers ([`JwtCallers`]). A static
-//! token is tried first, so every static token works as it always did.
+//! in constant time: [`TokenTable`]) or, when `callers.jwt` is configured,
+//! a JWT from one of its issuers ([`JwtCallers`]). A static token is tried
+//! first, so every static token works as it always did.
 //!
 //! The subject of a JWT caller is its issuer's subject expression. An
 //! `x-toolgate-subject` sent with a JWT must name the same subject, else
 //! the call is refused (INVALID_SUBJECT): a header cannot make a workload
 //! act for someone its token does not name, and a client that means
 //! another subject learns it at once instead of acting for the wrong one.
+//!
+//! This room knows configuration and nothing above it: the tenants it
+//! authenticates against come through the [`Directory`] trait, which the
+//! registry implements.
 
+mod identity;
 mod jwks;
 mod jwt;
-mod layer;
+mod tokens;
 
-use std::sync::Arc;
+use std::borrow::Cow;
 
+pub use identity::{Caller, CallerIdentity, MAX_SUBJECT_LEN, SUBJECT_METADATA, Subject};
 pub use jwt::{JwtCallers, MAX_TOKEN_BYTES, TokenError, VerifiedJwt};
-pub use layer::{AuthLayer, AuthService};
+pub use tokens::TokenTable;
+pub(crate) use tokens::bearer;
 
-use crate::auth::{Caller, CallerIdentity, Subject, bearer};
-use crate::error::CallError;
-use crate::registry::{Registry, Tenant};
+/// Most characters of a caller's string quoted in a status message or a
+/// log line (a valid tool name always fits).
+pub const MAX_QUOTED: usize = 64;
+
+/// A caller's string as quoted in statuses and logs: at most
+/// [`MAX_QUOTED`] characters, then how much was left out.
+pub fn quoted(text: &str) -> Cow<'_, str> {
+    match text.char_indices().nth(MAX_QUOTED) {
+        None => Cow::Borrowed(text),
+        Some((end, _)) => Cow::Owned(format!("{}… ({} bytes in all)", &text[..end], text.len())),
+    }
+}
+
+/// Why a caller was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum CallerError {
+    /// No, malformed or unknown credential.
+    #[error("unauthenticated: {0}")]
+    Unauthenticated(&'static str),
+    /// The `x-toolgate-subject` metadata is malformed, or differs from the
+    /// subject the caller's JWT names.
+    #[error("invalid subject: {0}")]
+    InvalidSubject(&'static str),
+    /// The caller's JWT is refused (or its issuer's keys cannot be loaded).
+    #[error("unauthenticated: {0}")]
+    Token(TokenError),
+}
+
+/// The tenants callers authenticate against: one generation of the
+/// configuration (the registry's current one).
+pub trait Directory {
+    /// What a tenant is to the caller of [`authenticate`].
+    type Tenant;
+
+    /// The tenant a static token selects, and the caller it proves.
+    fn by_token(&self, token: &str) -> Option<(Self::Tenant, Caller)>;
+
+    /// The JWT issuers of the configuration (`callers.jwt`).
+    fn jwt_callers(&self) -> JwtCallers;
+
+    /// The tenant named `name` (a JWT caller names its tenant).
+    fn tenant_named(&self, name: &str) -> Option<Self::Tenant>;
+}
 
 /// Who a request authenticated as: what goes into its extensions.
 #[derive(Debug, Clone)]
-pub struct Authenticated {
+pub struct Authenticated<T> {
     /// The caller's tenant.
-    pub tenant: Arc<Tenant>,
+    pub tenant: T,
     /// Whom the call acts for.
     pub subject: Subject,
     /// How the caller proved itself, and its claims.
@@ -45,18 +93,18 @@ fn looks_like_jwt(token: &str) -> bool {
     token.bytes().filter(|b| *b == b'.').count() == 2
 }
 
-/// Authenticates a request from its headers, against the registry's
-/// current configuration.
+/// Authenticates a request from its headers, against the directory's
+/// tenants.
 ///
 /// # Errors
 /// No or malformed `authorization`, an unknown static token, a refused
-/// JWT ([`CallError::Token`]), or an invalid `x-toolgate-subject`.
-pub async fn authenticate(
-    registry: &Registry,
+/// JWT ([`CallerError::Token`]), or an invalid `x-toolgate-subject`.
+pub async fn authenticate<D: Directory>(
+    directory: &D,
     headers: &http::HeaderMap,
-) -> Result<Authenticated, CallError> {
+) -> Result<Authenticated<D::Tenant>, CallerError> {
     let Some(value) = headers.get(http::header::AUTHORIZATION) else {
-        return Err(CallError::Unauthenticated(
+        return Err(CallerError::Unauthenticated(
             "missing `authorization: Bearer <token>` metadata",
         ));
     };
@@ -64,32 +112,32 @@ pub async fn authenticate(
         .to_str()
         .ok()
         .and_then(bearer)
-        .ok_or(CallError::Unauthenticated(
+        .ok_or(CallerError::Unauthenticated(
             "the `authorization` metadata is not `Bearer <token>`",
         ))?;
-    let header_subject = Subject::from_headers(headers).map_err(CallError::InvalidSubject);
-    if let Some((tenant, caller)) = registry.authenticate(token) {
+    let header_subject = Subject::from_headers(headers).map_err(CallerError::InvalidSubject);
+    if let Some((tenant, caller)) = directory.by_token(token) {
         return Ok(Authenticated {
             tenant,
             subject: header_subject?,
             caller,
         });
     }
-    let jwt = registry.jwt_callers();
+    let jwt = directory.jwt_callers();
     if jwt.is_empty() || !looks_like_jwt(token) {
-        return Err(CallError::Unauthenticated("unknown token"));
+        return Err(CallerError::Unauthenticated("unknown token"));
     }
-    let verified = jwt.verify(token).await.map_err(CallError::Token)?;
-    let tenant = registry.tenant_named(&verified.tenant).ok_or_else(|| {
-        CallError::Token(TokenError::TenantUnknown(format!(
+    let verified = jwt.verify(token).await.map_err(CallerError::Token)?;
+    let tenant = directory.tenant_named(&verified.tenant).ok_or_else(|| {
+        CallerError::Token(TokenError::TenantUnknown(format!(
             "the token names tenant `{}`, which is not configured",
-            crate::error::quoted(&verified.tenant)
+            quoted(&verified.tenant)
         )))
     })?;
     // The token names the subject; a header may only repeat it.
     let header_subject = header_subject?;
-    if headers.contains_key(crate::auth::SUBJECT_METADATA) && header_subject != verified.subject {
-        return Err(CallError::InvalidSubject(
+    if headers.contains_key(SUBJECT_METADATA) && header_subject != verified.subject {
+        return Err(CallerError::InvalidSubject(
             "the x-toolgate-subject metadata differs from the subject the caller's JWT names (send none, or the same)",
         ));
     }

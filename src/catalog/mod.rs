@@ -6,7 +6,6 @@
 //! `Arc<Catalog>` and never see a half-built catalog.
 
 pub mod lint;
-pub mod name;
 mod search;
 
 use std::collections::HashMap;
@@ -15,6 +14,7 @@ use std::sync::Arc;
 use sha2::{Digest, Sha256};
 
 use crate::config::ToolFilter;
+use crate::config::names;
 
 /// What one server contributes to a catalog build.
 #[derive(Debug)]
@@ -341,7 +341,7 @@ impl Catalog {
     /// such names are UNAVAILABLE, not NOT_FOUND.
     pub fn down_server_for(&self, name: &str) -> Option<&ServerStatus> {
         let index = self.down_routes.get(name).copied().or_else(|| {
-            let (namespace, _) = name.split_once(name::DELIMITER)?;
+            let (namespace, _) = name.split_once(names::DELIMITER)?;
             // Few servers per tenant: a scan, not a map per snapshot.
             self.servers
                 .iter()
@@ -506,8 +506,8 @@ fn server_tools(
                 printable(upstream_name)
             ));
         }
-        let exposed = name::expose(input.name, upstream_name, input.bare);
-        if !name::is_valid_exposed(&exposed) {
+        let exposed = names::expose(input.name, upstream_name, input.bare);
+        if !names::is_valid_exposed(&exposed) {
             return Err(format!(
                 "tool `{}` of server `{}` would be exposed as `{}`, which does not match \
                  ^[a-zA-Z0-9_-]{{1,64}}$; the server is refused (filter the tool out with \
@@ -975,8 +975,8 @@ mod properties {
             for tool in catalog.tools() {
                 let (server, bare, _) = &servers[tool.server_index];
                 prop_assert_eq!(&tool.server, server);
-                prop_assert_eq!(&tool.name, &name::expose(server, &tool.upstream_name, *bare));
-                prop_assert!(name::is_valid_exposed(&tool.name));
+                prop_assert_eq!(&tool.name, &names::expose(server, &tool.upstream_name, *bare));
+                prop_assert!(names::is_valid_exposed(&tool.name));
                 let routed = catalog.get(&tool.name).unwrap();
                 prop_assert_eq!((&routed.server, &routed.upstream_name), (&tool.server, &tool.upstream_name));
             }
@@ -987,7 +987,7 @@ mod properties {
                     continue;
                 }
                 for t in tool_names {
-                    *claims.entry(name::expose(server, t, *bare)).or_default() += 1;
+                    *claims.entry(names::expose(server, t, *bare)).or_default() += 1;
                 }
             }
             for (exposed, count) in claims {

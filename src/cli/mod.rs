@@ -3,6 +3,9 @@
 
 mod approve;
 pub mod client;
+#[doc(hidden)]
+pub mod conformance;
+pub mod demo;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -12,9 +15,10 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 
 use crate::catalog::ServerState;
+use crate::config::LogFormat;
 use crate::config::{Config, ProcessEnv};
 use crate::registry::Registry;
-use crate::telemetry::{self, LogFormat};
+use crate::telemetry;
 
 /// Exit code for an invalid configuration (EX_USAGE… EX_DATAERR family:
 /// 64 is what operators' tooling expects for "bad input").
@@ -106,7 +110,7 @@ pub fn main() -> ExitCode {
             Command::Call(args) => client::call(args).await,
             Command::ConformanceClient { url } => {
                 let guard = telemetry::init(cli.log_format.unwrap_or_default(), "info,rmcp=warn");
-                let code = match crate::conformance::run(&url).await {
+                let code = match crate::cli::conformance::run(&url).await {
                     Ok(()) => ExitCode::SUCCESS,
                     Err(e) => {
                         eprintln!("toolgate conformance-client: {e:#}");
@@ -118,7 +122,7 @@ pub fn main() -> ExitCode {
             }
             Command::Demo => {
                 let guard = telemetry::init(cli.log_format.unwrap_or_default(), "warn");
-                let code = match crate::demo::run().await {
+                let code = match crate::cli::demo::run().await {
                     Ok(()) => ExitCode::SUCCESS,
                     Err(e) => {
                         eprintln!("toolgate demo failed: {e:#}");
@@ -154,7 +158,7 @@ async fn serve(path: PathBuf, log_format: Option<LogFormat>) -> ExitCode {
         }
     };
     let env: Arc<dyn crate::config::Environment> = Arc::new(ProcessEnv);
-    let source = crate::reload::ConfigSource {
+    let source = crate::registry::reload::ConfigSource {
         path: path.clone(),
         env: env.clone(),
     };

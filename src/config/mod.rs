@@ -5,8 +5,9 @@
 mod approvals;
 mod audit;
 mod callers;
+pub mod names;
 mod oauth;
-mod policy;
+pub mod policy;
 mod raw;
 pub mod secret;
 mod tls;
@@ -47,6 +48,17 @@ pub const DEFAULT_MAX_CALL_TIMEOUT: Duration = Duration::from_secs(600);
 /// Pages of `tools/list` read from one server before giving up, by default.
 pub const DEFAULT_MAX_LIST_PAGES: u32 = 100;
 
+/// Log line format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Default, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines (colours only on a terminal).
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
 /// The validated gateway configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -61,7 +73,7 @@ pub struct Config {
     /// Serve gRPC server reflection (v1 and v1alpha).
     pub reflection: bool,
     /// Log format, unless the command line says otherwise.
-    pub log_format: Option<crate::telemetry::LogFormat>,
+    pub log_format: Option<LogFormat>,
     /// Address of the Prometheus metrics listener; no metrics listener when
     /// unset.
     pub metrics_listen: Option<SocketAddr>,
@@ -209,9 +221,9 @@ pub struct TenantConfig {
     pub connect: ConnectMode,
     /// For lazy tenants: sessions unused this long are closed.
     pub idle_timeout: Duration,
-    /// Per-tool policy (`policy:`), compiled; `None` when the tenant has
+    /// Per-tool policy (`policy:`), checked (the policy room builds the evaluating `Policy`); `None` when the tenant has
     /// no rules (every caller sees and calls every tool).
-    pub policy: Option<std::sync::Arc<crate::policy::Policy>>,
+    pub policy: Option<std::sync::Arc<policy::PolicyRules>>,
 }
 
 /// When a tenant's sessions connect.

@@ -16,7 +16,7 @@ pub(crate) struct RawConfig {
     pub(crate) shutdown_delay: Option<String>,
     pub(crate) shutdown_grace: Option<String>,
     pub(crate) reflection: Option<bool>,
-    pub(crate) log_format: Option<crate::telemetry::LogFormat>,
+    pub(crate) log_format: Option<super::LogFormat>,
     pub(crate) metrics: Option<RawMetrics>,
     pub(crate) grpc: Option<RawGrpc>,
     pub(crate) limits: Option<RawLimits>,

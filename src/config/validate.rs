@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
+use super::names;
 use super::raw::{
     RawConfig, RawDefaults, RawGrpc, RawLimits, RawReconnect, RawServer, RawTenant,
     RawTenantLimits, RawToolFilter, RawValue,
@@ -19,7 +20,6 @@ use super::{
     TenantConfig, ToolFilter, Transport, ValueSource,
 };
 use super::{Lifecycle, Limits, Reconnect, TenantLimits};
-use crate::catalog::name;
 
 /// Headers the MCP transport sets itself; configuring them is refused.
 const RESERVED_HEADERS: &[&str] = &[
@@ -572,7 +572,7 @@ fn validate_tenant(
     env: &dyn Environment,
 ) -> Option<TenantConfig> {
     let before = errors.0.len();
-    if !name::is_valid_tenant_name(&tenant.name) {
+    if !names::is_valid_tenant_name(&tenant.name) {
         errors.push(
             format!("{path}.name"),
             format!(
@@ -662,14 +662,14 @@ fn validate_server(
     env: &dyn Environment,
 ) -> Option<ServerConfig> {
     let before = errors.0.len();
-    if !name::is_valid_server_name(&server.name) {
+    if !names::is_valid_server_name(&server.name) {
         errors.push(
             format!("{path}.name"),
             format!(
                 "`{}` is not a valid server name (1 to 64 of a-z A-Z 0-9 _ -, \
                  without `{}`, which separates server and tool in exposed names)",
                 server.name,
-                name::DELIMITER
+                names::DELIMITER
             ),
         );
     }

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 
 use super::oauth::{OAuthClient, OAuthError};
+use super::{TokenError, TokenSource};
 use crate::config::Secret;
 use crate::state::TokenKey;
-use crate::upstream::{TokenError, TokenSource};
 
 /// The tokens of one key from one server's OAuth client.
 #[derive(Debug, Clone)]

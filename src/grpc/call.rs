@@ -14,7 +14,7 @@ use super::{
     Gateway, LIST_SETTLE_WAIT, caller_timeout, convert, deadline_margin, parse_arguments, status,
 };
 use crate::catalog::{Catalog, CatalogTool};
-use crate::error::{CallError, MAX_TOOL_NAME, Pin, quoted};
+use crate::grpc::error::{CallError, MAX_TOOL_NAME, Pin, quoted};
 use crate::pb;
 use crate::registry::{Resolved, SessionUnavailable, Tenant, Unresolved};
 use crate::telemetry::metrics::{TenantCalls, ToolCalls};
@@ -141,9 +141,9 @@ struct CallContext {
     inherited_trace: Vec<(String, String)>,
     progress: Option<ProgressSink>,
     /// Whose credential a per-user server uses.
-    subject: crate::auth::Subject,
+    subject: crate::callers::Subject,
     /// Who is calling: the tenant's policy reads its claims.
-    caller: crate::auth::Caller,
+    caller: crate::callers::Caller,
     /// Consulted before anything is sent upstream (`audit.required`).
     audit: crate::audit::Audit,
 }
@@ -302,7 +302,7 @@ async fn invoke(
                 .await
                 .ok_or_else(|| {
                     CallError::Shed(
-                        crate::limits::Shed::ServerConcurrency(limit.limit()),
+                        crate::registry::limits::Shed::ServerConcurrency(limit.limit()),
                         Some(tool.server.clone()),
                     )
                 })?,

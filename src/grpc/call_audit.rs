@@ -9,7 +9,7 @@ use tonic::Request;
 
 use super::status;
 use crate::audit::{Audit, CallerRecord, Outcome, Record, RecordKind, code_name, error_outcome};
-use crate::error::{CallError, quoted};
+use crate::grpc::error::{CallError, quoted};
 use crate::pb;
 use crate::registry::Tenant;
 
@@ -68,12 +68,12 @@ impl AuditedCall {
             record.tenant = Some(tenant.name.clone());
             record.subject = request
                 .extensions()
-                .get::<crate::auth::Subject>()
+                .get::<crate::callers::Subject>()
                 .and_then(|s| s.id())
                 .map(str::to_owned);
             record.caller = request
                 .extensions()
-                .get::<crate::auth::Caller>()
+                .get::<crate::callers::Caller>()
                 .map(|caller| CallerRecord::from(&caller.identity));
             record.peer = request.remote_addr().map(|a| a.to_string());
             record.tool = Some(quoted(&request.get_ref().name).into_owned());

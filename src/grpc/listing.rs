@@ -9,9 +9,9 @@ use tonic::Status;
 
 use super::convert;
 use super::reply::{self, EncodedTools, ListToolsReply};
-use crate::auth::{Caller, Subject};
+use crate::callers::{Caller, Subject};
 use crate::catalog::{Catalog, CatalogTool, SharedCatalog};
-use crate::error::CallError;
+use crate::grpc::error::CallError;
 use crate::pb;
 use crate::policy::{Policy, View};
 use crate::registry::Tenant;

@@ -1,16 +1,30 @@
 //! The `toolgate.v1.ToolGateway` service. Handlers stay thin: find the
-//! caller's tenant (put there by [`crate::auth`]), then hand over to
+//! caller's tenant (put there by [`AuthLayer`]), then hand over to
 //! [`call`] (one tool call), [`listing`] (filtered catalogs, search) or
-//! [`stream`] (progress relay, catalog watch).
+//! [`stream`] (progress relay, catalog watch). Every error of the service
+//! is a [`CallError`], turned into a status in [`status`] only.
 
+mod auth_layer;
 mod call;
 mod call_audit;
 pub mod convert;
 pub mod drain;
+pub mod error;
 mod listing;
 pub mod reply;
 pub mod status;
 mod stream;
+
+pub use auth_layer::{AuthLayer, AuthService};
+
+/// Generated server code for `toolgate.v1` (see `build.rs`): the same
+/// service as [`crate::pb`] describes, with `ListTools` and `WatchTools`
+/// answering [`reply::ListToolsReply`], the same message on the wire as
+/// [`crate::pb::ListToolsResponse`] with its tools encoded ahead.
+#[allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic)]
+pub mod server {
+    include!(concat!(env!("OUT_DIR"), "/server/toolgate.v1.rs"));
+}
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -21,10 +35,10 @@ use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 use tracing::Instrument;
 
-use crate::error::CallError;
 use crate::pb;
 use crate::registry::{Busy, Tenant};
 use crate::telemetry::{Metrics, trace};
+use error::CallError;
 
 /// How long ListTools waits for servers that are still connecting when the
 /// caller set no deadline.
@@ -51,7 +65,7 @@ pub struct Gateway {
 
 impl Gateway {
     /// The service; `abort` ends calls still running when the shutdown
-    /// grace period is over. Callers' tenants come from [`crate::auth`].
+    /// grace period is over. Callers' tenants come from [`AuthLayer`].
     pub fn new(abort: CancellationToken, metrics: Arc<Metrics>, drain: Arc<drain::Drain>) -> Self {
         Self {
             abort,
@@ -154,7 +168,7 @@ pub fn parse_arguments(tool: &str, text: &str) -> Result<rmcp::model::JsonObject
 type EventStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
 
 #[tonic::async_trait]
-impl pb::tool_gateway_server::ToolGateway for Gateway {
+impl server::tool_gateway_server::ToolGateway for Gateway {
     async fn list_tools(
         &self,
         request: Request<pb::ListToolsRequest>,
@@ -245,17 +259,17 @@ impl pb::tool_gateway_server::ToolGateway for Gateway {
     }
 }
 
-/// Who is calling (put there by [`crate::auth`]) and for whom. A request
+/// Who is calling (put there by [`AuthLayer`]) and for whom. A request
 /// that did not pass authentication has no claims.
-fn caller_of<T>(request: &Request<T>) -> (crate::auth::Caller, crate::auth::Subject) {
+fn caller_of<T>(request: &Request<T>) -> (crate::callers::Caller, crate::callers::Subject) {
     let caller = request
         .extensions()
-        .get::<crate::auth::Caller>()
+        .get::<crate::callers::Caller>()
         .cloned()
-        .unwrap_or_else(|| crate::auth::Caller::static_token(0));
+        .unwrap_or_else(|| crate::callers::Caller::static_token(0));
     let subject = request
         .extensions()
-        .get::<crate::auth::Subject>()
+        .get::<crate::callers::Subject>()
         .cloned()
         .unwrap_or_default();
     (caller, subject)

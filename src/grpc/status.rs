@@ -12,7 +12,7 @@ use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
 use crate::credentials::{MAX_STATUS_MESSAGE, bounded};
-use crate::error::{CallError, quoted};
+use crate::grpc::error::{CallError, quoted};
 use crate::upstream::{UpstreamError, truncate};
 
 /// The `ErrorInfo.domain` of every toolgate error.
@@ -67,18 +67,18 @@ pub fn classify(error: &CallError) -> (Code, &'static str) {
         CallError::PlanOutdated { pin, .. } => (
             Code::FailedPrecondition,
             match pin {
-                crate::error::Pin::DefinitionChanged => "TOOL_DEFINITION_CHANGED",
-                crate::error::Pin::Gone => "TOOL_GONE",
-                crate::error::Pin::VersionUnknown => "CATALOG_VERSION_UNKNOWN",
+                crate::grpc::error::Pin::DefinitionChanged => "TOOL_DEFINITION_CHANGED",
+                crate::grpc::error::Pin::Gone => "TOOL_GONE",
+                crate::grpc::error::Pin::VersionUnknown => "CATALOG_VERSION_UNKNOWN",
             },
         ),
         CallError::ArgumentsTooLarge { .. } => (Code::ResourceExhausted, "ARGUMENTS_TOO_LARGE"),
         CallError::Shed(shed, _) => match shed {
-            crate::limits::Shed::Rate(_) => (Code::ResourceExhausted, "RATE_LIMITED"),
-            crate::limits::Shed::TenantConcurrency(_) => {
+            crate::registry::limits::Shed::Rate(_) => (Code::ResourceExhausted, "RATE_LIMITED"),
+            crate::registry::limits::Shed::TenantConcurrency(_) => {
                 (Code::ResourceExhausted, "TENANT_CONCURRENCY_LIMIT")
             }
-            crate::limits::Shed::ServerConcurrency(_) => {
+            crate::registry::limits::Shed::ServerConcurrency(_) => {
                 (Code::ResourceExhausted, "SERVER_CONCURRENCY_LIMIT")
             }
         },
@@ -252,11 +252,13 @@ fn metadata(error: &CallError) -> HashMap<String, String> {
                 metadata.insert("server".to_owned(), server.clone());
             }
             let (limit, value) = match shed {
-                crate::limits::Shed::Rate(_) => ("limits.rate_per_second", None),
-                crate::limits::Shed::TenantConcurrency(n) => {
+                crate::registry::limits::Shed::Rate(_) => ("limits.rate_per_second", None),
+                crate::registry::limits::Shed::TenantConcurrency(n) => {
                     ("limits.max_concurrent_calls", Some(n))
                 }
-                crate::limits::Shed::ServerConcurrency(n) => ("max_concurrent_calls", Some(n)),
+                crate::registry::limits::Shed::ServerConcurrency(n) => {
+                    ("max_concurrent_calls", Some(n))
+                }
             };
             metadata.insert("limit".to_owned(), limit.to_owned());
             if let Some(value) = value {
@@ -336,7 +338,7 @@ impl From<CallError> for Status {
         // reached the upstream (or the tool is idempotent). A call that may
         // have acted is UNKNOWN, without RetryInfo.
         let retry = match &error {
-            CallError::Shed(crate::limits::Shed::Rate(wait), _) => {
+            CallError::Shed(crate::registry::limits::Shed::Rate(wait), _) => {
                 Some((*wait).max(Duration::from_millis(1)))
             }
             CallError::Shed(..) => Some(SHED_RETRY_DELAY),

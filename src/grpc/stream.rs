@@ -10,9 +10,9 @@ use tonic::{Request, Status};
 
 use super::listing::{self, Filter};
 use super::{EventStream, Gateway, call, drain::Drain};
-use crate::auth::{Caller, Subject};
+use crate::callers::{Caller, Subject};
 use crate::catalog::ServerState;
-use crate::error::CallError;
+use crate::grpc::error::CallError;
 use crate::pb;
 use crate::registry::Tenant;
 

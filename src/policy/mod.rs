@@ -20,47 +20,14 @@ use cel::common::types::{
     CelBool, CelDouble, CelInt, CelList, CelMap, CelMapKey, CelNull, CelString, CelUInt,
 };
 use cel::common::value::Val;
-use globset::{Candidate, Glob, GlobSet, GlobSetBuilder};
+use globset::{Candidate, GlobSet};
 
-use crate::auth::{Caller, Subject};
+use crate::callers::{Caller, Subject};
 use crate::catalog::CatalogTool;
+use crate::config::policy::free_variables;
+pub use crate::config::policy::{Effect, PolicyError, PolicyRules, RuleSpec, VARIABLES};
 
 pub use view::{View, cached_view, caller_view};
-
-/// The variables a `when` may read.
-pub const VARIABLES: [&str; 3] = ["claims", "subject", "tool"];
-
-/// What a rule does to the tools it matches.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Effect {
-    /// The caller may call the tool (and sees it).
-    Allow,
-    /// The caller may not call the tool, and does not see it.
-    Deny,
-}
-
-/// One rule as configured, before compiling.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RuleSpec {
-    /// Allow or deny.
-    pub effect: Effect,
-    /// Globs over exposed tool names (`server__tool`); any one matching
-    /// makes the rule apply.
-    pub globs: Vec<String>,
-    /// A CEL expression over `claims`, `subject` and `tool`; the rule
-    /// applies only when it is true.
-    pub when: Option<String>,
-}
-
-/// A rule that does not compile: where and why.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{path}: {message}")]
-pub struct PolicyError {
-    /// The path of the field at fault, e.g. `tenants[0].policy[2].when`.
-    pub path: String,
-    /// What is wrong.
-    pub message: String,
-}
 
 /// Identities of compiled policies: keys of cached views, so that a view
 /// evaluated under one configuration is never served under another.
@@ -109,7 +76,7 @@ impl std::fmt::Debug for Rule {
 }
 
 struct Condition {
-    program: cel::Program,
+    program: Arc<cel::Program>,
     source: String,
     /// What it reads of `tool`: nothing (its value is the same for every
     /// tool of one caller, and is evaluated once per caller), or which
@@ -120,85 +87,47 @@ struct Condition {
 }
 
 impl Policy {
-    /// Compiles the rules at `path` (`tenants[0].policy`), in order.
+    /// Checks and compiles the rules at `path` (`tenants[0].policy`), in
+    /// order (what configuration validation does, then [`Policy::new`]).
     ///
     /// # Errors
-    /// Every rule with no glob, a glob that does not parse, or a `when`
-    /// that does not compile or reads a variable other than `claims`,
-    /// `subject` and `tool`, each naming its path.
+    /// What [`crate::config::policy::check`] refuses.
     pub fn compile(path: &str, specs: &[RuleSpec]) -> Result<Policy, Vec<PolicyError>> {
-        let env = Arc::new(cel::Env::stdlib());
-        let mut errors = Vec::new();
-        let mut rules = Vec::with_capacity(specs.len());
-        let mut builder = GlobSetBuilder::new();
-        let mut glob_rule = Vec::new();
+        crate::config::policy::check(path, specs).map(|rules| Policy::new(&rules))
+    }
+
+    /// The policy of checked rules: each condition's reads analysed once,
+    /// so that evaluation converts only what the rules read.
+    pub fn new(checked: &PolicyRules) -> Policy {
         let (mut reads_claims, mut reads_subject) = (false, false);
-        for (index, spec) in specs.iter().enumerate() {
-            let rule_path = format!("{path}[{index}]");
-            let key = match spec.effect {
-                Effect::Allow => "allow",
-                Effect::Deny => "deny",
-            };
-            if spec.globs.is_empty() {
-                errors.push(PolicyError {
-                    path: format!("{rule_path}.{key}"),
-                    message: "at least one glob over exposed tool names is required".to_owned(),
-                });
-            }
-            for (g, text) in spec.globs.iter().enumerate() {
-                match Glob::new(text) {
-                    Ok(glob) => {
-                        builder.add(glob);
-                        glob_rule.push(index);
+        let rules = checked
+            .rules
+            .iter()
+            .map(|rule| Rule {
+                path: rule.path.clone(),
+                effect: rule.effect,
+                when: rule.when.as_ref().map(|(program, source)| {
+                    let free = free_variables(program.expression());
+                    reads_claims |= free.contains_key("claims");
+                    reads_subject |= free.contains_key("subject");
+                    Condition {
+                        program: program.clone(),
+                        source: source.clone(),
+                        reads_tool: tool_reads(program.expression()),
+                        failure_logged: AtomicBool::new(false),
                     }
-                    Err(e) => errors.push(PolicyError {
-                        path: format!("{rule_path}.{key}[{g}]"),
-                        message: format!("`{text}` is not a valid glob: {}", e.kind()),
-                    }),
-                }
-            }
-            let when = match &spec.when {
-                None => None,
-                Some(source) => match compile_condition(&env, source) {
-                    Ok(condition) => {
-                        let free = free_variables(condition.program.expression());
-                        reads_claims |= free.contains_key("claims");
-                        reads_subject |= free.contains_key("subject");
-                        Some(condition)
-                    }
-                    Err(message) => {
-                        errors.push(PolicyError {
-                            path: format!("{rule_path}.when"),
-                            message,
-                        });
-                        None
-                    }
-                },
-            };
-            rules.push(Rule {
-                path: rule_path,
-                effect: spec.effect,
-                when,
-            });
-        }
-        let globs = builder.build().map_err(|e| {
-            vec![PolicyError {
-                path: path.to_owned(),
-                message: format!("the globs do not compile: {e}"),
-            }]
-        });
-        if !errors.is_empty() {
-            return Err(errors);
-        }
-        Ok(Policy {
+                }),
+            })
+            .collect();
+        Policy {
             id: POLICY_IDS.fetch_add(1, Ordering::Relaxed),
             rules,
-            globs: globs?,
-            glob_rule,
-            env,
+            globs: checked.globs.clone(),
+            glob_rule: checked.glob_rule.clone(),
+            env: Arc::new(cel::Env::stdlib()),
             reads_claims,
             reads_subject,
-        })
+        }
     }
 
     /// How many rules there are.
@@ -544,127 +473,6 @@ fn json_val(value: &serde_json::Value) -> Box<dyn Val + '_> {
     }
 }
 
-/// Compiles a `when`, refusing variables other than [`VARIABLES`].
-fn compile_condition(env: &cel::Env, source: &str) -> Result<Condition, String> {
-    if source.trim().is_empty() {
-        return Err("an empty condition (leave `when` out to match always)".to_owned());
-    }
-    let program = env
-        .compile(source)
-        .map_err(|e| format!("does not compile: {}", one_line(&e.to_string())))?;
-    let free = free_variables(program.expression());
-    if let Some(unknown) = free.keys().find(|name| !VARIABLES.contains(&name.as_str())) {
-        return Err(format!(
-            "reads `{unknown}`, which is not a variable here (a condition reads `claims`, \
-             `subject` and `tool`)"
-        ));
-    }
-    let reads_tool = tool_reads(program.expression());
-    Ok(Condition {
-        program,
-        source: source.to_owned(),
-        reads_tool,
-        failure_logged: AtomicBool::new(false),
-    })
-}
-
-/// Parser errors on one line.
-fn one_line(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
-/// CEL type names, which parse as identifiers (`type(x) == int`).
-const TYPE_NAMES: [&str; 12] = [
-    "bool",
-    "bytes",
-    "double",
-    "dyn",
-    "int",
-    "list",
-    "map",
-    "null_type",
-    "string",
-    "type",
-    "uint",
-    "optional_type",
-];
-
-/// The identifiers an expression reads that no comprehension binds, with
-/// how often (type names excluded).
-fn free_variables(expression: &cel::IdedExpr) -> HashMap<String, usize> {
-    fn walk<'e>(
-        expression: &'e cel::IdedExpr,
-        bound: &mut Vec<&'e str>,
-        free: &mut HashMap<String, usize>,
-    ) {
-        use cel::common::ast::{EntryExpr, Expr};
-        match &expression.expr {
-            Expr::Unspecified | Expr::Literal(_) => {}
-            Expr::Ident(name) => {
-                if !name.starts_with('@')
-                    && !bound.contains(&name.as_str())
-                    && !TYPE_NAMES.contains(&name.as_str())
-                {
-                    *free.entry(name.clone()).or_default() += 1;
-                }
-            }
-            Expr::Call(call) => {
-                if let Some(target) = &call.target {
-                    walk(target, bound, free);
-                }
-                for arg in &call.args {
-                    walk(arg, bound, free);
-                }
-            }
-            Expr::Comprehension(comprehension) => {
-                walk(&comprehension.iter_range, bound, free);
-                walk(&comprehension.accu_init, bound, free);
-                let depth = bound.len();
-                bound.push(&comprehension.iter_var);
-                if let Some(second) = &comprehension.iter_var2 {
-                    bound.push(second);
-                }
-                bound.push(&comprehension.accu_var);
-                walk(&comprehension.loop_cond, bound, free);
-                walk(&comprehension.loop_step, bound, free);
-                walk(&comprehension.result, bound, free);
-                bound.truncate(depth);
-            }
-            Expr::List(list) => {
-                for element in &list.elements {
-                    walk(element, bound, free);
-                }
-            }
-            Expr::Map(map) => {
-                for entry in &map.entries {
-                    match &entry.expr {
-                        EntryExpr::StructField(field) => walk(&field.value, bound, free),
-                        EntryExpr::MapEntry(entry) => {
-                            walk(&entry.key, bound, free);
-                            walk(&entry.value, bound, free);
-                        }
-                    }
-                }
-            }
-            Expr::Select(select) => walk(&select.operand, bound, free),
-            Expr::Struct(structure) => {
-                for entry in &structure.entries {
-                    match &entry.expr {
-                        EntryExpr::StructField(field) => walk(&field.value, bound, free),
-                        EntryExpr::MapEntry(entry) => {
-                            walk(&entry.key, bound, free);
-                            walk(&entry.value, bound, free);
-                        }
-                    }
-                }
-            }
-        }
-    }
-    let mut free = HashMap::new();
-    walk(expression, &mut Vec::new(), &mut free);
-    free
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -700,7 +508,7 @@ mod tests {
 
     fn jwt(claims: serde_json::Value) -> Caller {
         Caller {
-            identity: crate::auth::CallerIdentity::Jwt {
+            identity: crate::callers::CallerIdentity::Jwt {
                 issuer: "https://issuer.example".to_owned(),
                 subject: "worker".to_owned(),
             },

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use sha2::{Digest, Sha256};
 
 use super::Policy;
-use crate::auth::{Caller, Subject};
+use crate::callers::{Caller, Subject};
 use crate::catalog::{Catalog, CatalogTool};
 
 /// Views kept per catalog snapshot; the oldest goes first.
@@ -399,7 +399,7 @@ mod tests {
         // Claims are part of the key when read.
         let by_claims = policy(&[(Effect::Deny, "s__a", Some("claims.tier == 'free'"))]);
         let jwt = |tier: &str| Caller {
-            identity: crate::auth::CallerIdentity::Jwt {
+            identity: crate::callers::CallerIdentity::Jwt {
                 issuer: "i".to_owned(),
                 subject: "s".to_owned(),
             },

@@ -11,7 +11,10 @@
 //! its slot and session; added or changed servers get new sessions;
 //! removed or replaced sessions close once the calls running on them end.
 
+pub mod approvals;
+pub mod limits;
 mod oauth;
+pub mod reload;
 mod slot;
 mod supervisor;
 mod tenant;
@@ -37,7 +40,7 @@ pub use tenant::{
 use slot::Slot;
 use tenant::Publication;
 
-use crate::auth::TokenTable;
+use crate::callers::TokenTable;
 use crate::config::{Config, ConnectMode, Environment};
 use crate::credentials::{Redactor, SharedRedactor};
 use crate::telemetry::Metrics;
@@ -174,6 +177,23 @@ pub struct Registry {
     approvals_file_moved: Notify,
 }
 
+/// Callers authenticate against the current generation.
+impl crate::callers::Directory for Registry {
+    type Tenant = Arc<Tenant>;
+
+    fn by_token(&self, token: &str) -> Option<(Arc<Tenant>, crate::callers::Caller)> {
+        self.authenticate(token)
+    }
+
+    fn jwt_callers(&self) -> crate::callers::JwtCallers {
+        Registry::jwt_callers(self)
+    }
+
+    fn tenant_named(&self, name: &str) -> Option<Arc<Tenant>> {
+        Registry::tenant_named(self, name)
+    }
+}
+
 impl Registry {
     /// Builds the registry and starts connecting every server of every
     /// tenant in the background (no OAuth servers: see
@@ -251,11 +271,11 @@ impl Registry {
     }
 
     /// The tenant a bearer token selects, and the caller it proves.
-    pub fn authenticate(&self, token: &str) -> Option<(Arc<Tenant>, crate::auth::Caller)> {
+    pub fn authenticate(&self, token: &str) -> Option<(Arc<Tenant>, crate::callers::Caller)> {
         let generation = self.generation.load();
         let (tenant, token_index) = generation.tokens.tenant_for(token)?;
         let tenant = generation.tenants.get(tenant).cloned()?;
-        Some((tenant, crate::auth::Caller::static_token(token_index)))
+        Some((tenant, crate::callers::Caller::static_token(token_index)))
     }
 
     /// The JWT issuers of the current configuration (`callers.jwt`).

@@ -15,7 +15,7 @@ use super::users::UserSessions;
 use crate::catalog::ServerPart;
 use crate::config::{Limits, ServerConfig};
 use crate::credentials::oauth::OAuthClient;
-use crate::limits::Concurrency;
+use crate::registry::limits::Concurrency;
 use crate::upstream::Session;
 
 /// The state of a slot's session.

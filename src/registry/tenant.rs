@@ -12,7 +12,7 @@ use super::Spawner;
 use super::slot::{Slot, SlotState};
 use crate::catalog::{Catalog, InputState, ServerInput, SharedCatalog};
 use crate::config::{ConnectMode, Limits, ServerConfig, TenantConfig, TenantLimits};
-use crate::limits::{Concurrency, TenantLimiter};
+use crate::registry::limits::{Concurrency, TenantLimiter};
 use crate::upstream::Session;
 
 /// Catalog versions remembered per tenant for pinned plans.
@@ -209,7 +209,10 @@ impl Tenant {
             connect: config.connect,
             idle_timeout: config.idle_timeout,
             spawner,
-            policy: config.policy.clone(),
+            policy: config
+                .policy
+                .as_deref()
+                .map(|rules| Arc::new(crate::policy::Policy::new(rules))),
         });
         {
             let mut owner = tenant.publication.owner.lock().expect("publication lock");

@@ -9,16 +9,7 @@ use tracing_subscriber::EnvFilter;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 
-/// Log line format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Default, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum LogFormat {
-    /// Human-readable lines (colours only on a terminal).
-    #[default]
-    Text,
-    /// One JSON object per line.
-    Json,
-}
+use crate::config::LogFormat;
 
 /// Flushes and stops trace export when dropped or shut down.
 #[derive(Debug, Default)]

@@ -6,5 +6,5 @@ mod logs;
 pub mod metrics;
 pub mod trace;
 
-pub use logs::{LogFormat, TelemetryGuard, init};
+pub use logs::{TelemetryGuard, init};
 pub use metrics::Metrics;

@@ -6,37 +6,13 @@
 //! `insufficient_scope`), asks for a better one once and resends: a refused
 //! request did not run.
 
-use std::fmt;
 use std::sync::Arc;
 
 use arc_swap::ArcSwapOption;
-use futures::future::BoxFuture;
 
 use super::UpstreamError;
 use crate::config::Secret;
-
-/// Why no token could be had.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum TokenError {
-    /// The subject has not authorized the server yet (or its grant was
-    /// revoked): the end user consents at `url`.
-    #[error("the subject must authorize the server first")]
-    AuthorizationRequired {
-        /// Where the end user consents.
-        url: String,
-    },
-    /// The state store holding the tokens cannot be reached.
-    #[error("the state store is unavailable: {0}")]
-    StoreUnavailable(String),
-    /// Getting or refreshing the token failed (the authorization server
-    /// refused, or could not be reached). Never contains a token or secret.
-    #[error("{0}")]
-    Failed(String),
-    /// The OAuth setup cannot give a token and retrying will not help
-    /// (settings, discovery, a refused client, step-ups spent).
-    #[error("{0}")]
-    Refused(String),
-}
+use crate::credentials::{TokenError, TokenSource};
 
 impl From<TokenError> for UpstreamError {
     fn from(error: TokenError) -> Self {
@@ -49,22 +25,6 @@ impl From<TokenError> for UpstreamError {
             TokenError::Refused(reason) => UpstreamError::OAuthFailed(reason),
         }
     }
-}
-
-/// Where a session's access tokens come from.
-pub trait TokenSource: Send + Sync + fmt::Debug {
-    /// The access token to send now: cached, refreshed when it has expired
-    /// (a refresh token rotated as the server says).
-    fn token(&self) -> BoxFuture<'_, Result<Secret, TokenError>>;
-
-    /// The server refused `refused` with this `WWW-Authenticate` challenge
-    /// (when it sent one): a refreshed token, or one with the scopes the
-    /// challenge asks for (step-up, bounded by the source).
-    fn refused<'a>(
-        &'a self,
-        refused: &'a Secret,
-        challenge: Option<&'a str>,
-    ) -> BoxFuture<'a, Result<Secret, TokenError>>;
 }
 
 /// A session's token source and the token its transport sends now.

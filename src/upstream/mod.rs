@@ -23,7 +23,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-pub use bearer::{Bearer, TokenError, TokenSource};
+pub use bearer::Bearer;
 pub use error::UpstreamError;
 pub(crate) use handler::accept_with_defaults;
 pub use stdio::Label;

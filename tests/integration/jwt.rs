@@ -15,7 +15,7 @@ use base64::Engine as _;
 use jsonwebtoken::jwk::{Jwk, JwkSet};
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::{Value, json};
-use toolgate::auth::{Caller, CallerIdentity, Subject};
+use toolgate::callers::{Caller, CallerIdentity, Subject};
 use toolgate::config::Config;
 use toolgate::pb;
 use toolgate::registry::{Registry, Tenant};
@@ -715,7 +715,7 @@ async fn through_layer(
             Ok::<_, std::convert::Infallible>(http::Response::new(tonic::body::Body::default()))
         }
     });
-    let mut service = toolgate::callers::AuthLayer::new(registry.clone()).layer(inner);
+    let mut service = toolgate::grpc::AuthLayer::new(registry.clone()).layer(inner);
     let mut request = http::Request::new(());
     for (name, value) in headers {
         request.headers_mut().insert(

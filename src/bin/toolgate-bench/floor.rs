@@ -39,7 +39,7 @@ impl Echo {
 }
 
 #[tonic::async_trait]
-impl pb::tool_gateway_server::ToolGateway for Echo {
+impl toolgate::grpc::server::tool_gateway_server::ToolGateway for Echo {
     async fn list_tools(
         &self,
         _request: Request<pb::ListToolsRequest>,
@@ -100,7 +100,7 @@ pub async fn serve(port: u16, list: Option<&std::path::Path>) -> anyhow::Result<
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
     tonic::transport::Server::builder()
         .add_service(
-            pb::tool_gateway_server::ToolGatewayServer::new(echo)
+            toolgate::grpc::server::tool_gateway_server::ToolGatewayServer::new(echo)
                 .max_encoding_message_size(usize::MAX),
         )
         .serve_with_incoming(

@@ -11,7 +11,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use toolgate::auth::{Caller, CallerIdentity, Subject};
+use toolgate::callers::{Caller, CallerIdentity, Subject};
 use toolgate::catalog::{Annotations, Catalog, CatalogTool, InputState, ServerInput};
 use toolgate::pb;
 use toolgate::policy::{Effect, Policy, RuleSpec};

@@ -1,19 +1,7 @@
 //! What caller authentication puts into the request extensions: the
-//! [`Subject`] a call acts for and the [`Caller`] (how it proved itself);
-//! and the static tokens' [`TokenTable`]. The layer that authenticates is
-//! [`crate::callers::AuthLayer`] (static tokens and JWTs).
-//!
-//! Tokens are kept only as SHA-256 digests. A presented token is hashed and
-//! looked up by digest, then the digests are compared in constant time, so
-//! neither the lookup nor the comparison leaks how much of a token matched.
+//! [`Subject`] a call acts for and the [`Caller`] (how it proved itself).
 
-use std::collections::HashMap;
 use std::sync::Arc;
-
-use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq;
-
-use crate::config::Config;
 
 /// The metadata key naming the end user a call acts for.
 pub const SUBJECT_METADATA: &str = "x-toolgate-subject";
@@ -88,7 +76,7 @@ impl Subject {
 }
 
 /// Who is calling, as proven by its credential: put into the request
-/// extensions next to the [`Tenant`] and the [`Subject`], for policy and
+/// extensions next to the tenant and the [`Subject`], for policy and
 /// audit. Never holds the credential itself.
 #[derive(Debug, Clone)]
 pub struct Caller {
@@ -135,60 +123,6 @@ impl std::fmt::Display for CallerIdentity {
     }
 }
 
-/// Token digests of every tenant, mapped to the tenant's position in the
-/// configuration and the token's position in the tenant's `tokens`.
-#[derive(Clone, Default)]
-pub struct TokenTable {
-    by_digest: Arc<HashMap<[u8; 32], (usize, usize)>>,
-}
-
-impl std::fmt::Debug for TokenTable {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TokenTable")
-            .field("tokens", &self.by_digest.len())
-            .finish()
-    }
-}
-
-fn digest(token: &str) -> [u8; 32] {
-    Sha256::digest(token.as_bytes()).into()
-}
-
-impl TokenTable {
-    /// Builds the table from the validated configuration (which guarantees
-    /// that no token belongs to two tenants).
-    pub fn new(config: &Config) -> Self {
-        let mut by_digest = HashMap::new();
-        for (index, tenant) in config.tenants.iter().enumerate() {
-            for (token_index, token) in tenant.tokens.iter().enumerate() {
-                by_digest.insert(digest(token.expose()), (index, token_index));
-            }
-        }
-        Self {
-            by_digest: Arc::new(by_digest),
-        }
-    }
-
-    /// The tenant a presented token selects, and the token's index in the
-    /// tenant's `tokens`.
-    pub fn tenant_for(&self, token: &str) -> Option<(usize, usize)> {
-        let presented = digest(token);
-        self.by_digest
-            .get_key_value(&presented)
-            .filter(|(known, _)| bool::from(known.ct_eq(&presented)))
-            .map(|(_, tenant)| *tenant)
-    }
-}
-
-/// Extracts the bearer token from an `authorization` value.
-pub(crate) fn bearer(value: &str) -> Option<&str> {
-    let (scheme, token) = value.trim().split_once(' ')?;
-    scheme
-        .eq_ignore_ascii_case("bearer")
-        .then_some(token.trim())
-        .filter(|t| !t.is_empty())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -204,14 +138,5 @@ mod tests {
         assert!(Subject::named(&"x".repeat(257)).is_err());
         assert!(Subject::named(&"x".repeat(256)).is_ok());
         assert_eq!(Subject::tenant().key(), "");
-    }
-
-    #[test]
-    fn parses_bearer_values() {
-        assert_eq!(bearer("Bearer abc"), Some("abc"));
-        assert_eq!(bearer("bearer  abc "), Some("abc"));
-        assert_eq!(bearer("Basic abc"), None);
-        assert_eq!(bearer("Bearer "), None);
-        assert_eq!(bearer("abc"), None);
     }
 }

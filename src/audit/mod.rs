@@ -127,13 +127,13 @@ pub enum CallerRecord {
     },
 }
 
-impl From<&crate::auth::CallerIdentity> for CallerRecord {
-    fn from(identity: &crate::auth::CallerIdentity) -> Self {
+impl From<&crate::callers::CallerIdentity> for CallerRecord {
+    fn from(identity: &crate::callers::CallerIdentity) -> Self {
         match identity {
-            crate::auth::CallerIdentity::Token { index } => CallerRecord::Token {
+            crate::callers::CallerIdentity::Token { index } => CallerRecord::Token {
                 token_index: *index,
             },
-            crate::auth::CallerIdentity::Jwt { issuer, subject } => CallerRecord::Jwt {
+            crate::callers::CallerIdentity::Jwt { issuer, subject } => CallerRecord::Jwt {
                 issuer: issuer.clone(),
                 subject: subject.clone(),
             },
@@ -1079,7 +1079,7 @@ mod tests {
 
     #[test]
     fn callers_are_named_never_their_credential() {
-        let jwt = crate::auth::CallerIdentity::Jwt {
+        let jwt = crate::callers::CallerIdentity::Jwt {
             issuer: "https://issuer.example".to_owned(),
             subject: "system:serviceaccount:acme:worker".to_owned(),
         };

@@ -1,8 +1,9 @@
 //! The authentication layer: a tower [`Layer`] around the ToolGateway
-//! service. Authentication may wait (a JWT whose key must be fetched), so
-//! it is an async service rather than a tonic interceptor; a refused call
-//! is answered here with its gRPC status, and the inner service never sees
-//! it.
+//! service that applies [`crate::callers::authenticate`] to every request,
+//! against the registry's current tenants. Authentication may wait (a JWT
+//! whose key must be fetched), so it is an async service rather than a
+//! tonic interceptor; a refused call is answered here with its gRPC status
+//! (through the one status table), and the inner service never sees it.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -15,7 +16,7 @@ use tower::{Layer, Service};
 use crate::registry::Registry;
 
 /// Authenticates every request before the inner service runs (see
-/// [`super::authenticate`]). It reads the registry's current
+/// [`crate::callers::authenticate`]). It reads the registry's current
 /// configuration, so a reload applies to the next call.
 #[derive(Debug, Clone)]
 pub struct AuthLayer {
@@ -41,7 +42,7 @@ impl<S> Layer<S> for AuthLayer {
 }
 
 /// The service [`AuthLayer`] makes: on success the request goes on with
-/// `Arc<Tenant>`, [`crate::auth::Subject`] and [`crate::auth::Caller`] in
+/// `Arc<Tenant>`, [`crate::callers::Subject`] and [`crate::callers::Caller`] in
 /// its extensions and without its `authorization` header; on failure the
 /// answer is the gRPC status (`Status::into_http`).
 #[derive(Debug, Clone)]
@@ -72,7 +73,7 @@ where
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let registry = self.registry.clone();
         Box::pin(async move {
-            match super::authenticate(&registry, request.headers()).await {
+            match crate::callers::authenticate(&*registry, request.headers()).await {
                 Ok(authenticated) => {
                     // The caller's credential goes no further than this layer.
                     request.headers_mut().remove(http::header::AUTHORIZATION);
@@ -83,7 +84,8 @@ where
                     inner.call(request).await
                 }
                 Err(error) => {
-                    let (_, reason) = crate::grpc::status::classify(&error);
+                    let error = super::CallError::from(error);
+                    let (_, reason) = super::status::classify(&error);
                     tracing::debug!(reason, %error, "caller refused");
                     Ok(tonic::Status::from(error).into_http())
                 }

@@ -1,5 +1,6 @@
-//! Exposed tool names: `server__tool`, or the tool's own name for bare
-//! servers, always matching `^[a-zA-Z0-9_-]{1,64}$`.
+//! The name rules, shared by configuration (tenant and server names) and
+//! the catalog (exposed tool names): `server__tool`, or the tool's own
+//! name for bare servers, always matching `^[a-zA-Z0-9_-]{1,64}$`.
 
 /// Separates the server namespace from the tool's own name.
 pub const DELIMITER: &str = "__";

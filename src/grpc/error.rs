@@ -1,26 +1,14 @@
 //! What can go wrong with one RPC, in the gateway's own terms. The single
 //! mapping to gRPC status lives in [`crate::grpc::status`].
 
-use std::borrow::Cow;
 use std::time::Duration;
 
+use crate::callers::CallerError;
+pub use crate::callers::{MAX_QUOTED, quoted};
 use crate::upstream::UpstreamError;
 
 /// Longest valid exposed tool name (`^[a-zA-Z0-9_-]{1,64}$`).
 pub const MAX_TOOL_NAME: usize = 64;
-
-/// Most characters of a caller's string quoted in a status message or a
-/// log line (a valid tool name always fits).
-pub const MAX_QUOTED: usize = 64;
-
-/// A caller's string as quoted in statuses and logs: at most
-/// [`MAX_QUOTED`] characters, then how much was left out.
-pub fn quoted(text: &str) -> Cow<'_, str> {
-    match text.char_indices().nth(MAX_QUOTED) {
-        None => Cow::Borrowed(text),
-        Some((end, _)) => Cow::Owned(format!("{}… ({} bytes in all)", &text[..end], text.len())),
-    }
-}
 
 /// A failed ToolGateway call.
 #[derive(Debug, thiserror::Error)]
@@ -161,7 +149,7 @@ pub enum CallError {
     InvalidFilter(String),
     /// A call limit shed the call.
     #[error("{}", shed_message(.0, .1.as_deref()))]
-    Shed(crate::limits::Shed, Option<String>),
+    Shed(crate::registry::limits::Shed, Option<String>),
     /// `arguments_json` is larger than `limits.max_argument_bytes`.
     #[error(
         "arguments_json for `{tool}` is {size} bytes, over limits.max_argument_bytes ({limit})"
@@ -221,8 +209,8 @@ pub enum CallError {
     },
 }
 
-fn shed_message(shed: &crate::limits::Shed, server: Option<&str>) -> String {
-    use crate::limits::Shed;
+fn shed_message(shed: &crate::registry::limits::Shed, server: Option<&str>) -> String {
+    use crate::registry::limits::Shed;
     match shed {
         Shed::Rate(wait) => format!(
             "tenant rate limit reached (limits.rate_per_second); retry in {} ms",
@@ -247,4 +235,14 @@ pub enum Pin {
     Gone,
     /// The pinned catalog version cannot be compared (too old, or unknown).
     VersionUnknown,
+}
+
+impl From<CallerError> for CallError {
+    fn from(error: CallerError) -> Self {
+        match error {
+            CallerError::Unauthenticated(message) => CallError::Unauthenticated(message),
+            CallerError::InvalidSubject(message) => CallError::InvalidSubject(message),
+            CallerError::Token(token) => CallError::Token(token),
+        }
+    }
 }

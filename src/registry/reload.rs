@@ -11,8 +11,8 @@ use std::time::Duration;
 use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
+use super::Registry;
 use crate::config::{Config, Environment};
-use crate::registry::Registry;
 use crate::telemetry::Metrics;
 
 /// How often the config file's content is checked.
@@ -56,7 +56,7 @@ pub async fn watch(
     loop {
         let trigger = tokio::select! {
             () = stop.cancelled() => return,
-            Some(()) = crate::reload::next_hangup(&mut hangup) => "SIGHUP",
+            Some(()) = next_hangup(&mut hangup) => "SIGHUP",
             _ = poll.tick() => {
                 let now = digest(&source.path);
                 if now == seen || now.is_none() {
