@@ -5,6 +5,7 @@
 mod common;
 
 mod approvals;
+mod architecture;
 mod audit;
 mod auth;
 mod binary;
