@@ -787,3 +787,28 @@ fn pg_command(program: &str) -> std::process::Command {
         std::process::Command::new(path)
     }
 }
+
+/// The metrics page of a gateway (plain HTTP/1.0 GET on 127.0.0.1).
+pub async fn scrape(port: u16) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    stream
+        .write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        .await
+        .unwrap();
+    let mut body = String::new();
+    tokio::time::timeout(Duration::from_secs(10), stream.read_to_string(&mut body))
+        .await
+        .expect("metrics answer in time")
+        .unwrap();
+    body
+}
+
+/// The value of a sample line starting with `series` in a metrics page.
+pub fn sample(page: &str, series: &str) -> Option<String> {
+    page.lines()
+        .find(|l| l.starts_with(series))
+        .map(|l| l[series.len()..].trim().to_owned())
+}

@@ -8,7 +8,6 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic::transport::Channel;
 use tonic_types::StatusExt;
 use toolgate::pb;
@@ -100,30 +99,6 @@ async fn wait_log(log: &Path, needle: &str) -> String {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-}
-
-/// The metrics page of a gateway (plain HTTP/1.0 GET on 127.0.0.1).
-async fn scrape(port: u16) -> String {
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .unwrap();
-    stream
-        .write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-        .await
-        .unwrap();
-    let mut body = String::new();
-    tokio::time::timeout(Duration::from_secs(10), stream.read_to_string(&mut body))
-        .await
-        .expect("metrics answer in time")
-        .unwrap();
-    body
-}
-
-/// The value of a sample line starting with `series` in a metrics page.
-fn sample(page: &str, series: &str) -> Option<String> {
-    page.lines()
-        .find(|l| l.starts_with(series))
-        .map(|l| l[series.len()..].trim().to_owned())
 }
 
 /// The ErrorInfo metadata of a status.

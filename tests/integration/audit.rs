@@ -324,25 +324,11 @@ async fn full_mode_keeps_arguments_with_credentials_redacted() {
 
 /// `toolgate_audit_failures_total{reason="write"}` on the metrics listener.
 async fn write_failures(port: u16) -> f64 {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .unwrap();
-    stream
-        .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-        .await
-        .unwrap();
-    let mut body = String::new();
-    tokio::time::timeout(Duration::from_secs(10), stream.read_to_string(&mut body))
-        .await
+    let page = scrape(port).await;
+    sample(&page, "toolgate_audit_failures_total{reason=\"write\"} ")
+        .unwrap_or_else(|| panic!("no audit failure count in {page}"))
+        .parse()
         .unwrap()
-        .unwrap();
-    body.lines()
-        .find_map(|line| {
-            line.strip_prefix("toolgate_audit_failures_total{reason=\"write\"} ")
-                .map(|v| v.trim().parse().unwrap())
-        })
-        .unwrap_or_else(|| panic!("no audit failure count in {body}"))
 }
 
 #[tokio::test]

@@ -25,6 +25,12 @@ impl Setup {
     /// `mode` may end in `+idempotent`: then `bad__echo` is annotated
     /// `idempotentHint: true`.
     async fn start(mode: &str, extra: &str) -> Setup {
+        Self::start_with_backoff(mode, extra, "200ms").await
+    }
+
+    /// Like [`Setup::start`], with `bad` reconnecting after `backoff` (the
+    /// first delay, and the largest).
+    async fn start_with_backoff(mode: &str, extra: &str, backoff: &str) -> Setup {
         let (mode, idempotent) = match mode.strip_suffix("+idempotent") {
             Some(mode) => (mode, "1"),
             None => (mode, "0"),
@@ -33,12 +39,13 @@ impl Setup {
         let other = serve_mcp(TestServer::new(&["echo"])).await;
         let log = tempfile::tempdir().unwrap();
         let yaml = format!(
-            "tenants:\n  - name: acme\n    tokens: [{TOKEN}]\n    servers:\n      - name: bad\n        command: [\"{python}\", \"{script}\", \"{mode}\"]\n        env:\n          HOSTILE_LOG: \"{log}\"\n          HOSTILE_SLOW_SECS: \"30\"\n          HOSTILE_IDEMPOTENT: \"{idempotent}\"\n        connect_timeout: \"5s\"\n        max_list_pages: 10\n        reconnect:\n          initial_backoff: \"200ms\"\n          max_backoff: \"1s\"\n{extra}      - name: good\n        url: \"{good}\"\n  - name: other\n    tokens: [{OTHER}]\n    servers:\n      - name: good\n        url: \"{other}\"\n",
+            "tenants:\n  - name: acme\n    tokens: [{TOKEN}]\n    servers:\n      - name: bad\n        command: [\"{python}\", \"{script}\", \"{mode}\"]\n        env:\n          HOSTILE_LOG: \"{log}\"\n          HOSTILE_SLOW_SECS: \"30\"\n          HOSTILE_IDEMPOTENT: \"{idempotent}\"\n        connect_timeout: \"5s\"\n        max_list_pages: 10\n        reconnect:\n          initial_backoff: \"{backoff}\"\n          max_backoff: \"{max_backoff}\"\n{extra}      - name: good\n        url: \"{good}\"\n  - name: other\n    tokens: [{OTHER}]\n    servers:\n      - name: good\n        url: \"{other}\"\n",
             python = python().display(),
             script = fixture("python/hostile_server.py").display(),
             log = log.path().join("messages.jsonl").display(),
             good = good.url,
             other = other.url,
+            max_backoff = if backoff == "200ms" { "1s" } else { backoff },
         );
         let gateway = TestGateway::start(&yaml, &[]).await;
         Setup {
@@ -85,12 +92,22 @@ async fn call_with_deadline(
     name: &str,
     deadline: Duration,
 ) -> Result<pb::InvokeToolResponse, tonic::Status> {
+    call_saying(gateway, name, "x", deadline).await
+}
+
+/// Calls `name` with `{"text": text}` under `deadline`.
+async fn call_saying(
+    gateway: &TestGateway,
+    name: &str,
+    text: &str,
+    deadline: Duration,
+) -> Result<pb::InvokeToolResponse, tonic::Status> {
     let mut client = gateway.client().await;
     let mut request = authed(
         TOKEN,
         pb::InvokeToolRequest {
             name: name.into(),
-            arguments_json: r#"{"text":"x"}"#.into(),
+            arguments_json: serde_json::json!({ "text": text }).to_string(),
             ..Default::default()
         },
     );
@@ -205,22 +222,35 @@ async fn never_answers() {
 #[tokio::test]
 async fn answers_after_the_deadline() {
     let setup = Setup::start("late_answer", "").await;
-    let err = call_with_deadline(&setup.gateway, "bad__echo", Duration::from_secs(1))
+    let err = call_saying(&setup.gateway, "bad__echo", "first", Duration::from_secs(1))
         .await
         .unwrap_err();
     assert_eq!(err.code(), tonic::Code::DeadlineExceeded);
     wait_cancelled(&setup).await;
-    // The late answer arrives and is dropped; the session stays usable.
-    let answer = call_with_deadline(&setup.gateway, "bad__echo", Duration::from_secs(10))
-        .await
-        .unwrap();
+    // The late answer ("first", about 2 s from now) arrives while the next
+    // call waits for its own, and is dropped: the next call gets its own
+    // text, and the session stays usable.
+    let answer = call_saying(
+        &setup.gateway,
+        "bad__echo",
+        "second",
+        Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
     assert!(!answer.is_error);
+    assert_eq!(
+        answer.text, "second",
+        "the late answer landed on the next call"
+    );
     setup.others_still_work().await;
 }
 
 #[tokio::test]
 async fn crashes_mid_call_then_reconnects() {
-    let setup = Setup::start("crash_mid_call", "").await;
+    // Reconnecting waits 1.5 to 3 s (equal jitter), so the server is
+    // surely down right after the crash.
+    let setup = Setup::start_with_backoff("crash_mid_call", "", "3s").await;
     let before = setup.bad_status().await;
     assert!(before.connected);
     let started = Instant::now();
@@ -242,13 +272,18 @@ async fn crashes_mid_call_then_reconnects() {
     // Until it is back, its tools answer UNAVAILABLE with RetryInfo, not
     // NOT_FOUND; then the supervisor has reconnected it.
     let status = setup.bad_status().await;
-    if !status.connected {
-        let err = call_with_deadline(&setup.gateway, "bad__echo", Duration::from_secs(5))
-            .await
-            .unwrap_err();
-        assert_eq!(err.code(), tonic::Code::Unavailable);
+    assert!(!status.connected, "down after the crash: {status:?}");
+    let err = call_with_deadline(&setup.gateway, "bad__echo", Duration::from_secs(1))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (err.code(), reason(&err).as_str()),
+        (tonic::Code::Unavailable, "UPSTREAM_UNAVAILABLE"),
+        "{err:?}"
+    );
+    {
         use tonic_types::StatusExt;
-        assert!(err.get_details_retry_info().is_some());
+        assert!(err.get_details_retry_info().is_some(), "{err:?}");
     }
     wait_connected(&setup).await;
     setup.others_still_work().await;

@@ -973,7 +973,10 @@ tenants:
     let admin = k
         .ec1
         .sign(&with(claims.clone(), "groups", json!(["admin"])));
+    // Every InvokeTool this test makes, to compare with the records.
+    let made = std::sync::atomic::AtomicUsize::new(0);
     let call_as = |token: &str, name: &'static str| {
+        made.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let request = authed(
             token,
             pb::InvokeToolRequest {
@@ -1063,6 +1066,11 @@ tenants:
         .map(|line| serde_json::from_str(line).unwrap())
         .collect();
     let calls: Vec<&Value> = records.iter().filter(|r| r["kind"] == "call").collect();
+    assert_eq!(
+        calls.len(),
+        made.load(std::sync::atomic::Ordering::Relaxed),
+        "one record per call: {records:#?}"
+    );
     let ok: Vec<&&Value> = calls
         .iter()
         .filter(|r| r["outcome"] == "ok" && r["tool"] == "s__echo")

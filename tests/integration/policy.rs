@@ -508,6 +508,12 @@ async fn a_reload_that_changes_only_the_policy_reaches_listings_and_watches() {
     wait_for_port(port).await;
     let mut client = client_at(port).await;
     let before = list_as(&mut client, DOCS, None).await;
+    // Both servers are up; the policy hides every docs__ tool.
+    assert!(
+        before.servers.iter().all(|s| s.connected) && before.servers.len() == 2,
+        "{before:?}"
+    );
+    assert!(!names(&before).is_empty(), "{before:?}");
     assert!(names(&before).iter().all(|n| n.starts_with("ops__")));
     let mut watch = client
         .watch_tools(authed(DOCS, pb::WatchToolsRequest::default()))

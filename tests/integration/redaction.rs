@@ -313,12 +313,17 @@ async fn a_refused_request_fails_alone_and_keeps_the_session() {
 #[tokio::test]
 async fn sequential_calls_reuse_pooled_connections() {
     let setup = Setup::start().await;
+    let first = setup.call("echo__peer").await.unwrap().text;
     let mut ports = std::collections::HashSet::new();
-    for _ in 0..4 {
+    for _ in 0..8 {
         ports.insert(setup.call("echo__peer").await.unwrap().text);
     }
+    // The pooled connection serves them all (at most one new one, should
+    // the pool have closed the first meanwhile).
+    ports.remove(&first);
     assert!(
-        ports.len() < 4,
-        "every call opened a new connection: client ports {ports:?}"
+        ports.len() <= 1,
+        "8 sequential calls opened {} new connections: client ports {ports:?} (first {first})",
+        ports.len()
     );
 }

@@ -29,9 +29,9 @@ fn slow_server(seconds: u32) -> String {
     )
 }
 
-fn config(port: u16, servers: &str) -> String {
+fn config_with(port: u16, extra: &str, servers: &str) -> String {
     format!(
-        "listen: \"127.0.0.1:{port}\"\nshutdown_delay: \"0s\"\ntenants:\n  - name: acme\n    tokens: [acme-token]\n    servers:\n{servers}"
+        "listen: \"127.0.0.1:{port}\"\nshutdown_delay: \"0s\"\n{extra}tenants:\n  - name: acme\n    tokens: [acme-token]\n    servers:\n{servers}"
     )
 }
 
@@ -82,8 +82,14 @@ async fn get_env(
 async fn a_reload_that_reorders_and_appends_servers_never_misroutes_a_waiting_call() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
+    let metrics_port = free_port();
+    let metrics = format!("metrics:\n  listen: \"127.0.0.1:{metrics_port}\"\n");
     let path = dir.path().join("toolgate.yaml");
-    std::fs::write(&path, config(port, &(who_server("a") + &slow_server(8)))).unwrap();
+    std::fs::write(
+        &path,
+        config_with(port, &metrics, &(who_server("a") + &slow_server(8))),
+    )
+    .unwrap();
     let log_path = dir.path().join("gateway.log");
     let mut gateway = serve_binary(&path, &log_path, &[]);
     let pid = gateway.0.id();
@@ -109,11 +115,29 @@ async fn a_reload_that_reorders_and_appends_servers_never_misroutes_a_waiting_ca
     let b_call = tokio::spawn(get_env(client.clone(), "b__get_env"));
     let x_call = tokio::spawn(get_env(client.clone(), "x__get_env"));
     let a_call = tokio::spawn(get_env(client.clone(), "a__get_env"));
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // `b` and `x` are in no catalog yet: both calls wait in the gateway
+    // for `slow` (the in-flight gauge counts them) when the reload lands.
+    let started = Instant::now();
+    loop {
+        let page = scrape(metrics_port).await;
+        let in_flight = sample(&page, "toolgate_calls_in_flight{tenant=\"acme\"} ")
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0);
+        if in_flight >= 2.0 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the calls never waited in the gateway: {in_flight} in flight"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!b_call.is_finished() && !x_call.is_finished());
     replace(
         &path,
-        &config(
+        &config_with(
             port,
+            &metrics,
             &(who_server("b") + &who_server("a") + &slow_server(8) + &who_server("x")),
         ),
     );
@@ -225,21 +249,27 @@ async fn admission_comes_first_and_caller_strings_are_bounded() {
 }
 
 /// A call whose deadline leaves no time once the gateway's margin is
-/// taken is not sent upstream at all.
+/// taken is not sent upstream at all: the gateway answers
+/// DEADLINE_EXCEEDED itself, records it as not sent, and the server never
+/// sees it.
 #[tokio::test]
 async fn a_call_without_time_left_is_not_sent() {
     let test_server = TestServer::new(&["echo"]);
     let log = test_server.log.clone();
     let server = serve_mcp(test_server).await;
+    let dir = tempfile::tempdir().unwrap();
+    let trail = dir.path().join("audit.jsonl");
     let yaml = format!(
-        "tenants:\n  - name: t\n    tokens: [tok]\n    servers:\n      - name: s\n        url: \"{}\"\n",
+        "audit:\n  path: \"{}\"\ntenants:\n  - name: t\n    tokens: [tok]\n    servers:\n      - name: s\n        url: \"{}\"\n",
+        trail.display(),
         server.url
     );
     let gateway = TestGateway::start(&yaml, &[]).await;
     let mut client = gateway.client().await;
     invoke(&mut client, "tok", "s__echo", "{}").await.unwrap();
     let calls_before = log.call_traceparents.lock().unwrap().len();
-    for _ in 0..5 {
+    const TRIES: usize = 5;
+    for _ in 0..TRIES {
         let mut request = authed(
             "tok",
             pb::InvokeToolRequest {
@@ -252,19 +282,53 @@ async fn a_call_without_time_left_is_not_sent() {
         request.set_timeout(Duration::from_millis(15));
         let err = client.invoke_tool(request).await.unwrap_err();
         // On a loaded machine the client's own 15 ms timer may fire before
-        // the gateway's answer arrives; any answer that does arrive is the
-        // gateway's DEADLINE_EXCEEDED.
+        // the gateway's answer arrives (the audit trail below has the
+        // gateway's answer either way); an answer that does arrive is the
+        // gateway's own.
         let client_timer =
             err.code() == tonic::Code::Cancelled && err.message().contains("Timeout expired");
-        assert!(
-            client_timer || err.code() == tonic::Code::DeadlineExceeded,
-            "{err:?}"
-        );
+        if !client_timer {
+            assert_eq!(
+                (err.code(), reason(&err).as_str()),
+                (tonic::Code::DeadlineExceeded, "DEADLINE_EXCEEDED"),
+                "{err:?}"
+            );
+        }
     }
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The gateway's answer to each try, as its audit trail records it
+    // (written before the answer leaves).
+    let started = std::time::Instant::now();
+    let refused = loop {
+        let refused: Vec<serde_json::Value> = std::fs::read_to_string(&trail)
+            .unwrap_or_default()
+            .lines()
+            .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap())
+            .filter(|r| r["kind"] == "call" && r["code"] == "DEADLINE_EXCEEDED")
+            .collect();
+        if refused.len() >= TRIES {
+            break refused;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{} of {TRIES} tries are in the audit trail",
+            refused.len()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(refused.len(), TRIES, "{refused:#?}");
+    for record in &refused {
+        assert_eq!(record["reason"], "DEADLINE_EXCEEDED", "{record}");
+        assert_eq!(record["sent"], false, "{record}");
+    }
+    // A call with time left, after them: the server has seen it and
+    // nothing else since the first call.
+    let barrier = invoke(&mut client, "tok", "s__echo", r#"{"text":"after"}"#)
+        .await
+        .unwrap();
+    assert_eq!(barrier.text, "after");
     assert_eq!(
         log.call_traceparents.lock().unwrap().len(),
-        calls_before,
+        calls_before + 1,
         "a call with no time left reached the server"
     );
     gateway.shutdown().await;
