@@ -88,7 +88,8 @@ async fn idle_tenants_close_and_the_session_cap_evicts_the_least_recently_used()
     std::fs::write(
         &config,
         format!(
-            "listen: \"127.0.0.1:{port}\"\nshutdown_delay: \"0s\"\nsessions:\n  max_live: 1\ndefaults:\n  connect: lazy\n  idle_timeout: \"3s\"\ntenants:\n  - name: a\n    tokens: [ta]\n    servers:\n{}  - name: b\n    tokens: [tb]\n    servers:\n{}",
+            "listen: \"127.0.0.1:{port}\"\nshutdown_delay: \"0s\"\nsessions:\n  max_live: 2\ndefaults:\n  connect: lazy\n  idle_timeout: \"5s\"\ntenants:\n  - name: a\n    tokens: [ta]\n    servers:\n{}  - name: b\n    tokens: [tb]\n    servers:\n{}  - name: c\n    tokens: [tc]\n    servers:\n{}",
+            py("py"),
             py("py"),
             py("py")
         ),
@@ -107,34 +108,41 @@ async fn idle_tenants_close_and_the_session_cap_evicts_the_least_recently_used()
     wait_for_port(port).await;
     let mut client = client_at(port).await;
     assert!(children_of(pid).is_empty(), "lazy tenants start nothing");
-    assert_eq!(
-        invoke(&mut client, "ta", "py__echo", r#"{"text":"a"}"#)
-            .await
-            .unwrap()
-            .text,
-        "a"
+    let mut echo = async |token: &str, text: &str| {
+        let answer = invoke(
+            &mut client,
+            token,
+            "py__echo",
+            &format!(r#"{{"text":"{text}"}}"#),
+        )
+        .await
+        .unwrap();
+        assert_eq!(answer.text, text);
+    };
+    echo("ta", "a").await;
+    let a = wait_children(pid, 1).await;
+    echo("tb", "b").await;
+    let a_and_b = wait_children(pid, 2).await;
+    assert!(a_and_b.contains(&a[0]));
+    let b: Vec<u32> = a_and_b.into_iter().filter(|p| *p != a[0]).collect();
+    // `a` is used again: `b` is now the least recently used.
+    echo("ta", "a again").await;
+    // Tenant c's first call needs a session; the cap of two evicts b's,
+    // not a's.
+    echo("tc", "c").await;
+    let a_and_c = wait_children(pid, 2).await;
+    assert!(
+        a_and_c.contains(&a[0]),
+        "a's session was evicted: {a_and_c:?}"
     );
-    let first = wait_children(pid, 1).await;
-    // Tenant b's first call needs a session; the cap of one evicts a's.
-    assert_eq!(
-        invoke(&mut client, "tb", "py__echo", r#"{"text":"b"}"#)
-            .await
-            .unwrap()
-            .text,
-        "b"
+    assert!(
+        !a_and_c.contains(&b[0]),
+        "b's session made room for c's: {a_and_c:?}"
     );
-    let second = wait_children(pid, 1).await;
-    assert_ne!(first, second, "a's session made room for b's");
-    // Unused for idle_timeout, b's session closes too.
+    // Unused for idle_timeout, the sessions close too.
     wait_children(pid, 0).await;
-    // And comes back on the next call.
-    assert_eq!(
-        invoke(&mut client, "tb", "py__echo", r#"{"text":"again"}"#)
-            .await
-            .unwrap()
-            .text,
-        "again"
-    );
+    // And come back on the next call.
+    echo("tb", "again").await;
     signal(pid, "TERM");
     assert!(
         wait_exit(&mut gateway.0, Duration::from_secs(30))

@@ -321,15 +321,45 @@ async fn per_user_consent_isolates_subjects_and_client_credentials_serve_the_ten
         "bob"
     );
 
-    // Tokens are sealed at rest: the database file holds no subject's
-    // token in clear (the subject ids are row keys, the tokens are not).
-    gateway.shutdown().await;
+    // Tokens are sealed at rest: no file of the database (the main file,
+    // its write-ahead log and shared memory, read while the gateway still
+    // has them open) holds any token the authorization server issued, in
+    // clear (the subject ids are row keys, the tokens are not).
     let stats = as_stats(&upstream).await;
-    let bytes = std::fs::read(dir.path().join("state.db")).unwrap();
-    let text = String::from_utf8_lossy(&bytes);
-    assert!(!text.contains("access_token"), "a token response in clear");
-    assert!(!text.contains("refresh_token"), "a token response in clear");
-    assert!(stats["tokens_issued"].is_object(), "{stats}");
+    let issued: Vec<&str> = stats["issued_token_values"]
+        .as_array()
+        .expect("the server lists what it issued")
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    assert!(issued.len() >= 4, "alice's and bob's tokens: {stats}");
+    let check_files = || {
+        let mut files = 0;
+        for entry in std::fs::read_dir(dir.path()).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            if !name.starts_with("state.db") {
+                continue;
+            }
+            files += 1;
+            let bytes = std::fs::read(&path).unwrap();
+            for token in &issued {
+                assert!(
+                    !bytes.windows(token.len()).any(|w| w == token.as_bytes()),
+                    "{name} holds an issued token in clear"
+                );
+            }
+            let text = String::from_utf8_lossy(&bytes);
+            assert!(
+                !text.contains("access_token"),
+                "{name}: a token response in clear"
+            );
+        }
+        files
+    };
+    assert!(check_files() >= 2, "the database and its write-ahead log");
+    gateway.shutdown().await;
+    assert!(check_files() >= 1);
 }
 
 #[tokio::test]
