@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::validate::Errors;
+use super::fields::Errors;
 use super::{ServerConfig, TenantConfig};
 
 /// The `approvals:` block as written.

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::validate::Errors;
+use super::fields::Errors;
 
 /// The `audit:` block as written.
 #[derive(Debug, Deserialize)]

@@ -16,7 +16,7 @@ use std::time::Duration;
 use jsonwebtoken::Algorithm;
 use serde::Deserialize;
 
-use super::validate::{Errors, duration, duration_or_zero};
+use super::fields::{Errors, duration, duration_or_zero};
 
 /// The subject expression when `subject` is not set: the `sub` claim.
 pub const DEFAULT_SUBJECT_EXPRESSION: &str = "claims.sub";

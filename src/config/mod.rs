@@ -5,11 +5,15 @@
 mod approvals;
 mod audit;
 mod callers;
+mod fields;
 pub mod names;
 mod oauth;
+mod parse;
 pub mod policy;
 mod raw;
 pub mod secret;
+mod servers;
+mod tenants;
 mod tls;
 mod validate;
 
@@ -636,7 +640,7 @@ impl Config {
         base: &Path,
         env: &dyn Environment,
     ) -> Result<Config, ConfigError> {
-        let raw = validate::parse(text).map_err(|error| ConfigError::Parse {
+        let raw = parse::parse(text).map_err(|error| ConfigError::Parse {
             file: file.to_owned(),
             error,
         })?;

@@ -5,8 +5,8 @@
 use std::net::SocketAddr;
 use std::path::Path;
 
+use super::fields::{Errors, resolve, socket_addr};
 use super::raw::{RawOAuth, RawServerOAuth, RawState};
-use super::validate::{Errors, resolve};
 use super::{Environment, Secret};
 
 /// The state store used when `state.url` is not set: a SQLite file in the
@@ -198,16 +198,7 @@ pub(super) fn listener(errors: &mut Errors, raw: RawOAuth) -> Option<OAuthListen
             );
             None
         }
-        Some(text) => match text.parse::<SocketAddr>() {
-            Ok(addr) => Some(addr),
-            Err(_) => {
-                errors.push(
-                    "oauth.listen",
-                    format!("`{text}` is not a socket address such as 0.0.0.0:8090"),
-                );
-                None
-            }
-        },
+        Some(text) => socket_addr(errors, "oauth.listen", text, "0.0.0.0:8090"),
     };
     let public_url = match raw.public_url.as_deref() {
         None => {

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use serde::Deserialize;
 
-use super::validate::Errors;
+use super::fields::Errors;
 
 /// The variables a `when` may read.
 pub const VARIABLES: [&str; 3] = ["claims", "subject", "tool"];

@@ -12,7 +12,7 @@ use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::{self, PemObject};
 use serde::Deserialize;
 
-use super::validate::Errors;
+use super::fields::Errors;
 
 /// The `tls:` block of a server, as written.
 #[derive(Debug, Deserialize)]

@@ -1,0 +1,294 @@
+//! `tenants:`: each tenant's name, tokens (no token shared by two
+//! tenants, none printed), servers (names unique within the tenant, each
+//! checked by [`super::servers`]), limits, connection settings and policy.
+
+use std::collections::HashMap;
+use std::num::NonZeroU32;
+use std::path::Path;
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+
+use super::fields::{Errors, at_least_one_or_none, duration, duration_or_zero, resolve};
+use super::names;
+use super::raw::{RawServer, RawTenant, RawTenantLimits, RawValue};
+use super::servers::{Defaults, validate_server};
+use super::{Environment, Secret, ServerConfig, TenantConfig, TenantLimits};
+
+/// Token digest → (tenant index, path), to find tokens shared by tenants
+/// without keeping or printing the token itself.
+type TokenOwners = HashMap<[u8; 32], (usize, String)>;
+
+/// Validates `tenants:`; `jwt_callers` says whether `callers.jwt` lets a
+/// tenant go without static tokens.
+pub(super) fn tenants(
+    errors: &mut Errors,
+    raw: Vec<RawTenant>,
+    jwt_callers: bool,
+    defaults: &Defaults,
+    base: &Path,
+    env: &dyn Environment,
+) -> Vec<TenantConfig> {
+    if raw.is_empty() {
+        errors.push("tenants", "at least one tenant is required");
+    }
+    let mut tenant_names: HashMap<String, usize> = HashMap::new();
+    let mut token_owners = TokenOwners::new();
+    let mut tenants = Vec::with_capacity(raw.len());
+    for (index, tenant) in raw.into_iter().enumerate() {
+        let path = format!("tenants[{index}]");
+        // With JWT callers, a tenant may have no static token.
+        if tenant.tokens.is_empty() && !jwt_callers {
+            errors.push(
+                format!("{path}.tokens"),
+                "at least one token is required (callers of this tenant could not authenticate; or configure callers.jwt)",
+            );
+        }
+        if let Some(first) = tenant_names.insert(tenant.name.clone(), index) {
+            errors.push(
+                format!("{path}.name"),
+                format!(
+                    "duplicate tenant name `{}` (also tenants[{first}])",
+                    tenant.name
+                ),
+            );
+        }
+        if let Some(t) = validate_tenant(
+            errors,
+            &path,
+            tenant,
+            index,
+            &mut token_owners,
+            defaults,
+            base,
+            env,
+        ) {
+            tenants.push(t);
+        }
+    }
+    tenants
+}
+
+/// Validates one tenant; `None` if anything in it is refused.
+#[allow(clippy::too_many_arguments)]
+fn validate_tenant(
+    errors: &mut Errors,
+    path: &str,
+    tenant: RawTenant,
+    index: usize,
+    token_owners: &mut TokenOwners,
+    defaults: &Defaults,
+    base: &Path,
+    env: &dyn Environment,
+) -> Option<TenantConfig> {
+    let before = errors.0.len();
+    if !names::is_valid_tenant_name(&tenant.name) {
+        errors.push(
+            format!("{path}.name"),
+            format!(
+                "`{}` is not a valid tenant name (1 to 64 of a-z A-Z 0-9 . _ -)",
+                tenant.name
+            ),
+        );
+    }
+    let tokens = tokens(errors, path, &tenant.tokens, index, token_owners, base, env);
+    let servers = servers(errors, path, tenant.servers, defaults, base, env);
+    let limits = tenant_limits(
+        errors,
+        &format!("{path}.limits"),
+        tenant.limits.unwrap_or_default(),
+    );
+    let connect = tenant.connect.or(defaults.connect).unwrap_or_default();
+    let idle_timeout = duration(
+        errors,
+        &format!("{path}.idle_timeout"),
+        tenant.idle_timeout.as_deref(),
+        defaults.idle_timeout,
+    );
+    let policy = super::policy::policy(errors, &format!("{path}.policy"), tenant.policy);
+    (errors.0.len() == before).then_some(TenantConfig {
+        name: tenant.name,
+        tokens,
+        servers,
+        limits,
+        connect,
+        idle_timeout,
+        policy,
+    })
+}
+
+/// The tenant's tokens: read, not empty, and each selecting this tenant
+/// only (recorded in `token_owners`).
+fn tokens(
+    errors: &mut Errors,
+    path: &str,
+    raw: &[RawValue],
+    index: usize,
+    token_owners: &mut TokenOwners,
+    base: &Path,
+    env: &dyn Environment,
+) -> Vec<Secret> {
+    let mut tokens = Vec::with_capacity(raw.len());
+    for (t, value) in raw.iter().enumerate() {
+        let token_path = format!("{path}.tokens[{t}]");
+        let Some(secret) = resolve(errors, &token_path, value, base, env) else {
+            continue;
+        };
+        if secret.expose().is_empty() {
+            errors.push(&token_path, "a token must not be empty");
+            continue;
+        }
+        let digest: [u8; 32] = Sha256::digest(secret.expose().as_bytes()).into();
+        match token_owners.get(&digest) {
+            Some((owner, other_path)) if *owner != index => errors.push(
+                &token_path,
+                format!(
+                    "the same token is configured for another tenant ({other_path}); \
+                     a token must select exactly one tenant"
+                ),
+            ),
+            Some((_, other_path)) => errors.push(
+                &token_path,
+                format!("duplicate token (same as {other_path})"),
+            ),
+            None => {
+                token_owners.insert(digest, (index, token_path.clone()));
+            }
+        }
+        tokens.push(secret);
+    }
+    tokens
+}
+
+/// The tenant's servers, their names unique within it; only those without
+/// errors are returned.
+fn servers(
+    errors: &mut Errors,
+    path: &str,
+    raw: Vec<RawServer>,
+    defaults: &Defaults,
+    base: &Path,
+    env: &dyn Environment,
+) -> Vec<ServerConfig> {
+    let mut server_names: HashMap<String, usize> = HashMap::new();
+    let mut servers = Vec::with_capacity(raw.len());
+    for (s, server) in raw.into_iter().enumerate() {
+        let server_path = format!("{path}.servers[{s}]");
+        if let Some(first) = server_names.insert(server.name.clone(), s) {
+            errors.push(
+                format!("{server_path}.name"),
+                format!(
+                    "duplicate server name `{}` (also {path}.servers[{first}])",
+                    server.name
+                ),
+            );
+        }
+        if let Some(server) = validate_server(errors, &server_path, server, defaults, base, env) {
+            servers.push(server);
+        }
+    }
+    servers
+}
+
+/// The tenant's call limits: concurrency with its queue timeout, and a
+/// rate with its burst.
+fn tenant_limits(errors: &mut Errors, path: &str, raw: RawTenantLimits) -> TenantLimits {
+    let rate_per_second = at_least_one_or_none(
+        errors,
+        &format!("{path}.rate_per_second"),
+        raw.rate_per_second,
+    )
+    .and_then(NonZeroU32::new);
+    let burst =
+        at_least_one_or_none(errors, &format!("{path}.burst"), raw.burst).and_then(NonZeroU32::new);
+    if burst.is_some() && rate_per_second.is_none() {
+        errors.push(format!("{path}.burst"), "set `rate_per_second` too");
+    }
+    let max_concurrent_calls = at_least_one_or_none(
+        errors,
+        &format!("{path}.max_concurrent_calls"),
+        raw.max_concurrent_calls,
+    );
+    TenantLimits {
+        max_concurrent_calls,
+        queue_timeout: duration_or_zero(
+            errors,
+            &format!("{path}.queue_timeout"),
+            raw.queue_timeout.as_deref(),
+            Duration::from_millis(100),
+        ),
+        rate_per_second,
+        burst,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::validate::testing::{has, messages};
+
+    #[test]
+    fn duplicate_names_are_refused() {
+        let errors = messages(
+            r#"
+tenants:
+  - name: acme
+    tokens: [a]
+    servers:
+      - { name: s, url: "http://127.0.0.1/" }
+      - { name: s, url: "http://127.0.0.1/" }
+  - name: acme
+    tokens: [b]
+"#,
+        );
+        assert!(
+            has(
+                &errors,
+                "tenants[0].servers[1].name: duplicate server name `s`"
+            ),
+            "{errors:?}"
+        );
+        assert!(
+            has(&errors, "tenants[1].name: duplicate tenant name `acme`"),
+            "{errors:?}"
+        );
+    }
+
+    #[test]
+    fn missing_or_empty_secret_sources_are_refused() {
+        let errors = messages(
+            r#"
+tenants:
+  - name: acme
+    tokens: [{ env: NOT_SET }, { env: EMPTY }, { file: /nonexistent/token }]
+"#,
+        );
+        assert!(errors.contains(
+            &"tenants[0].tokens[0]: environment variable NOT_SET is not set".to_string()
+        ));
+        assert!(
+            errors
+                .contains(&"tenants[0].tokens[1]: environment variable EMPTY is empty".to_string())
+        );
+        assert!(
+            has(&errors, "tenants[0].tokens[2]: cannot read file"),
+            "{errors:?}"
+        );
+    }
+
+    #[test]
+    fn a_token_shared_by_two_tenants_is_refused_without_showing_it() {
+        let errors = messages(
+            r#"
+tenants:
+  - name: acme
+    tokens: [{ env: ACME_TOKEN }]
+  - name: globex
+    tokens: [acme-secret-token]
+"#,
+        );
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(errors[0].starts_with("tenants[1].tokens[0]: the same token"));
+        assert!(errors[0].contains("tenants[0].tokens[0]"));
+        assert!(!errors[0].contains("acme-secret-token"));
+    }
+}
