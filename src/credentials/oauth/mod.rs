@@ -1,0 +1,240 @@
+//! toolgate's OAuth 2.1 client for upstream MCP servers, built on rmcp's
+//! `auth` feature: one [`OAuthClient`] per configured server, asked for the
+//! access token of one (tenant, subject, server) [`TokenKey`] at a time.
+//!
+//! rmcp does the OAuth itself: discovery from a `WWW-Authenticate` challenge
+//! (RFC 9728 protected resource metadata with well-known fallbacks, RFC 8414
+//! and OpenID discovery, issuer checks), PKCE S256, `resource` (RFC 8707),
+//! scope selection, dynamic registration (RFC 7591), the code exchange with
+//! the RFC 9207 `iss` check, refresh with rotation, client credentials
+//! (`client_secret_basic`/`_post`, `private_key_jwt`) and the
+//! enterprise-managed token exchange. This module adds what a multi-tenant
+//! gateway needs around it:
+//! - credentials kept per (tenant, subject, server) in an [`OAuthStore`]
+//!   (the state store implements it; [`MemoryStore`] serves tests), bound to
+//!   the issuer that minted them (a changed authorization server discards
+//!   them), and client registrations kept per (tenant, server, issuer), so a
+//!   registration is never presented to another authorization server;
+//! - pending flows kept in the store, keyed by `state`, so the callback may
+//!   arrive at any replica ([`OAuthClient::complete`]);
+//! - client identity in the spec's order: pre-registered, then the client ID
+//!   metadata document, then a stored registration, then a new one;
+//! - the reaction to a refused token ([`OAuthClient::refused`]): the token
+//!   someone else refreshed, a refresh, a new consent, or step-up on
+//!   `insufficient_scope`, bounded per key;
+//! - one renewal per key at a time across tasks and replicas: the renewing
+//!   one holds the key's refresh lease ([`OAuthStore::lock_refresh`]), the
+//!   others wait for its token ([`REFRESH_LEASE_TTL`]);
+//! - the address rule: token and registration endpoints on private or
+//!   loopback addresses are refused unless `allow_private_addresses`
+//!   (link-local and other reserved addresses always, by rmcp);
+//! - typed errors ([`OAuthError`]) that never carry a token, code, verifier
+//!   or client secret;
+//! - what rmcp 3.11 lacks, kept to the missing piece: DPoP (RFC 9449, in
+//!   [`super::dpop`]: a proof key, proofs on token and resource requests,
+//!   nonces) through rmcp's `OAuthHttpClient` seam, and the RFC 7523
+//!   JWT-bearer grant for a workload's own assertion
+//!   ([`OAuthSettings::jwt_bearer_assertion`]).
+//!
+//! The rooms: `settings` (what the configuration says, and its checks);
+//! `store` (the state kept: [`OAuthStore`], [`MemoryStore`], rmcp's
+//! adapters); `discovery` (protected resource and authorization server
+//! metadata); `identity` (pre-registered, metadata document, registration,
+//! the client-credentials configuration); the grants (`authorization_code`
+//! with PKCE and the callback, `client_credentials`, `jwt_bearer`,
+//! `enterprise`); the token's life (`freshness`, `lease`: one renewal per
+//! key, `renewal`: refresh, consent, step-up); `address` (which endpoints
+//! may be called); `dpop_binding` (the DPoP glue); `error`. This file keeps
+//! [`OAuthClient`] itself and its token entry point.
+
+use std::fmt;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use crate::config::{Grant, Secret};
+use crate::credentials::dpop::{Dpop, OAuthHttp};
+use crate::state::TokenKey;
+
+mod address;
+mod authorization_code;
+mod client_credentials;
+mod discovery;
+mod dpop_binding;
+mod enterprise;
+mod error;
+mod freshness;
+mod identity;
+mod jwt_bearer;
+mod lease;
+mod renewal;
+mod settings;
+mod store;
+#[cfg(test)]
+mod testing;
+
+pub(super) use address::{AddressClass, classify};
+pub use authorization_code::pending_flow;
+pub use discovery::Description;
+pub use enterprise::EnterpriseIdp;
+pub use error::{OAuthError, StoreError};
+use error::{from_auth, root_cause, scrubbed};
+use freshness::{access_of, fresh_token};
+pub use identity::parse_algorithm;
+pub use jwt_bearer::JWT_BEARER_GRANT;
+pub(crate) use lease::LocalLeases;
+pub use lease::REFRESH_LEASE_TTL;
+use lease::REFRESH_WAIT;
+use renewal::StepUps;
+pub use renewal::{DEFAULT_MAX_STEP_UPS, STEP_UP_WINDOW};
+pub use settings::{DEFAULT_CLIENT_NAME, OAuthSettings, WorkloadAssertion};
+pub use store::{MemoryStore, OAuthStore, PENDING_TTL, PendingFlow, RegisteredClient};
+
+/// One configured server's OAuth client. Cheap to share (`Arc`); every
+/// operation names the [`TokenKey`] it acts for, and one key's credentials
+/// never serve another.
+#[derive(Debug)]
+pub struct OAuthClient {
+    settings: OAuthSettings,
+    store: Arc<dyn OAuthStore>,
+    step_ups: Mutex<StepUps>,
+    /// How long a task that found the refresh lease taken waits for the
+    /// holder's token ([`REFRESH_WAIT`]; shorter in tests).
+    refresh_wait: Duration,
+    /// Told of each token obtained and each flow started or completed.
+    events: Option<EventSink>,
+    /// The DPoP key and nonces, when [`OAuthSettings::dpop`] is on.
+    dpop: Option<Arc<Dpop>>,
+    /// The HTTP client of DPoP managers and of the JWT-bearer grant, built
+    /// on first use.
+    http: OnceLock<Arc<OAuthHttp>>,
+}
+
+/// Where an [`OAuthClient`] reports its events (`token_refreshed`,
+/// `token_issued`, `consent_started`, `consent_completed`), for metrics.
+#[derive(Clone)]
+pub struct EventSink(Arc<EventFn>);
+
+/// What an [`EventSink`] calls.
+type EventFn = dyn Fn(&TokenKey, &'static str) + Send + Sync;
+
+impl EventSink {
+    /// A sink calling `f` with the key and the event's name.
+    pub fn new(f: impl Fn(&TokenKey, &'static str) + Send + Sync + 'static) -> Self {
+        Self(Arc::new(f))
+    }
+}
+
+impl fmt::Debug for EventSink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("EventSink")
+    }
+}
+
+impl OAuthClient {
+    /// A client with `settings`, keeping its state in `store`.
+    ///
+    /// # Errors
+    /// The settings cannot work ([`OAuthError::Settings`]).
+    pub fn new(settings: OAuthSettings, store: Arc<dyn OAuthStore>) -> Result<Self, OAuthError> {
+        settings.validate()?;
+        ensure_crypto_provider();
+        let dpop = dpop_binding::dpop_of(&settings)?;
+        Ok(Self {
+            settings,
+            store,
+            step_ups: Mutex::default(),
+            refresh_wait: REFRESH_WAIT,
+            events: None,
+            dpop,
+            http: OnceLock::new(),
+        })
+    }
+
+    /// Reports events to `sink`.
+    #[must_use]
+    pub fn with_events(mut self, sink: EventSink) -> Self {
+        self.events = Some(sink);
+        self
+    }
+
+    /// Reports `event` of `key` to the sink, if any.
+    pub(crate) fn event(&self, key: &TokenKey, event: &'static str) {
+        if let Some(sink) = &self.events {
+            (sink.0)(key, event);
+        }
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> &OAuthSettings {
+        &self.settings
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn OAuthStore> {
+        &self.store
+    }
+
+    /// The access token to send for `key` now: the stored one while it has
+    /// life left; else refreshed (authorization code, the refresh token
+    /// rotated as the server says) or obtained anew (client credentials),
+    /// under the key's refresh lease: when another task or replica is
+    /// renewing it, its token.
+    ///
+    /// # Errors
+    /// [`OAuthError::AuthorizationRequired`] with the URL to consent at when
+    /// the subject has no usable grant; the store, discovery or the token
+    /// endpoint failed.
+    pub async fn access_token(&self, key: &TokenKey) -> Result<Secret, OAuthError> {
+        let stored = self.store.load_credentials(key).await?;
+        if let Some(token) = stored.as_ref().and_then(fresh_token) {
+            return Ok(token);
+        }
+        match self.settings.grant {
+            Grant::ClientCredentials => {
+                let stale = stored.as_ref().and_then(access_of);
+                self.renew_exclusively(key, stale, |_| self.client_credentials(key, None, &[]))
+                    .await
+            }
+            Grant::AuthorizationCode => self.renew_grant(key, stored, None).await,
+        }
+    }
+}
+
+/// Installs the process-wide TLS crypto provider (ring) once: rmcp builds
+/// its own HTTP clients for OAuth, and reqwest is built without a provider.
+fn ensure_crypto_provider() {
+    static INSTALL: std::sync::Once = std::sync::Once::new();
+    INSTALL.call_once(|| {
+        // Fails only if another provider is installed already: fine.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use url::Url;
+
+    use super::*;
+
+    #[test]
+    fn debug_hides_secrets() {
+        let mut settings = OAuthSettings::new(
+            Url::parse("https://mcp.example/mcp").expect("url"),
+            Grant::ClientCredentials,
+        );
+        settings.client_id = Some("id".into());
+        settings.client_secret = Some(Secret::new("s3cr3t-value"));
+        settings.private_key = Some(Secret::new("-----BEGIN PRIVATE KEY-----"));
+        let client = OAuthClient::new(settings, Arc::new(MemoryStore::new())).expect("valid");
+        let shown = format!("{client:?}");
+        assert!(
+            !shown.contains("s3cr3t-value") && !shown.contains("BEGIN"),
+            "{shown}"
+        );
+        let registered = RegisteredClient {
+            client_id: "id".into(),
+            client_secret: Some("s3cr3t-value".into()),
+        };
+        assert!(!format!("{registered:?}").contains("s3cr3t-value"));
+    }
+}
