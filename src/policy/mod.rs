@@ -9,17 +9,20 @@
 //! mismatch, a result that is not a boolean) never widens access: it counts
 //! as true for a `deny` rule and false for an `allow` rule. The first such
 //! failure of each rule is logged at debug level.
+//!
+//! Here: the compiled policy and its evaluation. What a condition reads of
+//! `tool` (so that values are remembered across tools alike) is in `reads`,
+//! the CEL values of `tool` and `claims` in `values`.
 
+mod reads;
+mod values;
 pub mod view;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use cel::common::types::{
-    CelBool, CelDouble, CelInt, CelList, CelMap, CelMapKey, CelNull, CelString, CelUInt,
-};
-use cel::common::value::Val;
+use cel::common::types::CelString;
 use globset::{Candidate, GlobSet};
 
 use crate::callers::{Caller, Subject};
@@ -28,6 +31,9 @@ use crate::config::policy::free_variables;
 pub use crate::config::policy::{Effect, PolicyError, PolicyRules, RuleSpec, VARIABLES};
 
 pub use view::{View, cached_view, caller_view};
+
+use reads::{ToolReads, tool_reads};
+use values::{json_val, tool_val};
 
 /// Identities of compiled policies: keys of cached views, so that a view
 /// evaluated under one configuration is never served under another.
@@ -266,126 +272,6 @@ impl<'a> Evaluator<'a> {
     }
 }
 
-/// What a condition reads of `tool`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-struct ToolReads {
-    name: bool,
-    server: bool,
-    annotations: bool,
-    /// `tool` used other than as `tool.name`, `tool.server` or
-    /// `tool.annotations…`.
-    whole: bool,
-}
-
-impl ToolReads {
-    fn any(self) -> bool {
-        self.name || self.server || self.annotations || self.whole
-    }
-
-    /// Where a value of the condition may be remembered for `tool`:
-    /// `Some(None)`, per caller (it reads no tool); `Some(Some(key))`, per
-    /// server and hints; `None`, not at all (it reads the name).
-    fn memo_key(self, rule: usize, tool: &CatalogTool) -> Option<Option<(usize, usize, u8)>> {
-        if !self.any() {
-            return Some(None);
-        }
-        if self.name || self.whole {
-            return None;
-        }
-        let server = if self.server {
-            tool.server_index
-        } else {
-            usize::MAX
-        };
-        let hints = if self.annotations {
-            let a = hints(tool);
-            u8::from(a[0]) | u8::from(a[1]) << 1 | u8::from(a[2]) << 2 | u8::from(a[3]) << 3
-        } else {
-            0
-        };
-        Some(Some((rule, server, hints)))
-    }
-}
-
-/// What `expression` reads of the variable `tool`.
-fn tool_reads(expression: &cel::IdedExpr) -> ToolReads {
-    fn walk<'e>(expression: &'e cel::IdedExpr, bound: &mut Vec<&'e str>, reads: &mut ToolReads) {
-        use cel::common::ast::{EntryExpr, Expr};
-        let free_tool = |e: &cel::IdedExpr, bound: &[&str]| {
-            matches!(&e.expr, Expr::Ident(name) if name == "tool") && !bound.contains(&"tool")
-        };
-        match &expression.expr {
-            Expr::Select(select) if free_tool(&select.operand, bound) => {
-                match select.field.as_str() {
-                    "name" => reads.name = true,
-                    "server" => reads.server = true,
-                    "annotations" => reads.annotations = true,
-                    _ => reads.whole = true,
-                }
-            }
-            Expr::Ident(name) => {
-                if name == "tool" && !bound.contains(&"tool") {
-                    reads.whole = true;
-                }
-            }
-            Expr::Unspecified | Expr::Literal(_) => {}
-            Expr::Call(call) => {
-                if let Some(target) = &call.target {
-                    walk(target, bound, reads);
-                }
-                for arg in &call.args {
-                    walk(arg, bound, reads);
-                }
-            }
-            Expr::Comprehension(c) => {
-                walk(&c.iter_range, bound, reads);
-                walk(&c.accu_init, bound, reads);
-                let depth = bound.len();
-                bound.push(&c.iter_var);
-                if let Some(second) = &c.iter_var2 {
-                    bound.push(second);
-                }
-                bound.push(&c.accu_var);
-                walk(&c.loop_cond, bound, reads);
-                walk(&c.loop_step, bound, reads);
-                walk(&c.result, bound, reads);
-                bound.truncate(depth);
-            }
-            Expr::List(list) => {
-                for element in &list.elements {
-                    walk(element, bound, reads);
-                }
-            }
-            Expr::Map(map) => {
-                for entry in &map.entries {
-                    match &entry.expr {
-                        EntryExpr::StructField(field) => walk(&field.value, bound, reads),
-                        EntryExpr::MapEntry(entry) => {
-                            walk(&entry.key, bound, reads);
-                            walk(&entry.value, bound, reads);
-                        }
-                    }
-                }
-            }
-            Expr::Select(select) => walk(&select.operand, bound, reads),
-            Expr::Struct(structure) => {
-                for entry in &structure.entries {
-                    match &entry.expr {
-                        EntryExpr::StructField(field) => walk(&field.value, bound, reads),
-                        EntryExpr::MapEntry(entry) => {
-                            walk(&entry.key, bound, reads);
-                            walk(&entry.value, bound, reads);
-                        }
-                    }
-                }
-            }
-        }
-    }
-    let mut reads = ToolReads::default();
-    walk(expression, &mut Vec::new(), &mut reads);
-    reads
-}
-
 /// Whether `rule`'s condition holds. A condition that fails to evaluate
 /// (or is not a boolean) holds for a deny rule and not for an allow rule:
 /// a failure never grants access.
@@ -404,73 +290,6 @@ fn holds(rule: &Rule, condition: &Condition, context: &cel::Context<'_, '_>) -> 
         );
     }
     rule.effect == Effect::Deny
-}
-
-/// A tool's hints, unset ones taking the MCP defaults: read_only (false),
-/// destructive (true), idempotent (false), open_world (true).
-fn hints(tool: &CatalogTool) -> [bool; 4] {
-    let a = &tool.annotations;
-    [
-        a.read_only.unwrap_or(false),
-        a.destructive.unwrap_or(true),
-        a.idempotent.unwrap_or(false),
-        a.open_world.unwrap_or(true),
-    ]
-}
-
-/// The `tool` variable: `name`, `server` and `annotations` (`read_only`,
-/// `destructive`, `idempotent`, `open_world`, see [`hints`]), borrowing
-/// the tool's strings.
-fn tool_val(tool: &CatalogTool) -> Box<dyn Val + '_> {
-    let [read_only, destructive, idempotent, open_world] = hints(tool);
-    let annotations: HashMap<CelMapKey<'_>, Box<dyn Val + '_>> = HashMap::from([
-        (CelMapKey::from("read_only"), boolean(read_only)),
-        (CelMapKey::from("destructive"), boolean(destructive)),
-        (CelMapKey::from("idempotent"), boolean(idempotent)),
-        (CelMapKey::from("open_world"), boolean(open_world)),
-    ]);
-    let fields: HashMap<CelMapKey<'_>, Box<dyn Val + '_>> = HashMap::from([
-        (
-            CelMapKey::from("name"),
-            Box::new(CelString::from(tool.name.as_str())) as Box<dyn Val>,
-        ),
-        (
-            CelMapKey::from("server"),
-            Box::new(CelString::from(tool.server.as_str())),
-        ),
-        (
-            CelMapKey::from("annotations"),
-            Box::new(CelMap::from(annotations)),
-        ),
-    ]);
-    Box::new(CelMap::from(fields))
-}
-
-fn boolean<'v>(value: bool) -> Box<dyn Val + 'v> {
-    Box::new(CelBool::from(value))
-}
-
-/// A JSON value (the claims) as a CEL value, borrowing its strings.
-fn json_val(value: &serde_json::Value) -> Box<dyn Val + '_> {
-    use serde_json::Value as Json;
-    match value {
-        Json::Null => Box::new(CelNull),
-        Json::Bool(b) => boolean(*b),
-        Json::Number(n) => match (n.as_i64(), n.as_u64()) {
-            (Some(i), _) => Box::new(CelInt::from(i)),
-            (None, Some(u)) => Box::new(CelUInt::from(u)),
-            (None, None) => Box::new(CelDouble::from(n.as_f64().unwrap_or(f64::NAN))),
-        },
-        Json::String(text) => Box::new(CelString::from(text.as_str())),
-        Json::Array(items) => Box::new(CelList::from(
-            items.iter().map(json_val).collect::<Vec<_>>(),
-        )),
-        Json::Object(map) => Box::new(CelMap::from(
-            map.iter()
-                .map(|(k, v)| (CelMapKey::from(k.as_str()), json_val(v)))
-                .collect::<HashMap<_, _>>(),
-        )),
-    }
 }
 
 #[cfg(test)]

@@ -26,122 +26,28 @@
 //! ([`StateStore::try_lease`], named by [`TokenKey::lease_name`]) so that the
 //! others wait for its token instead of refreshing too; the compare-and-swap
 //! stays as the backstop when a lease runs out mid-refresh.
+//!
+//! Here: the store's operations. Opening it (URLs, the pool, migrations) is
+//! in `connect`, the rows' keys and the data that binds a sealed value to
+//! its row in `keys`, the keys that seal values in `keyring`.
 
+mod connect;
 mod error;
 mod keyring;
+mod keys;
 
+pub use connect::{ACQUIRE_TIMEOUT, Backend, DEFAULT_URL};
 pub use error::{Record, StateError};
 pub use keyring::{KeyError, KeyId, KeyRing, OpenError};
+pub use keys::{ClientKey, TokenKey};
 
-use sha2::{Digest, Sha256};
 use sqlx::AnyPool;
 use sqlx::Row as _;
-use sqlx::any::AnyPoolOptions;
 use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::OnceCell;
 
-/// The store used when `state.url` is unset: a SQLite file in the working
-/// directory, created if missing.
-pub const DEFAULT_URL: &str = "sqlite://toolgate-state.db";
-
-/// How long an operation waits for a connection before the store counts as
-/// unavailable. Short, so a down store fails fast.
-pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// Connections per process (PostgreSQL). SQLite uses fewer: it has one writer.
-const MAX_CONNECTIONS_POSTGRES: u32 = 8;
-const MAX_CONNECTIONS_SQLITE: u32 = 4;
-
-static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
-static POSTGRES_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
-
-/// Which database a URL names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Backend {
-    /// An embedded SQLite file (`sqlite:`), for one process.
-    Sqlite,
-    /// A PostgreSQL server (`postgres:` or `postgresql:`), for replicas.
-    Postgres,
-}
-
-/// The key of an upstream token: whose credential for which server.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct TokenKey {
-    /// The tenant.
-    pub tenant: String,
-    /// The end user the tenant acts for; the empty string is the tenant
-    /// itself.
-    pub subject: String,
-    /// The upstream server's name in the tenant's configuration.
-    pub server: String,
-}
-
-impl TokenKey {
-    /// A key for `subject` of `tenant` on `server`.
-    pub fn new(
-        tenant: impl Into<String>,
-        subject: impl Into<String>,
-        server: impl Into<String>,
-    ) -> TokenKey {
-        TokenKey {
-            tenant: tenant.into(),
-            subject: subject.into(),
-            server: server.into(),
-        }
-    }
-
-    /// A key for the tenant itself (no end user) on `server`.
-    pub fn tenant_wide(tenant: impl Into<String>, server: impl Into<String>) -> TokenKey {
-        TokenKey::new(tenant, "", server)
-    }
-
-    /// The name of this key's refresh lease ([`StateStore::try_lease`]):
-    /// `token:` and the SHA-256 (hex) of the key's fields, so that neither
-    /// the subject nor the tenant appears in the leases table.
-    pub fn lease_name(&self) -> String {
-        let digest = Sha256::digest(aad(
-            "token-lease",
-            &[&self.tenant, &self.subject, &self.server],
-        ));
-        format!("token:{}", hex(&digest))
-    }
-
-    fn aad(&self) -> Vec<u8> {
-        aad("token", &[&self.tenant, &self.subject, &self.server])
-    }
-}
-
-/// The key of an OAuth client registration.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct ClientKey {
-    /// The tenant.
-    pub tenant: String,
-    /// The upstream server's name in the tenant's configuration.
-    pub server: String,
-    /// The authorization server's issuer identifier.
-    pub issuer: String,
-}
-
-impl ClientKey {
-    /// A key for `tenant`'s client of `issuer` used for `server`.
-    pub fn new(
-        tenant: impl Into<String>,
-        server: impl Into<String>,
-        issuer: impl Into<String>,
-    ) -> ClientKey {
-        ClientKey {
-            tenant: tenant.into(),
-            server: server.into(),
-            issuer: issuer.into(),
-        }
-    }
-
-    fn aad(&self) -> Vec<u8> {
-        aad("client", &[&self.tenant, &self.server, &self.issuer])
-    }
-}
+use keys::{pending_aad, state_hash};
 
 /// A value with the version of the row it was read from. Versions start at 1
 /// and grow by one on every write of the row. `Debug` shows the length of the
@@ -195,84 +101,6 @@ impl fmt::Debug for StateStore {
 }
 
 impl StateStore {
-    /// Connects to `url` (`sqlite:` or `postgres:`) and applies the embedded
-    /// migrations. A SQLite file is created if missing (`mode=rwc` is added
-    /// unless the URL names a `mode`); relative paths are relative to the
-    /// working directory. Use [`DEFAULT_URL`] when `state.url` is unset.
-    ///
-    /// # Errors
-    /// [`StateError::InvalidUrl`] for an unsupported or malformed URL,
-    /// [`StateError::Unavailable`] when the database cannot be reached within
-    /// [`ACQUIRE_TIMEOUT`], [`StateError::Migrate`] when the schema cannot be
-    /// brought up to date.
-    pub async fn connect(url: &str, keys: KeyRing) -> Result<StateStore, StateError> {
-        let store = StateStore::open_lazy(url, keys)?;
-        store.ready().await?;
-        Ok(store)
-    }
-
-    /// Like [`StateStore::connect`], but connects and migrates on first use,
-    /// so a process can start while the store is down: each operation then
-    /// fails with [`StateError::Unavailable`] until the store is back.
-    ///
-    /// # Errors
-    /// [`StateError::InvalidUrl`] for an unsupported or malformed URL.
-    pub fn open_lazy(url: &str, keys: KeyRing) -> Result<StateStore, StateError> {
-        sqlx::any::install_default_drivers();
-        let (backend, url) = normalize_url(url)?;
-        let max = match backend {
-            Backend::Sqlite => MAX_CONNECTIONS_SQLITE,
-            Backend::Postgres => MAX_CONNECTIONS_POSTGRES,
-        };
-        let pool = AnyPoolOptions::new()
-            .max_connections(max)
-            .acquire_timeout(ACQUIRE_TIMEOUT)
-            .connect_lazy(&url)
-            .map_err(|_| StateError::InvalidUrl {
-                reason: "cannot be parsed as a database URL",
-            })?;
-        Ok(StateStore {
-            pool,
-            backend,
-            keys,
-            migrated: std::sync::Arc::default(),
-        })
-    }
-
-    /// The backend the URL named.
-    pub fn backend(&self) -> Backend {
-        self.backend
-    }
-
-    /// Closes the pool, waiting for connections in use to be returned.
-    pub async fn close(&self) {
-        self.pool.close().await;
-    }
-
-    /// Applies the migrations once per store (retried after a failure).
-    async fn ready(&self) -> Result<&AnyPool, StateError> {
-        self.migrated
-            .get_or_try_init(|| async {
-                if self.backend == Backend::Sqlite {
-                    // Readers do not block the writer; persistent in the file.
-                    sqlx::query("PRAGMA journal_mode = WAL")
-                        .execute(&self.pool)
-                        .await
-                        .map_err(StateError::from_sqlx)?;
-                }
-                let migrator = match self.backend {
-                    Backend::Sqlite => &SQLITE_MIGRATIONS,
-                    Backend::Postgres => &POSTGRES_MIGRATIONS,
-                };
-                migrator
-                    .run(&self.pool)
-                    .await
-                    .map_err(StateError::from_migrate)
-            })
-            .await?;
-        Ok(&self.pool)
-    }
-
     // ---- tokens ---------------------------------------------------------
 
     /// The token stored for `key`, with its version.
@@ -663,31 +491,6 @@ where
         .map_err(|_| StateError::Corrupt { record })
 }
 
-/// Associated data binding a sealed value to its table and row: a label, then
-/// each key field length-prefixed so that no two keys share an encoding.
-fn aad(kind: &str, fields: &[&str]) -> Vec<u8> {
-    let mut out = Vec::from(b"toolgate-state-v1\0".as_slice());
-    out.extend_from_slice(kind.as_bytes());
-    out.push(0);
-    for field in fields {
-        out.extend_from_slice(&u64::try_from(field.len()).unwrap_or(u64::MAX).to_be_bytes());
-        out.extend_from_slice(field.as_bytes());
-    }
-    out
-}
-
-fn pending_aad(state: &str) -> Vec<u8> {
-    aad("pending", &[state])
-}
-
-fn state_hash(state: &str) -> String {
-    hex(&Sha256::digest(state.as_bytes()))
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 fn now_ms() -> i64 {
     let since = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -695,102 +498,9 @@ fn now_ms() -> i64 {
     i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
 }
 
-/// Checks the scheme and, for SQLite, asks for the file to be created.
-fn normalize_url(url: &str) -> Result<(Backend, String), StateError> {
-    let url = url.trim();
-    let scheme = url.split_once(':').map(|(s, _)| s.to_ascii_lowercase());
-    match scheme.as_deref() {
-        Some("sqlite") => {
-            let query = url.split_once('?').map_or("", |(_, q)| q);
-            let has_mode = query.split('&').any(|p| p.starts_with("mode="));
-            let url = if has_mode || url.contains(":memory:") {
-                url.to_string()
-            } else if !url.contains('?') {
-                format!("{url}?mode=rwc")
-            } else {
-                format!("{url}&mode=rwc")
-            };
-            Ok((Backend::Sqlite, url))
-        }
-        Some("postgres" | "postgresql") => Ok((Backend::Postgres, url.to_string())),
-        Some(_) => Err(StateError::InvalidUrl {
-            reason: "the scheme must be sqlite: or postgres:",
-        }),
-        None => Err(StateError::InvalidUrl {
-            reason: "not a URL (expected sqlite://<path> or postgres://...)",
-        }),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sqlite_urls_create_the_file() {
-        assert_eq!(
-            normalize_url(DEFAULT_URL).unwrap(),
-            (
-                Backend::Sqlite,
-                "sqlite://toolgate-state.db?mode=rwc".to_string()
-            )
-        );
-        assert_eq!(
-            normalize_url("sqlite:///var/lib/tg.db?cache=shared")
-                .unwrap()
-                .1,
-            "sqlite:///var/lib/tg.db?cache=shared&mode=rwc"
-        );
-        assert_eq!(
-            normalize_url("sqlite://x.db?mode=ro").unwrap().1,
-            "sqlite://x.db?mode=ro"
-        );
-        assert_eq!(
-            normalize_url("postgres://u:p@h/db").unwrap(),
-            (Backend::Postgres, "postgres://u:p@h/db".to_string())
-        );
-    }
-
-    #[test]
-    fn bad_urls_are_refused_without_echo() {
-        let err = normalize_url("mysql://user:hunter2@h/db").unwrap_err();
-        assert!(!err.to_string().contains("hunter2"));
-        assert!(matches!(err, StateError::InvalidUrl { .. }));
-        assert!(normalize_url("toolgate-state.db").is_err());
-    }
-
-    #[test]
-    fn aad_is_unambiguous() {
-        assert_ne!(
-            aad("token", &["a", "bc", ""]),
-            aad("token", &["ab", "c", ""])
-        );
-        assert_ne!(
-            aad("token", &["a", "b", "c"]),
-            aad("client", &["a", "b", "c"])
-        );
-    }
-
-    #[test]
-    fn lease_names_hide_the_key() {
-        let alice = TokenKey::new("acme", "alice@example.com", "github");
-        let name = alice.lease_name();
-        assert!(name.starts_with("token:"), "{name}");
-        assert_eq!(name.len(), "token:".len() + 64, "{name}");
-        assert!(!name.contains("alice") && !name.contains("acme") && !name.contains("github"));
-        assert_eq!(name, alice.clone().lease_name(), "stable");
-        // Each field counts, and field boundaries are not ambiguous.
-        let others = [
-            TokenKey::new("acme", "bob", "github"),
-            TokenKey::new("other", "alice@example.com", "github"),
-            TokenKey::new("acme", "alice@example.com", "gitlab"),
-            TokenKey::new("acmealice@example.com", "", "github"),
-            TokenKey::tenant_wide("acme", "github"),
-        ];
-        for other in &others {
-            assert_ne!(other.lease_name(), name, "{other:?}");
-        }
-    }
 
     #[test]
     fn versioned_debug_hides_the_value() {

@@ -1,0 +1,408 @@
+//! The audit record (`Record`, one JSON line) and its parts, with the
+//! helpers that fill it: times, durations, status code names, the outcome of
+//! an error, an authorization event's record. Knows nothing of where records
+//! are written.
+
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest as _, Sha256};
+
+use crate::config::AuditArguments;
+use crate::credentials::Redactor;
+
+/// The version of the record schema (`"v"` in every record).
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// What a record is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RecordKind {
+    /// An `InvokeTool` or `InvokeToolStream` call that reached the service
+    /// (whatever became of it: served, refused by policy or limits,
+    /// failed, cancelled).
+    Call,
+    /// A ToolGateway RPC the authentication layer refused (no tenant).
+    Refusal,
+    /// An upstream OAuth authorization event of a (tenant, subject,
+    /// server).
+    Authorization,
+}
+
+/// How a call or event ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// The tool ran and returned a result.
+    Ok,
+    /// The tool ran and reported an error (`isError`): still an OK RPC.
+    ToolError,
+    /// The gateway refused the call before sending anything upstream
+    /// (credential, subject, policy, approval, limits, unknown tool, bad
+    /// arguments, pins, consent needed).
+    Refused,
+    /// The call failed: nothing could be sent (server down, draining, state
+    /// store down, audit sink down) or the upstream failed (`sent` says
+    /// which).
+    Failed,
+    /// The caller went away before the call ended; the tool may have acted.
+    Cancelled,
+}
+
+/// How the caller proved who it is: never the credential itself.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum CallerRecord {
+    /// A static token: its position in `tenants[].tokens`.
+    Token {
+        /// The index in the tenant's `tokens`.
+        token_index: usize,
+    },
+    /// A JWT: its issuer and subject.
+    Jwt {
+        /// The `iss` claim.
+        issuer: String,
+        /// The `sub` claim.
+        subject: String,
+    },
+}
+
+impl From<&crate::callers::CallerIdentity> for CallerRecord {
+    fn from(identity: &crate::callers::CallerIdentity) -> Self {
+        match identity {
+            crate::callers::CallerIdentity::Token { index } => CallerRecord::Token {
+                token_index: *index,
+            },
+            crate::callers::CallerIdentity::Jwt { issuer, subject } => CallerRecord::Jwt {
+                issuer: issuer.clone(),
+                subject: subject.clone(),
+            },
+        }
+    }
+}
+
+/// What a record keeps of a call's arguments.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ArgumentsRecord {
+    /// Lowercase hex SHA-256 of `arguments_json` exactly as received (the
+    /// empty string's digest when none were sent).
+    pub sha256: String,
+    /// The size of `arguments_json` in bytes.
+    pub bytes: usize,
+    /// `arguments: full` only: the arguments, every configured credential
+    /// value replaced by `[redacted]`; a JSON string (redacted too) when
+    /// they are not valid JSON.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<serde_json::Value>,
+}
+
+impl ArgumentsRecord {
+    /// The record of `text` in `mode` (`None` in mode `none`); `full` mode
+    /// redacts with `redactor`.
+    pub fn of(mode: AuditArguments, text: &str, redactor: &Redactor) -> Option<Self> {
+        let digest = || {
+            let sha256 = Sha256::digest(text.as_bytes());
+            let mut hex = String::with_capacity(64);
+            for byte in sha256 {
+                use std::fmt::Write as _;
+                let _ = write!(hex, "{byte:02x}");
+            }
+            hex
+        };
+        match mode {
+            AuditArguments::None => None,
+            AuditArguments::Digest => Some(Self {
+                sha256: digest(),
+                bytes: text.len(),
+                value: None,
+            }),
+            AuditArguments::Full => {
+                let mut value = match serde_json::from_str::<serde_json::Value>(text) {
+                    Ok(value) => value,
+                    Err(_) => serde_json::Value::String(text.to_owned()),
+                };
+                redactor.redact_json(&mut value);
+                Some(Self {
+                    sha256: digest(),
+                    bytes: text.len(),
+                    value: Some(value),
+                })
+            }
+        }
+    }
+}
+
+/// One audit record: a JSON object on one line. Fields that do not apply
+/// are left out (see `docs/governance.md`, "Audit trail", for when each is
+/// present).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    /// The schema version ([`SCHEMA_VERSION`]).
+    pub v: u32,
+    /// When the call ended or the event happened: RFC 3339, UTC,
+    /// milliseconds (`2025-06-01T12:00:00.123Z`).
+    pub time: String,
+    /// What the record is about.
+    pub kind: RecordKind,
+    /// The gRPC method (`InvokeTool`, `InvokeToolStream`, ...) of a call or
+    /// refusal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rpc: Option<String>,
+    /// The caller's tenant (or the event's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
+    /// The end user the call acted for (`x-toolgate-subject`, or a JWT's
+    /// subject expression); absent when the tenant acted for itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subject: Option<String>,
+    /// How the caller proved who it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caller: Option<CallerRecord>,
+    /// The caller's address (`ip:port`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer: Option<String>,
+    /// The tool name the caller asked for (at most 64 characters, then a
+    /// note of the length).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
+    /// The server the name resolved to (or whose namespace it is in).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
+    /// The definition hash of the tool that was resolved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub definition_hash: Option<String>,
+    /// What the record keeps of the arguments (absent with `arguments:
+    /// none`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arguments: Option<ArgumentsRecord>,
+    /// The authorization event (`consent_started`, `consent_completed`,
+    /// `consent_failed`, `authorization_required`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event: Option<String>,
+    /// How it ended.
+    pub outcome: Outcome,
+    /// Whether the request was handed to the upstream server (calls only):
+    /// when true, the tool may have acted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sent: Option<bool>,
+    /// The gRPC status code name answered (`OK`, `PERMISSION_DENIED`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+    /// The `ErrorInfo` reason of an error status, or why an authorization
+    /// event failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// How long the call took, in milliseconds (microsecond precision).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_ms: Option<f64>,
+    /// The W3C trace id of the call (the caller's `traceparent`, or the
+    /// gateway's own span when trace export is on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
+    /// The replica that wrote the record (`POD_NAME`, else `HOSTNAME`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replica: Option<String>,
+}
+
+impl Record {
+    /// A record of `kind` and `outcome` at the current time; every other
+    /// field empty.
+    pub fn new(kind: RecordKind, outcome: Outcome) -> Self {
+        Self {
+            v: SCHEMA_VERSION,
+            time: now(),
+            kind,
+            rpc: None,
+            tenant: None,
+            subject: None,
+            caller: None,
+            peer: None,
+            tool: None,
+            server: None,
+            definition_hash: None,
+            arguments: None,
+            event: None,
+            outcome,
+            sent: None,
+            code: None,
+            reason: None,
+            duration_ms: None,
+            trace_id: None,
+            replica: None,
+        }
+    }
+}
+
+/// The current time as RFC 3339, UTC, with milliseconds.
+pub fn now() -> String {
+    humantime::format_rfc3339_millis(SystemTime::now()).to_string()
+}
+
+/// A duration in milliseconds, to the microsecond.
+pub fn millis(duration: Duration) -> f64 {
+    (duration.as_micros() as f64) / 1000.0
+}
+
+/// The canonical name of a gRPC status code (`PERMISSION_DENIED`).
+pub fn code_name(code: tonic::Code) -> &'static str {
+    use tonic::Code;
+    match code {
+        Code::Ok => "OK",
+        Code::Cancelled => "CANCELLED",
+        Code::Unknown => "UNKNOWN",
+        Code::InvalidArgument => "INVALID_ARGUMENT",
+        Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
+        Code::NotFound => "NOT_FOUND",
+        Code::AlreadyExists => "ALREADY_EXISTS",
+        Code::PermissionDenied => "PERMISSION_DENIED",
+        Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
+        Code::FailedPrecondition => "FAILED_PRECONDITION",
+        Code::Aborted => "ABORTED",
+        Code::OutOfRange => "OUT_OF_RANGE",
+        Code::Unimplemented => "UNIMPLEMENTED",
+        Code::Internal => "INTERNAL",
+        Code::Unavailable => "UNAVAILABLE",
+        Code::DataLoss => "DATA_LOSS",
+        Code::Unauthenticated => "UNAUTHENTICATED",
+    }
+}
+
+/// The outcome of a call that ended with `code`: an error with nothing
+/// sent upstream is a refusal when its code says the request itself was
+/// refused (credential, permission, argument, name, limit, precondition),
+/// else a failure.
+pub fn error_outcome(code: tonic::Code, sent: bool) -> Outcome {
+    use tonic::Code;
+    let refusal = matches!(
+        code,
+        Code::Unauthenticated
+            | Code::PermissionDenied
+            | Code::InvalidArgument
+            | Code::NotFound
+            | Code::ResourceExhausted
+            | Code::FailedPrecondition
+    );
+    if refusal && !sent {
+        Outcome::Refused
+    } else {
+        Outcome::Failed
+    }
+}
+
+/// A record of an authorization `event`, if it is one that is audited.
+pub(super) fn authorization_record(
+    tenant: &str,
+    subject: &str,
+    server: &str,
+    event: &str,
+    reason: Option<&str>,
+) -> Option<Record> {
+    let outcome = match event {
+        "consent_started" | "authorization_required" => Outcome::Refused,
+        "consent_completed" => Outcome::Ok,
+        "consent_failed" => Outcome::Failed,
+        _ => return None,
+    };
+    let mut record = Record::new(RecordKind::Authorization, outcome);
+    record.tenant = (!tenant.is_empty()).then(|| tenant.to_owned());
+    record.subject = (!subject.is_empty()).then(|| subject.to_owned());
+    record.server = (!server.is_empty()).then(|| server.to_owned());
+    record.event = Some(event.to_owned());
+    record.reason = reason.map(str::to_owned);
+    Some(record)
+}
+
+/// `record` as one JSON line, newline included.
+pub(super) fn serialise(record: &Record) -> Vec<u8> {
+    let mut line = serde_json::to_vec(record).expect("a record always serialises");
+    line.push(b'\n');
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(tool: &str) -> Record {
+        let mut record = Record::new(RecordKind::Call, Outcome::Ok);
+        record.tool = Some(tool.to_owned());
+        record
+    }
+
+    #[test]
+    fn times_are_rfc3339_utc_with_milliseconds() {
+        let time = now();
+        assert_eq!(time.len(), "2025-06-01T12:00:00.123Z".len(), "{time}");
+        assert!(time.ends_with('Z') && time.as_bytes()[19] == b'.', "{time}");
+    }
+
+    #[test]
+    fn digests_are_of_the_text_as_received() {
+        let record =
+            ArgumentsRecord::of(AuditArguments::Digest, "{\"a\": 1}", &Redactor::default())
+                .unwrap();
+        let expected: String = Sha256::digest(b"{\"a\": 1}")
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(record.sha256, expected);
+        assert_eq!(record.bytes, 8);
+        assert!(record.value.is_none());
+        assert!(ArgumentsRecord::of(AuditArguments::None, "{}", &Redactor::default()).is_none());
+        let redactor = Redactor::new(["very-secret-value"]);
+        let full = ArgumentsRecord::of(
+            AuditArguments::Full,
+            "{\"q\": \"x very-secret-value\"}",
+            &redactor,
+        )
+        .unwrap();
+        assert_eq!(full.value, Some(serde_json::json!({"q": "x [redacted]"})));
+        let text = ArgumentsRecord::of(
+            AuditArguments::Full,
+            "not json very-secret-value",
+            &redactor,
+        )
+        .unwrap();
+        assert_eq!(text.value, Some(serde_json::json!("not json [redacted]")));
+    }
+
+    #[test]
+    fn absent_fields_are_left_out_and_read_back() {
+        let mut record = call("t__echo");
+        record.caller = Some(CallerRecord::Token { token_index: 2 });
+        let text = String::from_utf8(serialise(&record)).unwrap();
+        assert!(text.ends_with('\n') && !text.trim_end().contains('\n'));
+        assert!(!text.contains("null"), "{text}");
+        assert!(
+            text.contains(r#""caller":{"kind":"token","token_index":2}"#),
+            "{text}"
+        );
+        let back: Record = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, record);
+    }
+
+    #[test]
+    fn callers_are_named_never_their_credential() {
+        let jwt = crate::callers::CallerIdentity::Jwt {
+            issuer: "https://issuer.example".to_owned(),
+            subject: "system:serviceaccount:acme:worker".to_owned(),
+        };
+        let mut record = call("t__echo");
+        record.caller = Some(CallerRecord::from(&jwt));
+        let text = String::from_utf8(serialise(&record)).unwrap();
+        assert!(
+            text.contains(
+                r#""caller":{"kind":"jwt","issuer":"https://issuer.example","subject":"system:serviceaccount:acme:worker"}"#
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn authorization_events_that_are_not_decisions_are_not_recorded() {
+        assert!(authorization_record("t", "u", "s", "token_refreshed", None).is_none());
+        let record = authorization_record("t", "", "s", "consent_completed", None).unwrap();
+        assert_eq!(record.outcome, Outcome::Ok);
+        assert_eq!(record.subject, None);
+    }
+}

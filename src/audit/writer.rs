@@ -1,0 +1,359 @@
+//! The writer thread: takes every line queued meanwhile and writes them
+//! with one `write(2)` (group commit), acknowledges each, and reopens the
+//! file when it was moved or replaced, or on SIGHUP.
+
+use std::io::Write as _;
+use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use super::{AuditFailure, QUEUE};
+use crate::config::AuditDestination;
+use crate::telemetry::Metrics;
+
+/// Records written with one `write(2)` at most.
+const MAX_BATCH: usize = 512;
+
+/// The mode of a newly created audit file (owner read-write, group read).
+const FILE_MODE: u32 = 0o640;
+
+/// What the writer is asked to do.
+pub(super) enum Message {
+    /// Write a line; say whether it was written.
+    Line(Vec<u8>, Option<oneshot::Sender<bool>>),
+    /// Answer once everything queued before is written (or failed).
+    Flush(oneshot::Sender<bool>),
+    /// Open the path anew (SIGHUP).
+    Reopen,
+}
+
+/// Sends [`Message::Reopen`] on each SIGHUP until `stop`.
+pub(super) async fn reopen_on_hangup(queue: mpsc::WeakSender<Message>, stop: CancellationToken) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut hangup = match signal(SignalKind::hangup()) {
+        Ok(hangup) => hangup,
+        Err(error) => {
+            tracing::warn!(%error, "no SIGHUP handler: the audit file is reopened only when moved");
+            return;
+        }
+    };
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            received = hangup.recv() => {
+                if received.is_none() {
+                    return;
+                }
+                let Some(queue) = queue.upgrade() else { return };
+                let _ = queue.try_send(Message::Reopen);
+            }
+        }
+    }
+}
+
+/// The open sink.
+pub(super) struct Sink {
+    destination: AuditDestination,
+    file: Option<OpenFile>,
+    /// A write failed part-way: the file may end in a partial line.
+    torn: bool,
+}
+
+struct OpenFile {
+    file: std::fs::File,
+    dev: u64,
+    ino: u64,
+}
+
+impl Sink {
+    pub(super) fn new(destination: AuditDestination) -> Self {
+        Self {
+            destination,
+            file: None,
+            torn: false,
+        }
+    }
+
+    pub(super) fn describe(&self) -> String {
+        match &self.destination {
+            AuditDestination::Stdout => "stdout".to_owned(),
+            AuditDestination::File(path) => path.display().to_string(),
+        }
+    }
+
+    fn path(&self) -> Option<&PathBuf> {
+        match &self.destination {
+            AuditDestination::Stdout => None,
+            AuditDestination::File(path) => Some(path),
+        }
+    }
+
+    /// Opens the file when it is not open, or when the path no longer
+    /// names the open file (moved away, replaced).
+    pub(super) fn ensure_open(&mut self) -> std::io::Result<()> {
+        let Some(path) = self.path().cloned() else {
+            return Ok(());
+        };
+        if let Some(open) = &self.file {
+            match std::fs::metadata(&path) {
+                Ok(now) if now.dev() == open.dev && now.ino() == open.ino => return Ok(()),
+                _ => {
+                    tracing::info!(path = %path.display(), "audit file moved or replaced: opening the path anew");
+                    self.file = None;
+                }
+            }
+        }
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .append(true)
+            .create(true)
+            .mode(FILE_MODE)
+            .open(&path)?;
+        let meta = file.metadata()?;
+        if !meta.is_file() {
+            return Err(std::io::Error::other("not a regular file"));
+        }
+        self.file = Some(OpenFile {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            file,
+        });
+        Ok(())
+    }
+
+    /// Writes `bytes` in one call (one `write(2)` unless the kernel writes
+    /// short).
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        match &self.destination {
+            AuditDestination::Stdout => {
+                let mut out = std::io::stdout().lock();
+                out.write_all(bytes)?;
+                out.flush()
+            }
+            AuditDestination::File(_) => {
+                let open = self
+                    .file
+                    .as_mut()
+                    .ok_or_else(|| std::io::Error::other("not open"))?;
+                if self.torn {
+                    // The last failed write may have left half a line.
+                    if !ends_with_newline(&open.file)? {
+                        open.file.write_all(b"\n")?;
+                    }
+                    self.torn = false;
+                }
+                let result = open.file.write_all(bytes);
+                if result.is_err() {
+                    self.torn = true;
+                    self.file = None;
+                }
+                result
+            }
+        }
+    }
+}
+
+fn ends_with_newline(file: &std::fs::File) -> std::io::Result<bool> {
+    use std::os::unix::fs::FileExt as _;
+    let len = file.metadata()?.len();
+    if len == 0 {
+        return Ok(true);
+    }
+    let mut last = [0u8; 1];
+    file.read_at(&mut last, len - 1)?;
+    Ok(last[0] == b'\n')
+}
+
+/// The writer thread's state.
+pub(super) struct Writer {
+    sink: Sink,
+    receiver: mpsc::Receiver<Message>,
+    healthy: Arc<AtomicBool>,
+    metrics: Arc<Metrics>,
+}
+
+impl Writer {
+    /// Starts the writer thread over `sink`; the queue it reads.
+    pub(super) fn spawn(
+        sink: Sink,
+        healthy: Arc<AtomicBool>,
+        metrics: Arc<Metrics>,
+    ) -> mpsc::Sender<Message> {
+        let (queue, receiver) = mpsc::channel(QUEUE);
+        let writer = Writer {
+            sink,
+            receiver,
+            healthy,
+            metrics,
+        };
+        std::thread::Builder::new()
+            .name("toolgate-audit".to_owned())
+            .spawn(move || writer.run())
+            .expect("spawn the audit writer thread");
+        queue
+    }
+
+    /// Writes batches until every handle is dropped.
+    fn run(mut self) {
+        let mut batch = Vec::with_capacity(MAX_BATCH);
+        let mut buffer = Vec::with_capacity(64 << 10);
+        while let Some(first) = self.receiver.blocking_recv() {
+            batch.push(first);
+            while batch.len() < MAX_BATCH {
+                match self.receiver.try_recv() {
+                    Ok(message) => batch.push(message),
+                    Err(_) => break,
+                }
+            }
+            self.write_batch(&mut batch, &mut buffer);
+        }
+    }
+
+    fn write_batch(&mut self, batch: &mut Vec<Message>, buffer: &mut Vec<u8>) {
+        buffer.clear();
+        let mut acks = Vec::with_capacity(batch.len());
+        let mut lines = 0u64;
+        for message in batch.drain(..) {
+            match message {
+                Message::Line(line, ack) => {
+                    buffer.extend_from_slice(&line);
+                    lines += 1;
+                    acks.extend(ack);
+                }
+                Message::Flush(ack) => acks.push(ack),
+                Message::Reopen => self.sink.file = None,
+            }
+        }
+        let started = Instant::now();
+        let result = self.sink.ensure_open().and_then(|()| {
+            if buffer.is_empty() {
+                Ok(())
+            } else {
+                self.sink.write(buffer)
+            }
+        });
+        let ok = result.is_ok();
+        let was_healthy = self.healthy.swap(ok, Ordering::Relaxed);
+        match result {
+            Ok(()) => {
+                if !was_healthy {
+                    tracing::info!(sink = %self.sink.describe(), "audit sink writable again");
+                }
+                let slow = started.elapsed();
+                if slow > Duration::from_secs(1) {
+                    tracing::warn!(sink = %self.sink.describe(), elapsed_ms = slow.as_millis() as u64, lines, "slow audit write");
+                }
+            }
+            Err(error) => {
+                for _ in 0..lines {
+                    self.metrics.audit_failure(AuditFailure::Write.label());
+                }
+                if was_healthy {
+                    tracing::error!(sink = %self.sink.describe(), %error, lines, "audit records not written");
+                } else {
+                    tracing::debug!(sink = %self.sink.describe(), %error, lines, "audit records not written");
+                }
+            }
+        }
+        for ack in acks {
+            let _ = ack.send(ok);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+    use std::sync::Arc;
+
+    use crate::audit::{Audit, AuditFailure, Outcome, Record, RecordKind};
+    use crate::config::{AuditArguments, AuditConfig, AuditDestination};
+    use crate::telemetry::Metrics;
+
+    fn config(path: PathBuf, required: bool) -> AuditConfig {
+        AuditConfig {
+            destination: AuditDestination::File(path),
+            arguments: AuditArguments::Digest,
+            required,
+        }
+    }
+
+    fn lines(path: &std::path::Path) -> Vec<Record> {
+        std::fs::read_to_string(path)
+            .unwrap_or_default()
+            .lines()
+            .map(|line| serde_json::from_str(line).expect("a record per line"))
+            .collect()
+    }
+
+    fn call(tool: &str) -> Record {
+        let mut record = Record::new(RecordKind::Call, Outcome::Ok);
+        record.tool = Some(tool.to_owned());
+        record
+    }
+
+    #[tokio::test]
+    async fn records_are_written_before_the_ack_and_follow_a_moved_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let audit = Audit::start(
+            &config(path.clone(), false),
+            Some("r1".to_owned()),
+            Arc::new(Metrics::new()),
+        );
+        audit.write(call("a")).await.unwrap();
+        let written = lines(&path);
+        assert_eq!(written.len(), 1);
+        assert_eq!(written[0].replica.as_deref(), Some("r1"));
+        let moved = dir.path().join("audit.jsonl.1");
+        std::fs::rename(&path, &moved).unwrap();
+        audit.write(call("b")).await.unwrap();
+        assert_eq!(lines(&moved).len(), 1, "nothing more in the moved file");
+        let fresh = lines(&path);
+        assert_eq!(fresh.len(), 1);
+        assert_eq!(fresh[0].tool.as_deref(), Some("b"));
+    }
+
+    #[tokio::test]
+    async fn concurrent_records_each_get_one_whole_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let audit = Audit::start(&config(path.clone(), false), None, Arc::new(Metrics::new()));
+        let mut tasks = Vec::new();
+        for i in 0..200 {
+            let audit = audit.clone();
+            tasks.push(tokio::spawn(async move {
+                audit.write(call(&format!("tool-{i}"))).await
+            }));
+        }
+        for task in tasks {
+            task.await.unwrap().unwrap();
+        }
+        let mut tools: Vec<String> = lines(&path).into_iter().filter_map(|r| r.tool).collect();
+        tools.sort();
+        tools.dedup();
+        assert_eq!(tools.len(), 200);
+    }
+
+    #[tokio::test]
+    async fn an_unwritable_path_is_broken_until_it_can_be_opened() {
+        let dir = tempfile::tempdir().unwrap();
+        // A directory where the file should be: it cannot be opened.
+        let path = dir.path().join("audit.jsonl");
+        std::fs::create_dir(&path).unwrap();
+        let metrics = Arc::new(Metrics::new());
+        let audit = Audit::start(&config(path.clone(), true), None, metrics);
+        assert!(!audit.is_healthy());
+        assert!(!audit.admits_calls());
+        assert_eq!(audit.write(call("a")).await, Err(AuditFailure::Write));
+        std::fs::remove_dir(&path).unwrap();
+        audit.write(call("b")).await.unwrap();
+        assert!(audit.admits_calls());
+        assert_eq!(lines(&path).len(), 1);
+    }
+}

@@ -1,0 +1,79 @@
+//! The CEL values a condition is evaluated over: `tool` (its name, server
+//! and hints) and `claims` (a JSON value), each borrowing its strings.
+
+use std::collections::HashMap;
+
+use cel::common::types::{
+    CelBool, CelDouble, CelInt, CelList, CelMap, CelMapKey, CelNull, CelString, CelUInt,
+};
+use cel::common::value::Val;
+
+use crate::catalog::CatalogTool;
+
+/// A tool's hints, unset ones taking the MCP defaults: read_only (false),
+/// destructive (true), idempotent (false), open_world (true).
+pub(super) fn hints(tool: &CatalogTool) -> [bool; 4] {
+    let a = &tool.annotations;
+    [
+        a.read_only.unwrap_or(false),
+        a.destructive.unwrap_or(true),
+        a.idempotent.unwrap_or(false),
+        a.open_world.unwrap_or(true),
+    ]
+}
+
+/// The `tool` variable: `name`, `server` and `annotations` (`read_only`,
+/// `destructive`, `idempotent`, `open_world`, see [`hints`]), borrowing
+/// the tool's strings.
+pub(super) fn tool_val(tool: &CatalogTool) -> Box<dyn Val + '_> {
+    let [read_only, destructive, idempotent, open_world] = hints(tool);
+    let annotations: HashMap<CelMapKey<'_>, Box<dyn Val + '_>> = HashMap::from([
+        (CelMapKey::from("read_only"), boolean(read_only)),
+        (CelMapKey::from("destructive"), boolean(destructive)),
+        (CelMapKey::from("idempotent"), boolean(idempotent)),
+        (CelMapKey::from("open_world"), boolean(open_world)),
+    ]);
+    let fields: HashMap<CelMapKey<'_>, Box<dyn Val + '_>> = HashMap::from([
+        (
+            CelMapKey::from("name"),
+            Box::new(CelString::from(tool.name.as_str())) as Box<dyn Val>,
+        ),
+        (
+            CelMapKey::from("server"),
+            Box::new(CelString::from(tool.server.as_str())),
+        ),
+        (
+            CelMapKey::from("annotations"),
+            Box::new(CelMap::from(annotations)),
+        ),
+    ]);
+    Box::new(CelMap::from(fields))
+}
+
+/// A boolean as a CEL value.
+fn boolean<'v>(value: bool) -> Box<dyn Val + 'v> {
+    Box::new(CelBool::from(value))
+}
+
+/// A JSON value (the claims) as a CEL value, borrowing its strings.
+pub(super) fn json_val(value: &serde_json::Value) -> Box<dyn Val + '_> {
+    use serde_json::Value as Json;
+    match value {
+        Json::Null => Box::new(CelNull),
+        Json::Bool(b) => boolean(*b),
+        Json::Number(n) => match (n.as_i64(), n.as_u64()) {
+            (Some(i), _) => Box::new(CelInt::from(i)),
+            (None, Some(u)) => Box::new(CelUInt::from(u)),
+            (None, None) => Box::new(CelDouble::from(n.as_f64().unwrap_or(f64::NAN))),
+        },
+        Json::String(text) => Box::new(CelString::from(text.as_str())),
+        Json::Array(items) => Box::new(CelList::from(
+            items.iter().map(json_val).collect::<Vec<_>>(),
+        )),
+        Json::Object(map) => Box::new(CelMap::from(
+            map.iter()
+                .map(|(k, v)| (CelMapKey::from(k.as_str()), json_val(v)))
+                .collect::<HashMap<_, _>>(),
+        )),
+    }
+}

@@ -1,0 +1,148 @@
+//! The keys of the store's rows, and the associated data that binds a
+//! sealed value to its table and row (so a value moved to another row does
+//! not open).
+
+use sha2::{Digest, Sha256};
+
+/// The key of an upstream token: whose credential for which server.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TokenKey {
+    /// The tenant.
+    pub tenant: String,
+    /// The end user the tenant acts for; the empty string is the tenant
+    /// itself.
+    pub subject: String,
+    /// The upstream server's name in the tenant's configuration.
+    pub server: String,
+}
+
+impl TokenKey {
+    /// A key for `subject` of `tenant` on `server`.
+    pub fn new(
+        tenant: impl Into<String>,
+        subject: impl Into<String>,
+        server: impl Into<String>,
+    ) -> TokenKey {
+        TokenKey {
+            tenant: tenant.into(),
+            subject: subject.into(),
+            server: server.into(),
+        }
+    }
+
+    /// A key for the tenant itself (no end user) on `server`.
+    pub fn tenant_wide(tenant: impl Into<String>, server: impl Into<String>) -> TokenKey {
+        TokenKey::new(tenant, "", server)
+    }
+
+    /// The name of this key's refresh lease
+    /// ([`StateStore::try_lease`](super::StateStore::try_lease)): `token:`
+    /// and the SHA-256 (hex) of the key's fields, so that neither the
+    /// subject nor the tenant appears in the leases table.
+    pub fn lease_name(&self) -> String {
+        let digest = Sha256::digest(aad(
+            "token-lease",
+            &[&self.tenant, &self.subject, &self.server],
+        ));
+        format!("token:{}", hex(&digest))
+    }
+
+    pub(super) fn aad(&self) -> Vec<u8> {
+        aad("token", &[&self.tenant, &self.subject, &self.server])
+    }
+}
+
+/// The key of an OAuth client registration.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ClientKey {
+    /// The tenant.
+    pub tenant: String,
+    /// The upstream server's name in the tenant's configuration.
+    pub server: String,
+    /// The authorization server's issuer identifier.
+    pub issuer: String,
+}
+
+impl ClientKey {
+    /// A key for `tenant`'s client of `issuer` used for `server`.
+    pub fn new(
+        tenant: impl Into<String>,
+        server: impl Into<String>,
+        issuer: impl Into<String>,
+    ) -> ClientKey {
+        ClientKey {
+            tenant: tenant.into(),
+            server: server.into(),
+            issuer: issuer.into(),
+        }
+    }
+
+    pub(super) fn aad(&self) -> Vec<u8> {
+        aad("client", &[&self.tenant, &self.server, &self.issuer])
+    }
+}
+
+/// Associated data binding a sealed value to its table and row: a label, then
+/// each key field length-prefixed so that no two keys share an encoding.
+pub(super) fn aad(kind: &str, fields: &[&str]) -> Vec<u8> {
+    let mut out = Vec::from(b"toolgate-state-v1\0".as_slice());
+    out.extend_from_slice(kind.as_bytes());
+    out.push(0);
+    for field in fields {
+        out.extend_from_slice(&u64::try_from(field.len()).unwrap_or(u64::MAX).to_be_bytes());
+        out.extend_from_slice(field.as_bytes());
+    }
+    out
+}
+
+/// The associated data of the pending flow under `state`.
+pub(super) fn pending_aad(state: &str) -> Vec<u8> {
+    aad("pending", &[state])
+}
+
+/// The hash under which the pending flow of `state` is stored.
+pub(super) fn state_hash(state: &str) -> String {
+    hex(&Sha256::digest(state.as_bytes()))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn aad_is_unambiguous() {
+        assert_ne!(
+            aad("token", &["a", "bc", ""]),
+            aad("token", &["ab", "c", ""])
+        );
+        assert_ne!(
+            aad("token", &["a", "b", "c"]),
+            aad("client", &["a", "b", "c"])
+        );
+    }
+
+    #[test]
+    fn lease_names_hide_the_key() {
+        let alice = TokenKey::new("acme", "alice@example.com", "github");
+        let name = alice.lease_name();
+        assert!(name.starts_with("token:"), "{name}");
+        assert_eq!(name.len(), "token:".len() + 64, "{name}");
+        assert!(!name.contains("alice") && !name.contains("acme") && !name.contains("github"));
+        assert_eq!(name, alice.clone().lease_name(), "stable");
+        // Each field counts, and field boundaries are not ambiguous.
+        let others = [
+            TokenKey::new("acme", "bob", "github"),
+            TokenKey::new("other", "alice@example.com", "github"),
+            TokenKey::new("acme", "alice@example.com", "gitlab"),
+            TokenKey::new("acmealice@example.com", "", "github"),
+            TokenKey::tenant_wide("acme", "github"),
+        ];
+        for other in &others {
+            assert_ne!(other.lease_name(), name, "{other:?}");
+        }
+    }
+}
