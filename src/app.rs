@@ -148,12 +148,7 @@ pub async fn serve(
     shutdown: Shutdown,
     reload: Option<crate::registry::reload::ConfigSource>,
 ) -> Result<(), AppError> {
-    let listener = TcpListener::bind(config.listen)
-        .await
-        .map_err(|source| AppError::Bind {
-            addr: config.listen,
-            source,
-        })?;
+    let listener = bind(config.listen).await?;
     run_with_reload(config, listener, env, shutdown, reload).await
 }
 
@@ -195,114 +190,250 @@ pub async fn run_with_reload(
     shutdown: Shutdown,
     reload: Option<crate::registry::reload::ConfigSource>,
 ) -> Result<(), AppError> {
-    let local = listener
+    let local = local_addr(&listener);
+    let metrics = Arc::new(Metrics::new());
+    let stop_metrics = start_metrics(config.metrics_listen, &metrics).await?;
+    config.log_warnings();
+    let audit = start_audit(&config, env.as_ref(), &metrics);
+    let oauth = open_oauth(&config)?.map(|context| crate::registry::OAuthContext {
+        audit: audit.clone(),
+        ..context
+    });
+    let (registry, stop_approvals) = start_registry(&config, env, &metrics, &oauth)?;
+    let stop_consent = start_consent(&config, &oauth, &registry).await?;
+    let (config, tenant_count) = without_tenants(config);
+    let stop_reload = start_reload(reload, &config, &registry, &metrics);
+    let abort = CancellationToken::new();
+    let drain = Arc::new(Drain::default());
+    let gateway =
+        Gateway::new(abort.clone(), metrics.clone(), drain.clone()).with_audit(audit.clone());
+    let (health, health_service) = tonic_health::server::health_reporter();
+    set_health(&health, tonic_health::ServingStatus::Serving).await;
+    let stop_accepting = CancellationToken::new();
+    let server = grpc_server(
+        &config,
+        listener,
+        gateway,
+        &registry,
+        &audit,
+        health_service,
+        stop_accepting.clone(),
+    )?;
+    tokio::pin!(server);
+    tracing::info!(addr = %local, tenants = tenant_count, "toolgate serving");
+
+    let served = tokio::select! {
+        result = &mut server => Some(result),
+        () = shutdown.drain.cancelled() => None,
+    };
+    let result = match served {
+        Some(result) => result,
+        None => {
+            let stages = Stages {
+                health: &health,
+                drain: &drain,
+                abort: &abort,
+                stop_accepting: &stop_accepting,
+            };
+            drain_in_stages(&config, &shutdown, stages, server.as_mut()).await
+        }
+    };
+    let background = Background {
+        reload: stop_reload,
+        approvals: stop_approvals,
+        consent: stop_consent,
+        metrics: stop_metrics,
+    };
+    close(background, &registry, oauth.as_ref()).await;
+    tracing::info!("toolgate stopped");
+    result.map_err(AppError::from)
+}
+
+/// Binds a listen address, naming it when it cannot be bound.
+async fn bind(addr: SocketAddr) -> Result<TcpListener, AppError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| AppError::Bind { addr, source })
+}
+
+/// The address a listener is bound to, for the log (empty if unknown).
+fn local_addr(listener: &TcpListener) -> String {
+    listener
         .local_addr()
         .map(|a| a.to_string())
-        .unwrap_or_default();
-    let metrics = Arc::new(Metrics::new());
-    let stop_metrics = CancellationToken::new();
-    if let Some(addr) = config.metrics_listen {
-        let listener = metrics::bind(addr)
-            .await
-            .map_err(|source| AppError::Bind { addr, source })?;
-        tracing::info!(
-            addr = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
-            "metrics listener up"
-        );
-        tokio::spawn(metrics::serve(
-            listener,
-            metrics.clone(),
-            stop_metrics.clone(),
-        ));
-    }
+        .unwrap_or_default()
+}
 
-    config.log_warnings();
-    let audit = match &config.audit {
-        Some(settings) => crate::audit::Audit::start(
-            settings,
-            crate::audit::replica(env.as_ref()),
-            metrics.clone(),
-        ),
-        None => crate::audit::Audit::disabled(),
-    };
-    let mut oauth = open_oauth(&config)?;
-    if let Some(context) = &mut oauth {
-        context.audit = audit.clone();
+/// Starts the metrics listener when one is configured; the token stops it.
+async fn start_metrics(
+    addr: Option<SocketAddr>,
+    metrics: &Arc<Metrics>,
+) -> Result<CancellationToken, AppError> {
+    let stop = CancellationToken::new();
+    if let Some(addr) = addr {
+        let listener = bind(addr).await?;
+        tracing::info!(addr = %local_addr(&listener), "metrics listener up");
+        tokio::spawn(metrics::serve(listener, metrics.clone(), stop.clone()));
     }
+    Ok(stop)
+}
+
+/// Starts the audit sink when one is configured (else a disabled one).
+fn start_audit(
+    config: &Config,
+    env: &dyn Environment,
+    metrics: &Arc<Metrics>,
+) -> crate::audit::Audit {
+    match &config.audit {
+        Some(settings) => {
+            crate::audit::Audit::start(settings, crate::audit::replica(env), metrics.clone())
+        }
+        None => crate::audit::Audit::disabled(),
+    }
+}
+
+/// Starts the registry with the approvals file's first contents, and the
+/// watcher that reloads that file; the token stops the watcher.
+///
+/// # Errors
+/// The approvals file exists but cannot be read or is malformed.
+fn start_registry(
+    config: &Config,
+    env: Arc<dyn Environment>,
+    metrics: &Arc<Metrics>,
+    oauth: &Option<crate::registry::OAuthContext>,
+) -> Result<(Arc<Registry>, CancellationToken), AppError> {
     let (approvals, approvals_digest) = crate::approvals::initial(config.approvals.as_ref())?;
     let registry =
-        Registry::start_with_approvals(&config, env, metrics.clone(), oauth.clone(), approvals);
-    let stop_approvals = CancellationToken::new();
+        Registry::start_with_approvals(config, env, metrics.clone(), oauth.clone(), approvals);
+    let stop = CancellationToken::new();
     tokio::spawn(crate::registry::approvals::watch(
         registry.clone(),
         config
             .approvals
             .as_ref()
             .map(|a| (a.file.clone(), approvals_digest)),
-        stop_approvals.clone(),
+        stop.clone(),
     ));
-    let stop_consent = CancellationToken::new();
-    if let (Some(context), Some(listener)) = (&oauth, &config.oauth) {
-        let addr = listener.listen;
-        let bound = TcpListener::bind(addr)
-            .await
-            .map_err(|source| AppError::Bind { addr, source })?;
+    Ok((registry, stop))
+}
+
+/// Starts the OAuth consent listener when a server uses OAuth; the token
+/// stops it.
+async fn start_consent(
+    config: &Config,
+    oauth: &Option<crate::registry::OAuthContext>,
+    registry: &Arc<Registry>,
+) -> Result<CancellationToken, AppError> {
+    let stop = CancellationToken::new();
+    if let (Some(context), Some(listener)) = (oauth, &config.oauth) {
+        let bound = bind(listener.listen).await?;
         tracing::info!(
-            addr = %bound.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+            addr = %local_addr(&bound),
             redirect_uri = %listener.redirect_uri(),
             "OAuth consent listener up"
         );
         let router =
             crate::consent::router(registry.clone(), context.store.clone(), listener.clone());
-        tokio::spawn(crate::consent::serve(bound, router, stop_consent.clone()));
+        tokio::spawn(crate::consent::serve(bound, router, stop.clone()));
     }
-    // The registry holds what it needs of each tenant; the rest of the
-    // configuration is kept without them (with many tenants, a second copy
-    // would cost as much as the registry itself).
-    let mut config = config;
+    Ok(stop)
+}
+
+/// The configuration without its tenants, and how many there were.
+///
+/// The registry holds what it needs of each tenant; the rest of the
+/// configuration is kept without them (with many tenants, a second copy
+/// would cost as much as the registry itself).
+fn without_tenants(mut config: Config) -> (Config, usize) {
     let tenant_count = config.tenants.len();
     config.tenants = Vec::new();
-    let stop_reload = CancellationToken::new();
+    (config, tenant_count)
+}
+
+/// Starts the configuration reload watcher when there is a source to
+/// reload from; the token stops it.
+fn start_reload(
+    reload: Option<crate::registry::reload::ConfigSource>,
+    config: &Config,
+    registry: &Arc<Registry>,
+    metrics: &Arc<Metrics>,
+) -> CancellationToken {
+    let stop = CancellationToken::new();
     if let Some(source) = reload {
         tokio::spawn(crate::registry::reload::watch(
             source,
             config.clone(),
             registry.clone(),
             metrics.clone(),
-            stop_reload.clone(),
+            stop.clone(),
         ));
     }
-    let abort = CancellationToken::new();
-    let drain = Arc::new(Drain::default());
-    let gateway =
-        Gateway::new(abort.clone(), metrics.clone(), drain.clone()).with_audit(audit.clone());
+    stop
+}
+
+/// Sets the health of the gateway's service and of the server as a whole.
+async fn set_health(
+    health: &tonic_health::server::HealthReporter,
+    status: tonic_health::ServingStatus,
+) {
+    health.set_service_status(SERVICE_NAME, status).await;
+    health.set_service_status("", status).await;
+}
+
+/// The reflection services (v1 and v1alpha), when enabled.
+///
+/// # Errors
+/// A descriptor set cannot be registered.
+fn reflection(
+    config: &Config,
+) -> Result<
+    Option<(
+        tonic_reflection::server::v1::ServerReflectionServer<
+            impl tonic_reflection::server::v1::ServerReflection,
+        >,
+        tonic_reflection::server::v1alpha::ServerReflectionServer<
+            impl tonic_reflection::server::v1alpha::ServerReflection,
+        >,
+    )>,
+    AppError,
+> {
+    if !config.reflection {
+        return Ok(None);
+    }
+    let builder = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(crate::pb::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    Ok(Some((builder().build_v1()?, builder().build_v1alpha()?)))
+}
+
+/// The gRPC server on `listener`, with its layers (refusal audit outermost,
+/// then the oversized-message status), HTTP/2 settings, and services
+/// (health, ToolGateway behind authentication, reflection); it stops
+/// accepting when `stop_accepting` is cancelled.
+///
+/// # Errors
+/// The reflection service cannot be built.
+fn grpc_server(
+    config: &Config,
+    listener: TcpListener,
+    gateway: Gateway,
+    registry: &Arc<Registry>,
+    audit: &crate::audit::Audit,
+    health_service: tonic_health::pb::health_server::HealthServer<
+        impl tonic_health::pb::health_server::Health,
+    >,
+    stop_accepting: CancellationToken,
+) -> Result<impl Future<Output = Result<(), tonic::transport::Error>>, AppError> {
     let service = tower::Layer::layer(
         &AuthLayer::new(registry.clone()),
         ToolGatewayServer::new(gateway)
             .max_decoding_message_size(config.limits.max_message_bytes)
             .max_encoding_message_size(config.limits.max_message_bytes),
     );
-
-    let (health, health_service) = tonic_health::server::health_reporter();
-    health
-        .set_service_status(SERVICE_NAME, tonic_health::ServingStatus::Serving)
-        .await;
-    health
-        .set_service_status("", tonic_health::ServingStatus::Serving)
-        .await;
-
-    let reflection = if config.reflection {
-        let builder = || {
-            tonic_reflection::server::Builder::configure()
-                .register_encoded_file_descriptor_set(crate::pb::FILE_DESCRIPTOR_SET)
-                .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        };
-        Some((builder().build_v1()?, builder().build_v1alpha()?))
-    } else {
-        None
-    };
-
-    let stop_accepting = CancellationToken::new();
+    let reflection = reflection(config)?;
     let grpc = &config.grpc;
     let incoming = TcpIncoming::from(listener)
         .with_nodelay(Some(true))
@@ -325,68 +456,99 @@ pub async fn run_with_reload(
         .add_service(service)
         .add_optional_service(reflection.as_ref().map(|r| r.0.clone()))
         .add_optional_service(reflection.map(|r| r.1));
-    let server =
-        router.serve_with_incoming_shutdown(incoming, stop_accepting.clone().cancelled_owned());
-    tokio::pin!(server);
-    tracing::info!(addr = %local, tenants = tenant_count, "toolgate serving");
+    Ok(router.serve_with_incoming_shutdown(incoming, stop_accepting.cancelled_owned()))
+}
 
-    let served = tokio::select! {
-        result = &mut server => Some(result),
-        () = shutdown.drain.cancelled() => None,
+/// What the staged drain turns off, one after the other.
+struct Stages<'a> {
+    /// Turns NOT_SERVING first.
+    health: &'a tonic_health::server::HealthReporter,
+    /// Refuses new calls, then counts those in flight down.
+    drain: &'a Drain,
+    /// Cancels the calls still running after the grace.
+    abort: &'a CancellationToken,
+    /// Closes the listener (GOAWAY on every connection).
+    stop_accepting: &'a CancellationToken,
+}
+
+/// Steps 1 to 4 of the shutdown (see [`run`]): NOT_SERVING, the delay, the
+/// drain within the grace, cancelling what is left; then the listener
+/// closes and `server` gets [`ABORT_FLUSH`] to finish.
+async fn drain_in_stages(
+    config: &Config,
+    shutdown: &Shutdown,
+    stages: Stages<'_>,
+    server: std::pin::Pin<&mut impl Future<Output = Result<(), tonic::transport::Error>>>,
+) -> Result<(), tonic::transport::Error> {
+    let Stages {
+        health,
+        drain,
+        abort,
+        stop_accepting,
+    } = stages;
+    // 1. Health says NOT_SERVING at once, and keeps answering: the
+    //    listener stays open until the drain is over.
+    set_health(health, tonic_health::ServingStatus::NotServing).await;
+    // 2. Keep serving new calls while endpoints are withdrawn.
+    tracing::info!(delay = ?config.shutdown_delay, "shutdown: NOT_SERVING; still taking calls");
+    tokio::select! {
+        () = tokio::time::sleep(config.shutdown_delay) => {}
+        () = shutdown.now.cancelled() => {}
+    }
+    // 3. No new calls (UNAVAILABLE/DRAINING, safe to retry
+    //    elsewhere); calls in flight finish within the grace.
+    drain.start();
+    tracing::info!(grace = ?config.shutdown_grace, in_flight = drain.in_flight(), "shutdown: draining calls in flight");
+    let drained = tokio::select! {
+        () = drain.idle() => true,
+        () = tokio::time::sleep(config.shutdown_grace) => false,
+        () = shutdown.now.cancelled() => false,
     };
-    let result = match served {
-        Some(result) => result,
-        None => {
-            // 1. Health says NOT_SERVING at once, and keeps answering: the
-            //    listener stays open until the drain is over.
-            health
-                .set_service_status(SERVICE_NAME, tonic_health::ServingStatus::NotServing)
-                .await;
-            health
-                .set_service_status("", tonic_health::ServingStatus::NotServing)
-                .await;
-            // 2. Keep serving new calls while endpoints are withdrawn.
-            tracing::info!(delay = ?config.shutdown_delay, "shutdown: NOT_SERVING; still taking calls");
-            tokio::select! {
-                () = tokio::time::sleep(config.shutdown_delay) => {}
-                () = shutdown.now.cancelled() => {}
-            }
-            // 3. No new calls (UNAVAILABLE/DRAINING, safe to retry
-            //    elsewhere); calls in flight finish within the grace.
-            drain.start();
-            tracing::info!(grace = ?config.shutdown_grace, in_flight = drain.in_flight(), "shutdown: draining calls in flight");
-            let drained = tokio::select! {
-                () = drain.idle() => true,
-                () = tokio::time::sleep(config.shutdown_grace) => false,
-                () = shutdown.now.cancelled() => false,
-            };
-            // 4. Cancel what is left: upstream gets notifications/cancelled,
-            //    callers get UNAVAILABLE/SHUTTING_DOWN.
-            if !drained {
-                tracing::warn!(
-                    in_flight = drain.in_flight(),
-                    "shutdown: cancelling calls still in flight"
-                );
-                abort.cancel();
-                let _ = tokio::time::timeout(ABORT_FLUSH, drain.idle()).await;
-            }
-            // Stop the listener and send GOAWAY on every connection.
-            stop_accepting.cancel();
-            tokio::time::timeout(ABORT_FLUSH, &mut server)
-                .await
-                .unwrap_or(Ok(()))
-        }
-    };
-    stop_reload.cancel();
-    stop_approvals.cancel();
+    // 4. Cancel what is left: upstream gets notifications/cancelled,
+    //    callers get UNAVAILABLE/SHUTTING_DOWN.
+    if !drained {
+        tracing::warn!(
+            in_flight = drain.in_flight(),
+            "shutdown: cancelling calls still in flight"
+        );
+        abort.cancel();
+        let _ = tokio::time::timeout(ABORT_FLUSH, drain.idle()).await;
+    }
+    // Stop the listener and send GOAWAY on every connection.
+    stop_accepting.cancel();
+    tokio::time::timeout(ABORT_FLUSH, server)
+        .await
+        .unwrap_or(Ok(()))
+}
+
+/// What runs beside the gRPC server, each stopped by its token.
+struct Background {
+    /// The configuration reload watcher.
+    reload: CancellationToken,
+    /// The approvals file watcher.
+    approvals: CancellationToken,
+    /// The OAuth consent listener.
+    consent: CancellationToken,
+    /// The metrics listener.
+    metrics: CancellationToken,
+}
+
+/// Step 5 of the shutdown: the watchers stop, every upstream session
+/// closes, then the consent listener, the state store and the metrics
+/// listener.
+async fn close(
+    background: Background,
+    registry: &Registry,
+    oauth: Option<&crate::registry::OAuthContext>,
+) {
+    background.reload.cancel();
+    background.approvals.cancel();
     // 5. Close every upstream session.
     tracing::info!("closing upstream sessions");
     registry.shutdown().await;
-    stop_consent.cancel();
-    if let Some(context) = &oauth {
+    background.consent.cancel();
+    if let Some(context) = oauth {
         context.state.close().await;
     }
-    stop_metrics.cancel();
-    tracing::info!("toolgate stopped");
-    result.map_err(AppError::from)
+    background.metrics.cancel();
 }

@@ -4,9 +4,12 @@
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
-use crate::approvals::{self, Approval, ServerApprovals};
-use crate::catalog::ServerState;
+use crate::approvals::{self, Approval, Approvals, ServerApprovals};
+use crate::catalog::{Catalog, ServerState, ServerStatus};
+use crate::config::Config;
+use crate::registry::Registry;
 
 /// Arguments of `toolgate approve`.
 #[derive(Debug, clap::Args)]
@@ -32,38 +35,13 @@ pub(super) async fn run(args: ApproveArgs) -> ExitCode {
         Ok(config) => config,
         Err(code) => return code,
     };
-    let usage = |message: String| {
-        eprintln!("toolgate: {}: {message}", args.config.display());
-        ExitCode::from(super::EXIT_CONFIG)
+    let file = match check_scope(&config, &args) {
+        Ok(file) => file,
+        Err(message) => {
+            eprintln!("toolgate: {}: {message}", args.config.display());
+            return ExitCode::from(super::EXIT_CONFIG);
+        }
     };
-    let Some(file) = config.approvals.as_ref().map(|a| a.file.clone()) else {
-        return usage(
-            "`approvals.file` is not set: add `approvals: {file: approvals.yaml}` (relative to \
-             the configuration file) and `definitions: approved` to the servers to guard"
-                .to_owned(),
-        );
-    };
-    if let Some(tenant) = &args.tenant
-        && !config.tenants.iter().any(|t| &t.name == tenant)
-    {
-        return usage(format!("--tenant: no tenant is named `{tenant}`"));
-    }
-    let in_tenant_scope = |name: &str| args.tenant.as_deref().is_none_or(|t| t == name);
-    if let Some(server) = &args.server
-        && !config
-            .tenants
-            .iter()
-            .filter(|t| in_tenant_scope(&t.name))
-            .any(|t| t.servers.iter().any(|s| &s.name == server))
-    {
-        return usage(format!(
-            "--server: no server is named `{server}`{}",
-            args.tenant
-                .as_deref()
-                .map(|t| format!(" in tenant `{t}`"))
-                .unwrap_or_default()
-        ));
-    }
     let previous = match approvals::read(&file) {
         Ok(Some((approvals, _))) => Some(approvals),
         Ok(None) => None,
@@ -72,30 +50,9 @@ pub(super) async fn run(args: ApproveArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let configured: BTreeSet<(String, String)> = config
-        .tenants
-        .iter()
-        .flat_map(|t| t.servers.iter().map(|s| (t.name.clone(), s.name.clone())))
-        .collect();
-
-    // Only the servers in scope are connected.
-    for tenant in &mut config.tenants {
-        if !in_tenant_scope(&tenant.name) {
-            tenant.servers.clear();
-            continue;
-        }
-        tenant.servers.retain(|s| match &args.server {
-            Some(server) => &s.name == server,
-            None => s.needs_approval(),
-        });
-    }
-    config.tenants.retain(|t| !t.servers.is_empty());
-    let scope: Vec<(String, String)> = config
-        .tenants
-        .iter()
-        .flat_map(|t| t.servers.iter().map(|s| (t.name.clone(), s.name.clone())))
-        .collect();
-    if scope.is_empty() {
+    let configured: BTreeSet<(String, String)> = servers_of(&config).collect();
+    narrow_to_scope(&mut config, &args);
+    if servers_of(&config).next().is_none() {
         println!(
             "nothing to approve: no server in scope has `definitions: approved` \
              (name one with --server to approve it ahead of time)"
@@ -114,6 +71,93 @@ pub(super) async fn run(args: ApproveArgs) -> ExitCode {
     };
     let old = previous.clone().unwrap_or_default();
     let mut new = old.clone();
+    let complete = record_current(&registry, wait, &old, &mut new).await;
+    registry.shutdown().await;
+
+    if args.tenant.is_none() && args.server.is_none() {
+        forget_unconfigured(&mut new, &configured);
+    }
+    if let Err(code) = write_if_changed(&file, previous.as_ref(), &new) {
+        return code;
+    }
+    if complete {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// The approvals file, once `--tenant` and `--server` are known to name
+/// what the configuration has; else what is wrong (a usage error).
+fn check_scope(config: &Config, args: &ApproveArgs) -> Result<PathBuf, String> {
+    let Some(file) = config.approvals.as_ref().map(|a| a.file.clone()) else {
+        return Err(
+            "`approvals.file` is not set: add `approvals: {file: approvals.yaml}` (relative to \
+             the configuration file) and `definitions: approved` to the servers to guard"
+                .to_owned(),
+        );
+    };
+    if let Some(tenant) = &args.tenant
+        && !config.tenants.iter().any(|t| &t.name == tenant)
+    {
+        return Err(format!("--tenant: no tenant is named `{tenant}`"));
+    }
+    if let Some(server) = &args.server
+        && !config
+            .tenants
+            .iter()
+            .filter(|t| in_tenant_scope(args, &t.name))
+            .any(|t| t.servers.iter().any(|s| &s.name == server))
+    {
+        return Err(format!(
+            "--server: no server is named `{server}`{}",
+            args.tenant
+                .as_deref()
+                .map(|t| format!(" in tenant `{t}`"))
+                .unwrap_or_default()
+        ));
+    }
+    Ok(file)
+}
+
+/// Whether tenant `name` is in the scope of `--tenant`.
+fn in_tenant_scope(args: &ApproveArgs, name: &str) -> bool {
+    args.tenant.as_deref().is_none_or(|t| t == name)
+}
+
+/// Every (tenant, server) pair the configuration has.
+fn servers_of(config: &Config) -> impl Iterator<Item = (String, String)> + '_ {
+    config
+        .tenants
+        .iter()
+        .flat_map(|t| t.servers.iter().map(|s| (t.name.clone(), s.name.clone())))
+}
+
+/// Keeps only the servers in scope (only they are connected): of the
+/// tenants in scope, the one named by `--server`, or else those with
+/// `definitions: approved`.
+fn narrow_to_scope(config: &mut Config, args: &ApproveArgs) {
+    for tenant in &mut config.tenants {
+        if !in_tenant_scope(args, &tenant.name) {
+            tenant.servers.clear();
+            continue;
+        }
+        tenant.servers.retain(|s| match &args.server {
+            Some(server) => &s.name == server,
+            None => s.needs_approval(),
+        });
+    }
+    config.tenants.retain(|t| !t.servers.is_empty());
+}
+
+/// Records in `new` the current definitions of every connected server,
+/// reporting each against `old`; whether every server was connected.
+async fn record_current(
+    registry: &Registry,
+    wait: Duration,
+    old: &Approvals,
+    new: &mut Approvals,
+) -> bool {
     let mut complete = true;
     for tenant in registry.tenants() {
         let catalog = tenant.settled_catalog(wait).await;
@@ -121,31 +165,11 @@ pub(super) async fn run(args: ApproveArgs) -> ExitCode {
             let label = format!("{}/{}", tenant.name, server.name);
             if server.state != ServerState::Connected {
                 complete = false;
-                let why = match &server.state {
-                    ServerState::Failed(reason)
-                    | ServerState::Refused(reason)
-                    | ServerState::AuthorizationRequired(reason) => reason.clone(),
-                    ServerState::Connecting => "still connecting (timed out)".to_owned(),
-                    ServerState::Idle | ServerState::Connected => "not connected".to_owned(),
-                };
+                let why = not_connected(&server.state);
                 println!("{label}: NOT RECORDED ({why}); its previous approvals are kept");
                 continue;
             }
-            let current: ServerApprovals = catalog
-                .tools()
-                .iter()
-                .filter(|t| t.server == server.name)
-                .chain(server.withheld.iter().map(|w| &w.tool))
-                .map(|tool| {
-                    (
-                        tool.name.clone(),
-                        Approval {
-                            hash: tool.definition_hash.clone(),
-                            description: approvals::excerpt(&tool.description),
-                        },
-                    )
-                })
-                .collect();
+            let current = current_approvals(&catalog, server);
             report(
                 &label,
                 old.server(&tenant.name, &server.name),
@@ -155,41 +179,77 @@ pub(super) async fn run(args: ApproveArgs) -> ExitCode {
             new.set_server(&tenant.name, &server.name, current);
         }
     }
-    registry.shutdown().await;
+    complete
+}
 
-    if args.tenant.is_none() && args.server.is_none() {
-        // A full approval forgets servers no longer configured.
-        let mut gone = Vec::new();
-        new.retain(|tenant, server| {
-            let keep = configured.contains(&(tenant.to_owned(), server.to_owned()));
-            if !keep {
-                gone.push(format!("{tenant}/{server}"));
-            }
-            keep
-        });
-        for label in gone {
-            println!("{label}: no longer configured; its approvals are removed");
-        }
+/// Why a server that is not connected is not recorded.
+fn not_connected(state: &ServerState) -> String {
+    match state {
+        ServerState::Failed(reason)
+        | ServerState::Refused(reason)
+        | ServerState::AuthorizationRequired(reason) => reason.clone(),
+        ServerState::Connecting => "still connecting (timed out)".to_owned(),
+        ServerState::Idle | ServerState::Connected => "not connected".to_owned(),
     }
+}
 
-    if previous.as_ref() == Some(&new) {
+/// The current definitions of `server`'s tools (exposed and withheld).
+fn current_approvals(catalog: &Catalog, server: &ServerStatus) -> ServerApprovals {
+    catalog
+        .tools()
+        .iter()
+        .filter(|t| t.server == server.name)
+        .chain(server.withheld.iter().map(|w| &w.tool))
+        .map(|tool| {
+            (
+                tool.name.clone(),
+                Approval {
+                    hash: tool.definition_hash.clone(),
+                    description: approvals::excerpt(&tool.description),
+                },
+            )
+        })
+        .collect()
+}
+
+/// A full approval forgets servers no longer configured.
+fn forget_unconfigured(new: &mut Approvals, configured: &BTreeSet<(String, String)>) {
+    let mut gone = Vec::new();
+    new.retain(|tenant, server| {
+        let keep = configured.contains(&(tenant.to_owned(), server.to_owned()));
+        if !keep {
+            gone.push(format!("{tenant}/{server}"));
+        }
+        keep
+    });
+    for label in gone {
+        println!("{label}: no longer configured; its approvals are removed");
+    }
+}
+
+/// Writes `new` to the approvals file unless it is what the file held.
+///
+/// # Errors
+/// The file cannot be written (said on stderr).
+fn write_if_changed(
+    file: &std::path::Path,
+    previous: Option<&Approvals>,
+    new: &Approvals,
+) -> Result<(), ExitCode> {
+    if previous == Some(new) {
         println!("{}: unchanged", file.display());
-    } else {
-        if let Err(e) = approvals::write(&file, &new) {
-            eprintln!("toolgate: {e}");
-            return ExitCode::FAILURE;
-        }
-        println!(
-            "{}: written ({} tool(s) approved); review the diff and commit it",
-            file.display(),
-            new.tool_count()
-        );
+        return Ok(());
     }
-    if complete {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
+    if let Err(e) = approvals::write(file, new) {
+        eprintln!("toolgate: {e}");
+        return Err(ExitCode::FAILURE);
     }
+    println!(
+        "{}: written ({} tool(s) approved); review the diff and commit it",
+        file.display(),
+        new.tool_count()
+    );
+    Ok(())
 }
 
 /// Prints what approving `current` changes for one server.

@@ -13,13 +13,15 @@ use super::listing::{self, Viewer};
 use super::{
     Gateway, LIST_SETTLE_WAIT, caller_timeout, convert, deadline_margin, parse_arguments, status,
 };
-use crate::catalog::{Catalog, CatalogTool};
+use crate::catalog::{Catalog, CatalogTool, ServerState, ServerStatus};
+use crate::config::ServerConfig;
 use crate::grpc::error::{CallError, MAX_TOOL_NAME, Pin, quoted};
 use crate::pb;
 use crate::registry::{Resolved, SessionUnavailable, Tenant, Unresolved};
 use crate::telemetry::metrics::{TenantCalls, ToolCalls};
 use crate::telemetry::trace;
-use crate::upstream::UpstreamError;
+use crate::upstream::{Session, UpstreamError};
+use rmcp::model::CallToolResult;
 
 /// Where a call's progress notifications go.
 pub(crate) type ProgressSink = tokio::sync::mpsc::Sender<rmcp::model::ProgressNotificationParam>;
@@ -50,20 +52,7 @@ pub(crate) async fn run_call(
         return refused.map_err(Status::from);
     };
     let caller_deadline = caller_timeout(&request).map(|t| t.saturating_sub(deadline_margin(t)));
-    let span = tracing::info_span!(
-        "InvokeTool",
-        otel.name = "toolgate.v1.ToolGateway/InvokeTool",
-        otel.kind = "server",
-        otel.status_code = tracing::field::Empty,
-        rpc.system = "grpc",
-        rpc.service = "toolgate.v1.ToolGateway",
-        rpc.method = "InvokeTool",
-        rpc.grpc.status_code = tracing::field::Empty,
-        tenant = %tenant.name,
-        gen_ai.tool.name = %quoted(&request.get_ref().name),
-        server = tracing::field::Empty,
-        outcome = tracing::field::Empty,
-    );
+    let span = call_span(&tenant.name, &request.get_ref().name);
     trace::continue_caller_trace(&span, request.metadata());
     audited.trace(&span, request.metadata());
     let inherited_trace = trace::caller_context(request.metadata());
@@ -102,7 +91,39 @@ pub(crate) async fn run_call(
     if let Some(withheld) = audited.finish(&result, progress).await {
         result = Err(withheld);
     }
-    let (outcome, code) = match &result {
+    record_outcome(&span, &result, &mut routing, &series, started.elapsed());
+    result.map_err(Status::from)
+}
+
+/// The span of one call: its outcome and status are recorded at the end,
+/// its server once the name resolves.
+fn call_span(tenant: &str, tool: &str) -> tracing::Span {
+    tracing::info_span!(
+        "InvokeTool",
+        otel.name = "toolgate.v1.ToolGateway/InvokeTool",
+        otel.kind = "server",
+        otel.status_code = tracing::field::Empty,
+        rpc.system = "grpc",
+        rpc.service = "toolgate.v1.ToolGateway",
+        rpc.method = "InvokeTool",
+        rpc.grpc.status_code = tracing::field::Empty,
+        tenant = %tenant,
+        gen_ai.tool.name = %quoted(tool),
+        server = tracing::field::Empty,
+        outcome = tracing::field::Empty,
+    )
+}
+
+/// Records how the call ended: in its span (outcome, status), its tool's
+/// series, and the log.
+fn record_outcome(
+    span: &tracing::Span,
+    result: &Result<pb::InvokeToolResponse, CallError>,
+    routing: &mut Routing,
+    series: &TenantCalls,
+    elapsed: Duration,
+) {
+    let (outcome, code) = match result {
         Ok(r) if r.is_error => ("tool_error", tonic::Code::Ok),
         Ok(_) => ("ok", tonic::Code::Ok),
         Err(e) => {
@@ -110,7 +131,6 @@ pub(crate) async fn run_call(
             (reason, code)
         }
     };
-    let elapsed = started.elapsed();
     span.record("outcome", outcome);
     span.record("rpc.grpc.status_code", code as i32);
     if code != tonic::Code::Ok {
@@ -123,7 +143,7 @@ pub(crate) async fn run_call(
         .take()
         .unwrap_or_else(|| series.tool(routing.server_name.as_deref().unwrap_or(""), ""));
     tool_series.finished(outcome, elapsed.as_secs_f64());
-    span.in_scope(|| match &result {
+    span.in_scope(|| match result {
         Err(error) => tracing::info!(
             elapsed_ms = elapsed.as_millis() as u64,
             %error,
@@ -131,7 +151,6 @@ pub(crate) async fn run_call(
         ),
         Ok(_) => tracing::debug!(elapsed_ms = elapsed.as_millis() as u64, "call done"),
     });
-    result.map_err(Status::from)
 }
 
 /// What a call brings from its RPC.
@@ -174,177 +193,43 @@ async fn invoke(
     series: &TenantCalls,
     routing: &mut Routing,
 ) -> Result<pb::InvokeToolResponse, CallError> {
-    let CallContext {
-        caller_deadline,
-        started,
-        inherited_trace,
-        progress,
-        subject,
-        caller,
-        audit,
-    } = context;
     let name = request.name.as_str();
-    if name.len() > MAX_TOOL_NAME {
-        return Err(CallError::InvalidName {
-            name: quoted(name).into_owned(),
-            reason: "longer than 64 characters",
-        });
-    }
-    if name.is_empty() {
-        return Err(CallError::InvalidName {
-            name: String::new(),
-            reason: "empty",
-        });
-    }
+    check_name(name)?;
     // Load shedding: a bounded wait for a slot, never an unbounded queue.
     let _admission = authenticated
         .limiter
         .admit()
         .await
         .map_err(|shed| CallError::Shed(shed, None))?;
-    let mut catalog = authenticated.catalog();
-    if catalog.get(name).is_none() && catalog.is_settling() {
-        // A server that is still connecting may provide the tool.
-        let wait = caller_deadline
-            .unwrap_or(LIST_SETTLE_WAIT)
-            .min(LIST_SETTLE_WAIT);
-        catalog = authenticated.settled_catalog(wait).await;
-    }
-    // The catalog may have been built by a newer generation of the tenant
-    // (a reload while the call waited): route through the tenant object
-    // that built it, never by its index into another generation's servers.
-    let Resolved { tenant, catalog } = authenticated.resolve(catalog).map_err(|e| match e {
-        Unresolved::Removed => {
-            CallError::Unauthenticated("the tenant was removed by a configuration reload")
-        }
-        Unresolved::Unsettled => CallError::Reloading,
-    })?;
+    let Resolved { tenant, catalog } =
+        resolve(authenticated, name, context.caller_deadline).await?;
     // How this caller reads catalogs: under the policy of the tenant that
     // built the one it routes by.
     let viewer = Viewer {
         policy: tenant.policy().map(AsRef::as_ref),
-        caller: &caller,
-        subject: &subject,
+        caller: &context.caller,
+        subject: &context.subject,
     };
     let Some(tool) = catalog.get(name) else {
-        // A tool withheld for want of approval is named as such.
-        if let Some((server, withheld)) = catalog.withheld(name) {
-            permitted(&viewer, &catalog, &withheld.tool)?;
-            routing.server_name = Some(server.name.clone());
-            return Err(CallError::DefinitionNotApproved {
-                server: server.name.clone(),
-                tool: name.to_owned(),
-                definition_hash: withheld.tool.definition_hash.clone(),
-                approved_hash: withheld.approved_hash.clone(),
-            });
-        }
-        // A tool of a server that is down is unavailable, not unknown.
-        if let Some(server) = catalog.down_server_for(name) {
-            routing.server_name = Some(server.name.clone());
-            if let crate::catalog::ServerState::AuthorizationRequired(_) = &server.state
-                && let Some(index) = tenant.servers().position(|s| s.name == server.name)
-            {
-                // Nobody could list the server's tools yet: this subject
-                // gets its authorization URL, or, having consented (perhaps
-                // at another replica), wakes the listing; retry shortly.
-                let subject = subject.id().unwrap_or("");
-                tenant
-                    .user_session(index, subject)
-                    .await
-                    .map_err(|error| token_failure(&server.name, name, subject, error))?;
-                return Err(CallError::ServerUnavailable {
-                    server: server.name.clone(),
-                    tool: name.to_owned(),
-                    reason: "the server's tools are being listed after a first authorization"
-                        .to_owned(),
-                });
-            }
-            return Err(CallError::ServerUnavailable {
-                server: server.name.clone(),
-                tool: name.to_owned(),
-                reason: match &server.state {
-                    crate::catalog::ServerState::Failed(reason) => reason.clone(),
-                    _ => "still connecting".to_owned(),
-                },
-            });
-        }
-        if let Some(gone) = gone_since_pin(&tenant, request, &viewer) {
-            return Err(gone);
-        }
-        return Err(CallError::ToolNotFound {
-            name: name.to_owned(),
-        });
+        return Err(not_routable(&tenant, &catalog, request, &viewer, routing).await);
     };
-    tracing::Span::current().record("server", tool.server.as_str());
-    routing.server_name = Some(tool.server.clone());
-    let tool_series = series.tool(&tool.server, name);
-    routing.series = Some(tool_series.clone());
-    routing.definition_hash = Some(tool.definition_hash.clone());
-    let idempotent = tool.annotations.idempotent == Some(true);
-    routing.idempotent = idempotent;
+    let (tool_series, idempotent) = route(tool, name, series, routing);
     // Before anything else about the tool is told or done.
     permitted(&viewer, &catalog, tool)?;
     check_pins(&tenant, &catalog, tool, request, &viewer)?;
-    let max_arguments = tenant.limits().max_argument_bytes;
-    if request.arguments_json.len() > max_arguments {
-        return Err(CallError::ArgumentsTooLarge {
-            tool: name.to_owned(),
-            size: request.arguments_json.len(),
-            limit: max_arguments,
-        });
-    }
-    let arguments = parse_arguments(name, &request.arguments_json)?;
+    let arguments = arguments(&tenant, name, request)?;
     let server = tenant.server(tool.server_index);
-    let _server_slot = match tenant.server_limit(tool.server_index) {
-        Some(limit) => Some(
-            limit
-                .acquire(tenant.limiter.queue_timeout())
-                .await
-                .ok_or_else(|| {
-                    CallError::Shed(
-                        crate::registry::limits::Shed::ServerConcurrency(limit.limit()),
-                        Some(tool.server.clone()),
-                    )
-                })?,
-        ),
-        None => None,
+    let _server_slot = server_slot(&tenant, tool).await?;
+    let target = Target {
+        tenant: &tenant,
+        tool,
+        name,
+        subject: context.subject.id().unwrap_or(""),
+        idempotent,
     };
-    // The tenant's session, or for a per-user server the subject's own,
-    // with the subject's token (nothing is sent without one).
-    let subject = subject.id().unwrap_or("");
-    let upstream = |error: UpstreamError| upstream_failure(tool, name, subject, error, idempotent);
-    let session = if tenant.is_per_user(tool.server_index) {
-        tenant
-            .user_session(tool.server_index, subject)
-            .await
-            .map_err(upstream)?
-    } else {
-        tenant
-            .session(tool.server_index)
-            .map_err(|e| CallError::ServerUnavailable {
-                server: tool.server.clone(),
-                tool: name.to_owned(),
-                reason: match e {
-                    SessionUnavailable::Connecting => "still connecting".to_owned(),
-                    SessionUnavailable::Down(reason) => reason,
-                },
-            })?
-    };
-    let remaining = caller_deadline.map(|d| d.saturating_sub(started.elapsed()));
-    if remaining.is_some_and(|r| r.is_zero()) {
-        // Sending now would let the tool act while the caller is told
-        // DEADLINE_EXCEEDED: nothing is sent.
-        return Err(CallError::DeadlineExceeded {
-            server: tool.server.clone(),
-            tool: name.to_owned(),
-            after: started.elapsed(),
-            sent: false,
-        });
-    }
-    let timeout = remaining
-        .unwrap_or_else(|| server.timeout_for(&tool.upstream_name))
-        .min(server.max_call_timeout);
-    if !audit.admits_calls() {
+    let session = target.session().await?;
+    let (remaining, timeout) = target.timeout(server, context.caller_deadline, context.started)?;
+    if !context.audit.admits_calls() {
         // `audit.required` and the sink is known to be broken: nothing is
         // sent that could not be audited.
         return Err(CallError::AuditUnavailable {
@@ -359,51 +244,313 @@ async fn invoke(
             &tool.upstream_name,
             arguments,
             timeout,
-            inherited_trace,
-            progress,
+            context.inherited_trace,
+            context.progress,
         )
         .await;
     tool_series.upstream_finished(upstream_started.elapsed().as_secs_f64());
-    let result = match result {
-        Ok(result) => result,
-        Err(UpstreamError::Timeout(_))
-            if remaining.is_some_and(|r| r <= server.max_call_timeout) =>
-        {
-            return Err(CallError::DeadlineExceeded {
-                server: tool.server.clone(),
-                tool: name.to_owned(),
-                after: started.elapsed(),
-                sent: true,
-            });
-        }
-        Err(error @ UpstreamError::Closed) => {
-            // The session was gone before the request left: nothing sent.
-            routing.sent = false;
-            return Err(upstream(error));
-        }
-        Err(error) if error.is_credential_failure() => {
-            // No token could be had: the request was not sent.
-            routing.sent = false;
-            if let UpstreamError::AuthorizationRequired { url } = &error {
-                tenant.remember_consent_url(tool.server_index, subject, url);
-            }
-            return Err(upstream(error));
-        }
-        Err(error) => return Err(upstream(error)),
-    };
-    let response = convert::invoke_response(result)
-        .map_err(|e| upstream(UpstreamError::Protocol(e.to_string())))?;
-    let size = prost::Message::encoded_len(&response);
-    let limit = tenant.limits().max_message_bytes;
-    if size > limit {
-        return Err(CallError::ResponseTooLarge {
-            server: tool.server.clone(),
-            tool: name.to_owned(),
-            size,
-            limit,
+    let result = target.answer(result, remaining, server, context.started, routing)?;
+    target.response(result)
+}
+
+/// Refuses a tool name that is empty or too long.
+fn check_name(name: &str) -> Result<(), CallError> {
+    if name.len() > MAX_TOOL_NAME {
+        return Err(CallError::InvalidName {
+            name: quoted(name).into_owned(),
+            reason: "longer than 64 characters",
         });
     }
-    Ok(response)
+    if name.is_empty() {
+        return Err(CallError::InvalidName {
+            name: String::new(),
+            reason: "empty",
+        });
+    }
+    Ok(())
+}
+
+/// The catalog `name` is looked up in (waiting, within the caller's
+/// deadline, for servers still connecting when it is not there yet), with
+/// the tenant object that built it.
+async fn resolve(
+    authenticated: &Arc<Tenant>,
+    name: &str,
+    caller_deadline: Option<Duration>,
+) -> Result<Resolved, CallError> {
+    let mut catalog = authenticated.catalog();
+    if catalog.get(name).is_none() && catalog.is_settling() {
+        // A server that is still connecting may provide the tool.
+        let wait = caller_deadline
+            .unwrap_or(LIST_SETTLE_WAIT)
+            .min(LIST_SETTLE_WAIT);
+        catalog = authenticated.settled_catalog(wait).await;
+    }
+    // The catalog may have been built by a newer generation of the tenant
+    // (a reload while the call waited): route through the tenant object
+    // that built it, never by its index into another generation's servers.
+    authenticated.resolve(catalog).map_err(|e| match e {
+        Unresolved::Removed => {
+            CallError::Unauthenticated("the tenant was removed by a configuration reload")
+        }
+        Unresolved::Unsettled => CallError::Reloading,
+    })
+}
+
+/// Why a name that is not in the catalog cannot be called: withheld for
+/// want of approval, its server down, gone since the caller's plan, or
+/// unknown.
+async fn not_routable(
+    tenant: &Tenant,
+    catalog: &Catalog,
+    request: &pb::InvokeToolRequest,
+    viewer: &Viewer<'_>,
+    routing: &mut Routing,
+) -> CallError {
+    let name = request.name.as_str();
+    // A tool withheld for want of approval is named as such.
+    if let Some((server, withheld)) = catalog.withheld(name) {
+        if let Err(refused) = permitted(viewer, catalog, &withheld.tool) {
+            return refused;
+        }
+        routing.server_name = Some(server.name.clone());
+        return CallError::DefinitionNotApproved {
+            server: server.name.clone(),
+            tool: name.to_owned(),
+            definition_hash: withheld.tool.definition_hash.clone(),
+            approved_hash: withheld.approved_hash.clone(),
+        };
+    }
+    // A tool of a server that is down is unavailable, not unknown.
+    if let Some(server) = catalog.down_server_for(name) {
+        routing.server_name = Some(server.name.clone());
+        return server_down(tenant, server, name, viewer.subject).await;
+    }
+    if let Some(gone) = gone_since_pin(tenant, request, viewer) {
+        return gone;
+    }
+    CallError::ToolNotFound {
+        name: name.to_owned(),
+    }
+}
+
+/// The status of a call to `name` of `server`, which is down.
+async fn server_down(
+    tenant: &Tenant,
+    server: &ServerStatus,
+    name: &str,
+    subject: &crate::callers::Subject,
+) -> CallError {
+    if let ServerState::AuthorizationRequired(_) = &server.state
+        && let Some(index) = tenant.servers().position(|s| s.name == server.name)
+    {
+        // Nobody could list the server's tools yet: this subject
+        // gets its authorization URL, or, having consented (perhaps
+        // at another replica), wakes the listing; retry shortly.
+        let subject = subject.id().unwrap_or("");
+        return match tenant.user_session(index, subject).await {
+            Err(error) => token_failure(&server.name, name, subject, error),
+            Ok(_) => CallError::ServerUnavailable {
+                server: server.name.clone(),
+                tool: name.to_owned(),
+                reason: "the server's tools are being listed after a first authorization"
+                    .to_owned(),
+            },
+        };
+    }
+    CallError::ServerUnavailable {
+        server: server.name.clone(),
+        tool: name.to_owned(),
+        reason: match &server.state {
+            ServerState::Failed(reason) => reason.clone(),
+            _ => "still connecting".to_owned(),
+        },
+    }
+}
+
+/// Records in `routing` (and the span) what the name resolved to; the
+/// tool's series and whether it is idempotent.
+fn route(
+    tool: &CatalogTool,
+    name: &str,
+    series: &TenantCalls,
+    routing: &mut Routing,
+) -> (Arc<ToolCalls>, bool) {
+    tracing::Span::current().record("server", tool.server.as_str());
+    routing.server_name = Some(tool.server.clone());
+    let tool_series = series.tool(&tool.server, name);
+    routing.series = Some(tool_series.clone());
+    routing.definition_hash = Some(tool.definition_hash.clone());
+    let idempotent = tool.annotations.idempotent == Some(true);
+    routing.idempotent = idempotent;
+    (tool_series, idempotent)
+}
+
+/// The call's arguments, within the tenant's size limit.
+fn arguments(
+    tenant: &Tenant,
+    name: &str,
+    request: &pb::InvokeToolRequest,
+) -> Result<rmcp::model::JsonObject, CallError> {
+    let max_arguments = tenant.limits().max_argument_bytes;
+    if request.arguments_json.len() > max_arguments {
+        return Err(CallError::ArgumentsTooLarge {
+            tool: name.to_owned(),
+            size: request.arguments_json.len(),
+            limit: max_arguments,
+        });
+    }
+    parse_arguments(name, &request.arguments_json)
+}
+
+/// A slot of the tool's server, when the server has a concurrency limit
+/// (a bounded wait, as for the tenant's).
+async fn server_slot(
+    tenant: &Tenant,
+    tool: &CatalogTool,
+) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, CallError> {
+    let Some(limit) = tenant.server_limit(tool.server_index) else {
+        return Ok(None);
+    };
+    limit
+        .acquire(tenant.limiter.queue_timeout())
+        .await
+        .map(Some)
+        .ok_or_else(|| {
+            CallError::Shed(
+                crate::registry::limits::Shed::ServerConcurrency(limit.limit()),
+                Some(tool.server.clone()),
+            )
+        })
+}
+
+/// The tool a call resolved to, and for whom: what the steps from the
+/// session on share.
+#[derive(Clone, Copy)]
+struct Target<'a> {
+    /// The tenant object that built the catalog the call routes by.
+    tenant: &'a Tenant,
+    /// The resolved tool.
+    tool: &'a CatalogTool,
+    /// The name it was called by.
+    name: &'a str,
+    /// The subject whose credential a per-user server uses ("" for none).
+    subject: &'a str,
+    /// Whether the tool is annotated `idempotentHint: true`.
+    idempotent: bool,
+}
+
+impl Target<'_> {
+    /// The status of an upstream failure of this call.
+    fn upstream(&self, error: UpstreamError) -> CallError {
+        upstream_failure(self.tool, self.name, self.subject, error, self.idempotent)
+    }
+
+    /// The tenant's session, or for a per-user server the subject's own,
+    /// with the subject's token (nothing is sent without one).
+    async fn session(&self) -> Result<Arc<Session>, CallError> {
+        let index = self.tool.server_index;
+        if self.tenant.is_per_user(index) {
+            self.tenant
+                .user_session(index, self.subject)
+                .await
+                .map_err(|error| self.upstream(error))
+        } else {
+            self.tenant
+                .session(index)
+                .map_err(|e| CallError::ServerUnavailable {
+                    server: self.tool.server.clone(),
+                    tool: self.name.to_owned(),
+                    reason: match e {
+                        SessionUnavailable::Connecting => "still connecting".to_owned(),
+                        SessionUnavailable::Down(reason) => reason,
+                    },
+                })
+        }
+    }
+
+    /// What is left of the caller's deadline (if it set one), and the
+    /// upstream call's timeout: that, or the tool's, within the server's
+    /// maximum.
+    fn timeout(
+        &self,
+        server: &ServerConfig,
+        caller_deadline: Option<Duration>,
+        started: Instant,
+    ) -> Result<(Option<Duration>, Duration), CallError> {
+        let remaining = caller_deadline.map(|d| d.saturating_sub(started.elapsed()));
+        if remaining.is_some_and(|r| r.is_zero()) {
+            // Sending now would let the tool act while the caller is told
+            // DEADLINE_EXCEEDED: nothing is sent.
+            return Err(CallError::DeadlineExceeded {
+                server: self.tool.server.clone(),
+                tool: self.name.to_owned(),
+                after: started.elapsed(),
+                sent: false,
+            });
+        }
+        let timeout = remaining
+            .unwrap_or_else(|| server.timeout_for(&self.tool.upstream_name))
+            .min(server.max_call_timeout);
+        Ok((remaining, timeout))
+    }
+
+    /// The upstream's answer, or the status of its failure (and in
+    /// `routing`, whether the request had left after all).
+    fn answer(
+        &self,
+        result: Result<CallToolResult, UpstreamError>,
+        remaining: Option<Duration>,
+        server: &ServerConfig,
+        started: Instant,
+        routing: &mut Routing,
+    ) -> Result<CallToolResult, CallError> {
+        match result {
+            Ok(result) => Ok(result),
+            Err(UpstreamError::Timeout(_))
+                if remaining.is_some_and(|r| r <= server.max_call_timeout) =>
+            {
+                Err(CallError::DeadlineExceeded {
+                    server: self.tool.server.clone(),
+                    tool: self.name.to_owned(),
+                    after: started.elapsed(),
+                    sent: true,
+                })
+            }
+            Err(error @ UpstreamError::Closed) => {
+                // The session was gone before the request left: nothing sent.
+                routing.sent = false;
+                Err(self.upstream(error))
+            }
+            Err(error) if error.is_credential_failure() => {
+                // No token could be had: the request was not sent.
+                routing.sent = false;
+                if let UpstreamError::AuthorizationRequired { url } = &error {
+                    self.tenant
+                        .remember_consent_url(self.tool.server_index, self.subject, url);
+                }
+                Err(self.upstream(error))
+            }
+            Err(error) => Err(self.upstream(error)),
+        }
+    }
+
+    /// The gRPC response to the upstream's answer, within the size limit.
+    fn response(&self, result: CallToolResult) -> Result<pb::InvokeToolResponse, CallError> {
+        let response = convert::invoke_response(result)
+            .map_err(|e| self.upstream(UpstreamError::Protocol(e.to_string())))?;
+        let size = prost::Message::encoded_len(&response);
+        let limit = self.tenant.limits().max_message_bytes;
+        if size > limit {
+            return Err(CallError::ResponseTooLarge {
+                server: self.tool.server.clone(),
+                tool: self.name.to_owned(),
+                size,
+                limit,
+            });
+        }
+        Ok(response)
+    }
 }
 
 /// The status of an upstream failure: a subject that must consent first

@@ -175,18 +175,9 @@ impl server::tool_gateway_server::ToolGateway for Gateway {
     ) -> Result<Response<reply::ListToolsReply>, Status> {
         let (tenant, _busy) = self.listing_tenant(&request)?;
         let filter = listing::Filter::new(request.get_ref())?;
-        let span = rpc_span("ListTools", &tenant.name);
-        trace::continue_caller_trace(&span, request.metadata());
-        let wait = settle_wait(&request);
+        let catalog = settled_catalog(&tenant, &request, "ListTools").await;
         let (caller, subject) = caller_of(&request);
-        let catalog = tenant.settled_catalog(wait).instrument(span).await;
-        let policy = listing::policy_for(&tenant, &catalog);
-        let viewer = listing::Viewer {
-            policy: policy.as_deref(),
-            caller: &caller,
-            subject: &subject,
-        };
-        let view = viewer.view(&catalog);
+        let view = caller_view(&tenant, &catalog, &caller, &subject);
         let mut response = listing::list_response(&catalog, &filter, view.as_deref());
         listing::show_consent(&tenant, subject.id().unwrap_or(""), &mut response).await;
         Ok(Response::new(response))
@@ -222,7 +213,7 @@ impl server::tool_gateway_server::ToolGateway for Gateway {
         // Busy while the watch starts; an open watch does not keep a lazy
         // tenant's sessions from idle eviction (it then shows them idle).
         let (tenant, _busy) = self.listing_tenant(&request)?;
-        let filter = listing::Filter::new(&request.get_ref().filter.clone().unwrap_or_default())?;
+        let filter = nested_filter(request.get_ref().filter.as_ref())?;
         let (caller, subject) = caller_of(&request);
         Ok(Response::new(stream::watch(
             tenant,
@@ -237,19 +228,10 @@ impl server::tool_gateway_server::ToolGateway for Gateway {
         request: Request<pb::SearchToolsRequest>,
     ) -> Result<Response<pb::SearchToolsResponse>, Status> {
         let (tenant, _busy) = self.listing_tenant(&request)?;
-        let filter = listing::Filter::new(&request.get_ref().filter.clone().unwrap_or_default())?;
-        let span = rpc_span("SearchTools", &tenant.name);
-        trace::continue_caller_trace(&span, request.metadata());
-        let wait = settle_wait(&request);
-        let catalog = tenant.settled_catalog(wait).instrument(span).await;
+        let filter = nested_filter(request.get_ref().filter.as_ref())?;
+        let catalog = settled_catalog(&tenant, &request, "SearchTools").await;
         let (caller, subject) = caller_of(&request);
-        let policy = listing::policy_for(&tenant, &catalog);
-        let viewer = listing::Viewer {
-            policy: policy.as_deref(),
-            caller: &caller,
-            subject: &subject,
-        };
-        let view = viewer.view(&catalog);
+        let view = caller_view(&tenant, &catalog, &caller, &subject);
         Ok(Response::new(listing::search(
             &catalog,
             &filter,
@@ -273,6 +255,45 @@ fn caller_of<T>(request: &Request<T>) -> (crate::callers::Caller, crate::callers
         .cloned()
         .unwrap_or_default();
     (caller, subject)
+}
+
+/// The filter a request carries as its `filter` field (unset: every tool).
+fn nested_filter(filter: Option<&pb::ListToolsRequest>) -> Result<listing::Filter, Status> {
+    match filter {
+        Some(filter) => listing::Filter::new(filter),
+        None => listing::Filter::new(&pb::ListToolsRequest::default()),
+    }
+}
+
+/// The tenant's catalog for a catalog RPC (`method`), once servers still
+/// connecting have settled (within the caller's deadline), in the RPC's
+/// span, which continues the caller's trace.
+async fn settled_catalog<T>(
+    tenant: &Tenant,
+    request: &Request<T>,
+    method: &'static str,
+) -> crate::catalog::SharedCatalog {
+    let span = rpc_span(method, &tenant.name);
+    trace::continue_caller_trace(&span, request.metadata());
+    let wait = settle_wait(request);
+    tenant.settled_catalog(wait).instrument(span).await
+}
+
+/// What of `catalog` this caller sees under the tenant's policy (`None`:
+/// everything).
+fn caller_view(
+    tenant: &Arc<Tenant>,
+    catalog: &crate::catalog::SharedCatalog,
+    caller: &crate::callers::Caller,
+    subject: &crate::callers::Subject,
+) -> Option<Arc<crate::policy::View>> {
+    let policy = listing::policy_for(tenant, catalog);
+    let viewer = listing::Viewer {
+        policy: policy.as_deref(),
+        caller,
+        subject,
+    };
+    viewer.view(catalog)
 }
 
 /// How long a listing waits for servers still connecting.

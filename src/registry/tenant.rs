@@ -428,7 +428,7 @@ impl Tenant {
         let catalog = Arc::new(catalog.with_stamp(self.stamp));
         self.report_withheld(&catalog);
         {
-            let mut history = self.publication.history.lock().expect("history lock");
+            let mut history = self.history();
             if history
                 .back()
                 .is_none_or(|c| c.version() != catalog.version())
@@ -493,12 +493,14 @@ impl Tenant {
         self.publication.subscribe()
     }
 
+    /// The remembered catalogs, oldest first (locked while held).
+    fn history(&self) -> std::sync::MutexGuard<'_, VecDeque<SharedCatalog>> {
+        self.publication.history.lock().expect("history lock")
+    }
+
     /// A recent catalog with this version, if remembered.
     pub fn catalog_with_version(&self, version: &str) -> Option<SharedCatalog> {
-        self.publication
-            .history
-            .lock()
-            .expect("history lock")
+        self.history()
             .iter()
             .rev()
             .find(|c| c.version() == version)
@@ -507,23 +509,13 @@ impl Tenant {
 
     /// The remembered catalogs (for pinned plans), newest first.
     pub fn recent_catalogs(&self) -> Vec<SharedCatalog> {
-        self.publication
-            .history
-            .lock()
-            .expect("history lock")
-            .iter()
-            .rev()
-            .cloned()
-            .collect()
+        self.history().iter().rev().cloned().collect()
     }
 
     /// Whether a remembered catalog exposed `name` with this definition
     /// hash.
     pub fn served_definition(&self, name: &str, hash: &str) -> bool {
-        self.publication
-            .history
-            .lock()
-            .expect("history lock")
+        self.history()
             .iter()
             .any(|c| c.get(name).is_some_and(|t| t.definition_hash == hash))
     }

@@ -16,8 +16,10 @@ use tokio::net::TcpListener;
 mod tls_server;
 use tls_server::{TlsListener, make_certs};
 
+use super::args::Args;
+use super::harness::Proc;
 use super::measure::median;
-use super::{Args, Figures, Path_, Proc};
+use super::paths::{Figures, Path_};
 
 /// The name of the HTTPS path in the tables.
 pub const FAST_HTTPS: &str = "toolgate → fast https";
@@ -35,16 +37,16 @@ pub async fn serve(port: u16, extra_tools: usize, dir: &Path) -> anyhow::Result<
 
 /// The fast server over HTTPS, its port and the CA file to trust.
 async fn fast_https_server() -> anyhow::Result<(Proc, u16, PathBuf)> {
-    let port = super::free_port();
+    let port = super::harness::free_port();
     let dir =
         std::env::temp_dir().join(format!("toolgate-bench-{}-tls-{port}", std::process::id()));
     make_certs(&dir)?;
-    let mut command = Command::new(super::exe());
+    let mut command = Command::new(super::harness::exe());
     command
         .args(["mcp-server", "--http", &port.to_string(), "--tls"])
         .arg(&dir);
-    let proc = super::spawn(command);
-    super::wait_port(port).await;
+    let proc = super::harness::spawn(command);
+    super::harness::wait_port(port).await;
     Ok((proc, port, dir.join("ca.pem")))
 }
 
@@ -52,7 +54,7 @@ async fn fast_https_server() -> anyhow::Result<(Proc, u16, PathBuf)> {
 /// over HTTPS, trusted through `tls.ca_file`; and the server's port.
 pub async fn path() -> anyhow::Result<(Path_, u16)> {
     let (server, port, ca) = fast_https_server().await?;
-    let path = super::through_toolgate(
+    let path = super::paths::through_toolgate(
         FAST_HTTPS,
         &format!(
             "      - name: fast\n        url: \"https://127.0.0.1:{port}/mcp\"\n        tls:\n          ca_file: \"{}\"\n",
@@ -76,7 +78,7 @@ pub fn targets(summary: &BTreeMap<&str, (f64, f64, f64, f64)>) {
         "| gateway CPU per call @16, fast http / fast stdio ({:.3} / {:.3} ms) | {ratio:.2} | ≤ 1.5 | {} |",
         http,
         stdio,
-        super::verdict(ratio <= 1.5)
+        super::report::verdict(ratio <= 1.5)
     );
     if let Some(https) = summary.get(FAST_HTTPS) {
         println!(
@@ -125,9 +127,9 @@ fn connections(port: u16) -> usize {
 /// connections an extra run at 16 in flight opened to each HTTP upstream
 /// (after the measured runs, so with a warm pool), and the CPU ratios.
 pub async fn report(args: &Args) -> anyhow::Result<()> {
-    let exe = super::exe().display().to_string();
+    let exe = super::harness::exe().display().to_string();
     let mut paths = vec![
-        super::through_toolgate(
+        super::paths::through_toolgate(
             "toolgate → fast stdio",
             &format!("      - name: fast\n        command: [\"{exe}\", \"mcp-server\"]\n"),
             "fast__echo",
@@ -136,10 +138,10 @@ pub async fn report(args: &Args) -> anyhow::Result<()> {
         .await?,
     ];
     let mut ports = vec![None];
-    let (server, port) = super::fast_http_server(0);
-    super::wait_port(port).await;
+    let (server, port) = super::harness::fast_http_server(0);
+    super::harness::wait_port(port).await;
     paths.push(
-        super::through_toolgate(
+        super::paths::through_toolgate(
             "toolgate → fast http",
             &format!("      - name: fast\n        url: \"http://127.0.0.1:{port}/mcp\"\n"),
             "fast__echo",
@@ -156,7 +158,7 @@ pub async fn report(args: &Args) -> anyhow::Result<()> {
     for round in 0..args.rounds {
         for (i, path) in paths.iter().enumerate() {
             eprintln!("round {}: {}", round + 1, path.name);
-            super::measure(path, args, &mut figures[i]).await?;
+            super::paths::measure(path, args, &mut figures[i]).await?;
             if let Some(port) = ports[i] {
                 // One more run at 16 in flight, counting the connections
                 // it opened (the pool holds those of the runs before).

@@ -11,9 +11,8 @@ use tokio::process::Command;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use toolgate::pb;
 
-use crate::{
-    authed, exe, fast_http_server, fmt, free_port, gateway, repo, spawn, verdict, wait_port,
-};
+use crate::harness::{authed, exe, fast_http_server, free_port, gateway, repo, spawn, wait_port};
+use crate::report::{fmt, verdict};
 
 const TOOLS: usize = 10_000;
 const CALLS: usize = 100;

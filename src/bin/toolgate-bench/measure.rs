@@ -72,13 +72,8 @@ fn clock_ticks() -> f64 {
 
 /// CPU seconds (user + system) used so far by `pid`.
 pub fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let fields: Vec<&str> = stat
-        .rsplit(')')
-        .next()
-        .unwrap_or("")
-        .split_whitespace()
-        .collect();
+    let stat = read_stat(pid);
+    let fields = stat_fields(&stat);
     // After the command: state is field 0; utime 11, stime 12.
     let ticks = |i: usize| {
         fields
@@ -87,6 +82,21 @@ pub fn cpu_seconds(pid: u32) -> f64 {
             .unwrap_or(0.0)
     };
     (ticks(11) + ticks(12)) / clock_ticks()
+}
+
+/// `/proc/PID/stat` (empty when the process is gone).
+fn read_stat(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default()
+}
+
+/// The fields of a `/proc/PID/stat` after the command (state is field 0,
+/// the parent 1).
+fn stat_fields(stat: &str) -> Vec<&str> {
+    stat.rsplit(')')
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect()
 }
 
 /// Peak resident set size of `pid` in MiB.
@@ -115,13 +125,8 @@ pub fn children(parent: u32) -> Vec<u32> {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
             continue;
         };
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let fields: Vec<&str> = stat
-            .rsplit(')')
-            .next()
-            .unwrap_or("")
-            .split_whitespace()
-            .collect();
+        let stat = read_stat(pid);
+        let fields = stat_fields(&stat);
         if fields.get(1).and_then(|p| p.parse::<u32>().ok()) == Some(parent) {
             found.push(pid);
         }

@@ -15,7 +15,7 @@ pub async fn report(rounds: usize) -> anyhow::Result<()> {
     let mut live = Vec::new();
     for round in 0..rounds.max(1) {
         eprintln!("round {}: many tenants", round + 1);
-        let (serving_ms, idle_rss, live_rss) = crate::many_tenants().await?;
+        let (serving_ms, idle_rss, live_rss) = crate::tenants::many_tenants().await?;
         eprintln!(
             "  start to SERVING {serving_ms:.0} ms, idle RSS {idle_rss:.1} MiB, live RSS {live_rss:.1} MiB"
         );
@@ -30,15 +30,15 @@ pub async fn report(rounds: usize) -> anyhow::Result<()> {
     println!("| --- | --- | --- | --- |");
     println!(
         "| start to SERVING, 10,000 tenants | {serving:.0} ms | ≤ 200 ms | {} |",
-        crate::verdict(serving <= 200.0)
+        crate::report::verdict(serving <= 200.0)
     );
     println!(
         "| RSS, 10,000 idle tenants | {idle:.1} MiB | ≤ 40 MiB | {} |",
-        crate::verdict(idle <= 40.0)
+        crate::report::verdict(idle <= 40.0)
     );
     println!(
         "| RSS, 1,000 tenants × 2 live HTTP sessions | {live:.1} MiB | ≤ 100 MiB | {} |",
-        crate::verdict(live <= 100.0)
+        crate::report::verdict(live <= 100.0)
     );
     println!("| per idle tenant (base {BASE_MIB} MiB) | {per_tenant_kib:.2} KiB | | |");
     println!("| per live HTTP session | {per_session_kib:.1} KiB | | |");

@@ -218,7 +218,7 @@ pub(super) async fn two_tenant_gateway(
     top: &str,
     servers: &str,
     ready: impl Fn(&pb::ListToolsResponse) -> bool,
-) -> anyhow::Result<(super::Proc, Client)> {
+) -> anyhow::Result<(super::harness::Proc, Client)> {
     let config = dir.join(format!("config-{port}.yaml"));
     std::fs::write(
         &config,
@@ -229,14 +229,9 @@ pub(super) async fn two_tenant_gateway(
             rules_yaml()
         ),
     )?;
-    let mut command = std::process::Command::new(super::toolgate_exe());
-    command
-        .args(["serve", "--config"])
-        .arg(&config)
-        .env("RUST_LOG", "error");
-    let gateway = super::spawn(command);
-    super::wait_port(port).await;
-    let client = super::grpc(port).await;
+    let gateway = super::harness::spawn_gateway(&config);
+    super::harness::wait_port(port).await;
+    let client = super::harness::grpc(port).await;
     for token in ["bench-token", "policy-token"] {
         let started = Instant::now();
         loop {
@@ -267,15 +262,15 @@ pub(super) async fn two_tenant_gateway(
 /// End-to-end p50s in ms: (InvokeTool without, with policy; ListTools of
 /// 10,000 tools without, with policy).
 pub async fn end_to_end(rounds: usize) -> anyhow::Result<(f64, f64, f64, f64)> {
-    let (big, big_port) = super::fast_http_server(9_999);
-    super::wait_port(big_port).await;
-    let port = super::free_port();
+    let (big, big_port) = super::harness::fast_http_server(9_999);
+    super::harness::wait_port(big_port).await;
+    let port = super::harness::free_port();
     let dir = std::env::temp_dir().join(format!(
         "toolgate-bench-policy-{}-{port}",
         std::process::id()
     ));
     std::fs::create_dir_all(&dir)?;
-    let exe = super::exe().display().to_string();
+    let exe = super::harness::exe().display().to_string();
     let servers = format!(
         "      - name: fast\n        command: [\"{exe}\", \"mcp-server\"]\n\
          \x20     - name: big\n        url: \"http://127.0.0.1:{big_port}/mcp\"\n        max_list_pages: 20\n"
@@ -312,28 +307,28 @@ pub async fn report(rounds: usize) -> anyhow::Result<()> {
     let (decision_ns, evaluate_ms, cached_us) = in_process()?;
     println!(
         "| policy, in process: one decision, 20 rules, all evaluated (InvokeTool before any ListTools of the snapshot) | {} µs | | |",
-        super::fmt(decision_ns / 1000.0, 2)
+        super::report::fmt(decision_ns / 1000.0, 2)
     );
     println!(
         "| policy, in process: a caller's view of 10,000 tools, first ListTools of a snapshot | {} ms | | |",
-        super::fmt(evaluate_ms, 2)
+        super::report::fmt(evaluate_ms, 2)
     );
     println!(
         "| policy, in process: the cached view (every later ListTools; InvokeTool's decision after one) | {} µs | | |",
-        super::fmt(cached_us, 2)
+        super::report::fmt(cached_us, 2)
     );
     let (invoke_none, invoke_policy, list_none, list_policy) = end_to_end(rounds).await?;
     println!(
         "| InvokeTool p50, fast stdio: 20-rule policy {} ms / none {} ms | {} ms added | | |",
-        super::fmt(invoke_policy, 3),
-        super::fmt(invoke_none, 3),
-        super::fmt(invoke_policy - invoke_none, 3)
+        super::report::fmt(invoke_policy, 3),
+        super::report::fmt(invoke_none, 3),
+        super::report::fmt(invoke_policy - invoke_none, 3)
     );
     println!(
         "| ListTools p50, 10,000 tools: 20-rule policy {} ms / none {} ms | {} | | |",
-        super::fmt(list_policy, 2),
-        super::fmt(list_none, 2),
-        super::fmt(list_policy / list_none, 2)
+        super::report::fmt(list_policy, 2),
+        super::report::fmt(list_none, 2),
+        super::report::fmt(list_policy / list_none, 2)
     );
     Ok(())
 }

@@ -18,9 +18,12 @@ const BOTH: &str = "20-rule policy + audit file";
 
 /// A gateway on the fast stdio server with the given top-level YAML and
 /// tenants `bench` (no policy) and `bench-policy` (the 20 rules).
-async fn gateway(dir: &std::path::Path, top: &str) -> anyhow::Result<(super::Proc, Client)> {
-    let port = super::free_port();
-    let exe = super::exe().display().to_string();
+async fn gateway(
+    dir: &std::path::Path,
+    top: &str,
+) -> anyhow::Result<(super::harness::Proc, Client)> {
+    let port = super::harness::free_port();
+    let exe = super::harness::exe().display().to_string();
     let servers = format!("      - name: fast\n        command: [\"{exe}\", \"mcp-server\"]\n");
     super::policy::two_tenant_gateway(dir, port, top, &servers, |listing| {
         !listing.servers.is_empty() && listing.servers.iter().all(|s| s.connected)
@@ -72,7 +75,7 @@ pub async fn report(rounds: usize, sequential: usize, duration: Duration) -> any
         ),
     )
     .await?;
-    let path = |name, client: &Client, token, gateway: &super::Proc| Path {
+    let path = |name, client: &Client, token, gateway: &super::harness::Proc| Path {
         name,
         call: invoke(client.clone(), token),
         gateway: gateway.pid(),
@@ -113,7 +116,7 @@ pub async fn report(rounds: usize, sequential: usize, duration: Duration) -> any
         )
     };
     let [none, policy, both] = [fig(&paths[0]), fig(&paths[1]), fig(&paths[2])];
-    let fmt = super::fmt;
+    let fmt = super::report::fmt;
     for (name, f) in [(POLICY, policy), (BOTH, both)] {
         println!(
             "| InvokeTool p50, fast stdio: {name} {} ms / none {} ms | {} ms added | | |",

@@ -51,13 +51,13 @@ impl Client {
         token: Option<&str>,
         duration: Duration,
     ) -> anyhow::Result<Client> {
-        let python = super::repo().join(".venv/bin/python");
+        let python = super::harness::repo().join(".venv/bin/python");
         anyhow::ensure!(
             python.is_file(),
             "Python client: {} is missing (tests/setup.sh creates the venv with grpcio)",
             python.display()
         );
-        let script = super::repo().join("bench/python/grpc_load.py");
+        let script = super::harness::repo().join("bench/python/grpc_load.py");
         let mut command = tokio::process::Command::new(&python);
         command
             .arg(&script)
@@ -176,13 +176,13 @@ impl Target {
 pub async fn report(rounds: usize, duration: Duration) -> anyhow::Result<()> {
     let duration = duration.max(MIN_RUN);
     // The floor.
-    let port = super::free_port();
-    let mut command = std::process::Command::new(super::exe());
+    let port = super::harness::free_port();
+    let mut command = std::process::Command::new(super::harness::exe());
     command.args(["echo-server", &port.to_string()]);
-    let echo = super::spawn(command);
-    super::wait_port(port).await;
-    let exe = super::exe().display().to_string();
-    let (gateway, gateway_port) = super::gateway(&format!(
+    let echo = super::harness::spawn(command);
+    super::harness::wait_port(port).await;
+    let exe = super::harness::exe().display().to_string();
+    let (gateway, gateway_port) = super::harness::gateway(&format!(
         "      - name: fast\n        command: [\"{exe}\", \"mcp-server\"]\n"
     ))
     .await;
@@ -226,23 +226,23 @@ pub async fn report(rounds: usize, duration: Duration) -> anyhow::Result<()> {
     let gateway_cpu = median(via.gateway_cpu_ms);
     println!(
         "| Python client (grpc.aio, {IN_FLIGHT} in flight): calls/s, {FLOOR_PATH} | {} | | |",
-        super::fmt(median(floor.rps), 0)
+        super::report::fmt(median(floor.rps), 0)
     );
     println!(
         "| Python client: calls/s, {GATEWAY_PATH} | {} | | |",
-        super::fmt(median(via.rps), 0)
+        super::report::fmt(median(via.rps), 0)
     );
     println!(
         "| Python client: CPU ms/call, echo server / gateway only / gateway + upstream | {} / {} / {} ms | | |",
-        super::fmt(floor_cpu, 3),
-        super::fmt(gateway_cpu, 3),
-        super::fmt(median(via.cpu_ms), 3)
+        super::report::fmt(floor_cpu, 3),
+        super::report::fmt(gateway_cpu, 3),
+        super::report::fmt(median(via.cpu_ms), 3)
     );
     let ratio = gateway_cpu / floor_cpu;
     println!(
         "| Python client: gateway CPU per call / bare tonic echo CPU per call | {} | ≤ 1.6 | {} |",
-        super::fmt(ratio, 2),
-        super::verdict(ratio <= 1.6)
+        super::report::fmt(ratio, 2),
+        super::report::verdict(ratio <= 1.6)
     );
     drop((echo, gateway));
     Ok(())
@@ -250,11 +250,13 @@ pub async fn report(rounds: usize, duration: Duration) -> anyhow::Result<()> {
 
 /// Waits until the bench tenant's servers are connected (at most 30 s).
 async fn wait_connected(port: u16) -> anyhow::Result<()> {
-    let mut client = super::grpc(port).await;
+    let mut client = super::harness::grpc(port).await;
     let started = std::time::Instant::now();
     loop {
         if let Ok(r) = client
-            .list_tools(super::authed(toolgate::pb::ListToolsRequest::default()))
+            .list_tools(super::harness::authed(
+                toolgate::pb::ListToolsRequest::default(),
+            ))
             .await
             && !r.get_ref().servers.is_empty()
             && r.get_ref().servers.iter().all(|s| s.connected)

@@ -127,8 +127,8 @@ fn config(
     dir: &std::path::Path,
     upstreams: &[u16],
 ) -> anyhow::Result<(std::path::PathBuf, u16, u16)> {
-    let port = super::free_port();
-    let metrics_port = super::free_port();
+    let port = super::harness::free_port();
+    let metrics_port = super::harness::free_port();
     let mut yaml = format!(
         "listen: \"127.0.0.1:{port}\"\nshutdown_delay: \"0s\"\nmetrics:\n  listen: \"127.0.0.1:{metrics_port}\"\n\
          sessions:\n  max_live: {MAX_LIVE}\ndefaults:\n  connect: lazy\ntenants:\n"
@@ -235,21 +235,16 @@ async fn run(duration: Duration) -> anyhow::Result<Figures> {
     let mut upstreams = Vec::new();
     let mut ports = Vec::new();
     for _ in 0..UPSTREAMS {
-        let (server, port) = super::fast_http_server(0);
-        super::wait_port(port).await;
+        let (server, port) = super::harness::fast_http_server(0);
+        super::harness::wait_port(port).await;
         upstreams.push(server);
         ports.push(port);
     }
     let (config, port, metrics_port) = config(&dir, &ports)?;
-    let mut command = std::process::Command::new(super::toolgate_exe());
-    command
-        .args(["serve", "--config"])
-        .arg(&config)
-        .env("RUST_LOG", "error");
-    let mut gateway = super::spawn(command);
-    super::wait_port(port).await;
-    super::wait_port(metrics_port).await;
-    let client = super::grpc(port).await;
+    let mut gateway = super::harness::spawn_gateway(&config);
+    super::harness::wait_port(port).await;
+    super::harness::wait_port(metrics_port).await;
+    let client = super::harness::grpc(port).await;
 
     let upstream_cpu = || -> f64 {
         upstreams
@@ -331,7 +326,7 @@ pub async fn report(duration: Duration) -> anyhow::Result<()> {
     );
     let mut f = run(duration).await?;
     f.latencies_ms.sort_by(f64::total_cmp);
-    let fmt = super::fmt;
+    let fmt = super::report::fmt;
     let scope = format!("large scale ({TENANTS} tenants, {ACTIVE} active, max_live {MAX_LIVE})");
     println!(
         "| {scope}: calls/s, {IN_FLIGHT} in flight, {}s | {} ({} calls) | | |",
@@ -391,7 +386,7 @@ pub async fn report(duration: Duration) -> anyhow::Result<()> {
     };
     println!(
         "| {scope}: failed calls | {failed}{detail} | 0 | {} |",
-        super::verdict(failed == 0)
+        super::report::verdict(failed == 0)
     );
     anyhow::ensure!(
         f.unexpected.is_empty(),

@@ -1,0 +1,85 @@
+//! The command line of `toolgate-bench`: what to measure, how long, and
+//! the internal servers it runs as its own child processes.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+/// The options of a benchmark run.
+#[derive(Debug, Parser)]
+#[command(about = "Benchmarks toolgate against its baselines; see docs/performance.md")]
+pub(crate) struct Args {
+    #[command(subcommand)]
+    pub(crate) command: Option<Cmd>,
+    /// Interleaved rounds; figures are medians over rounds.
+    #[arg(long, default_value_t = 3)]
+    pub(crate) rounds: usize,
+    /// Duration of each throughput run.
+    #[arg(long, default_value = "3s", value_parser = humantime::parse_duration)]
+    pub(crate) duration: Duration,
+    /// Calls of each sequential latency run.
+    #[arg(long, default_value_t = 1000)]
+    pub(crate) sequential: usize,
+    /// Skip mcpo (it needs bench/mcpo/setup.sh).
+    #[arg(long)]
+    pub(crate) skip_mcpo: bool,
+    /// Skip the many-tenant figures.
+    #[arg(long)]
+    pub(crate) skip_tenants: bool,
+    /// Only the per-tool policy figures (a 20-rule policy against none).
+    #[arg(long)]
+    pub(crate) only_policy: bool,
+    /// Only the ListTools figures (10,000 tools against the floor).
+    #[arg(long)]
+    pub(crate) only_listing: bool,
+    /// Only the fast stdio, http and https paths through the gateway.
+    #[arg(long)]
+    pub(crate) only_http: bool,
+    /// Only the many-tenant figures (memory), `--rounds` times.
+    #[arg(long)]
+    pub(crate) only_tenants: bool,
+    /// Skip the Python-client figure (grpc.aio, 16 in flight).
+    #[arg(long)]
+    pub(crate) skip_python: bool,
+    /// Only the Python-client figure.
+    #[arg(long)]
+    pub(crate) only_python: bool,
+    /// Skip the large-scale run (10,000 tenants, 2,000 active).
+    #[arg(long)]
+    pub(crate) skip_scale: bool,
+    /// Only the large-scale run.
+    #[arg(long)]
+    pub(crate) only_scale: bool,
+    /// Length of the large-scale run.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    pub(crate) scale_duration: Duration,
+    /// Skip the figure of a 20-rule policy and the audit trail together.
+    #[arg(long)]
+    pub(crate) skip_policy_audit: bool,
+    /// Only the figure of a 20-rule policy and the audit trail together.
+    #[arg(long)]
+    pub(crate) only_policy_audit: bool,
+}
+
+/// The internal servers the benchmark starts as child processes.
+#[derive(Debug, Subcommand)]
+pub(crate) enum Cmd {
+    /// (internal) the fast MCP server: stdio, or HTTP with --http PORT.
+    McpServer {
+        #[arg(long)]
+        http: Option<u16>,
+        #[arg(long, default_value_t = 0)]
+        tools: usize,
+        /// With --http: serve HTTPS with this directory's certificates.
+        #[arg(long)]
+        tls: Option<PathBuf>,
+    },
+    /// (internal) the bare tonic floor server.
+    EchoServer {
+        port: u16,
+        /// An encoded ListToolsResponse to answer ListTools with.
+        #[arg(long)]
+        list_file: Option<PathBuf>,
+    },
+}
