@@ -26,6 +26,7 @@ use tracing::Instrument;
 pub use bearer::Bearer;
 pub use error::UpstreamError;
 pub(crate) use handler::accept_with_defaults;
+pub(crate) use http::layer as http_layer;
 pub use stdio::Label;
 
 use crate::config::{Environment, Lifecycle, ServerConfig, Transport};
