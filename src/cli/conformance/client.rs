@@ -83,19 +83,11 @@ impl Client<'_> {
         for resource in resources {
             let uri = resource.uri.clone();
             tracing::info!(%uri, "resources/read");
-            let mut params = ReadResourceRequestParams::new(uri.clone());
-            let mut rounds = 0;
-            loop {
-                match peer.read_resource_once(params.clone()).await {
-                    Ok(ReadResourceResponse::Complete(_)) => break,
-                    Ok(ReadResourceResponse::InputRequired(input)) if rounds < MAX_INPUT_ROUNDS => {
-                        rounds += 1;
-                        (params.input_responses, params.request_state) = answer(input)?;
-                    }
-                    Ok(_) => bail!("resources/read {uri}: too many input_required rounds"),
-                    Err(e) => return Err(e).context(format!("resources/read {uri}")),
-                }
-            }
+            let params = ReadResourceRequestParams::new(uri.clone());
+            answering(&format!("resources/read {uri}"), params, |params| async {
+                peer.read_resource_once(params).await.map(Round::from)
+            })
+            .await?;
         }
         Ok(())
     }
@@ -109,20 +101,84 @@ impl Client<'_> {
             tracing::info!(%name, "prompts/get");
             let mut params = GetPromptRequestParams::new(name.clone());
             params.arguments = Some(JsonObject::new());
-            let mut rounds = 0;
-            loop {
-                match peer.get_prompt_once(params.clone()).await {
-                    Ok(GetPromptResponse::Complete(_)) => break,
-                    Ok(GetPromptResponse::InputRequired(input)) if rounds < MAX_INPUT_ROUNDS => {
-                        rounds += 1;
-                        (params.input_responses, params.request_state) = answer(input)?;
-                    }
-                    Ok(_) => bail!("prompts/get {name}: too many input_required rounds"),
-                    Err(e) => return Err(e).context(format!("prompts/get {name}")),
-                }
-            }
+            answering(&format!("prompts/get {name}"), params, |params| async {
+                peer.get_prompt_once(params).await.map(Round::from)
+            })
+            .await?;
         }
         Ok(())
+    }
+}
+
+/// What one round of a request (other than `tools/call`) came back with.
+enum Round {
+    /// The request completed.
+    Done,
+    /// The server asks for input first (SEP-2322).
+    Input(InputRequiredResult),
+    /// Anything else (a task).
+    Other,
+}
+
+impl From<ReadResourceResponse> for Round {
+    fn from(response: ReadResourceResponse) -> Self {
+        match response {
+            ReadResourceResponse::Complete(_) => Round::Done,
+            ReadResourceResponse::InputRequired(input) => Round::Input(input),
+            _ => Round::Other,
+        }
+    }
+}
+
+impl From<GetPromptResponse> for Round {
+    fn from(response: GetPromptResponse) -> Self {
+        match response {
+            GetPromptResponse::Complete(_) => Round::Done,
+            GetPromptResponse::InputRequired(input) => Round::Input(input),
+            _ => Round::Other,
+        }
+    }
+}
+
+/// The parameters of a request that can be answered `input_required`.
+trait Answerable: Clone {
+    /// Sets what the retry carries.
+    fn answered(&mut self, responses: Option<InputResponses>, state: Option<String>);
+}
+
+impl Answerable for ReadResourceRequestParams {
+    fn answered(&mut self, responses: Option<InputResponses>, state: Option<String>) {
+        (self.input_responses, self.request_state) = (responses, state);
+    }
+}
+
+impl Answerable for GetPromptRequestParams {
+    fn answered(&mut self, responses: Option<InputResponses>, state: Option<String>) {
+        (self.input_responses, self.request_state) = (responses, state);
+    }
+}
+
+/// Sends `params` with `send` until the request completes, answering at
+/// most [`MAX_INPUT_ROUNDS`] `input_required` rounds; `what` names the
+/// request in errors.
+async fn answering<P, F, Fut>(what: &str, mut params: P, send: F) -> anyhow::Result<()>
+where
+    P: Answerable,
+    F: Fn(P) -> Fut,
+    Fut: Future<Output = Result<Round, rmcp::ServiceError>>,
+{
+    let mut rounds = 0;
+    loop {
+        match send(params.clone()).await {
+            Ok(Round::Done) => return Ok(()),
+            Ok(Round::Input(input)) if rounds < MAX_INPUT_ROUNDS => {
+                rounds += 1;
+                let (responses, state) = answer(input)?;
+                params.answered(responses, state);
+            }
+            Ok(_) => bail!("{what}: too many input_required rounds"),
+            Err(e) => return Err(e).context(what.to_owned()),
+        }
     }
 }
 
