@@ -12,8 +12,9 @@
 //! scenario's flow completed. Logs go to stderr only.
 //!
 //! The session is the gateway's: its HTTP transport, lifecycle and tool
-//! listing ([`crate::upstream::connect_with`]) and [`Session::call`](crate::upstream::Session::call). The
-//! only additions are opt-in: elicitations are answered (accepted with the
+//! listing ([`crate::upstream::connect_with`]) and
+//! [`Session::call`](crate::upstream::Session::call). The only additions
+//! are opt-in: elicitations are answered (accepted with the
 //! schema's defaults), and in the stateless revision `input_required`
 //! results (SEP-2322) are answered and retried over the session's rmcp peer,
 //! which the gateway's own calls refuse.
