@@ -11,19 +11,19 @@ use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use futures::stream::BoxStream;
 use http::{HeaderName, HeaderValue};
 use rmcp::model::{ClientJsonRpcMessage, ClientRequest, JsonRpcMessage};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::{
-    SseError, StreamableHttpClient, StreamableHttpClientTransportConfig, StreamableHttpError,
-    StreamableHttpPostResponse, StreamableHttpResponseLimits,
+    StreamableHttpClientTransportConfig, StreamableHttpError,
 };
-use sse_stream::Sse;
 
+use self::layer::{Attempt, Body, Headers, HttpError, HttpLayer, Layered, Request};
 use super::{Bearer, UpstreamError, error};
 use crate::config::{Secret, TlsTrust};
 use crate::credentials::SharedRedactor;
+
+pub(crate) mod layer;
 
 /// Installs the process-wide TLS crypto provider (ring) once.
 fn ensure_crypto_provider() {
@@ -61,7 +61,7 @@ pub(super) fn transport(
     max_result_bytes: usize,
     redactor: &SharedRedactor,
     bearer: Option<Bearer>,
-) -> Result<StreamableHttpClientTransport<TraceHeaders>, UpstreamError> {
+) -> Result<StreamableHttpClientTransport<Layered<TraceHeaders>>, UpstreamError> {
     ensure_crypto_provider();
     let mut custom = HashMap::new();
     for (name, value) in headers {
@@ -80,15 +80,19 @@ pub(super) fn transport(
         // the supervisor then reconnects and re-reads the tool list (a
         // transparent re-initialisation would keep a stale catalog).
         .reinit_on_expired_session(false);
-    let client = TraceHeaders {
-        client: match tls {
-            None => shared_client()?,
-            Some(tls) => trusting_client(tls)?,
-        },
+    let client = match tls {
+        // Shared by every session with the same TLS trust.
+        None => shared_client()?,
+        Some(tls) => trusting_client(tls)?,
+    };
+    let layer = TraceHeaders {
         redactor: redactor.clone(),
         bearer,
     };
-    Ok(StreamableHttpClientTransport::with_client(client, config))
+    Ok(StreamableHttpClientTransport::with_client(
+        Layered::new(client, layer),
+        config,
+    ))
 }
 
 /// One HTTP client for every session of the process: its TLS roots,
@@ -181,13 +185,11 @@ pub(super) fn split_status(text: &str) -> Option<(u16, &str)> {
     Some((status, body))
 }
 
-/// A reqwest client that adds the trace-context headers of each
-/// `tools/call` request, and takes configured credentials (and the URL) out
-/// of the errors it hands to rmcp.
+/// The layer of a session's HTTP requests: it adds the trace-context
+/// headers of each `tools/call` request, and takes configured credentials
+/// (and the URL) out of the errors it hands to rmcp.
 #[derive(Clone, Debug)]
 pub(super) struct TraceHeaders {
-    /// Shared by every session with the same TLS trust.
-    client: Arc<reqwest::Client>,
     redactor: SharedRedactor,
     /// The session's OAuth token, sent as `Authorization: Bearer` with
     /// every request (read per request: a refreshed token applies at once).
@@ -208,10 +210,7 @@ impl TraceHeaders {
     /// `error` without upstream text that could carry a credential: an
     /// error body redacted and bounded, a reqwest error without its URL
     /// (whose query may hold a token).
-    fn clean(
-        &self,
-        error: StreamableHttpError<reqwest::Error>,
-    ) -> StreamableHttpError<reqwest::Error> {
+    fn clean(&self, error: HttpError) -> HttpError {
         match error {
             StreamableHttpError::UnexpectedServerResponse(text) => {
                 StreamableHttpError::UnexpectedServerResponse(Cow::Owned(
@@ -224,10 +223,7 @@ impl TraceHeaders {
     }
 }
 
-fn with_trace_headers(
-    message: &ClientJsonRpcMessage,
-    mut headers: HashMap<HeaderName, HeaderValue>,
-) -> HashMap<HeaderName, HeaderValue> {
+fn with_trace_headers(message: &ClientJsonRpcMessage, mut headers: Headers) -> Headers {
     if let JsonRpcMessage::Request(request) = message
         && let ClientRequest::CallToolRequest(call) = &request.request
         && let Some(meta) = &call.params.meta
@@ -244,98 +240,17 @@ fn with_trace_headers(
     headers
 }
 
-impl StreamableHttpClient for TraceHeaders {
-    type Error = reqwest::Error;
-
-    async fn post_message(
+impl HttpLayer for TraceHeaders {
+    async fn send<M: Body, T: Send>(
         &self,
-        uri: Arc<str>,
-        message: ClientJsonRpcMessage,
-        session_id: Option<Arc<str>>,
-        auth_header: Option<String>,
-        custom_headers: HashMap<HeaderName, HeaderValue>,
-    ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
-        let headers = with_trace_headers(&message, custom_headers);
-        self.client
-            .post_message(uri, message, session_id, self.auth(auth_header), headers)
-            .await
-            .map_err(|e| self.clean(e))
-    }
-
-    async fn post_message_with_response_limits(
-        &self,
-        uri: Arc<str>,
-        message: ClientJsonRpcMessage,
-        session_id: Option<Arc<str>>,
-        auth_header: Option<String>,
-        custom_headers: HashMap<HeaderName, HeaderValue>,
-        limits: StreamableHttpResponseLimits,
-    ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
-        let headers = with_trace_headers(&message, custom_headers);
-        self.client
-            .post_message_with_response_limits(
-                uri,
-                message,
-                session_id,
-                self.auth(auth_header),
-                headers,
-                limits,
-            )
-            .await
-            .map_err(|e| self.clean(e))
-    }
-
-    async fn delete_session(
-        &self,
-        uri: Arc<str>,
-        session_id: Arc<str>,
-        auth_header: Option<String>,
-        custom_headers: HashMap<HeaderName, HeaderValue>,
-    ) -> Result<(), StreamableHttpError<Self::Error>> {
-        self.client
-            .delete_session(uri, session_id, self.auth(auth_header), custom_headers)
-            .await
-            .map_err(|e| self.clean(e))
-    }
-
-    async fn get_stream(
-        &self,
-        uri: Arc<str>,
-        session_id: Option<Arc<str>>,
-        last_event_id: Option<String>,
-        auth_header: Option<String>,
-        custom_headers: HashMap<HeaderName, HeaderValue>,
-    ) -> Result<BoxStream<'static, Result<Sse, SseError>>, StreamableHttpError<Self::Error>> {
-        self.client
-            .get_stream(
-                uri,
-                session_id,
-                last_event_id,
-                self.auth(auth_header),
-                custom_headers,
-            )
-            .await
-            .map_err(|e| self.clean(e))
-    }
-
-    async fn get_stream_with_max_sse_event_size(
-        &self,
-        uri: Arc<str>,
-        session_id: Option<Arc<str>>,
-        last_event_id: Option<String>,
-        auth_header: Option<String>,
-        custom_headers: HashMap<HeaderName, HeaderValue>,
-        max_sse_event_size: usize,
-    ) -> Result<BoxStream<'static, Result<Sse, SseError>>, StreamableHttpError<Self::Error>> {
-        self.client
-            .get_stream_with_max_sse_event_size(
-                uri,
-                session_id,
-                last_event_id,
-                self.auth(auth_header),
-                custom_headers,
-                max_sse_event_size,
-            )
+        request: Request<'_, M>,
+        attempt: impl Attempt<M, T>,
+    ) -> Result<T, HttpError> {
+        let headers = match request.message.message() {
+            Some(message) => with_trace_headers(message, request.headers),
+            None => request.headers,
+        };
+        attempt(request.message, self.auth(request.auth_header), headers)
             .await
             .map_err(|e| self.clean(e))
     }

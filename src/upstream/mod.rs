@@ -26,6 +26,7 @@ use tracing::Instrument;
 pub use bearer::Bearer;
 pub use error::UpstreamError;
 pub(crate) use handler::accept_with_defaults;
+pub(crate) use http::layer as http_layer;
 pub use stdio::Label;
 
 use crate::config::{Environment, Lifecycle, ServerConfig, Transport};
@@ -127,28 +128,23 @@ pub(crate) async fn connect_with(
     redactor: &SharedRedactor,
     options: SessionOptions,
 ) -> Result<Connected, UpstreamError> {
+    let connecting = Connecting {
+        server,
+        label,
+        gateway_env,
+        max_result_bytes,
+        redactor,
+        options,
+    };
     let timeout = server.connect_timeout;
     // One deadline covers starting, the handshake and every page.
     let deadline = tokio::time::Instant::now() + timeout;
     let cancel = CancellationToken::new();
     let started = match server.lifecycle {
         Lifecycle::Initialize | Lifecycle::Discover => {
-            let mode = server.lifecycle;
-            tokio::time::timeout_at(
-                deadline,
-                start(
-                    server,
-                    label,
-                    gateway_env,
-                    &cancel,
-                    mode,
-                    max_result_bytes,
-                    &options,
-                    redactor,
-                ),
-            )
-            .await
-            .map_err(|_| UpstreamError::ConnectTimeout(timeout))?
+            connecting
+                .start_by(deadline, &cancel, server.lifecycle)
+                .await?
         }
         Lifecycle::Auto => {
             // Try the 2026 lifecycle briefly; on any failure start over on a
@@ -159,31 +155,12 @@ pub(crate) async fn connect_with(
             let probe_cancel = CancellationToken::new();
             let probe = tokio::time::timeout_at(
                 probe_deadline,
-                start(
-                    server,
-                    label,
-                    gateway_env,
-                    &probe_cancel,
-                    Lifecycle::Discover,
-                    max_result_bytes,
-                    &options,
-                    redactor,
-                ),
+                connecting.start(&probe_cancel, Lifecycle::Discover),
             )
             .await;
             match probe {
                 Ok(Ok(started)) => {
-                    return finish_connect(
-                        server,
-                        label,
-                        started,
-                        deadline,
-                        timeout,
-                        probe_cancel,
-                        redactor,
-                        options.bearer,
-                    )
-                    .await;
+                    return connecting.finish(started, deadline, probe_cancel).await;
                 }
                 // No token: the other lifecycle would not get one either.
                 Ok(Err(error)) if error.is_credential_failure() => return Err(error),
@@ -196,186 +173,198 @@ pub(crate) async fn connect_with(
                     tracing::debug!(tenant = %label.tenant, server = %label.server, "server/discover timed out; falling back to initialize");
                 }
             }
-            tokio::time::timeout_at(
-                deadline,
-                start(
-                    server,
-                    label,
-                    gateway_env,
-                    &cancel,
-                    Lifecycle::Initialize,
-                    max_result_bytes,
-                    &options,
-                    redactor,
-                ),
-            )
-            .await
-            .map_err(|_| UpstreamError::ConnectTimeout(timeout))?
+            connecting
+                .start_by(deadline, &cancel, Lifecycle::Initialize)
+                .await?
         }
     };
-    finish_connect(
-        server,
-        label,
-        started?,
-        deadline,
-        timeout,
-        cancel,
-        redactor,
-        options.bearer,
-    )
-    .await
+    connecting.finish(started?, deadline, cancel).await
 }
 
 /// How long `lifecycle: auto` tries `server/discover` at most.
 const AUTO_PROBE: Duration = Duration::from_secs(5);
 
-/// Lists the tools of a started session and hands the session out.
-#[expect(
-    clippy::too_many_arguments,
-    reason = "the connect context, passed through from `connect_with`"
-)]
-async fn finish_connect(
-    server: &ServerConfig,
-    label: &Label,
-    (service, group): (Service, Option<stdio::Group>),
-    deadline: tokio::time::Instant,
-    timeout: Duration,
-    cancel: CancellationToken,
-    redactor: &SharedRedactor,
-    bearer: Option<Bearer>,
-) -> Result<Connected, UpstreamError> {
-    let listed = tokio::time::timeout_at(
-        deadline,
-        list_all_tools(service.peer(), server.max_list_pages, redactor),
-    )
-    .await
-    .map_err(|_| UpstreamError::ConnectTimeout(timeout));
-    let tools = match listed {
-        Ok(Ok(tools)) => tools,
-        Ok(Err(e)) | Err(e) => {
-            let mut service = service;
-            let _ = service.close_with_timeout(CLOSE_TIMEOUT).await;
-            // The child of a failed connect is stopped too, in the
-            // background: the connect fails at once.
-            if let Some(group) = group {
-                tokio::spawn(group.stop());
-            }
-            return Err(e);
-        }
-    };
-    let peer = service.peer().clone();
-    let client = service.service().clone();
-    let pid = group.as_ref().map(stdio::Group::pid);
-    let (end_tx, end) = watch::channel(End::Running);
-    // Every end of the session passes here (closed, evicted, replaced,
-    // dropped, the server exited or crashed): once the service loop is
-    // over, the session is reported ended at once (calls in flight fail
-    // now, the supervisor may reconnect), then a stdio server's whole
-    // process group is stopped, and only then is the session closed.
-    tokio::spawn(async move {
-        let _ = service.waiting().await;
-        let _ = end_tx.send(End::Ended);
-        if let Some(group) = group {
-            group.stop().await;
-        }
-        let _ = end_tx.send(End::Closed);
-    });
-    Ok(Connected {
-        session: Arc::new(Session {
-            peer,
-            client,
-            label: label.clone(),
-            cancel,
-            end,
-            pid,
-            redactor: redactor.clone(),
-            redact_results: server.redact_results,
-            bearer,
-        }),
-        tools,
-    })
-}
-
 type Service = RunningService<RoleClient, handler::GatewayClient>;
 
-#[expect(
-    clippy::too_many_arguments,
-    reason = "the connect context, passed through from `connect_with`"
-)]
-async fn start(
-    server: &ServerConfig,
-    label: &Label,
-    gateway_env: &dyn Environment,
-    cancel: &CancellationToken,
-    lifecycle: Lifecycle,
+/// A started session, and a stdio server's process group.
+type Started = (Service, Option<stdio::Group>);
+
+/// The context of one connect, passed from [`connect_with`] to each start
+/// and to listing the tools.
+struct Connecting<'a> {
+    server: &'a ServerConfig,
+    label: &'a Label,
+    gateway_env: &'a dyn Environment,
     max_result_bytes: usize,
-    options: &SessionOptions,
-    redactor: &SharedRedactor,
-) -> Result<(Service, Option<stdio::Group>), UpstreamError> {
-    let url = match &server.transport {
-        Transport::Http { url, .. } => Some(url.as_str()),
-        Transport::Stdio { .. } => None,
-    };
-    let handshake = |e: rmcp::service::ClientInitializeError| {
-        UpstreamError::Handshake(describe_init_error(&e, url, &redactor.load()))
-    };
-    match &server.transport {
-        Transport::Stdio { command, cwd, env } => {
-            let (transport, group) = stdio::spawn(
-                command,
-                cwd.as_deref(),
-                env,
-                gateway_env,
-                label,
-                max_result_bytes,
-                redactor,
-            )?;
-            match serve(transport, lifecycle, cancel, options).await {
-                Ok(service) => Ok((service, Some(group))),
-                Err(e) => {
-                    // The child of a failed handshake is stopped in the
-                    // background (an abandoned start drops its group,
-                    // which does the same).
+    redactor: &'a SharedRedactor,
+    options: SessionOptions,
+}
+
+impl Connecting<'_> {
+    /// [`Self::start`] with `lifecycle`, bounded by the connect `deadline`.
+    ///
+    /// # Errors
+    /// [`UpstreamError::ConnectTimeout`] when the deadline passes first (the
+    /// start's own result, `Ok` or `Err`, otherwise).
+    async fn start_by(
+        &self,
+        deadline: tokio::time::Instant,
+        cancel: &CancellationToken,
+        lifecycle: Lifecycle,
+    ) -> Result<Result<Started, UpstreamError>, UpstreamError> {
+        tokio::time::timeout_at(deadline, self.start(cancel, lifecycle))
+            .await
+            .map_err(|_| UpstreamError::ConnectTimeout(self.server.connect_timeout))
+    }
+
+    /// Lists the tools of a started session and hands the session out.
+    async fn finish(
+        self,
+        (service, group): Started,
+        deadline: tokio::time::Instant,
+        cancel: CancellationToken,
+    ) -> Result<Connected, UpstreamError> {
+        let Self {
+            server,
+            label,
+            redactor,
+            options: SessionOptions { bearer, .. },
+            ..
+        } = self;
+        let timeout = server.connect_timeout;
+        let listed = tokio::time::timeout_at(
+            deadline,
+            list_all_tools(service.peer(), server.max_list_pages, redactor),
+        )
+        .await
+        .map_err(|_| UpstreamError::ConnectTimeout(timeout));
+        let tools = match listed {
+            Ok(Ok(tools)) => tools,
+            Ok(Err(e)) | Err(e) => {
+                let mut service = service;
+                let _ = service.close_with_timeout(CLOSE_TIMEOUT).await;
+                // The child of a failed connect is stopped too, in the
+                // background: the connect fails at once.
+                if let Some(group) = group {
                     tokio::spawn(group.stop());
-                    Err(handshake(e))
                 }
+                return Err(e);
             }
-        }
-        Transport::Http { url, headers, tls } => {
-            let Some(bearer) = &options.bearer else {
-                let transport =
-                    http::transport(url, headers, tls.as_ref(), max_result_bytes, redactor, None)?;
-                let service = serve(transport, lifecycle, cancel, options)
-                    .await
-                    .map_err(handshake)?;
-                return Ok((service, None));
-            };
-            // With OAuth: a token first; a refused one is renewed once (a
-            // refresh, or step-up to the scopes the challenge names).
-            bearer.refresh().await?;
-            let mut renewed = false;
-            loop {
-                let transport = http::transport(
-                    url,
-                    headers,
-                    tls.as_ref(),
+        };
+        let peer = service.peer().clone();
+        let client = service.service().clone();
+        let pid = group.as_ref().map(stdio::Group::pid);
+        let (end_tx, end) = watch::channel(End::Running);
+        // Every end of the session passes here (closed, evicted, replaced,
+        // dropped, the server exited or crashed): once the service loop is
+        // over, the session is reported ended at once (calls in flight fail
+        // now, the supervisor may reconnect), then a stdio server's whole
+        // process group is stopped, and only then is the session closed.
+        tokio::spawn(async move {
+            let _ = service.waiting().await;
+            let _ = end_tx.send(End::Ended);
+            if let Some(group) = group {
+                group.stop().await;
+            }
+            let _ = end_tx.send(End::Closed);
+        });
+        Ok(Connected {
+            session: Arc::new(Session {
+                peer,
+                client,
+                label: label.clone(),
+                cancel,
+                end,
+                pid,
+                redactor: redactor.clone(),
+                redact_results: server.redact_results,
+                bearer,
+            }),
+            tools,
+        })
+    }
+
+    /// Starts the transport and runs the lifecycle.
+    async fn start(
+        &self,
+        cancel: &CancellationToken,
+        lifecycle: Lifecycle,
+    ) -> Result<Started, UpstreamError> {
+        let Self {
+            server,
+            label,
+            gateway_env,
+            max_result_bytes,
+            redactor,
+            ref options,
+        } = *self;
+        let url = match &server.transport {
+            Transport::Http { url, .. } => Some(url.as_str()),
+            Transport::Stdio { .. } => None,
+        };
+        let handshake = |e: rmcp::service::ClientInitializeError| {
+            UpstreamError::Handshake(describe_init_error(&e, url, &redactor.load()))
+        };
+        match &server.transport {
+            Transport::Stdio { command, cwd, env } => {
+                let (transport, group) = stdio::spawn(
+                    command,
+                    cwd.as_deref(),
+                    env,
+                    gateway_env,
+                    label,
                     max_result_bytes,
                     redactor,
-                    Some(bearer.clone()),
                 )?;
                 match serve(transport, lifecycle, cancel, options).await {
-                    Ok(service) => return Ok((service, None)),
-                    Err(e) if e.auth_challenge().is_some() || e.is_authorization_required() => {
-                        let challenge = e.auth_challenge().map(str::to_owned);
-                        if renewed {
-                            return Err(UpstreamError::AuthRejected {
-                                challenge: challenge.map(|c| redactor.load().upstream_text(&c)),
-                            });
-                        }
-                        renewed = true;
-                        bearer.refused(challenge.as_deref()).await?;
+                    Ok(service) => Ok((service, Some(group))),
+                    Err(e) => {
+                        // The child of a failed handshake is stopped in the
+                        // background (an abandoned start drops its group,
+                        // which does the same).
+                        tokio::spawn(group.stop());
+                        Err(handshake(e))
                     }
-                    Err(e) => return Err(handshake(e)),
+                }
+            }
+            Transport::Http { url, headers, tls } => {
+                let transport = |bearer| {
+                    http::transport(
+                        url,
+                        headers,
+                        tls.as_ref(),
+                        max_result_bytes,
+                        redactor,
+                        bearer,
+                    )
+                };
+                let Some(bearer) = &options.bearer else {
+                    let transport = transport(None)?;
+                    let service = serve(transport, lifecycle, cancel, options)
+                        .await
+                        .map_err(handshake)?;
+                    return Ok((service, None));
+                };
+                // With OAuth: a token first; a refused one is renewed once (a
+                // refresh, or step-up to the scopes the challenge names).
+                bearer.refresh().await?;
+                let mut renewed = false;
+                loop {
+                    let transport = transport(Some(bearer.clone()))?;
+                    match serve(transport, lifecycle, cancel, options).await {
+                        Ok(service) => return Ok((service, None)),
+                        Err(e) if e.auth_challenge().is_some() || e.is_authorization_required() => {
+                            let challenge = e.auth_challenge().map(str::to_owned);
+                            if renewed {
+                                return Err(UpstreamError::AuthRejected {
+                                    challenge: challenge.map(|c| redactor.load().upstream_text(&c)),
+                                });
+                            }
+                            renewed = true;
+                            bearer.refused(challenge.as_deref()).await?;
+                        }
+                        Err(e) => return Err(handshake(e)),
+                    }
                 }
             }
         }
@@ -492,6 +481,16 @@ async fn list_all_tools(
     Err(UpstreamError::TooManyPages(max_pages))
 }
 
+/// What [`Session::call`] was asked, for each of its requests.
+#[derive(Clone)]
+struct OneCall<'a> {
+    tool: &'a str,
+    arguments: JsonObject,
+    timeout: Duration,
+    inherited_trace: Vec<(String, String)>,
+    progress: Option<tokio::sync::mpsc::Sender<ProgressNotificationParam>>,
+}
+
 impl Session {
     /// Calls `tool` with `arguments`, waiting at most `timeout`; the trace
     /// context of the call's span goes upstream (or `inherited_trace`, the
@@ -510,42 +509,37 @@ impl Session {
         inherited_trace: Vec<(String, String)>,
         progress: Option<tokio::sync::mpsc::Sender<ProgressNotificationParam>>,
     ) -> Result<CallToolResult, UpstreamError> {
+        let call = OneCall {
+            tool,
+            arguments,
+            timeout,
+            inherited_trace,
+            progress,
+        };
         let Some(bearer) = &self.bearer else {
-            return self
-                .call_once(tool, arguments, timeout, inherited_trace, progress)
-                .await;
+            return self.call_once(call).await;
         };
         // A fresh token before the call; a refused one (the request did
         // not run) is renewed once and the call resent.
         bearer.refresh().await?;
-        let first = self
-            .call_once(
-                tool,
-                arguments.clone(),
-                timeout,
-                inherited_trace.clone(),
-                progress.clone(),
-            )
-            .await;
-        match first {
+        match self.call_once(call.clone()).await {
             Err(UpstreamError::AuthRejected { challenge }) => {
                 bearer.refused(challenge.as_deref()).await?;
-                self.call_once(tool, arguments, timeout, inherited_trace, progress)
-                    .await
+                self.call_once(call).await
             }
             other => other,
         }
     }
 
     /// One `tools/call` request with the current credentials.
-    async fn call_once(
-        &self,
-        tool: &str,
-        arguments: JsonObject,
-        timeout: Duration,
-        inherited_trace: Vec<(String, String)>,
-        progress: Option<tokio::sync::mpsc::Sender<ProgressNotificationParam>>,
-    ) -> Result<CallToolResult, UpstreamError> {
+    async fn call_once(&self, call: OneCall<'_>) -> Result<CallToolResult, UpstreamError> {
+        let OneCall {
+            tool,
+            arguments,
+            timeout,
+            inherited_trace,
+            progress,
+        } = call;
         if self.is_ended() {
             return Err(UpstreamError::Closed);
         }

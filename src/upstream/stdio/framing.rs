@@ -9,6 +9,15 @@
 //! [`UpstreamError::TooLarge`](crate::upstream::UpstreamError::TooLarge)
 //! at once. The session carries on. When the id cannot be recovered the
 //! session ends instead (a reconnect follows), so no call waits in vain.
+//!
+//! The kept start is read by serde_json's own reader (a visitor that notes
+//! each top-level key before its value and skips the rest), stopping with
+//! its error where the prefix was cut: no hand-written JSON scanning. Being
+//! a validating reader it also stops at the first thing that is not JSON
+//! (e.g. `NaN`, a bad escape) and sees escaped keys as what they spell: a
+//! line broken before its `result` or `method` key is not recognised (the
+//! session ends), where a byte scanner would have read on. The end of an
+//! oversized line is read by serde_json too ([`id_from_tail`]).
 
 use std::io;
 use std::sync::{Arc, LazyLock};
@@ -18,6 +27,7 @@ use rmcp::model::{
     ClientJsonRpcMessage, ErrorCode, ErrorData, JsonRpcMessage, RequestId, ServerJsonRpcMessage,
 };
 use rmcp::transport::Transport;
+use serde::de::{IgnoredAny, MapAccess, Visitor};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
@@ -308,96 +318,47 @@ struct HeadScan {
 }
 
 /// Reads the top-level keys of a JSON object's beginning (possibly cut
-/// anywhere), tracking strings and nesting.
+/// anywhere) with serde_json's own reader: every member's key is noted
+/// before its value is read, and values not wanted are skipped whole
+/// ([`IgnoredAny`]). Where the prefix ends (or anything that is not JSON
+/// comes) the reader fails, which only ends the scan: what was seen stays.
 fn scan_head(head: &[u8]) -> HeadScan {
-    let mut scan = HeadScan::default();
     let head = head.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(head);
-    let Some(open) = head.iter().position(|b| !b.is_ascii_whitespace()) else {
-        return scan;
-    };
-    if head[open] != b'{' {
-        return scan;
-    }
-    let mut i = open + 1;
-    let mut depth = 1usize;
-    let mut expect_key = true;
-    let mut in_string = false;
-    let mut escaped = false;
-    while i < head.len() {
-        let b = head[i];
-        if in_string {
-            if escaped {
-                escaped = false;
-            } else if b == b'\\' {
-                escaped = true;
-            } else if b == b'"' {
-                in_string = false;
-            }
-            i += 1;
-            continue;
-        }
-        if depth == 1 && expect_key && b == b'"' {
-            let Some(len) = string_len(&head[i + 1..]) else {
-                break;
-            };
-            let key = &head[i + 1..i + 1 + len];
-            i += len + 2;
-            while i < head.len() && (head[i].is_ascii_whitespace() || head[i] == b':') {
-                i += 1;
-            }
-            match key {
-                b"id" => scan.id = leading_id(&head[i.min(head.len())..]),
-                b"result" | b"error" => scan.response = true,
-                b"method" => scan.method = true,
-                _ => {}
-            }
-            expect_key = false;
-            continue;
-        }
-        match b {
-            b'"' => in_string = true,
-            b'{' | b'[' => depth += 1,
-            b'}' | b']' => {
-                depth -= 1;
-                if depth == 0 {
-                    break;
-                }
-            }
-            b',' if depth == 1 => expect_key = true,
-            _ => {}
-        }
-        i += 1;
-    }
+    let mut scan = HeadScan::default();
+    let mut reader = serde_json::Deserializer::from_slice(head);
+    // The error is where the prefix was cut: expected.
+    let _ = serde::Deserializer::deserialize_map(&mut reader, HeadVisitor(&mut scan));
     scan
 }
 
-/// Length of the string body before its closing quote (`text` starts after
-/// the opening quote); `None` when the text ends first.
-fn string_len(text: &[u8]) -> Option<usize> {
-    let mut escaped = false;
-    for (i, &b) in text.iter().enumerate() {
-        if escaped {
-            escaped = false;
-        } else if b == b'\\' {
-            escaped = true;
-        } else if b == b'"' {
-            return Some(i);
-        }
-    }
-    None
-}
+/// Notes in its [`HeadScan`] the top-level members of an object as they
+/// are read.
+struct HeadVisitor<'a>(&'a mut HeadScan);
 
-/// The id value at the start of `text` (a number or a string).
-fn leading_id(text: &[u8]) -> Option<RequestId> {
-    let end = match text.first()? {
-        b'"' => string_len(&text[1..])? + 2,
-        b'-' | b'0'..=b'9' => text
-            .iter()
-            .position(|b| !matches!(b, b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9'))
-            .unwrap_or(text.len()),
-        _ => return None,
-    };
-    serde_json::from_slice(&text[..end]).ok()
+impl<'de> Visitor<'de> for HeadVisitor<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON-RPC message")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut members: A) -> Result<(), A::Error> {
+        while let Some(key) = members.next_key::<String>()? {
+            match key.as_str() {
+                // A number or a string; anything else is no id.
+                "id" => {
+                    let value = members.next_value::<serde_json::Value>()?;
+                    self.0.id = serde_json::from_value(value).ok();
+                    continue;
+                }
+                "result" | "error" => self.0.response = true,
+                "method" => self.0.method = true,
+                _ => {}
+            }
+            members.next_value::<IgnoredAny>()?;
+        }
+        Ok(())
+    }
 }
 
 /// The top-level `id` of a JSON object from its last bytes: the members
@@ -576,6 +537,23 @@ mod tests {
             oversized(head, tail),
             Oversized::Response(RequestId::String("req-1".into()))
         );
+    }
+
+    #[test]
+    fn a_start_cut_anywhere_keeps_what_was_read() {
+        // Cut inside a key: that key was not seen.
+        let head = br#"{"jsonrpc":"2.0","id":5,"res"#;
+        assert_eq!(oversized(head, b""), Oversized::Unknown);
+        // Cut right after the key: a response, its id already read.
+        let head = br#"{"jsonrpc":"2.0","id":5,"result":"#;
+        assert_eq!(oversized(head, b""), Oversized::Response(id(5)));
+        // Brackets and quotes inside a top-level string, an escaped key,
+        // and an id that is no id (null) followed by the real one.
+        let head = br#"{"x":"}]{\"","id":null,"\u0069d":6,"error":{"code":"#;
+        assert_eq!(oversized(head, b""), Oversized::Response(id(6)));
+        // Not JSON before the `result` key: the reading stops there.
+        let head = br#"{"id":3,"x":NaN,"result":{"#;
+        assert_eq!(oversized(head, b"xxxx"), Oversized::Unknown);
     }
 
     #[test]
