@@ -474,12 +474,33 @@ struct Stages<'a> {
 /// Steps 1 to 4 of the shutdown (see [`run`]): NOT_SERVING, the delay, the
 /// drain within the grace, cancelling what is left; then the listener
 /// closes and `server` gets [`ABORT_FLUSH`] to finish.
+///
+/// `server` is polled the whole time: it is the server's accept loop, so
+/// health checks and new calls on new connections are answered through
+/// the delay and the drain (NOT_SERVING, then DRAINING) rather than left
+/// unanswered.
 async fn drain_in_stages(
     config: &Config,
     shutdown: &Shutdown,
     stages: Stages<'_>,
-    server: std::pin::Pin<&mut impl Future<Output = Result<(), tonic::transport::Error>>>,
+    mut server: std::pin::Pin<&mut impl Future<Output = Result<(), tonic::transport::Error>>>,
 ) -> Result<(), tonic::transport::Error> {
+    let stages = run_stages(config, shutdown, stages);
+    tokio::pin!(stages);
+    let ended_first = tokio::select! {
+        result = server.as_mut() => Some(result),
+        () = &mut stages => None,
+    };
+    match ended_first {
+        Some(result) => result,
+        None => tokio::time::timeout(ABORT_FLUSH, server)
+            .await
+            .unwrap_or(Ok(())),
+    }
+}
+
+/// The stages themselves, ending with the listener told to stop.
+async fn run_stages(config: &Config, shutdown: &Shutdown, stages: Stages<'_>) {
     let Stages {
         health,
         drain,
@@ -516,9 +537,6 @@ async fn drain_in_stages(
     }
     // Stop the listener and send GOAWAY on every connection.
     stop_accepting.cancel();
-    tokio::time::timeout(ABORT_FLUSH, server)
-        .await
-        .unwrap_or(Ok(()))
 }
 
 /// What runs beside the gRPC server, each stopped by its token.

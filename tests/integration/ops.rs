@@ -12,7 +12,9 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
 use opentelemetry_proto::tonic::trace::v1::Span;
+use tonic::transport::Channel;
 use toolgate::pb;
+use toolgate::pb::tool_gateway_client::ToolGatewayClient;
 
 use crate::common::*;
 
@@ -342,47 +344,226 @@ async fn traces_continue_the_callers_trace_and_go_upstream() {
     );
 }
 
-#[tokio::test]
-async fn a_second_signal_ends_the_drain_and_logs_are_json() {
-    let dir = tempfile::tempdir().unwrap();
+/// A gateway serving the real binary with two servers: server-everything
+/// over stdio (its children must not outlive the gateway) and an
+/// in-process server over HTTP whose `slow` tool is not idempotent and
+/// runs until cancelled.
+async fn gateway_to_drain(
+    dir: &std::path::Path,
+    settings: &str,
+    log_format: &str,
+) -> (ChildGuard, u16, McpServer, std::path::PathBuf) {
+    let slow = serve_mcp(TestServer::new(&["slow", "echo"])).await;
     let port = free_port();
-    let config = dir.path().join("toolgate.yaml");
+    let config = dir.join("toolgate.yaml");
     std::fs::write(
         &config,
         format!(
-            "listen: \"127.0.0.1:{port}\"\nshutdown_delay: \"100ms\"\nshutdown_grace: \"60s\"\ntenants:\n  - name: acme\n    tokens: [{TOKEN}]\n    servers:\n      - name: everything\n        command: [\"{}\", \"{}\", \"stdio\"]\n",
+            "listen: \"127.0.0.1:{port}\"\n{settings}tenants:\n  - name: acme\n    tokens: [{TOKEN}]\n    servers:\n      - name: everything\n        command: [\"{}\", \"{}\", \"stdio\"]\n      - name: http\n        url: \"{}\"\n",
             node().display(),
-            everything_js().display()
+            everything_js().display(),
+            slow.url
         ),
     )
     .unwrap();
-    let log_path = dir.path().join("gateway.log");
-    let mut gateway = ChildGuard(
+    let log_path = dir.join("gateway.log");
+    let gateway = ChildGuard(
         Command::new(toolgate_bin())
-            .args(["serve", "--log-format", "json", "--config"])
+            .args(["serve", "--log-format", log_format, "--config"])
             .arg(&config)
+            .env("RUST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log_path).unwrap())
             .spawn()
             .unwrap(),
     );
-    let pid = gateway.0.id();
     wait_for_port(port).await;
+    (gateway, port, slow, log_path)
+}
+
+/// Starts the `slow` call and returns once the server has it.
+async fn slow_call_in_flight(
+    port: u16,
+    server: &McpServer,
+) -> tokio::task::JoinHandle<Result<pb::InvokeToolResponse, tonic::Status>> {
     let mut client = client_at(port).await;
-    assert!(list(&mut client, TOKEN).await.servers[0].connected);
+    let started = server.log.slow_started.notified();
+    let call = tokio::spawn(async move { invoke(&mut client, TOKEN, "http__slow", "{}").await });
+    tokio::time::timeout(Duration::from_secs(10), started)
+        .await
+        .expect("the slow call reaches the server");
+    call
+}
+
+/// Asks `ops_probe.py health` (Python grpcio-health-checking) until it
+/// answers `want`, at most `limit`.
+async fn health_becomes(port: u16, want: &str, limit: Duration) {
+    let addr = format!("127.0.0.1:{port}");
+    let started = Instant::now();
+    loop {
+        let (_, answer) = ops_probe(&["health", "--addr", &addr]).await;
+        if answer["status"] == want {
+            return;
+        }
+        assert!(
+            started.elapsed() < limit,
+            "health is {answer} after {limit:?}, not {want}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Invokes `http__echo` until the gateway refuses it with `DRAINING`
+/// (bounded): the drain stage has begun. Every answer before must be a
+/// served call.
+async fn calls_until_draining(client: &mut ToolGatewayClient<Channel>, limit: Duration) {
+    let started = Instant::now();
+    loop {
+        match invoke(client, TOKEN, "http__echo", r#"{"text":"still here"}"#).await {
+            Ok(answer) => assert_eq!(answer.text, "still here"),
+            Err(status) => {
+                assert_eq!(
+                    (status.code(), reason(&status).as_str()),
+                    (tonic::Code::Unavailable, "DRAINING"),
+                    "a new call during the drain: {status:?}"
+                );
+                return;
+            }
+        }
+        assert!(started.elapsed() < limit, "no DRAINING within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn shutdown_stages_not_serving_then_draining_then_the_grace_ends_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut gateway, port, slow, _log) = gateway_to_drain(
+        dir.path(),
+        "shutdown_delay: \"4s\"\nshutdown_grace: \"2s\"\n",
+        "text",
+    )
+    .await;
+    let pid = gateway.0.id();
+    let mut client = client_at(port).await;
+    let listing = list(&mut client, TOKEN).await;
+    assert!(listing.servers.iter().all(|s| s.connected), "{listing:?}");
+    assert_eq!(listing.servers.len(), 2);
+    health_becomes(port, "SERVING", Duration::from_secs(10)).await;
+    let mut watch = client
+        .watch_tools(authed(TOKEN, pb::WatchToolsRequest::default()))
+        .await
+        .unwrap()
+        .into_inner();
+    let first = tokio::time::timeout(Duration::from_secs(10), watch.message())
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("the first catalog");
+    assert!(names(&first).contains(&"http__slow".to_owned()));
+    let in_flight = slow_call_in_flight(port, &slow).await;
+
+    let signalled = Instant::now();
+    signal(pid, "TERM");
+    // Stage 1 and 2: NOT_SERVING at once, while calls are still served for
+    // the shutdown delay.
+    health_becomes(port, "NOT_SERVING", Duration::from_secs(3)).await;
+    let served = invoke(
+        &mut client,
+        TOKEN,
+        "http__echo",
+        r#"{"text":"in the delay"}"#,
+    )
+    .await;
+    assert!(
+        signalled.elapsed() < Duration::from_secs(4),
+        "the checks of the delay took longer than the delay itself"
+    );
+    assert_eq!(
+        served.expect("a call during the delay is served").text,
+        "in the delay"
+    );
+    // Stage 3: new calls are refused with DRAINING, no sooner than the delay.
+    calls_until_draining(&mut client, Duration::from_secs(15)).await;
+    assert!(
+        signalled.elapsed() >= Duration::from_secs(4),
+        "DRAINING came before shutdown_delay ran out: {:?}",
+        signalled.elapsed()
+    );
+    // Watches end with DRAINING, so watchers move to another replica.
+    let ended = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match watch.message().await {
+                Ok(Some(_)) => continue,
+                Ok(None) => panic!("the watch ended without a status"),
+                Err(status) => return status,
+            }
+        }
+    })
+    .await
+    .expect("the watch ends in the drain");
+    assert_eq!(
+        (ended.code(), reason(&ended).as_str()),
+        (tonic::Code::Unavailable, "DRAINING"),
+        "{ended:?}"
+    );
+    // Health stays NOT_SERVING through the drain.
+    health_becomes(port, "NOT_SERVING", Duration::from_secs(1)).await;
+    // Stage 4: the grace runs out; the call still running was sent and is
+    // not idempotent, so its outcome is unknown.
+    let cut = tokio::time::timeout(Duration::from_secs(15), in_flight)
+        .await
+        .expect("the in-flight call is answered when the grace ends")
+        .unwrap()
+        .expect_err("the in-flight call is cut off");
+    assert_eq!(
+        (cut.code(), reason(&cut).as_str()),
+        (tonic::Code::Unknown, "SHUTTING_DOWN"),
+        "{cut:?}"
+    );
+    tokio::time::timeout(Duration::from_secs(5), slow.log.cancel_arrived.notified())
+        .await
+        .expect("the server is told the call is cancelled");
+    let status = wait_exit(&mut gateway.0, Duration::from_secs(20)).await;
+    assert_eq!(status.code(), Some(0));
+}
+
+#[tokio::test]
+async fn a_second_signal_ends_the_drain_and_logs_are_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut gateway, port, slow, log_path) = gateway_to_drain(
+        dir.path(),
+        "shutdown_delay: \"100ms\"\nshutdown_grace: \"60s\"\n",
+        "json",
+    )
+    .await;
+    let pid = gateway.0.id();
+    let mut client = client_at(port).await;
+    let listing = list(&mut client, TOKEN).await;
+    assert!(listing.servers.iter().all(|s| s.connected), "{listing:?}");
     let children = children_of(pid);
-    let long = tokio::spawn(async move {
+    assert!(!children.is_empty(), "server-everything runs as a child");
+    // Two calls in flight: one not idempotent (`slow`), one that is
+    // (server-everything annotates its long-running operation
+    // `idempotentHint: true`).
+    let not_idempotent = slow_call_in_flight(port, &slow).await;
+    let mut long_client = client_at(port).await;
+    let idempotent = tokio::spawn(async move {
         invoke(
-            &mut client,
+            &mut long_client,
             TOKEN,
             "everything__trigger-long-running-operation",
             r#"{"duration":60,"steps":60}"#,
         )
         .await
     });
-    tokio::time::sleep(Duration::from_secs(1)).await;
     signal(pid, "TERM");
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The drain has begun when a new call is refused with DRAINING.
+    calls_until_draining(&mut client, Duration::from_secs(10)).await;
+    assert!(
+        !idempotent.is_finished() && !not_idempotent.is_finished(),
+        "both calls are still running in the drain"
+    );
     let second = Instant::now();
     signal(pid, "INT");
     let status = wait_exit(&mut gateway.0, Duration::from_secs(20)).await;
@@ -391,12 +572,24 @@ async fn a_second_signal_ends_the_drain_and_logs_are_json() {
         second.elapsed() < Duration::from_secs(15),
         "the drain ended at once"
     );
-    let answer = tokio::time::timeout(Duration::from_secs(10), long)
-        .await
-        .unwrap()
-        .unwrap();
-    let err = answer.expect_err("the cut-off call is answered with an error");
-    assert_eq!(err.code(), tonic::Code::Unavailable, "{err:?}");
+    // Both are the gateway's own answers (the reason says so), not the
+    // transport's error at exit: UNKNOWN for the call that may have acted,
+    // UNAVAILABLE (retry) for the idempotent one.
+    for (call, want) in [
+        (not_idempotent, tonic::Code::Unknown),
+        (idempotent, tonic::Code::Unavailable),
+    ] {
+        let err = tokio::time::timeout(Duration::from_secs(10), call)
+            .await
+            .unwrap()
+            .unwrap()
+            .expect_err("the cut-off call is answered with an error");
+        assert_eq!(
+            (err.code(), reason(&err).as_str()),
+            (want, "SHUTTING_DOWN"),
+            "{err:?}"
+        );
+    }
     for child in children {
         assert!(!process_alive(child), "child {child} outlived the gateway");
     }
