@@ -1,5 +1,7 @@
 //! Wiring: the registry of upstream sessions, the gRPC server (ToolGateway,
 //! health, reflection), the metrics listener, and the shutdown sequence.
+//! A file of its own (the one layer between the surfaces and the command
+//! line): it knows every room and none knows it.
 //! `run` takes a bound listener and a [`Shutdown`] so tests can serve on
 //! port 0 and stop the gateway when they like.
 
@@ -160,8 +162,10 @@ pub async fn serve(
 ///    withdraw the endpoint;
 /// 3. new calls are refused (UNAVAILABLE, reason DRAINING, safe to retry
 ///    elsewhere) and calls in flight finish within `shutdown_grace`;
-/// 4. calls still running are cancelled upstream and answered UNAVAILABLE
-///    (SHUTTING_DOWN); then the listener closes (HTTP/2 GOAWAY);
+/// 4. calls still running are cancelled upstream and answered
+///    SHUTTING_DOWN (UNKNOWN when the request was sent and the tool is not
+///    idempotent, else UNAVAILABLE); then the listener closes (HTTP/2
+///    GOAWAY);
 /// 5. every upstream session is closed (children: stdin closed, SIGTERM,
 ///    SIGKILL of the process group).
 ///
@@ -526,7 +530,7 @@ async fn run_stages(config: &Config, shutdown: &Shutdown, stages: Stages<'_>) {
         () = shutdown.now.cancelled() => false,
     };
     // 4. Cancel what is left: upstream gets notifications/cancelled,
-    //    callers get UNAVAILABLE/SHUTTING_DOWN.
+    //    callers get SHUTTING_DOWN (UNKNOWN if it may have acted).
     if !drained {
         tracing::warn!(
             in_flight = drain.in_flight(),

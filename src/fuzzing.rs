@@ -1,5 +1,10 @@
 //! Entry points shared by the fuzz targets in `fuzz/` and the corpus
 //! regression test: each takes arbitrary bytes and must never panic.
+//!
+//! It stands alone at the top of the crate because it belongs to no room:
+//! the `fuzz/` crate is another binary that reaches into three layers
+//! (configuration parsing, argument parsing and result conversion of the
+//! gRPC surface) through this one public door.
 
 use std::collections::HashMap;
 use std::path::Path;

@@ -223,13 +223,13 @@ fn every_configuration_key_is_documented_and_every_documented_key_is_accepted() 
         // Maps documented key by key (`jwks.url`, `reconnect.max_backoff`).
         let mut nested: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
         for key in rows.iter().flat_map(|r| r.keys.iter()) {
-            if let Some((map, inner)) = key.split_once('.') {
-                if inner != "*" {
-                    nested
-                        .entry(map.to_owned())
-                        .or_default()
-                        .insert(inner.to_owned());
-                }
+            if let Some((map, inner)) = key.split_once('.')
+                && inner != "*"
+            {
+                nested
+                    .entry(map.to_owned())
+                    .or_default()
+                    .insert(inner.to_owned());
             }
         }
         for (map, documented) in nested {
@@ -540,11 +540,11 @@ fn the_documented_reasons_are_the_status_tables() {
         let rest = &code[at + "Code::".len()..];
         let name: String = rest.chars().take_while(|c| c.is_alphanumeric()).collect();
         let after = rest[name.len()..].trim_start();
-        if let Some(after) = after.strip_prefix(',') {
-            if let Some(literal) = after.trim_start().strip_prefix('"') {
-                let reason: String = literal.chars().take_while(|c| *c != '"').collect();
-                pairs.insert((screaming(&name), reason));
-            }
+        if let Some(after) = after.strip_prefix(',')
+            && let Some(literal) = after.trim_start().strip_prefix('"')
+        {
+            let reason: String = literal.chars().take_while(|c| *c != '"').collect();
+            pairs.insert((screaming(&name), reason));
         }
     }
     assert!(pairs.len() >= 40, "{pairs:?}");
