@@ -614,3 +614,34 @@ fn what_reads_like_a_setting_is_one() {
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
+
+/// Every `src/…`, `tests/…` or `examples/…` path the pages and the README
+/// name is there.
+#[test]
+fn the_files_the_docs_name_exist() {
+    let root = repo_root();
+    let mut texts = pages();
+    texts.push((
+        "README.md".to_owned(),
+        std::fs::read_to_string(root.join("README.md")).unwrap(),
+    ));
+    let mut problems = Vec::new();
+    let mut seen = 0;
+    for (name, text) in texts {
+        for piece in text.split('`').skip(1).step_by(2) {
+            let path = piece.trim_end_matches(['/', ':']);
+            let named = ["src/", "tests/", "examples/"]
+                .iter()
+                .any(|p| path.starts_with(p));
+            if !named || path.contains(['*', ' ', '<', '{']) {
+                continue;
+            }
+            seen += 1;
+            if !root.join(path).exists() {
+                problems.push(format!("{name}: `{piece}` does not exist"));
+            }
+        }
+    }
+    assert!(seen >= 20, "only {seen} paths named");
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
