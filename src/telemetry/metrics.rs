@@ -16,7 +16,6 @@
 //! | `toolgate_tools_withheld` | gauge | tenant, server |
 //! | `toolgate_audit_failures_total` | counter | reason |
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -409,12 +408,4 @@ pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, stop: Cancellat
     {
         tracing::error!(error = %e, "metrics listener failed");
     }
-}
-
-/// Binds the metrics listener.
-///
-/// # Errors
-/// The address cannot be bound.
-pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    TcpListener::bind(addr).await
 }
