@@ -291,7 +291,25 @@ impl Audit {
         if self.0.is_none() {
             return;
         }
-        if let Some(record) = authorization_record(tenant, subject, server, event, reason) {
+        self.authorization_from(tenant, subject, server, event, reason, None);
+    }
+
+    /// [`Audit::authorization`] with the address of the peer that caused
+    /// the event (the consent listener's callbacks).
+    pub fn authorization_from(
+        &self,
+        tenant: &str,
+        subject: &str,
+        server: &str,
+        event: &str,
+        reason: Option<&str>,
+        peer: Option<std::net::SocketAddr>,
+    ) {
+        if self.0.is_none() {
+            return;
+        }
+        if let Some(mut record) = authorization_record(tenant, subject, server, event, reason) {
+            record.peer = peer.map(|p| p.to_string());
             self.enqueue(record);
         }
     }

@@ -7,10 +7,17 @@
 //! verifier, tenant, subject, server) is read from the state store by its
 //! `state`, and the credentials are stored under the key the flow names,
 //! never one the callback could choose.
+//!
+//! The listener is public (browsers reach it): a callback that completes no
+//! flow is counted and recorded with its peer's address only under a rate
+//! ([`limit`]), so forged callbacks cannot fill the audit trail.
 
+pub mod limit;
+
+use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::extract::{RawQuery, State};
+use axum::extract::{ConnectInfo, RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Response};
 use tokio::net::TcpListener;
@@ -26,6 +33,7 @@ struct Consent {
     registry: Arc<Registry>,
     store: Arc<dyn OAuthStore>,
     listener: OAuthListener,
+    unmatched: Arc<limit::UnmatchedLimiter>,
 }
 
 /// The listener's routes, under the path of `oauth.public_url` (and at the
@@ -40,6 +48,7 @@ pub fn router(
         registry,
         store,
         listener,
+        unmatched: Arc::default(),
     };
     let mut router = axum::Router::new();
     let mut prefixes = vec![String::new()];
@@ -62,7 +71,8 @@ pub fn router(
 
 /// Serves the consent listener until `stop` is cancelled.
 pub async fn serve(listener: TcpListener, router: axum::Router, stop: CancellationToken) {
-    if let Err(e) = axum::serve(listener, router)
+    let service = router.into_make_service_with_connect_info::<SocketAddr>();
+    if let Err(e) = axum::serve(listener, service)
         .with_graceful_shutdown(stop.cancelled_owned())
         .await
     {
@@ -72,7 +82,11 @@ pub async fn serve(listener: TcpListener, router: axum::Router, stop: Cancellati
 
 /// `GET /oauth/callback?code=...&state=...&iss=...`: completes the flow the
 /// `state` names.
-async fn callback(State(consent): State<Consent>, RawQuery(query): RawQuery) -> Response {
+async fn callback(
+    State(consent): State<Consent>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    RawQuery(query): RawQuery,
+) -> Response {
     let callback_url = format!(
         "{}?{}",
         consent.listener.redirect_uri(),
@@ -82,9 +96,8 @@ async fn callback(State(consent): State<Consent>, RawQuery(query): RawQuery) -> 
         Ok(flow) => flow,
         Err(error) => {
             // No flow: nobody is known to be consenting (an expired or
-            // forged link).
-            consent_failed(&consent, None, &error).await;
-            return refused(&error);
+            // forged link). Recorded only under the rate.
+            return unmatched(&consent, peer, &error).await;
         }
     };
     let tenant = consent
@@ -121,16 +134,38 @@ async fn callback(State(consent): State<Consent>, RawQuery(query): RawQuery) -> 
         }
         Err(error) => {
             tracing::warn!(tenant = %flow.tenant, server = %flow.server, %error, "OAuth callback refused");
-            consent_failed(&consent, Some(&flow), &error).await;
+            consent_failed(&consent, Some(&flow), &error, peer).await;
             refused(&error)
         }
     }
 }
 
-/// Why a consent failed, as the audit record says it (stable, secret-free).
+/// A callback that completed no flow: counted, and recorded with `peer`
+/// while `peer` and all peers stay under the rate; past it, 429 with
+/// nothing written. A store failure is not the caller's doing: it is
+/// always recorded (and answered 503).
+async fn unmatched(consent: &Consent, peer: SocketAddr, error: &OAuthError) -> Response {
+    let verdict = match error {
+        OAuthError::Store(_) => limit::Verdict::Record,
+        _ => consent.unmatched.check(peer.ip()),
+    };
+    consent.registry.callback_unmatched(verdict.label());
+    if verdict == limit::Verdict::Limited {
+        return too_many();
+    }
+    consent_failed(consent, None, error, peer).await;
+    refused(error)
+}
+
 /// Counts a failed callback (for the flow's server, when one was found)
-/// and records it in the audit trail before the page leaves.
-async fn consent_failed(consent: &Consent, flow: Option<&PendingFlow>, error: &OAuthError) {
+/// and records it, with the peer's address, in the audit trail before the
+/// page leaves.
+async fn consent_failed(
+    consent: &Consent,
+    flow: Option<&PendingFlow>,
+    error: &OAuthError,
+    peer: SocketAddr,
+) {
     let (tenant, subject, server) = flow.map_or(("", "", ""), |f| {
         (f.tenant.as_str(), f.subject.as_str(), f.server.as_str())
     });
@@ -140,17 +175,19 @@ async fn consent_failed(consent: &Consent, flow: Option<&PendingFlow>, error: &O
             .oauth_event(tenant, server, "consent_failed");
     }
     if let Some(context) = consent.registry.oauth() {
-        context.audit.authorization(
+        context.audit.authorization_from(
             tenant,
             subject,
             server,
             "consent_failed",
             Some(audit_reason(error)),
+            Some(peer),
         );
         context.audit.flush().await;
     }
 }
 
+/// Why a consent failed, as the audit record says it (stable, secret-free).
 fn audit_reason(error: &OAuthError) -> &'static str {
     match error {
         OAuthError::UnknownState => "unknown_state",
@@ -187,6 +224,21 @@ fn refused(error: &OAuthError) -> Response {
         other => (StatusCode::BAD_GATEWAY, other.to_string()),
     };
     page(status, "Authorization not completed", &html_escape(&text))
+}
+
+/// The page for an unmatched callback over the rate.
+fn too_many() -> Response {
+    let mut response = page(
+        StatusCode::TOO_MANY_REQUESTS,
+        "Authorization not completed",
+        "Too many authorization links that complete nothing came from your address. Start \
+         again from your application in a minute.",
+    );
+    response.headers_mut().insert(
+        axum::http::header::RETRY_AFTER,
+        axum::http::HeaderValue::from_static("60"),
+    );
+    response
 }
 
 fn page(status: StatusCode, title: &str, body: &str) -> Response {

@@ -41,7 +41,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 use url::Url;
 
-use super::oauth::{AddressClass, classify};
+use super::oauth::allowed;
 use crate::config::Secret;
 
 /// The `DPoP` request header, and the `DPoP-Nonce` response header.
@@ -365,15 +365,6 @@ impl fmt::Debug for OAuthHttp {
     }
 }
 
-/// Whether `ip` passes the address rule.
-fn allowed(ip: std::net::IpAddr, allow_private: bool) -> bool {
-    match classify(ip) {
-        AddressClass::Public => true,
-        AddressClass::Private => allow_private,
-        AddressClass::Reserved => false,
-    }
-}
-
 /// Whether `url`'s host is an IP literal the address rule refuses (names
 /// are checked when they resolve).
 fn literal_refused(url: &Url, allow_private: bool) -> bool {
@@ -675,5 +666,47 @@ mod tests {
         assert!(!literal_refused(&url("http://127.0.0.1/token"), true));
         assert!(literal_refused(&url("http://169.254.169.254/"), true));
         assert!(!literal_refused(&url("https://as.example/token"), false));
+    }
+}
+
+#[cfg(test)]
+mod address_rule_tests {
+    use super::*;
+
+    /// A request to `url` through a rule-bound client.
+    async fn get(allow_private: bool, url: &str) -> Result<u16, String> {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let http = OAuthHttp::new(allow_private, None).expect("a client");
+        let request = http::Request::get(url).body(Vec::new()).expect("a request");
+        http.send(request, false)
+            .await
+            .map(|r| r.status().as_u16())
+            .map_err(|e| format!("{e:?}"))
+    }
+
+    #[tokio::test]
+    async fn every_resolved_address_passes_the_rule() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let app = axum::Router::new().route("/", axum::routing::get(|| async { "ok" }));
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        // A name that resolves to loopback is refused when it resolves,
+        // whatever a check ahead saw; allowed with the setting.
+        let by_name = format!("http://localhost:{port}/");
+        assert!(get(false, &by_name).await.is_err());
+        assert_eq!(get(true, &by_name).await, Ok(200));
+        // Literal hosts: metadata and embedded forms refused even with the
+        // setting.
+        for host in [
+            "169.254.169.254",
+            "100.100.100.200",
+            "[fd00:ec2::254]",
+            "[64:ff9b::a9fe:a9fe]",
+            "[2002:a9fe:a9fe::1]",
+            "[::ffff:169.254.169.254]",
+        ] {
+            let err = get(true, &format!("http://{host}/")).await.unwrap_err();
+            assert!(err.contains("Refused"), "{host}: {err}");
+        }
     }
 }

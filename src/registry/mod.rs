@@ -301,6 +301,12 @@ impl Registry {
         self.metrics.oauth_event(tenant, server, event);
     }
 
+    /// Counts a callback that completed no pending flow
+    /// (`toolgate_oauth_callbacks_unmatched_total`).
+    pub fn callback_unmatched(&self, outcome: &str) {
+        self.metrics.callback_unmatched(outcome);
+    }
+
     /// The state store and consent listener OAuth servers use, if open.
     pub fn oauth(&self) -> Option<&OAuthContext> {
         self.spawner.oauth()

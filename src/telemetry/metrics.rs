@@ -13,6 +13,7 @@
 //! | `toolgate_upstream_session_lost_total` | counter | tenant, server |
 //! | `toolgate_config_reloads_total` | counter | result |
 //! | `toolgate_oauth_events_total` | counter | tenant, server, event |
+//! | `toolgate_oauth_callbacks_unmatched_total` | counter | outcome |
 //! | `toolgate_tools_withheld` | gauge | tenant, server |
 //! | `toolgate_audit_failures_total` | counter | reason |
 
@@ -104,8 +105,15 @@ pub struct Metrics {
     sessions_lost: Family<ServerLabels, Counter>,
     reloads: Family<ReloadLabels, Counter>,
     oauth: Family<OAuthLabels, Counter>,
+    callbacks_unmatched: Family<OutcomeLabels, Counter>,
     tools_withheld: Family<ServerLabels, Gauge>,
     audit_failures: Family<AuditLabels, Counter>,
+}
+
+/// An outcome.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: String,
 }
 
 /// A reload's result.
@@ -160,6 +168,14 @@ impl Metrics {
              consent_completed, consent_failed, and failures by reason (authorization_required, \
              store_unavailable, token_failed)",
             oauth.clone(),
+        );
+        let callbacks_unmatched = Family::<OutcomeLabels, Counter>::default();
+        registry.register(
+            "toolgate_oauth_callbacks_unmatched",
+            "OAuth callbacks whose state names no pending flow (expired, forged or malformed), \
+             by outcome (recorded: written to the audit trail; limited: over the per-peer or \
+             global rate, answered 429 and not recorded)",
+            callbacks_unmatched.clone(),
         );
         registry.register(
             "toolgate_config_reloads",
@@ -221,6 +237,7 @@ impl Metrics {
             sessions_lost,
             reloads,
             oauth,
+            callbacks_unmatched,
             audit_failures,
             tools_withheld,
         }
@@ -264,6 +281,16 @@ impl Metrics {
                 tenant: tenant.to_owned(),
                 server: server.to_owned(),
                 event: event.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Counts a callback that completed no pending flow, by `outcome`
+    /// (`recorded` or `limited`: `toolgate_oauth_callbacks_unmatched_total`).
+    pub fn callback_unmatched(&self, outcome: &str) {
+        self.callbacks_unmatched
+            .get_or_create(&OutcomeLabels {
+                outcome: outcome.to_owned(),
             })
             .inc();
     }

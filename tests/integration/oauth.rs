@@ -448,3 +448,81 @@ async fn a_consent_at_one_replica_serves_calls_at_another_and_one_refresh_wins()
     drop(one);
     drop(two);
 }
+
+#[tokio::test]
+async fn forged_callbacks_are_counted_recorded_under_a_rate_and_a_real_consent_still_completes() {
+    let upstream = upstream(3600);
+    let dir = tempfile::tempdir().unwrap();
+    let state_url = format!("sqlite://{}/state.db", dir.path().display());
+    let audit = dir.path().join("audit.jsonl");
+    let consent_port = free_port();
+    let metrics_port = free_port();
+    let yaml = format!(
+        "metrics:\n  listen: \"127.0.0.1:{metrics_port}\"\naudit:\n  path: \"{}\"\n  required: true\n{}",
+        audit.display(),
+        config(&upstream, &state_url, consent_port)
+    );
+    let gateway = TestGateway::start(&yaml, &env()).await;
+    let mut client = gateway.client().await;
+    let status = call_settled(&mut client, Some("alice"), "docs__whoami")
+        .await
+        .unwrap_err();
+    let url = authorization_url(&status);
+
+    // 300 forged callbacks from one peer: the first few recorded (400),
+    // the rest answered 429 with nothing written.
+    let http = reqwest::Client::new();
+    let mut statuses = std::collections::BTreeMap::<u16, usize>::new();
+    for i in 0..300 {
+        let forged =
+            format!("http://127.0.0.1:{consent_port}/oauth/callback?code=c{i}&state=forged-{i}");
+        let answer = http.get(&forged).send().await.unwrap();
+        *statuses.entry(answer.status().as_u16()).or_default() += 1;
+    }
+    let refused = statuses.get(&400).copied().unwrap_or(0);
+    let limited = statuses.get(&429).copied().unwrap_or(0);
+    assert_eq!(refused + limited, 300, "{statuses:?}");
+    assert!((10..=20).contains(&refused), "{statuses:?}");
+
+    // Alice's real consent, from the same peer, completes.
+    let (code, page) = consent(&url, "alice", consent_port).await;
+    assert_eq!(code, 200, "{page}");
+    assert_eq!(
+        call_settled(&mut client, Some("alice"), "docs__whoami")
+            .await
+            .unwrap(),
+        "alice"
+    );
+
+    let page = scrape(metrics_port).await;
+    let count = |outcome: &str| -> usize {
+        sample(
+            &page,
+            &format!("toolgate_oauth_callbacks_unmatched_total{{outcome=\"{outcome}\"}}"),
+        )
+        .map_or(0, |v| v.parse::<f64>().unwrap() as usize)
+    };
+    assert_eq!(count("recorded"), refused, "{page}");
+    assert_eq!(count("limited"), limited, "{page}");
+    gateway.shutdown().await;
+
+    let records: Vec<serde_json::Value> = std::fs::read_to_string(&audit)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let failed: Vec<_> = records
+        .iter()
+        .filter(|r| r["event"] == "consent_failed")
+        .collect();
+    assert_eq!(failed.len(), refused, "one record per recorded callback");
+    for record in &failed {
+        assert_eq!(record["reason"], "unknown_state", "{record}");
+        let peer = record["peer"].as_str().unwrap_or_default();
+        assert!(peer.starts_with("127.0.0.1:"), "{record}");
+    }
+    assert!(
+        records.iter().any(|r| r["event"] == "consent_completed"),
+        "the real consent is recorded"
+    );
+}

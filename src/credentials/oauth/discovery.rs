@@ -65,20 +65,13 @@ impl OAuthClient {
         challenge: Option<&str>,
     ) -> Result<(AuthorizationManager, AuthorizationMetadata), OAuthError> {
         let url = self.settings.server_url.as_str();
-        // With DPoP, toolgate's client (proofs on token requests, the
-        // address rule on every resolved address) replaces rmcp's own.
-        let dpop_http = match self.dpop {
-            Some(_) => Some(self.oauth_http()?),
-            None => None,
-        };
-        let created = if let Some(http) = &dpop_http {
-            AuthorizationManager::new_with_oauth_http_client(url, http.clone()).await
-        } else if self.settings.allow_private_addresses {
-            AuthorizationManager::new_allowing_private_addresses(url).await
-        } else {
-            AuthorizationManager::new(url).await
-        };
-        let mut manager = created.map_err(|e| from_auth(e, &[]))?;
+        // toolgate's client (the address rule on every resolved address of
+        // every request, proofs on token requests with DPoP) replaces
+        // rmcp's own.
+        let http = self.oauth_http()?;
+        let mut manager = AuthorizationManager::new_with_oauth_http_client(url, http.clone())
+            .await
+            .map_err(|e| from_auth(e, &[]))?;
         manager.set_credential_store(CredentialAdapter::new(self.store.clone(), key.clone()));
         let resolution = manager
             .resolve_metadata_from_challenge(challenge)
@@ -90,9 +83,7 @@ impl OAuthClient {
             check_endpoint(registration, allow).await?;
         }
         let metadata = self.restrict_auth_method(resolution.metadata)?;
-        if let Some(http) = &dpop_http {
-            http.add_token_endpoint(&metadata.token_endpoint);
-        }
+        http.add_token_endpoint(&metadata.token_endpoint);
         manager.set_metadata(metadata.clone());
         Ok((manager, metadata))
     }

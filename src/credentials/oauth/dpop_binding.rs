@@ -83,7 +83,9 @@ impl OAuthClient {
         }
     }
 
-    /// The HTTP client of DPoP managers and of the JWT-bearer grant.
+    /// The HTTP client of every OAuth request (rmcp's managers, the
+    /// JWT-bearer grant, the enterprise-managed flow): the address rule on
+    /// every resolved address, proofs when DPoP is on.
     pub(super) fn oauth_http(&self) -> Result<Arc<OAuthHttp>, OAuthError> {
         if let Some(http) = self.http.get() {
             return Ok(http.clone());

@@ -5,9 +5,7 @@
 use rmcp::transport::auth::enterprise::{
     EmaAuthorizationServer, EmaClientAuthentication, EmaError, EmaExchangeRequest,
 };
-use rmcp::transport::auth::{
-    AuthError, OAuthTokenResponse, VendorExtraTokenFields, default_oauth_http_client,
-};
+use rmcp::transport::auth::{AuthError, OAuthTokenResponse, VendorExtraTokenFields};
 
 use super::address::check_endpoint;
 use super::freshness::obtained;
@@ -65,7 +63,10 @@ impl OAuthClient {
         let idp_server =
             EmaAuthorizationServer::new(&idp.issuer, &idp.token_endpoint, &idp.client_id)
                 .with_client_authentication(authentication(idp.client_secret.as_ref(), false));
-        let http = default_oauth_http_client().map_err(|e| from_auth(e, &[]))?;
+        // The address rule on every address each request resolves to: the
+        // check above is only ahead of the flow (DNS may answer otherwise
+        // when the exchange connects).
+        let http = self.oauth_http()?;
         let resource = self.settings.server_url.as_str();
         let token = EmaExchangeRequest::new_with_id_token(
             idp_server,
@@ -74,7 +75,7 @@ impl OAuthClient {
             id_token.expose(),
         )
         .with_scopes(self.settings.scopes.iter().cloned())
-        .exchange(&http, &http)
+        .exchange(http.as_ref(), http.as_ref())
         .await
         .map_err(|e: EmaError| {
             let secrets = [

@@ -25,9 +25,11 @@
 //! - one renewal per key at a time across tasks and replicas: the renewing
 //!   one holds the key's refresh lease ([`OAuthStore::lock_refresh`]), the
 //!   others wait for its token ([`REFRESH_LEASE_TTL`]);
-//! - the address rule: token and registration endpoints on private or
-//!   loopback addresses are refused unless `allow_private_addresses`
-//!   (link-local and other reserved addresses always, by rmcp);
+//! - the address rule (`address`): every OAuth request (discovery, token,
+//!   registration, the IdP's) goes through `OAuthHttp`, whose resolver
+//!   refuses private and loopback addresses unless `allow_private_addresses`
+//!   and reserved ones (link-local, cloud metadata, ...) always, on every
+//!   resolved address of every connection;
 //! - typed errors ([`OAuthError`]) that never carry a token, code, verifier
 //!   or client secret;
 //! - what rmcp 3.11 lacks, kept to the missing piece: DPoP (RFC 9449, in
@@ -72,7 +74,7 @@ mod store;
 #[cfg(test)]
 mod testing;
 
-pub(super) use address::{AddressClass, classify};
+pub(super) use address::allowed;
 pub use authorization_code::pending_flow;
 pub use discovery::Description;
 pub use enterprise::EnterpriseIdp;
