@@ -27,9 +27,9 @@ use crate::state::{ClientKey, Replaced, StateError, StateStore, TokenKey};
 const MAX_VERSIONS: usize = 4096;
 
 /// How long a version read is used for the compare-and-swap of the next
-/// save. rmcp reads the credentials right before each refresh, so a version
-/// older than this was not read by the refresh that saves now (but, say,
-/// before a new consent, which must not be discarded as a lost race).
+/// refresh's save. rmcp reads the credentials right before each refresh, so
+/// a version older than this was not read by the refresh that saves now.
+/// (New grants never compare: [`OAuthStore::save_grant`].)
 const VERSION_TTL: Duration = Duration::from_secs(60);
 
 /// A refresh-lease holder id: 16 random bytes, hex.
@@ -42,13 +42,19 @@ fn random_holder() -> String {
 /// The OAuth client's state in the [`StateStore`] (SQLite for one process,
 /// PostgreSQL for replicas).
 ///
-/// - Credentials are saved with a compare-and-swap on the version this
-///   adapter last read for the key (within the last minute): when another
-///   replica wrote first, its row is kept and this save is dropped (both
-///   tokens are valid; the stored one is the one everyone uses next). With
-///   no such read, the save is unconditional (a first token, a new consent).
+/// - A new grant's credentials (a consent, a client-credentials,
+///   enterprise-managed or JWT-bearer token) are written unconditionally,
+///   whatever the row holds now (deleted by an operator, rewritten by
+///   another replica).
+/// - Refreshed credentials are saved with a compare-and-swap on the version
+///   this adapter last read for the key (within the last minute): when
+///   another replica wrote first, its row is kept and this save is dropped
+///   (both tokens are valid; the stored one is the one everyone uses next);
+///   a row deleted meanwhile stays deleted. With no such read, the save is
+///   unconditional.
 /// - Pending flows live for [`PENDING_TTL`]; reading one leaves it in place,
-///   deleting it takes it.
+///   taking it (`DELETE ... RETURNING`, one statement) gives it to one
+///   caller only.
 /// - The refresh lease of a key is taken in this adapter first (tasks of
 ///   this process) and then in the store (`toolgate_leases`, other
 ///   replicas), as this adapter's holder id: random, generated once per
@@ -106,6 +112,12 @@ impl StateOAuthStore {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
+}
+
+/// The JSON of `credentials`.
+fn serialized(credentials: &StoredCredentials) -> Result<Vec<u8>, StoreError> {
+    serde_json::to_vec(credentials)
+        .map_err(|_| StoreError("the OAuth credentials cannot be serialized".into()))
 }
 
 /// "`what` failed: `why`", where `why` is the state store's message (which
@@ -176,24 +188,33 @@ impl OAuthStore for StateOAuthStore {
         })
     }
 
-    fn save_credentials<'a>(
+    fn save_grant<'a>(
         &'a self,
         key: &'a TokenKey,
         credentials: StoredCredentials,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
-            let value = serde_json::to_vec(&credentials)
-                .map_err(|_| StoreError("the OAuth credentials cannot be serialized".into()))?;
-            let expected = self.versions().recall(key);
-            let Some(expected) = expected else {
-                let version = self
-                    .state
-                    .put_token(key, &value)
-                    .await
-                    .map_err(|e| failed("saving the OAuth credentials", &e))?;
-                self.versions().remember(key, version);
-                return Ok(());
+            let value = serialized(&credentials)?;
+            let version = self
+                .state
+                .put_token(key, &value)
+                .await
+                .map_err(|e| failed("saving the OAuth credentials", &e))?;
+            self.versions().remember(key, version);
+            Ok(())
+        })
+    }
+
+    fn save_refreshed<'a>(
+        &'a self,
+        key: &'a TokenKey,
+        credentials: StoredCredentials,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let Some(expected) = self.versions().recall(key) else {
+                return self.save_grant(key, credentials).await;
             };
+            let value = serialized(&credentials)?;
             let outcome = self
                 .state
                 .replace_token(key, expected, &value)
@@ -296,13 +317,23 @@ impl OAuthStore for StateOAuthStore {
         })
     }
 
-    fn delete_pending<'a>(&'a self, state: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
+    fn take_pending<'a>(
+        &'a self,
+        state: &'a str,
+    ) -> BoxFuture<'a, Result<Option<PendingFlow>, StoreError>> {
         Box::pin(async move {
-            self.state
+            let taken = self
+                .state
                 .take_pending(state)
                 .await
-                .map_err(|e| failed("deleting the pending authorization", &e))?;
-            Ok(())
+                .map_err(|e| failed("taking the pending authorization", &e))?;
+            taken
+                .map(|value| {
+                    serde_json::from_slice(&value).map_err(|_| {
+                        StoreError("the stored pending authorization cannot be parsed".into())
+                    })
+                })
+                .transpose()
         })
     }
 
@@ -428,18 +459,12 @@ mod tests {
         let store = StateOAuthStore::new(state.clone());
         let key = TokenKey::new("t", "alice", "s");
         assert!(store.load_credentials(&key).await.unwrap().is_none());
-        store
-            .save_credentials(&key, credentials("a1"))
-            .await
-            .unwrap();
+        store.save_grant(&key, credentials("a1")).await.unwrap();
         let loaded = store.load_credentials(&key).await.unwrap().unwrap();
         assert_eq!(access(&loaded), "a1");
         assert_eq!(loaded.granted_scopes, ["mcp"]);
         // Read, then saved: a compare-and-swap that wins.
-        store
-            .save_credentials(&key, credentials("a2"))
-            .await
-            .unwrap();
+        store.save_refreshed(&key, credentials("a2")).await.unwrap();
         assert_eq!(state.get_token(&key).await.unwrap().unwrap().version, 2);
         store.clear_credentials(&key).await.unwrap();
         assert!(store.load_credentials(&key).await.unwrap().is_none());
@@ -468,16 +493,14 @@ mod tests {
         let (_dir, state) = sqlite().await;
         let key = TokenKey::new("t", "alice", "s");
         let ours = StateOAuthStore::with_holder(state.clone(), "ours");
-        ours.save_credentials(&key, credentials("first"))
-            .await
-            .unwrap();
+        ours.save_grant(&key, credentials("first")).await.unwrap();
         ours.load_credentials(&key).await.unwrap();
         // Another replica writes after our read.
         state
             .put_token(&key, b"{\"client_id\":\"c\",\"token_response\":null}")
             .await
             .unwrap();
-        ours.save_credentials(&key, credentials("ours"))
+        ours.save_refreshed(&key, credentials("ours"))
             .await
             .unwrap();
         let stored = state.get_token(&key).await.unwrap().unwrap();
@@ -485,17 +508,46 @@ mod tests {
         let now = ours.load_credentials(&key).await.unwrap().unwrap();
         assert!(now.token_response.is_none());
         // The winner's version is remembered: the next save wins.
-        ours.save_credentials(&key, credentials("next"))
+        ours.save_refreshed(&key, credentials("next"))
             .await
             .unwrap();
         let now = ours.load_credentials(&key).await.unwrap().unwrap();
         assert_eq!(access(&now), "next");
         // Deleted meanwhile: stays deleted.
         state.delete_token(&key).await.unwrap();
-        ours.save_credentials(&key, credentials("late"))
+        ours.save_refreshed(&key, credentials("late"))
             .await
             .unwrap();
         assert!(state.get_token(&key).await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn a_new_grant_is_stored_whatever_the_row_became_since_it_was_read() {
+        let (_dir, state) = sqlite().await;
+        let key = TokenKey::new("t", "alice", "s");
+        let ours = StateOAuthStore::with_holder(state.clone(), "ours");
+        ours.save_grant(&key, credentials("first")).await.unwrap();
+        ours.load_credentials(&key).await.unwrap();
+        // An operator forgets the token after our read; the user consents
+        // again: the consent is stored.
+        state.delete_token(&key).await.unwrap();
+        ours.save_grant(&key, credentials("consented"))
+            .await
+            .unwrap();
+        let now = ours.load_credentials(&key).await.unwrap().unwrap();
+        assert_eq!(access(&now), "consented");
+        // Another replica rewrites the row after our read: the new grant
+        // replaces it.
+        state
+            .put_token(&key, b"{\"client_id\":\"c\",\"token_response\":null}")
+            .await
+            .unwrap();
+        ours.save_grant(&key, credentials("consented-again"))
+            .await
+            .unwrap();
+        let stored = state.get_token(&key).await.unwrap().unwrap();
+        let stored: StoredCredentials = serde_json::from_slice(&stored.value).unwrap();
+        assert_eq!(access(&stored), "consented-again");
     }
 
     #[tokio::test]
@@ -567,7 +619,9 @@ mod tests {
             assert_eq!(found.key(), TokenKey::new("t", "alice", "s"));
             assert_eq!(found.authorization.pkce_verifier, "verifier-0123456789");
         }
-        store.delete_pending("state-1").await.unwrap();
+        let taken = store.take_pending("state-1").await.unwrap().unwrap();
+        assert_eq!(taken.key(), TokenKey::new("t", "alice", "s"));
+        assert!(store.take_pending("state-1").await.unwrap().is_none());
         assert!(store.load_pending("state-1").await.unwrap().is_none());
         assert!(store.load_pending("other").await.unwrap().is_none());
     }

@@ -12,6 +12,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use rmcp::transport::auth::StoredCredentials;
 use tonic::transport::Channel;
 use tonic_types::StatusExt;
 use toolgate::pb;
@@ -447,6 +448,199 @@ async fn a_consent_at_one_replica_serves_calls_at_another_and_one_refresh_wins()
     assert!(echoed.text.contains("still here"), "{}", echoed.text);
     drop(one);
     drop(two);
+}
+
+/// The state key of [`STATE_KEY`], for a store handle of the test's own
+/// (another replica, or an operator at the database).
+fn state_ring() -> toolgate::state::KeyRing {
+    toolgate::state::KeyRing::new(vec![*b"0123456789abcdef0123456789abcdef"]).unwrap()
+}
+
+/// The audit records of `path` whose `event` is `event`.
+fn audit_events(path: &std::path::Path, event: &str) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|r| r["event"] == event)
+        .collect()
+}
+
+/// A consent is a new grant: stored whatever the token row became since the
+/// replica that completes it last read it. Replica one reads Alice's token
+/// (its version remembered for the compare-and-swap of a refresh), then the
+/// row is deleted ("forget a token", operations.md) or rewritten by another
+/// replica; Alice consents again through replica two's link, and the
+/// callback reaches replica one. The page says `Authorized` and the audit
+/// `consent_completed` only because the grant is stored: her next calls
+/// run as her on both replicas.
+#[tokio::test]
+async fn a_consent_after_the_token_row_was_deleted_or_rewritten_is_stored() {
+    let upstream = upstream(3600);
+    let pg = PgCluster::start();
+    let url = pg.url();
+    let dir = tempfile::tempdir().unwrap();
+    let audit = dir.path().join("audit.jsonl");
+    let public_port = free_port();
+    let second_port = free_port();
+    let one_config = format!(
+        "audit:\n  path: \"{}\"\n{}",
+        audit.display(),
+        config(&upstream, &url, public_port)
+    );
+    let one = TestGateway::start(&one_config, &env()).await;
+    let two_config = config(&upstream, &url, public_port).replace(
+        &format!("listen: 127.0.0.1:{public_port}"),
+        &format!("listen: 127.0.0.1:{second_port}"),
+    );
+    let two = TestGateway::start(&two_config, &env()).await;
+    let mut client_one = one.client().await;
+    let mut client_two = two.client().await;
+    let state = toolgate::state::StateStore::connect(&url, state_ring())
+        .await
+        .unwrap();
+    let alice = toolgate::state::TokenKey::new("acme", "alice", "docs");
+
+    let status = call_settled(&mut client_one, Some("alice"), "docs__whoami")
+        .await
+        .unwrap_err();
+    let (code, page) = consent(&authorization_url(&status), "alice", public_port).await;
+    assert_eq!(code, 200, "{page}");
+    assert_eq!(audit_events(&audit, "consent_completed").len(), 1);
+
+    // Deleted, or rewritten by another replica (a value without a token),
+    // after replica one read the row.
+    let forgotten: [Option<&[u8]>; 2] = [
+        None,
+        Some(b"{\"client_id\":\"other\",\"token_response\":null}"),
+    ];
+    for (round, rewrite) in forgotten.into_iter().enumerate() {
+        assert_eq!(
+            call_settled(&mut client_one, Some("alice"), "docs__whoami")
+                .await
+                .unwrap(),
+            "alice",
+            "round {round}: replica one reads her token"
+        );
+        match rewrite {
+            None => assert!(state.delete_token(&alice).await.unwrap()),
+            Some(value) => {
+                state.put_token(&alice, value).await.unwrap();
+            }
+        }
+        let status = call(&mut client_two, Some("alice"), "docs__whoami")
+            .await
+            .unwrap_err();
+        let (code, page) = consent(&authorization_url(&status), "alice", public_port).await;
+        assert_eq!(code, 200, "round {round}: {page}");
+        assert!(page.contains("Authorized"), "round {round}: {page}");
+        assert_eq!(audit_events(&audit, "consent_completed").len(), round + 2);
+        let stored = state.get_token(&alice).await.unwrap().expect("stored");
+        let stored: StoredCredentials = serde_json::from_slice(&stored.value).unwrap();
+        assert!(stored.token_response.is_some(), "round {round}: not stored");
+        for client in [&mut client_one, &mut client_two] {
+            assert_eq!(
+                call_settled(client, Some("alice"), "docs__whoami")
+                    .await
+                    .unwrap(),
+                "alice",
+                "round {round}: the new grant is used"
+            );
+        }
+    }
+    assert!(audit_events(&audit, "consent_failed").is_empty());
+    state.close().await;
+    drop(one);
+    drop(two);
+}
+
+/// Two callbacks for one `state` at once, `ROUNDS` times (a subject each):
+/// exactly one completes the consent (`Authorized`, `consent_completed`),
+/// the other is an unknown state (400, `consent_failed` / `unknown_state`)
+/// and exchanges nothing, so the grant it would have spoiled (a reused code
+/// revokes what it issued) serves the subject's calls.
+async fn two_callbacks_for_one_state_complete_it_once(state_url: &str) {
+    const ROUNDS: usize = 8;
+    let upstream = upstream(3600);
+    let dir = tempfile::tempdir().unwrap();
+    let audit = dir.path().join("audit.jsonl");
+    let consent_port = free_port();
+    let yaml = format!(
+        "audit:\n  path: \"{}\"\n{}",
+        audit.display(),
+        config(&upstream, state_url, consent_port)
+    );
+    let gateway = TestGateway::start(&yaml, &env()).await;
+    let mut client = gateway.client().await;
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    for round in 0..ROUNDS {
+        let subject = format!("user-{round}");
+        let status = call_settled(&mut client, Some(&subject), "docs__whoami")
+            .await
+            .unwrap_err();
+        let url = authorization_url(&status);
+        let authorize = http
+            .get(format!("{url}&user={subject}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(authorize.status().as_u16(), 302, "{authorize:?}");
+        let mut callback =
+            url::Url::parse(authorize.headers()["location"].to_str().unwrap()).unwrap();
+        callback.set_port(Some(consent_port)).unwrap();
+        let deliver = || async {
+            let page = http.get(callback.as_str()).send().await.unwrap();
+            (page.status().as_u16(), page.text().await.unwrap())
+        };
+        let (a, b) = tokio::join!(deliver(), deliver());
+        let mut pages = [a, b];
+        pages.sort();
+        assert_eq!(pages[0].0, 200, "round {round}: {pages:?}");
+        assert!(pages[0].1.contains("Authorized"), "round {round}");
+        assert_eq!(pages[1].0, 400, "round {round}: {pages:?}");
+        assert!(
+            pages[1].1.contains("expired or was already used"),
+            "round {round}: {}",
+            pages[1].1
+        );
+        assert_eq!(
+            call_settled(&mut client, Some(&subject), "docs__whoami")
+                .await
+                .unwrap(),
+            subject,
+            "round {round}"
+        );
+    }
+    assert_eq!(audit_events(&audit, "consent_completed").len(), ROUNDS);
+    let failed = audit_events(&audit, "consent_failed");
+    assert_eq!(failed.len(), ROUNDS, "{failed:#?}");
+    assert!(
+        failed.iter().all(|r| r["reason"] == "unknown_state"),
+        "{failed:#?}"
+    );
+    let stats = as_stats(&upstream).await;
+    assert_eq!(
+        stats["token_requests"]["authorization_code"].as_u64(),
+        Some(ROUNDS as u64),
+        "one code exchange per consent: {stats}"
+    );
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn two_callbacks_for_one_state_complete_it_once_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}/state.db", dir.path().display());
+    two_callbacks_for_one_state_complete_it_once(&url).await;
+}
+
+#[tokio::test]
+async fn two_callbacks_for_one_state_complete_it_once_on_postgres() {
+    let pg = PgCluster::start();
+    two_callbacks_for_one_state_complete_it_once(&pg.url()).await;
 }
 
 #[tokio::test]

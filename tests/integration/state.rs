@@ -701,7 +701,7 @@ async fn oauth_store_round_trip(url: &str) {
     let key = TokenKey::new("adapter", "alice", "github");
     assert!(oauth.load_credentials(&key).await.unwrap().is_none());
     oauth
-        .save_credentials(&key, credentials("ACCESS-ALICE-1"))
+        .save_grant(&key, credentials("ACCESS-ALICE-1"))
         .await
         .unwrap();
     let loaded = oauth.load_credentials(&key).await.unwrap().unwrap();
@@ -710,7 +710,7 @@ async fn oauth_store_round_trip(url: &str) {
     assert_eq!(loaded.granted_scopes, ["mcp:read"]);
     assert_eq!(loaded.issuer.as_deref(), Some("https://issuer.example"));
     oauth
-        .save_credentials(&key, credentials("ACCESS-ALICE-2"))
+        .save_refreshed(&key, credentials("ACCESS-ALICE-2"))
         .await
         .unwrap();
     let other = StateOAuthStore::new(s.clone());
@@ -770,7 +770,9 @@ async fn oauth_store_round_trip(url: &str) {
         );
         assert_eq!(found.client_id, "dyn-1");
     }
-    other.delete_pending("adapter-state").await.unwrap();
+    let taken = other.take_pending("adapter-state").await.unwrap().unwrap();
+    assert_eq!(taken.key(), key);
+    assert!(oauth.take_pending("adapter-state").await.unwrap().is_none());
     assert!(oauth.load_pending("adapter-state").await.unwrap().is_none());
 
     // The refresh lease, between two replicas.
@@ -801,22 +803,14 @@ async fn oauth_store_keeps_the_first_save_of_a_race(url: &str) {
     let b = StateOAuthStore::with_holder(s.clone(), "b");
     let c = StateOAuthStore::with_holder(replica.clone(), "c");
     let key = TokenKey::new("adapter-cas", "alice", "github");
-    a.save_credentials(&key, credentials("stale"))
-        .await
-        .unwrap();
+    a.save_grant(&key, credentials("stale")).await.unwrap();
     for adapter in [&a, &b, &c] {
         let stale = adapter.load_credentials(&key).await.unwrap().unwrap();
         assert_eq!(access_of(&stale), "stale");
     }
-    a.save_credentials(&key, credentials("from-a"))
-        .await
-        .unwrap();
-    b.save_credentials(&key, credentials("from-b"))
-        .await
-        .unwrap();
-    c.save_credentials(&key, credentials("from-c"))
-        .await
-        .unwrap();
+    a.save_refreshed(&key, credentials("from-a")).await.unwrap();
+    b.save_refreshed(&key, credentials("from-b")).await.unwrap();
+    c.save_refreshed(&key, credentials("from-c")).await.unwrap();
     let stored = s.get_token(&key).await.unwrap().unwrap();
     assert_eq!(stored.version, 2, "only the first save was written");
     for adapter in [&a, &b, &c] {
@@ -824,22 +818,44 @@ async fn oauth_store_keeps_the_first_save_of_a_race(url: &str) {
         assert_eq!(access_of(&now), "from-a");
     }
     // Having read the winner's version, the next save goes through.
-    b.save_credentials(&key, credentials("from-b-2"))
+    b.save_refreshed(&key, credentials("from-b-2"))
         .await
         .unwrap();
     assert_eq!(
         access_of(&c.load_credentials(&key).await.unwrap().unwrap()),
         "from-b-2"
     );
-    // Without a read, a save is unconditional (a new consent).
+    // Without a read, a refresh's save is unconditional.
     let fresh = StateOAuthStore::new(replica.clone());
     fresh
-        .save_credentials(&key, credentials("consented"))
+        .save_refreshed(&key, credentials("refreshed"))
         .await
         .unwrap();
     assert_eq!(
         access_of(&a.load_credentials(&key).await.unwrap().unwrap()),
+        "refreshed"
+    );
+    // A new grant is written whatever the row became since c read it (a
+    // consent after another replica's refresh, or after the row was
+    // deleted): never dropped as a lost race.
+    c.load_credentials(&key).await.unwrap();
+    fresh
+        .save_refreshed(&key, credentials("rewritten"))
+        .await
+        .unwrap();
+    c.save_grant(&key, credentials("consented")).await.unwrap();
+    assert_eq!(
+        access_of(&a.load_credentials(&key).await.unwrap().unwrap()),
         "consented"
+    );
+    c.load_credentials(&key).await.unwrap();
+    s.delete_token(&key).await.unwrap();
+    c.save_grant(&key, credentials("consented-after-delete"))
+        .await
+        .unwrap();
+    assert_eq!(
+        access_of(&a.load_credentials(&key).await.unwrap().unwrap()),
+        "consented-after-delete"
     );
     replica.close().await;
     s.close().await;

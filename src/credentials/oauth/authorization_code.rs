@@ -7,7 +7,7 @@ use rmcp::transport::auth::{
 };
 use url::Url;
 
-use super::store::StateAdapter;
+use super::store::{FlowTaken, StateAdapter};
 use super::{OAuthClient, OAuthError, OAuthStore, PendingFlow, from_auth};
 use crate::config::Grant;
 use crate::state::TokenKey;
@@ -73,12 +73,17 @@ impl OAuthClient {
 
     /// Completes a flow with the authorization server's redirect to the
     /// gateway (`code`, `state`, `iss`): the `iss` check (RFC 9207) and the
-    /// code exchange are rmcp's; the credentials are kept under the key the
-    /// pending flow names (never one the callback could choose).
+    /// code exchange are rmcp's. After the `iss` check the pending flow is
+    /// taken from the store (one step: of two callbacks with one `state`,
+    /// the one that does not get it is [`OAuthError::UnknownState`] and
+    /// exchanges nothing). The credentials are a new grant, stored under
+    /// the key the pending flow names (never one the callback could
+    /// choose) whatever that row holds now; `Ok` only once they are stored.
     ///
     /// # Errors
-    /// The callback is malformed, declined or unknown, the issuer check
-    /// failed, or the exchange failed.
+    /// The callback is malformed, declined or unknown (or its flow taken by
+    /// another callback), the issuer check failed, the exchange failed, or
+    /// the store failed.
     pub async fn complete(&self, callback_url: &str) -> Result<TokenKey, OAuthError> {
         let callback = parse_callback(callback_url)?;
         let flow = pending_flow(self.store.as_ref(), callback_url).await?;
@@ -97,12 +102,14 @@ impl OAuthClient {
         manager
             .configure_client(config)
             .map_err(|e| from_auth(e, &[]))?;
-        self.keep_flows(
+        let taken = self.keep_flows(
             &mut manager,
             &key,
             flow.challenge.as_deref(),
             &flow.client_id,
         );
+        // A consent is a new grant: kept whatever the row holds now.
+        self.keep_grants(&mut manager, &key);
         let secrets = [
             callback.code.as_str(),
             flow.authorization.pkce_verifier.as_str(),
@@ -116,6 +123,8 @@ impl OAuthClient {
             )
             .await
             .map_err(|e| match e {
+                // Another callback with this `state` took the flow first.
+                _ if taken.by_another() => OAuthError::UnknownState,
                 e @ (AuthError::AuthorizationServerMismatch { .. }
                 | AuthError::AuthorizationServerMissingIssuer { .. }) => {
                     OAuthError::Issuer(e.to_string())
@@ -188,20 +197,19 @@ impl OAuthClient {
     }
 
     /// Keeps the flows `manager` starts for `key` (from `challenge`, with
-    /// `client_id`) in the store, through [`StateAdapter`].
+    /// `client_id`) in the store, through [`StateAdapter`]; returns what its
+    /// take of a flow finds.
     fn keep_flows(
         &self,
         manager: &mut AuthorizationManager,
         key: &TokenKey,
         challenge: Option<&str>,
         client_id: &str,
-    ) {
-        manager.set_state_store(StateAdapter::new(
-            self.store.clone(),
-            key.clone(),
-            challenge,
-            client_id,
-        ));
+    ) -> FlowTaken {
+        let adapter = StateAdapter::new(self.store.clone(), key.clone(), challenge, client_id);
+        let taken = adapter.taken();
+        manager.set_state_store(adapter);
+        taken
     }
 }
 

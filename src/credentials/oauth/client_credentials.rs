@@ -23,6 +23,7 @@ impl OAuthClient {
             return self.jwt_bearer(key, challenge, extra, assertion).await;
         }
         let (mut manager, metadata) = self.manager(key, challenge).await?;
+        self.keep_grants(&mut manager, key);
         let scopes = self.grant_scopes(&manager, extra);
         let (config, secret) = self.client_credentials_config(&metadata, scopes)?;
         let secrets = [secret.unwrap_or("")];

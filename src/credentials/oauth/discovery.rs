@@ -6,7 +6,7 @@
 use rmcp::transport::auth::{AuthorizationManager, AuthorizationMetadata};
 
 use super::address::check_endpoint;
-use super::store::CredentialAdapter;
+use super::store::{CredentialAdapter, Saves};
 use super::{OAuthClient, OAuthError, from_auth};
 use crate::config::{Grant, TokenEndpointAuth};
 use crate::state::TokenKey;
@@ -58,7 +58,9 @@ impl OAuthClient {
     }
 
     /// An rmcp manager for `key` with metadata discovered (from
-    /// `challenge` when given) and checked against the address rule.
+    /// `challenge` when given) and checked against the address rule. Its
+    /// saves are refreshes (compare-and-swap); one that obtains a new grant
+    /// is switched with [`OAuthClient::keep_grants`].
     pub(super) async fn manager(
         &self,
         key: &TokenKey,
@@ -72,7 +74,11 @@ impl OAuthClient {
         let mut manager = AuthorizationManager::new_with_oauth_http_client(url, http.clone())
             .await
             .map_err(|e| from_auth(e, &[]))?;
-        manager.set_credential_store(CredentialAdapter::new(self.store.clone(), key.clone()));
+        manager.set_credential_store(CredentialAdapter::new(
+            self.store.clone(),
+            key.clone(),
+            Saves::Refreshed,
+        ));
         let resolution = manager
             .resolve_metadata_from_challenge(challenge)
             .await
@@ -86,6 +92,17 @@ impl OAuthClient {
         http.add_token_endpoint(&metadata.token_endpoint);
         manager.set_metadata(metadata.clone());
         Ok((manager, metadata))
+    }
+
+    /// Makes `manager`'s saves for `key` those of a new grant (a consent,
+    /// a client-credentials token): written unconditionally, never dropped
+    /// because the row changed since it was last read.
+    pub(super) fn keep_grants(&self, manager: &mut AuthorizationManager, key: &TokenKey) {
+        manager.set_credential_store(CredentialAdapter::new(
+            self.store.clone(),
+            key.clone(),
+            Saves::Grant,
+        ));
     }
 
     /// Narrows the metadata's `token_endpoint_auth_methods_supported` to the

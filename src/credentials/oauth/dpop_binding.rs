@@ -114,7 +114,7 @@ mod tests {
         let url = "https://mcp.example/mcp";
 
         store
-            .save_credentials(&key, dpop_credentials("at-1", "DPoP"))
+            .save_grant(&key, dpop_credentials("at-1", "DPoP"))
             .await
             .expect("saved");
         let token = Secret::new("at-1");
@@ -141,7 +141,7 @@ mod tests {
 
         // A token the authorization server did not bind is a bearer token.
         store
-            .save_credentials(&key, dpop_credentials("at-2", "Bearer"))
+            .save_grant(&key, dpop_credentials("at-2", "Bearer"))
             .await
             .expect("saved");
         let auth = client

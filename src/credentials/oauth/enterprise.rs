@@ -96,7 +96,7 @@ impl OAuthClient {
         response.set_expires_in(token.expires_in.as_ref());
         let scopes: Vec<String> = token.scopes.iter().cloned().collect();
         let stored = obtained(client_id, response, scopes, Some(issuer));
-        self.store.save_credentials(key, stored).await?;
+        self.store.save_grant(key, stored).await?;
         Ok(Secret::new(token.access_token.secret()))
     }
 }

@@ -54,7 +54,7 @@ impl OAuthClient {
             granted,
             metadata.issuer.clone(),
         );
-        self.store.save_credentials(key, stored).await?;
+        self.store.save_grant(key, stored).await?;
         tracing::info!(tenant = %key.tenant, server = %key.server, "OAuth JWT-bearer token obtained");
         self.event(key, "token_issued");
         Ok(access)

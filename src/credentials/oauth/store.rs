@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -82,8 +83,22 @@ pub trait OAuthStore: Send + Sync + fmt::Debug {
         key: &'a TokenKey,
     ) -> BoxFuture<'a, Result<Option<StoredCredentials>, StoreError>>;
 
-    /// Replaces the credentials of `key`.
-    fn save_credentials<'a>(
+    /// Keeps the credentials of a new grant for `key` (a consent's code
+    /// exchanged, a client-credentials, enterprise-managed or JWT-bearer
+    /// token): written whatever the row holds now (deleted by an operator,
+    /// rewritten by another replica), never dropped as a lost race. `Ok`
+    /// only once they are stored.
+    fn save_grant<'a>(
+        &'a self,
+        key: &'a TokenKey,
+        credentials: StoredCredentials,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+
+    /// Keeps refreshed credentials for `key`. A store shared by replicas
+    /// writes them only if the row is still the one read before the
+    /// refresh (compare-and-swap): when another replica wrote first, its
+    /// token is kept, and a row deleted meanwhile stays deleted.
+    fn save_refreshed<'a>(
         &'a self,
         key: &'a TokenKey,
         credentials: StoredCredentials,
@@ -119,8 +134,14 @@ pub trait OAuthStore: Send + Sync + fmt::Debug {
         state: &'a str,
     ) -> BoxFuture<'a, Result<Option<PendingFlow>, StoreError>>;
 
-    /// Removes the pending flow of `state` (once its code is exchanged).
-    fn delete_pending<'a>(&'a self, state: &'a str) -> BoxFuture<'a, Result<(), StoreError>>;
+    /// Takes the pending flow of `state` (before its code is exchanged):
+    /// returns it and removes it in one step, so that of two callbacks with
+    /// one `state` (on any replicas) exactly one gets it. `None` when no
+    /// live flow has this `state`.
+    fn take_pending<'a>(
+        &'a self,
+        state: &'a str,
+    ) -> BoxFuture<'a, Result<Option<PendingFlow>, StoreError>>;
 
     /// Takes the refresh lease of `key` for `ttl`: its holder asks the token
     /// endpoint for `key`'s token, everyone else waits for the holder's
@@ -186,13 +207,22 @@ impl OAuthStore for MemoryStore {
         done(self.with(|i| i.credentials.get(key).cloned()))
     }
 
-    fn save_credentials<'a>(
+    fn save_grant<'a>(
         &'a self,
         key: &'a TokenKey,
         credentials: StoredCredentials,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         self.with(|i| i.credentials.insert(key.clone(), credentials));
         done(())
+    }
+
+    /// One process: no other writer to lose a race to.
+    fn save_refreshed<'a>(
+        &'a self,
+        key: &'a TokenKey,
+        credentials: StoredCredentials,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.save_grant(key, credentials)
     }
 
     fn clear_credentials<'a>(&'a self, key: &'a TokenKey) -> BoxFuture<'a, Result<(), StoreError>> {
@@ -235,9 +265,11 @@ impl OAuthStore for MemoryStore {
         done(self.with(|i| i.pending.get(state).cloned()))
     }
 
-    fn delete_pending<'a>(&'a self, state: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
-        self.with(|i| i.pending.remove(state));
-        done(())
+    fn take_pending<'a>(
+        &'a self,
+        state: &'a str,
+    ) -> BoxFuture<'a, Result<Option<PendingFlow>, StoreError>> {
+        done(self.with(|i| i.pending.remove(state).filter(|flow| !flow.is_expired())))
     }
 
     fn lock_refresh<'a>(
@@ -259,16 +291,27 @@ fn done<'a, T: Send + 'a>(value: T) -> BoxFuture<'a, Result<T, StoreError>> {
     Box::pin(async move { Ok(value) })
 }
 
+/// What rmcp's saves through a [`CredentialAdapter`] are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Saves {
+    /// Refreshed credentials: [`OAuthStore::save_refreshed`].
+    Refreshed,
+    /// A new grant's: [`OAuthStore::save_grant`].
+    Grant,
+}
+
 /// rmcp's `CredentialStore` over an [`OAuthStore`], for one key.
 pub(super) struct CredentialAdapter {
     store: Arc<dyn OAuthStore>,
     key: TokenKey,
+    saves: Saves,
 }
 
 impl CredentialAdapter {
-    /// The credentials of `key` in `store`.
-    pub(super) fn new(store: Arc<dyn OAuthStore>, key: TokenKey) -> Self {
-        Self { store, key }
+    /// The credentials of `key` in `store`, rmcp's saves kept as `saves`
+    /// says.
+    pub(super) fn new(store: Arc<dyn OAuthStore>, key: TokenKey, saves: Saves) -> Self {
+        Self { store, key, saves }
     }
 }
 
@@ -287,10 +330,11 @@ impl CredentialStore for CredentialAdapter {
     }
 
     async fn save(&self, credentials: StoredCredentials) -> Result<(), AuthError> {
-        self.store
-            .save_credentials(&self.key, credentials)
-            .await
-            .map_err(rmcp_error)
+        let saved = match self.saves {
+            Saves::Grant => self.store.save_grant(&self.key, credentials).await,
+            Saves::Refreshed => self.store.save_refreshed(&self.key, credentials).await,
+        };
+        saved.map_err(rmcp_error)
     }
 
     async fn clear(&self) -> Result<(), AuthError> {
@@ -302,12 +346,28 @@ impl CredentialStore for CredentialAdapter {
 }
 
 /// rmcp's `StateStore` over an [`OAuthStore`]: a flow saved by rmcp is kept
-/// with whose it is and how it started.
+/// with whose it is and how it started; rmcp's delete (after the `iss`
+/// check, before the code exchange) takes the flow, and fails when another
+/// callback took it first ([`FlowTaken::by_another`]).
 pub(super) struct StateAdapter {
     store: Arc<dyn OAuthStore>,
     key: TokenKey,
     challenge: Option<String>,
     client_id: String,
+    lost: Arc<AtomicBool>,
+}
+
+/// Whether rmcp's read or take of a pending flow through a [`StateAdapter`]
+/// found it gone (taken by another callback, or expired).
+#[derive(Debug, Clone, Default)]
+pub(super) struct FlowTaken(Arc<AtomicBool>);
+
+impl FlowTaken {
+    /// Another callback took the flow first (or it expired): this one is
+    /// for an unknown `state`.
+    pub(super) fn by_another(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
 }
 
 impl StateAdapter {
@@ -324,7 +384,13 @@ impl StateAdapter {
             key,
             challenge: challenge.map(str::to_owned),
             client_id: client_id.to_owned(),
+            lost: Arc::default(),
         }
+    }
+
+    /// What this adapter's take of a flow found.
+    pub(super) fn taken(&self) -> FlowTaken {
+        FlowTaken(self.lost.clone())
     }
 }
 
@@ -355,16 +421,29 @@ impl StateStore for StateAdapter {
             .load_pending(csrf_token)
             .await
             .map_err(rmcp_error)?;
-        // A flow of another key is not this one's.
-        Ok(flow
-            .filter(|flow| flow.key() == self.key && !flow.is_expired())
-            .map(|flow| flow.authorization))
+        // A flow of another key is not this one's; a flow gone (taken by
+        // another callback, or expired) is an unknown state.
+        let flow = flow.filter(|flow| flow.key() == self.key && !flow.is_expired());
+        if flow.is_none() {
+            self.lost.store(true, Ordering::SeqCst);
+        }
+        Ok(flow.map(|flow| flow.authorization))
     }
 
     async fn delete(&self, csrf_token: &str) -> Result<(), AuthError> {
-        self.store
-            .delete_pending(csrf_token)
+        let taken = self
+            .store
+            .take_pending(csrf_token)
             .await
-            .map_err(rmcp_error)
+            .map_err(rmcp_error)?;
+        match taken {
+            Some(flow) if flow.key() == self.key => Ok(()),
+            _ => {
+                self.lost.store(true, Ordering::SeqCst);
+                Err(AuthError::InternalError(
+                    "the pending authorization was taken by another callback".into(),
+                ))
+            }
+        }
     }
 }
