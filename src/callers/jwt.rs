@@ -11,7 +11,7 @@ use jsonwebtoken::{Algorithm, Validation};
 
 use super::Subject;
 use super::jwks::{KeyError, KeySet};
-use crate::config::{CallersConfig, JwtIssuer};
+use crate::config::{CallersConfig, JwksSource, JwtIssuer};
 
 /// Longest JWT accepted, in bytes.
 pub const MAX_TOKEN_BYTES: usize = 16 << 10;
@@ -202,6 +202,97 @@ impl JwtCallers {
                 "the claims are not a JSON object".to_owned(),
             ));
         }
+        identify(verifier, claims)
+    }
+
+    /// Re-checks a caller this gateway verified earlier (by `issuer`, with
+    /// these verified `claims`) against this configuration, without its
+    /// token: the issuer is still configured with the same key source,
+    /// `exp` and `nbf` hold now within its clock skew, `aud` names one of
+    /// its audiences, and its expressions name a tenant and subject again.
+    /// What a long-lived stream asks at every configuration change and
+    /// before each message.
+    ///
+    /// # Errors
+    /// The caller would be refused now: [`TokenError`] says why.
+    pub fn recheck(
+        &self,
+        issuer: &str,
+        source: &JwksSource,
+        claims: &serde_json::Value,
+    ) -> Result<VerifiedJwt, TokenError> {
+        let verifier = self.by_issuer.get(issuer).ok_or(TokenError::Issuer)?;
+        if verifier.keys.source() != source {
+            return Err(TokenError::KeyUnknown {
+                issuer: issuer.to_owned(),
+            });
+        }
+        let now = unix_now();
+        let leeway = verifier.config.clock_skew.as_secs();
+        match claims.get("exp").and_then(serde_json::Value::as_u64) {
+            Some(exp) if exp.saturating_add(leeway) > now => {}
+            Some(_) => return Err(TokenError::Expired),
+            None => {
+                return Err(TokenError::Invalid(
+                    "the `exp` claim is required".to_owned(),
+                ));
+            }
+        }
+        if claims
+            .get("nbf")
+            .and_then(serde_json::Value::as_u64)
+            .is_some_and(|nbf| nbf > now.saturating_add(leeway))
+        {
+            return Err(TokenError::NotYetValid);
+        }
+        let audiences = &verifier.config.audiences;
+        let names_audience = match claims.get("aud") {
+            Some(serde_json::Value::String(aud)) => audiences.contains(aud),
+            Some(serde_json::Value::Array(auds)) => auds
+                .iter()
+                .filter_map(serde_json::Value::as_str)
+                .any(|aud| audiences.iter().any(|a| a == aud)),
+            _ => false,
+        };
+        if !names_audience {
+            return Err(TokenError::Audience);
+        }
+        identify(verifier, claims.clone())
+    }
+
+    /// Where the keys of `issuer` come from, if it is configured.
+    pub fn key_source(&self, issuer: &str) -> Option<&JwksSource> {
+        self.by_issuer.get(issuer).map(|v| v.keys.source())
+    }
+
+    /// When a token of `issuer` with these claims stops being accepted:
+    /// its `exp` plus the issuer's clock skew (`None`: no such issuer, or
+    /// no numeric `exp`).
+    pub fn expires_at(
+        &self,
+        issuer: &str,
+        claims: &serde_json::Value,
+    ) -> Option<std::time::SystemTime> {
+        let verifier = self.by_issuer.get(issuer)?;
+        let exp = claims.get("exp").and_then(serde_json::Value::as_u64)?;
+        std::time::UNIX_EPOCH
+            .checked_add(std::time::Duration::from_secs(exp))?
+            .checked_add(verifier.config.clock_skew)
+    }
+}
+
+/// Seconds since the Unix epoch, now.
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Who verified `claims` name: the issuer's tenant and subject
+/// expressions evaluated over them.
+fn identify(verifier: &Verifier, claims: serde_json::Value) -> Result<VerifiedJwt, TokenError> {
+    let issuer = &verifier.config.issuer;
+    {
         let path = &verifier.config.path;
         let tenant = match verifier.config.tenant.evaluate(&claims) {
             Ok(cel::Value::String(name)) => name.to_string(),

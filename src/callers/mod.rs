@@ -29,8 +29,8 @@ use std::borrow::Cow;
 
 pub use identity::{Caller, CallerIdentity, MAX_SUBJECT_LEN, SUBJECT_METADATA, Subject};
 pub use jwt::{JwtCallers, MAX_TOKEN_BYTES, TokenError, VerifiedJwt};
-pub use tokens::TokenTable;
 pub(crate) use tokens::bearer;
+pub use tokens::{TokenDigest, TokenTable};
 
 /// Most characters of a caller's string quoted in a status message or a
 /// log line (a valid tool name always fits).
@@ -69,6 +69,10 @@ pub trait Directory {
     /// The tenant a static token selects, and the caller it proves.
     fn by_token(&self, token: &str) -> Option<(Self::Tenant, Caller)>;
 
+    /// The tenant a static token with this digest selects (the re-check
+    /// of a caller whose token is no longer at hand).
+    fn by_token_digest(&self, digest: &TokenDigest) -> Option<Self::Tenant>;
+
     /// The JWT issuers of the configuration (`callers.jwt`).
     fn jwt_callers(&self) -> JwtCallers;
 
@@ -85,6 +89,67 @@ pub struct Authenticated<T> {
     pub subject: Subject,
     /// How the caller proved itself, and its claims.
     pub caller: Caller,
+    /// What [`recheck`] needs to ask a later configuration about the
+    /// caller.
+    pub presented: Presented,
+}
+
+/// What a caller presented, as much as a later re-check needs and never
+/// the credential: the digest of a static token, or the key source of the
+/// issuer that verified its JWT (the verified claims are the
+/// [`Caller`]'s).
+#[derive(Debug, Clone)]
+pub enum Presented {
+    /// A static token, by digest.
+    Token(TokenDigest),
+    /// A JWT, verified with keys from this source.
+    Jwt(crate::config::JwksSource),
+}
+
+/// Whether a caller authenticated earlier would still be accepted by the
+/// directory's configuration now: its static token still selects a tenant,
+/// or its JWT's issuer, claims (`exp` included) and expressions still name
+/// a tenant and the same subject. The tenant it selects now; what a
+/// long-lived stream asks at every configuration change and before each
+/// message.
+///
+/// # Errors
+/// The caller would be refused now.
+pub fn recheck<D: Directory>(
+    directory: &D,
+    presented: &Presented,
+    caller: &Caller,
+    subject: &Subject,
+) -> Result<D::Tenant, CallerError> {
+    match (presented, &caller.identity) {
+        (Presented::Token(digest), _) => {
+            directory
+                .by_token_digest(digest)
+                .ok_or(CallerError::Unauthenticated(
+                    "the token is no longer configured (a configuration reload removed it)",
+                ))
+        }
+        (Presented::Jwt(source), CallerIdentity::Jwt { issuer, .. }) => {
+            let verified = directory
+                .jwt_callers()
+                .recheck(issuer, source, &caller.claims)
+                .map_err(CallerError::Token)?;
+            if verified.subject != *subject {
+                return Err(CallerError::Token(TokenError::SubjectInvalid(
+                    "the issuer's subject expression names another subject now".to_owned(),
+                )));
+            }
+            directory.tenant_named(&verified.tenant).ok_or_else(|| {
+                CallerError::Token(TokenError::TenantUnknown(format!(
+                    "the token names tenant `{}`, which is not configured",
+                    quoted(&verified.tenant)
+                )))
+            })
+        }
+        (Presented::Jwt(_), CallerIdentity::Token { .. }) => {
+            Err(CallerError::Unauthenticated("unknown token"))
+        }
+    }
 }
 
 /// Whether `token` has the shape of a signed JWT (three dot-separated
@@ -121,6 +186,7 @@ pub async fn authenticate<D: Directory>(
             tenant,
             subject: header_subject?,
             caller,
+            presented: Presented::Token(TokenDigest::of(token)),
         });
     }
     let jwt = directory.jwt_callers();
@@ -128,6 +194,10 @@ pub async fn authenticate<D: Directory>(
         return Err(CallerError::Unauthenticated("unknown token"));
     }
     let verified = jwt.verify(token).await.map_err(CallerError::Token)?;
+    let source = jwt
+        .key_source(&verified.issuer)
+        .cloned()
+        .ok_or(CallerError::Token(TokenError::Issuer))?;
     let tenant = directory.tenant_named(&verified.tenant).ok_or_else(|| {
         CallerError::Token(TokenError::TenantUnknown(format!(
             "the token names tenant `{}`, which is not configured",
@@ -151,6 +221,7 @@ pub async fn authenticate<D: Directory>(
             },
             claims: verified.claims,
         },
+        presented: Presented::Jwt(source),
     })
 }
 

@@ -32,6 +32,25 @@ fn digest(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
 }
 
+/// The SHA-256 digest of a presented static token: what a later
+/// configuration is asked whether the token is still one of its tenant's
+/// (a long-lived stream re-checks its caller without keeping the token).
+#[derive(Clone, PartialEq, Eq)]
+pub struct TokenDigest([u8; 32]);
+
+impl TokenDigest {
+    /// The digest of `token`.
+    pub fn of(token: &str) -> Self {
+        Self(digest(token))
+    }
+}
+
+impl std::fmt::Debug for TokenDigest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TokenDigest(***)")
+    }
+}
+
 impl TokenTable {
     /// Builds the table from the validated configuration (which guarantees
     /// that no token belongs to two tenants).
@@ -50,7 +69,13 @@ impl TokenTable {
     /// The tenant a presented token selects, and the token's index in the
     /// tenant's `tokens`.
     pub fn tenant_for(&self, token: &str) -> Option<(usize, usize)> {
-        let presented = digest(token);
+        self.tenant_for_digest(&TokenDigest::of(token))
+    }
+
+    /// The tenant a token with this digest selects, and the token's index
+    /// in the tenant's `tokens`.
+    pub fn tenant_for_digest(&self, digest: &TokenDigest) -> Option<(usize, usize)> {
+        let presented = digest.0;
         self.by_digest
             .get_key_value(&presented)
             .filter(|(known, _)| bool::from(known.ct_eq(&presented)))

@@ -81,6 +81,10 @@ where
                     extensions.insert(authenticated.tenant);
                     extensions.insert(authenticated.subject);
                     extensions.insert(authenticated.caller);
+                    extensions.insert(Standing {
+                        registry: registry.clone(),
+                        presented: authenticated.presented,
+                    });
                     inner.call(request).await
                 }
                 Err(error) => {
@@ -91,6 +95,44 @@ where
                 }
             }
         })
+    }
+}
+
+/// What a long-lived stream re-checks its caller with (in the request's
+/// extensions): the registry whose configuration it asks, and what the
+/// caller presented (a digest, never the credential).
+#[derive(Debug, Clone)]
+pub(crate) struct Standing {
+    /// The registry, whose current configuration decides.
+    pub(crate) registry: Arc<Registry>,
+    /// What the caller presented.
+    pub(crate) presented: crate::callers::Presented,
+}
+
+impl Standing {
+    /// The caller's tenant under the current configuration, if it is still
+    /// accepted there ([`crate::callers::recheck`]).
+    pub(crate) fn recheck(
+        &self,
+        caller: &crate::callers::Caller,
+        subject: &crate::callers::Subject,
+    ) -> Result<Arc<crate::registry::Tenant>, crate::callers::CallerError> {
+        crate::callers::recheck(&*self.registry, &self.presented, caller, subject)
+    }
+
+    /// When the caller's JWT stops being accepted (`exp` plus its issuer's
+    /// clock skew); `None` for a static token.
+    pub(crate) fn expires_at(
+        &self,
+        caller: &crate::callers::Caller,
+    ) -> Option<std::time::SystemTime> {
+        match &caller.identity {
+            crate::callers::CallerIdentity::Jwt { issuer, .. } => self
+                .registry
+                .jwt_callers()
+                .expires_at(issuer, &caller.claims),
+            crate::callers::CallerIdentity::Token { .. } => None,
+        }
     }
 }
 

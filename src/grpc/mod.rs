@@ -215,10 +215,12 @@ impl server::tool_gateway_server::ToolGateway for Gateway {
         let (tenant, _busy) = self.listing_tenant(&request)?;
         let filter = nested_filter(request.get_ref().filter.as_ref())?;
         let (caller, subject) = caller_of(&request);
+        let standing = request.extensions().get::<auth_layer::Standing>().cloned();
         Ok(Response::new(stream::watch(
             tenant,
             filter,
             (caller, subject),
+            standing,
             self.drain.clone(),
         )))
     }

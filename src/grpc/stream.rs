@@ -2,14 +2,15 @@
 //! tenant's catalog.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Status};
 
+use super::auth_layer::Standing;
 use super::listing::{self, Filter};
-use super::{EventStream, Gateway, call, drain::Drain};
+use super::{EventStream, Gateway, call, drain};
 use crate::callers::{Caller, Subject};
 use crate::catalog::ServerState;
 use crate::grpc::error::CallError;
@@ -85,75 +86,232 @@ type ServerSeen = (ServerState, u32, Vec<String>);
 /// The current filtered catalog (the caller's view of it under the
 /// tenant's policy), then a new one whenever the tools it sees or the
 /// servers' states change. Ends with UNAVAILABLE (DRAINING) when the
-/// gateway drains, so watchers reconnect to another replica.
+/// gateway drains, so watchers reconnect to another replica, and with
+/// UNAUTHENTICATED as soon as its caller would be refused: a reload
+/// removed its token or tenant (re-checked at every configuration
+/// applied), or its JWT expired (at `exp` plus the issuer's clock skew).
+/// The caller is also re-checked right before each snapshot is handed
+/// over, and the stream has no buffer of its own: no snapshot leaves
+/// after the credential ended.
 pub(super) fn watch(
     tenant: Arc<Tenant>,
     filter: Filter,
     (caller, subject): (Caller, Subject),
-    drain: Arc<Drain>,
+    standing: Option<Standing>,
+    drain: Arc<drain::Drain>,
 ) -> EventStream<super::reply::ListToolsReply> {
-    let (out, rx) = mpsc::channel(4);
-    tokio::spawn(async move {
-        let mut changes = tenant.subscribe();
-        // What the last snapshot sent showed: the catalog version (its
-        // tools) and each server's state (and withheld tools). A new snapshot is built and sent
-        // only when one of them changed: no per-watcher deep copy or
-        // comparison of whole catalogs.
-        let mut last: Option<(String, Vec<ServerSeen>)> = None;
+    let watch = Watch {
+        changes: tenant.subscribe(),
+        applied: standing.as_ref().map(|s| s.registry.applied()),
+        expires: expiry(standing.as_ref(), &caller),
+        tenant,
+        filter,
+        caller,
+        subject,
+        standing,
+        drain,
+        last: None,
+        ended: false,
+    };
+    Box::pin(futures::stream::unfold(watch, |mut watch| async move {
+        let item = watch.next().await?;
+        Some((item, watch))
+    }))
+}
+
+/// One watch's state between snapshots.
+struct Watch {
+    tenant: Arc<Tenant>,
+    filter: Filter,
+    caller: Caller,
+    subject: Subject,
+    /// What re-checks the caller (absent only without the auth layer).
+    standing: Option<Standing>,
+    drain: Arc<drain::Drain>,
+    changes: tokio::sync::watch::Receiver<crate::catalog::SharedCatalog>,
+    /// Changes at every configuration applied.
+    applied: Option<tokio::sync::watch::Receiver<u64>>,
+    /// When the caller's JWT stops being accepted.
+    expires: Option<SystemTime>,
+    /// What the last snapshot sent showed: the catalog version (its tools)
+    /// and each server's state (and withheld tools). A new snapshot is
+    /// built and sent only when one of them changed: no per-watcher deep
+    /// copy or comparison of whole catalogs.
+    last: Option<(String, Vec<ServerSeen>)>,
+    /// Set once the stream's last message is out.
+    ended: bool,
+}
+
+impl Watch {
+    /// The next message: a snapshot, or the status that ends the stream
+    /// (`None` after it).
+    async fn next(&mut self) -> Option<Result<super::reply::ListToolsReply, Status>> {
         loop {
-            let catalog = changes.borrow_and_update().clone();
-            // The policy of the tenant object that built this snapshot
-            // (reloads replace the one the watch started with).
-            let policy = listing::policy_for(&tenant, &catalog);
-            let view = listing::Viewer {
-                policy: policy.as_deref(),
-                caller: &caller,
-                subject: &subject,
+            if self.ended {
+                return None;
             }
-            .view(&catalog);
-            let seen = (
-                view.as_ref()
-                    .map_or(catalog.version(), |v| v.version())
-                    .to_owned(),
-                catalog
-                    .servers()
-                    .iter()
-                    .enumerate()
-                    .map(|(i, s)| {
-                        let withheld = s
-                            .withheld
-                            .iter()
-                            .map(|w| w.tool.name.clone())
-                            .filter(|n| view.as_ref().is_none_or(|v| !v.hides_withheld(n)));
-                        let count = view
-                            .as_ref()
-                            .map_or(s.tool_count, |v| v.server_tool_count(i));
-                        (s.state.clone(), count, withheld.collect())
-                    })
-                    .collect::<Vec<_>>(),
-            );
-            if last.as_ref() != Some(&seen) {
-                let snapshot = listing::list_response(&catalog, &filter, view.as_deref());
-                if out.send(Ok(snapshot)).await.is_err() {
-                    return;
-                }
-                last = Some(seen);
+            let in_force = match self.check_caller() {
+                Ok(stamp) => stamp,
+                Err(refused) => return Some(Err(self.end(refused))),
+            };
+            let catalog = self.changes.borrow_and_update().clone();
+            // A reload publishes its tenants' catalogs just before its
+            // configuration is in force: one built by a tenant object newer
+            // than the one the caller was re-checked against waits for
+            // that configuration (and a re-check against it).
+            let ahead = in_force.is_some_and(|stamp| catalog.stamp() > stamp);
+            if !ahead && let Some(snapshot) = self.snapshot_if_changed(&catalog) {
+                return Some(Ok(snapshot));
             }
-            tokio::select! {
-                changed = changes.changed() => if changed.is_err() { return },
-                () = out.closed() => return,
-                () = drain.draining() => {
-                    let _ = out.send(Err(CallError::Draining.into())).await;
-                    return;
+            let woke = self.wait().await;
+            match woke {
+                Woke::Changed => {}
+                Woke::Closed => return None,
+                Woke::Draining => return Some(Err(self.end(CallError::Draining))),
+                Woke::Removed => {
+                    let removed = CallError::Unauthenticated(
+                        "the tenant was removed by a configuration reload",
+                    );
+                    return Some(Err(self.end(removed)));
                 }
-                () = tenant.removed() => {
-                    let _ = out
-                        .send(Err(CallError::Unauthenticated("the tenant was removed by a configuration reload").into()))
-                        .await;
-                    return;
-                }
+                // The caller is re-checked at the top of the loop.
+                Woke::Reloaded => self.expires = expiry(self.standing.as_ref(), &self.caller),
+                Woke::Expired => {}
             }
         }
-    });
-    Box::pin(ReceiverStream::new(rx))
+    }
+
+    /// Waits for whatever comes first of what may change the next message.
+    async fn wait(&mut self) -> Woke {
+        let Watch {
+            changes,
+            applied,
+            expires,
+            drain,
+            tenant,
+            ..
+        } = self;
+        let reloaded = async {
+            let changed = match applied {
+                Some(applied) => applied.changed().await.is_ok(),
+                None => false,
+            };
+            if !changed {
+                std::future::pending::<()>().await;
+            }
+        };
+        let expired = async {
+            match *expires {
+                Some(at) => {
+                    let left = at
+                        .duration_since(SystemTime::now())
+                        .unwrap_or(Duration::ZERO);
+                    tokio::time::sleep(left).await;
+                }
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            changed = changes.changed() => if changed.is_ok() { Woke::Changed } else { Woke::Closed },
+            () = drain.draining() => Woke::Draining,
+            () = tenant.removed() => Woke::Removed,
+            () = reloaded => Woke::Reloaded,
+            () = expired => Woke::Expired,
+        }
+    }
+
+    /// Marks the stream ended with `error`, its last message.
+    fn end(&mut self, error: CallError) -> Status {
+        self.ended = true;
+        error.into()
+    }
+
+    /// Whether the caller would still be accepted now, for this tenant;
+    /// the stamp of the tenant object in force (`None`: not re-checked).
+    fn check_caller(&self) -> Result<Option<u64>, CallError> {
+        if self.expires.is_some_and(|at| SystemTime::now() >= at) {
+            return Err(CallError::Token(crate::callers::TokenError::Expired));
+        }
+        let Some(standing) = &self.standing else {
+            return Ok(None);
+        };
+        let tenant = standing
+            .recheck(&self.caller, &self.subject)
+            .map_err(CallError::from)?;
+        if tenant.name != self.tenant.name {
+            return Err(CallError::Unauthenticated(
+                "the credential selects another tenant since a configuration reload",
+            ));
+        }
+        Ok(Some(tenant.stamp()))
+    }
+
+    /// The caller's snapshot of `catalog`, when what it shows differs from
+    /// the last one sent.
+    fn snapshot_if_changed(
+        &mut self,
+        catalog: &crate::catalog::SharedCatalog,
+    ) -> Option<super::reply::ListToolsReply> {
+        // The policy of the tenant object that built this snapshot
+        // (reloads replace the one the watch started with).
+        let policy = listing::policy_for(&self.tenant, catalog);
+        let view = listing::Viewer {
+            policy: policy.as_deref(),
+            caller: &self.caller,
+            subject: &self.subject,
+        }
+        .view(catalog);
+        let seen = (
+            view.as_ref()
+                .map_or(catalog.version(), |v| v.version())
+                .to_owned(),
+            catalog
+                .servers()
+                .iter()
+                .enumerate()
+                .map(|(i, s)| {
+                    let withheld = s
+                        .withheld
+                        .iter()
+                        .map(|w| w.tool.name.clone())
+                        .filter(|n| view.as_ref().is_none_or(|v| !v.hides_withheld(n)));
+                    let count = view
+                        .as_ref()
+                        .map_or(s.tool_count, |v| v.server_tool_count(i));
+                    (s.state.clone(), count, withheld.collect())
+                })
+                .collect::<Vec<_>>(),
+        );
+        if self.last.as_ref() == Some(&seen) {
+            return None;
+        }
+        self.last = Some(seen);
+        Some(listing::list_response(
+            catalog,
+            &self.filter,
+            view.as_deref(),
+        ))
+    }
+}
+
+/// What woke a waiting watch.
+enum Woke {
+    /// A new catalog was published.
+    Changed,
+    /// The tenant's catalog channel closed.
+    Closed,
+    /// The gateway drains.
+    Draining,
+    /// A reload removed the tenant.
+    Removed,
+    /// A configuration was applied.
+    Reloaded,
+    /// The caller's JWT expired.
+    Expired,
+}
+
+/// When the caller's JWT stops being accepted, under the current
+/// configuration.
+fn expiry(standing: Option<&Standing>, caller: &Caller) -> Option<SystemTime> {
+    standing.and_then(|s| s.expires_at(caller))
 }

@@ -175,6 +175,9 @@ pub struct Registry {
     approvals_file: Mutex<Option<std::path::PathBuf>>,
     /// Woken when a reload names another approvals file.
     approvals_file_moved: Notify,
+    /// Counts the configurations applied: watchers of it (long-lived
+    /// streams) re-check their callers at each.
+    applied: tokio::sync::watch::Sender<u64>,
 }
 
 /// Callers authenticate against the current generation.
@@ -183,6 +186,12 @@ impl crate::callers::Directory for Registry {
 
     fn by_token(&self, token: &str) -> Option<(Arc<Tenant>, crate::callers::Caller)> {
         self.authenticate(token)
+    }
+
+    fn by_token_digest(&self, digest: &crate::callers::TokenDigest) -> Option<Arc<Tenant>> {
+        let generation = self.generation.load();
+        let (tenant, _) = generation.tokens.tenant_for_digest(digest)?;
+        generation.tenants.get(tenant).cloned()
     }
 
     fn jwt_callers(&self) -> crate::callers::JwtCallers {
@@ -260,6 +269,7 @@ impl Registry {
             max_live: AtomicUsize::new(0),
             approvals_file: Mutex::default(),
             approvals_file_moved: Notify::new(),
+            applied: tokio::sync::watch::Sender::new(0),
         });
         registry.apply(config);
         registry.tasks.spawn(reap(registry.clone()));
@@ -465,7 +475,15 @@ impl Registry {
             jwt,
             by_name,
         }));
+        // After the swap: a watcher woken now re-checks against it.
+        self.applied.send_modify(|n| *n += 1);
         summary
+    }
+
+    /// A receiver that changes at every configuration applied from now on
+    /// (a reload): long-lived streams re-check their callers then.
+    pub fn applied(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.applied.subscribe()
     }
 
     /// Stops a slot's supervisor and closes its session once no call runs

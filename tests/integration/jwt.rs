@@ -1112,3 +1112,72 @@ tenants:
         "{records:#?}"
     );
 }
+
+/// A `WatchTools` stream of a JWT caller ends with UNAUTHENTICATED /
+/// TOKEN_EXPIRED at the token's `exp` plus the issuer's clock skew, on its
+/// own (no catalog change wakes it), and sends no snapshot after that.
+#[tokio::test]
+async fn a_jwt_watch_ends_when_the_token_expires() {
+    let k = keys();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("jwks.json");
+    std::fs::write(&file, jwks_doc_text(&[&k.ec1])).unwrap();
+    let acme = serve_mcp(TestServer::new(&["echo"])).await;
+    let globex = serve_mcp(TestServer::new(&["ping"])).await;
+    let yaml = format!(
+        r#"callers:
+  jwt:
+    - issuer: "{FILES}"
+      audiences: [toolgate]
+      algorithms: [ES256]
+      clock_skew: "1s"
+      jwks: {{ file: "{}" }}
+      tenant: claims.team
+{}"#,
+        file.display(),
+        tenants_yaml(&acme.url, &globex.url)
+    );
+    let gateway = TestGateway::start(&yaml, &[]).await;
+    let mut client = gateway.client().await;
+    let exp = now() + 3;
+    let token = k.ec1.sign(
+        &json!({"iss": FILES, "aud": "toolgate", "sub": "w-1", "exp": exp, "team": "globex"}),
+    );
+    // The server is up first: the stream then has nothing new to send.
+    assert_eq!(listed(&mut client, &token).await, ["g__ping"]);
+    let mut stream = client
+        .watch_tools(authed(&token, pb::WatchToolsRequest::default()))
+        .await
+        .expect("the token is accepted")
+        .into_inner();
+    let first = stream.message().await.unwrap().expect("a first snapshot");
+    assert_eq!(names(&first), ["g__ping"]);
+    let ends_at = std::time::UNIX_EPOCH + Duration::from_secs(u64::try_from(exp + 1).unwrap());
+    let ended = tokio::time::timeout(Duration::from_secs(10), stream.message())
+        .await
+        .expect("the stream ended within 10 s");
+    let at = std::time::SystemTime::now();
+    let status = ended.expect_err("no snapshot after the first: the stream ends");
+    assert_eq!(
+        (status.code(), reason(&status).as_str()),
+        (tonic::Code::Unauthenticated, "TOKEN_EXPIRED"),
+        "{status:?}"
+    );
+    // Not before `exp` + skew, and without waiting for anything else.
+    assert!(
+        at >= ends_at,
+        "ended {:?} before exp + skew",
+        ends_at.duration_since(at)
+    );
+    let late = at.duration_since(ends_at).unwrap();
+    eprintln!("the stream ended {late:?} after exp + clock_skew");
+    assert!(
+        late < Duration::from_millis(1500),
+        "ended {late:?} after exp + skew"
+    );
+    assert!(
+        stream.message().await.unwrap().is_none(),
+        "nothing follows the end"
+    );
+    gateway.shutdown().await;
+}

@@ -252,3 +252,90 @@ async fn a_configmap_style_symlink_swap_is_picked_up() {
             .success()
     );
 }
+
+/// A `WatchTools` stream whose static token a reload (SIGHUP) removes ends
+/// with UNAUTHENTICATED at the reload, and never shows what the new
+/// configuration adds; the tenant's other token sees it.
+#[tokio::test]
+async fn a_watch_ends_when_a_reload_removes_its_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let path = dir.path().join("toolgate.yaml");
+    let acme = |tokens: &str, servers: &str| {
+        format!("  - name: acme\n    tokens: [{tokens}]\n    servers:\n{servers}")
+    };
+    std::fs::write(
+        &path,
+        config(port, &acme("acme-token, keeper-token", &py_server("py"))),
+    )
+    .unwrap();
+    let log_path = dir.path().join("gateway.log");
+    let gateway = ChildGuard(
+        Command::new(toolgate_bin())
+            .args(["serve", "--config"])
+            .arg(&path)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log_path).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for_port(port).await;
+    let mut client = client_at(port).await;
+    wait_for(&mut client, "acme-token", |l| {
+        l.servers.iter().all(|s| s.connected)
+    })
+    .await;
+    let mut stream = client
+        .watch_tools(authed("acme-token", pb::WatchToolsRequest::default()))
+        .await
+        .unwrap()
+        .into_inner();
+    let first = stream.message().await.unwrap().expect("a first snapshot");
+    assert!(first.servers.iter().all(|s| s.connected), "{first:?}");
+
+    // The token goes; a server comes, which a live watch would show.
+    replace(
+        &path,
+        &config(
+            port,
+            &acme("keeper-token", &(py_server("py") + &py_server("py2"))),
+        ),
+    );
+    let reloaded = Instant::now();
+    signal(gateway.0.id(), "HUP");
+    let ended = loop {
+        let message = tokio::time::timeout(Duration::from_secs(20), stream.message())
+            .await
+            .expect("the stream ended within 20 s of the reload");
+        match message {
+            Ok(Some(snapshot)) => assert!(
+                snapshot.servers.iter().all(|s| s.name != "py2"),
+                "a snapshot of the new configuration reached the removed token: {snapshot:?}"
+            ),
+            Ok(None) => panic!("the stream ended without a status"),
+            Err(status) => break status,
+        }
+    };
+    eprintln!("the watch ended {:?} after SIGHUP", reloaded.elapsed());
+    assert_eq!(
+        (ended.code(), crate::common::reason(&ended).as_str()),
+        (tonic::Code::Unauthenticated, "UNAUTHENTICATED"),
+        "{ended:?}"
+    );
+    assert!(
+        stream.message().await.unwrap().is_none(),
+        "nothing follows the end"
+    );
+    // The reload took effect: the other token sees the new server, the
+    // removed one is refused.
+    wait_for(&mut client, "keeper-token", |l| {
+        l.servers.iter().any(|s| s.name == "py2")
+    })
+    .await;
+    let refused = client
+        .list_tools(authed("acme-token", pb::ListToolsRequest::default()))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::Unauthenticated);
+    drop(gateway);
+}
