@@ -315,15 +315,16 @@ async fn sequential_calls_reuse_pooled_connections() {
     let setup = Setup::start().await;
     let first = setup.call("echo__peer").await.unwrap().text;
     let mut ports = std::collections::HashSet::new();
-    for _ in 0..8 {
+    for _ in 0..20 {
         ports.insert(setup.call("echo__peer").await.unwrap().text);
     }
-    // The pooled connection serves them all (at most one new one, should
-    // the pool have closed the first meanwhile).
+    // Pooled: new connections do not grow with the calls (at most two, as
+    // in tls.rs: a connection still on its way back to the pool when the
+    // next call starts is replaced once on a loaded machine).
     ports.remove(&first);
     assert!(
-        ports.len() <= 1,
-        "8 sequential calls opened {} new connections: client ports {ports:?} (first {first})",
+        ports.len() <= 2,
+        "20 sequential calls opened {} new connections: client ports {ports:?} (first {first})",
         ports.len()
     );
 }

@@ -71,8 +71,12 @@ async fn an_https_upstream_is_trusted_through_its_ca_file_and_its_connections_re
             .unwrap();
     }
     let after = upstream.handshakes.load(Ordering::SeqCst);
+    // Pooled: the handshakes do not grow with the calls. Up to two, since
+    // a connection still on its way back to the pool when the next call
+    // starts (the answer's body is read by another task) is replaced once
+    // on a loaded machine.
     assert!(
-        after - before <= 1,
+        after - before <= 2,
         "20 sequential calls made {} TLS handshakes (connections not reused)",
         after - before
     );
