@@ -71,12 +71,13 @@ async fn an_https_upstream_is_trusted_through_its_ca_file_and_its_connections_re
             .unwrap();
     }
     let after = upstream.handshakes.load(Ordering::SeqCst);
-    // Pooled: the handshakes do not grow with the calls. Up to two, since
-    // a connection still on its way back to the pool when the next call
-    // starts (the answer's body is read by another task) is replaced once
-    // on a loaded machine.
+    // Pooled: the handshakes do not grow with the calls (a client without
+    // reuse makes 20). A connection still on its way back to the pool when
+    // the next call starts (the answer's body is read by another task) is
+    // replaced now and then on a loaded machine: up to 5 (seen: 2 and 3 in
+    // full local CI runs on 2 cores).
     assert!(
-        after - before <= 2,
+        after - before <= 5,
         "20 sequential calls made {} TLS handshakes (connections not reused)",
         after - before
     );
