@@ -288,9 +288,6 @@ impl Audit {
         event: &str,
         reason: Option<&str>,
     ) {
-        if self.0.is_none() {
-            return;
-        }
         self.authorization_from(tenant, subject, server, event, reason, None);
     }
 
