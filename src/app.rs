@@ -334,7 +334,7 @@ async fn start_consent(
         let bound = bind(listener.listen).await?;
         tracing::info!(
             addr = %local_addr(&bound),
-            redirect_uri = %listener.redirect_uri(),
+            redirect_uris = %listener.redirect_uri("<tenant>", "<server>"),
             "OAuth consent listener up"
         );
         let router =

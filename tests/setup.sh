@@ -5,6 +5,9 @@
 #   * PostgreSQL 15 (Debian's postgresql-15, for the state store tests), when
 #     /usr/lib/postgresql/15/bin/initdb is missing; the tests start their own
 #     clusters, so the package's default cluster and service are not used
+#   * Chromium and its WebDriver (Debian's chromium and chromium-driver), when
+#     /usr/bin/chromium or /usr/bin/chromedriver is missing: the consent flow
+#     is tested in a real headless browser, driven by Selenium (from PyPI)
 #
 # Idempotent and fast when nothing changed: each install writes a stamp file
 # holding a hash of its inputs (the requirements / lockfile plus the tool
@@ -57,6 +60,19 @@ else
   log "postgresql 15 ready"
 fi
 
+# ---- Chromium ----------------------------------------------------------------
+if [[ -x /usr/bin/chromium && -x /usr/bin/chromedriver ]]; then
+  log "chromium and chromedriver present"
+else
+  log "installing chromium and chromium-driver"
+  if [[ "$(id -u)" == 0 ]]; then SUDO=(); else SUDO=(sudo); fi
+  export DEBIAN_FRONTEND=noninteractive
+  "${SUDO[@]}" apt-get update -qq
+  "${SUDO[@]}" apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null
+  [[ -x /usr/bin/chromium && -x /usr/bin/chromedriver ]] || { log "chromium-driver installed no /usr/bin/chromedriver"; exit 1; }
+  log "chromium ready"
+fi
+
 # ---- Python venv -----------------------------------------------------------
 need "$PYTHON"
 py_hash="$(hash_of "$PY_REQ" "$("$PYTHON" -c 'import sys; print(sys.version)')")"
@@ -68,7 +84,7 @@ else
   "$PYTHON" -m venv "$VENV"
   PIP_DISABLE_PIP_VERSION_CHECK=1 "$VENV/bin/pip" install --quiet --no-input -r "$PY_REQ"
   # Fail here, not in a test, when the SDKs do not import.
-  "$VENV/bin/python" -c 'import mcp, grpc, grpc_status, grpc_tools.protoc, google.protobuf'
+  "$VENV/bin/python" -c 'import mcp, grpc, grpc_status, grpc_tools.protoc, google.protobuf, selenium'
   printf '%s\n' "$py_hash" >"$VENV_STAMP"
   log "python venv ready"
 fi

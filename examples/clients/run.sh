@@ -195,7 +195,9 @@ start_fixture() {
 
 # consent_as URL USER: plays USER's browser. The test authorization server
 # consents at once for `&user=USER` and redirects to the gateway's consent
-# listener; prints the HTTP status of the listener's page (200: authorized).
+# listener, which sends the browser on to the tenant's consent_return_url
+# with a one-time code; prints `303 <code>` (or the HTTP status of the
+# listener's page when it did not send the browser on).
 consent_as() {
   "$PY" - "$1" "$2" <<'BROWSER'
 import sys
@@ -222,7 +224,11 @@ try:
     with browser.open(callback, timeout=10) as page:
         print(page.status)
 except urllib.error.HTTPError as e:
-    print(e.code)
+    if e.code == 303:
+        from urllib.parse import parse_qs, urlsplit
+        print(303, parse_qs(urlsplit(e.headers["Location"]).query)["code"][0])
+    else:
+        print(e.code)
 BROWSER
 }
 
@@ -248,6 +254,9 @@ oauth:
 tenants:
   - name: examples
     tokens: ["$TOKEN"]
+    # The application that confirms consents (consent.py --confirm plays it;
+    # nothing listens here, the browser below reads the code instead).
+    consent_return_url: "http://127.0.0.1:9/consent"
     servers:
       - name: docs
         url: "http://127.0.0.1:$MCP_PORT/mcp"
@@ -284,17 +293,22 @@ for _ in $(seq 300); do
   sleep 0.1
 done
 page="no link"
+confirmed="not confirmed"
 if [[ -n "$link" ]]; then page="$(consent_as "$link" alice 2>&1)" || true; fi
+if [[ "$page" == "303 "* ]]; then
+  confirmed="$("${CONSENT[@]}" --subject alice --confirm "${page#303 }" 2>&1)" || true
+fi
 flow_rc=0
 wait "$flow_pid" || flow_rc=$?
-flow_name="python consent: alice consents through the link, and the call runs as her"
-if [[ "$flow_rc" == 0 && "$page" == 200 ]] && grep -q '^text: alice$' "$flow_out" \
+flow_name="python consent: alice consents through the link, her application confirms it, and the call runs as her"
+if [[ "$flow_rc" == 0 && "$page" == "303 "* && "$confirmed" == "consent for 'docs' confirmed for subject 'alice'" ]] \
+  && grep -q '^text: alice$' "$flow_out" \
   && grep -q 'must authorize server .docs. first' "$flow_out" \
   && grep -q '^consent for .docs. received' "$flow_out"; then
   PASSED=$((PASSED + 1)); printf 'ok    %s\n' "$flow_name"
 else
   FAILED=$((FAILED + 1)); printf 'FAIL  %s\n' "$flow_name"
-  log "$flow_name: exit $flow_rc, consent page: $page"; sed 's/^/      | /' "$flow_out"
+  log "$flow_name: exit $flow_rc, consent page: $page, confirmation: $confirmed"; sed 's/^/      | /' "$flow_out"
 fi
 
 check "python consent: alice's next call runs at once" 0 \

@@ -298,8 +298,8 @@ pub(super) fn authorization_record(
     reason: Option<&str>,
 ) -> Option<Record> {
     let outcome = match event {
-        "consent_started" | "authorization_required" => Outcome::Refused,
-        "consent_completed" => Outcome::Ok,
+        "consent_started" | "authorization_required" | "consent_rejected" => Outcome::Refused,
+        "consent_completed" | "consent_held" => Outcome::Ok,
         "consent_failed" => Outcome::Failed,
         _ => return None,
     };

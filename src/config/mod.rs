@@ -30,6 +30,7 @@ pub use callers::{
 };
 pub use oauth::{
     DEFAULT_STATE_URL, Grant, OAuthListener, ServerOAuth, StateConfig, TokenEndpointAuth,
+    client_name,
 };
 pub use secret::{Environment, ProcessEnv, Secret, SourceError, ValueSource};
 pub use tls::TlsTrust;
@@ -228,6 +229,24 @@ pub struct TenantConfig {
     /// Per-tool policy (`policy:`), checked (the policy room builds the evaluating `Policy`); `None` when the tenant has
     /// no rules (every caller sees and calls every tool).
     pub policy: Option<std::sync::Arc<policy::PolicyRules>>,
+    /// How an end user's consent to a per-user server becomes usable.
+    pub consent: TenantConsent,
+}
+
+/// How an end user's consent to a per-user (`authorization_code`) server
+/// becomes usable (`tenants[].confirm_consent`, `consent_return_url`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TenantConsent {
+    /// The default: after the code exchange the gateway holds the grant and
+    /// sends the browser to this URL with a one-time `code`; the grant is
+    /// usable once the tenant's application confirms it for the same
+    /// subject (`CompleteAuthorization`). `None` only for a tenant without
+    /// per-user servers.
+    Confirmed(Option<url::Url>),
+    /// `confirm_consent: false`: the grant is usable as soon as the
+    /// callback completes, for the subject the link was made for, whoever
+    /// opened it (single-user tools and CLIs only).
+    Unconfirmed,
 }
 
 /// When a tenant's sessions connect.
@@ -577,10 +596,12 @@ impl Config {
     }
 
     /// Settings that are valid but risky, each naming its tenant and server.
-    /// Today one kind: a server reached over plain `http://` on a host other
+    /// Two kinds: a server reached over plain `http://` on a host other
     /// than loopback (127.0.0.0/8, `::1`, `localhost`), where its configured
     /// headers (typically credentials), the tool arguments and the results
-    /// travel unencrypted.
+    /// travel unencrypted; and a tenant with per-user servers and
+    /// `confirm_consent: false`, where whoever opens an authorization link
+    /// grants their access to the subject it was made for.
     pub fn warnings(&self) -> Vec<FieldWarning> {
         self.collect_warnings()
     }
@@ -603,6 +624,24 @@ impl Config {
     fn collect_warnings(&self) -> Vec<FieldWarning> {
         let mut warnings = Vec::new();
         for (t, tenant) in self.tenants.iter().enumerate() {
+            if tenant.consent == TenantConsent::Unconfirmed
+                && let Some(server) = tenant.servers.iter().find(|s| {
+                    s.oauth
+                        .as_ref()
+                        .is_some_and(|o| o.grant == Grant::AuthorizationCode)
+                })
+            {
+                warnings.push(FieldWarning {
+                    path: format!("tenants[{t}].confirm_consent"),
+                    tenant: tenant.name.clone(),
+                    server: server.name.clone(),
+                    message: "consents are not confirmed by the application: whoever opens an \
+                              authorization link (a forwarded one too) grants their own upstream \
+                              account to the subject the link was made for; use only for \
+                              single-user tools"
+                        .to_owned(),
+                });
+            }
             for (s, server) in tenant.servers.iter().enumerate() {
                 let Transport::Http { url, headers, .. } = &server.transport else {
                     continue;

@@ -50,15 +50,34 @@ pub struct OAuthListener {
 }
 
 impl OAuthListener {
-    /// The redirect URI registered with authorization servers.
-    pub fn redirect_uri(&self) -> String {
-        join(&self.public_url, "oauth/callback")
+    /// The redirect URI of `tenant`'s server `server`:
+    /// `<public_url>/oauth/<tenant>/<server>/callback`. Each (tenant,
+    /// server) has its own, so a callback is checked against the flow it
+    /// names (an authorization server's code cannot be delivered to
+    /// another server's flow: the mix-up defence).
+    pub fn redirect_uri(&self, tenant: &str, server: &str) -> String {
+        join(
+            &self.public_url,
+            &format!("oauth/{tenant}/{server}/callback"),
+        )
     }
 
-    /// The URL of the client ID metadata document the gateway serves.
-    pub fn client_metadata_url(&self) -> String {
-        join(&self.public_url, "oauth/client-metadata.json")
+    /// The URL of the client ID metadata document the gateway serves for
+    /// `tenant`'s server `server` (its `client_name` names the tenant; its
+    /// only redirect URI is [`OAuthListener::redirect_uri`]).
+    pub fn client_metadata_url(&self, tenant: &str, server: &str) -> String {
+        join(
+            &self.public_url,
+            &format!("oauth/{tenant}/{server}/client-metadata.json"),
+        )
     }
+}
+
+/// The `client_name` a tenant's client presents to authorization servers
+/// (in its metadata document and dynamic registrations), so the consent
+/// screen says whom the user grants access to.
+pub fn client_name(tenant: &str) -> String {
+    format!("{tenant} (through toolgate)")
 }
 
 fn join(base: &url::Url, path: &str) -> String {
@@ -348,7 +367,7 @@ mod tests {
 
     fn server(oauth: &str) -> String {
         format!(
-            "tenants:\n  - name: acme\n    tokens: [tok]\n    servers:\n      - name: crm\n        url: \"https://crm.example.com/mcp\"\n        oauth: {oauth}\n"
+            "tenants:\n  - name: acme\n    tokens: [tok]\n    consent_return_url: https://app.example.com/consent\n    servers:\n      - name: crm\n        url: \"https://crm.example.com/mcp\"\n        oauth: {oauth}\n"
         )
     }
 
@@ -373,8 +392,8 @@ mod tests {
         assert_eq!(oauth.scopes, ["read", "write"]);
         let listener = config.oauth.unwrap();
         assert_eq!(
-            listener.redirect_uri(),
-            "https://toolgate.example.com/oauth/callback"
+            listener.redirect_uri("acme", "drive"),
+            "https://toolgate.example.com/oauth/acme/drive/callback"
         );
         assert_eq!(config.state.url(), DEFAULT_STATE_URL);
         assert_eq!(config.state.keys.len(), 1);
@@ -393,6 +412,83 @@ mod tests {
                 .any(|e| e
                     .starts_with("tenants[0].servers[0].oauth.grant: authorization_code needs")),
             "{errors:?}"
+        );
+    }
+
+    #[test]
+    fn per_user_consents_are_confirmed_at_a_return_url_unless_the_tenant_opts_out() {
+        let with = |consent: &str| {
+            format!(
+                "state:\n  keys: [{{ env: STATE_KEY }}]\noauth:\n  listen: \"127.0.0.1:8090\"\n  public_url: \"https://toolgate.example.com/\"\n{}",
+                server("{ grant: authorization_code }").replace(
+                    "    consent_return_url: https://app.example.com/consent\n",
+                    consent
+                )
+            )
+        };
+        let config = load(&with(
+            "    consent_return_url: https://app.example.com/consent?x=1\n",
+        ))
+        .unwrap();
+        assert!(matches!(
+            &config.tenants[0].consent,
+            super::super::TenantConsent::Confirmed(Some(url)) if url.as_str() == "https://app.example.com/consent?x=1"
+        ));
+        assert!(config.warnings().is_empty(), "{:?}", config.warnings());
+        load(&with(
+            "    consent_return_url: http://localhost:3000/consent\n",
+        ))
+        .unwrap();
+
+        let refused = [
+            (
+                "",
+                "tenants[0].consent_return_url: is required: server `crm` is per-user",
+            ),
+            (
+                "    consent_return_url: http://app.example.com/consent\n",
+                "tenants[0].consent_return_url: must be https",
+            ),
+            (
+                "    consent_return_url: https://app.example.com/consent#here\n",
+                "tenants[0].consent_return_url: must not have a #fragment",
+            ),
+            (
+                "    consent_return_url: /consent\n",
+                "tenants[0].consent_return_url: is not an absolute URL",
+            ),
+            (
+                "    confirm_consent: false\n    consent_return_url: https://app.example.com/c\n",
+                "tenants[0].consent_return_url: is not used with confirm_consent: false",
+            ),
+        ];
+        for (consent, error) in refused {
+            let errors = messages(&with(consent));
+            assert!(
+                errors.iter().any(|e| e.starts_with(error)),
+                "{consent:?}: {errors:?}"
+            );
+        }
+
+        let config = load(&with("    confirm_consent: false\n")).unwrap();
+        assert_eq!(
+            config.tenants[0].consent,
+            super::super::TenantConsent::Unconfirmed
+        );
+        let warnings = config.warnings();
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert_eq!(warnings[0].path, "tenants[0].confirm_consent");
+        assert!(
+            warnings[0]
+                .message
+                .contains("whoever opens an authorization link")
+        );
+
+        // A tenant without per-user servers needs neither.
+        let plain = "state:\n  keys: [{ env: STATE_KEY }]\ntenants:\n  - name: acme\n    tokens: [tok]\n    servers:\n      - name: crm\n        url: \"https://crm.example.com/mcp\"\n";
+        assert_eq!(
+            load(plain).unwrap().tenants[0].consent,
+            super::super::TenantConsent::Confirmed(None)
         );
     }
 

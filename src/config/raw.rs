@@ -148,6 +148,8 @@ pub(crate) struct RawTenant {
     pub(crate) idle_timeout: Option<String>,
     #[serde(default)]
     pub(crate) policy: Vec<super::policy::RawRule>,
+    pub(crate) consent_return_url: Option<String>,
+    pub(crate) confirm_consent: Option<bool>,
 }
 
 /// One upstream MCP server of a tenant.

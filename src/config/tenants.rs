@@ -13,7 +13,7 @@ use super::fields::{Errors, at_least_one_or_none, duration, duration_or_zero, re
 use super::names;
 use super::raw::{RawServer, RawTenant, RawTenantLimits, RawValue};
 use super::servers::{Defaults, validate_server};
-use super::{Environment, Secret, ServerConfig, TenantConfig, TenantLimits};
+use super::{Environment, Secret, ServerConfig, TenantConfig, TenantConsent, TenantLimits};
 
 /// Token digest → (tenant index, path), to find tokens shared by tenants
 /// without keeping or printing the token itself.
@@ -106,6 +106,13 @@ fn validate_tenant(
         defaults.idle_timeout,
     );
     let policy = super::policy::policy(errors, &format!("{path}.policy"), tenant.policy);
+    let consent = consent(
+        errors,
+        path,
+        tenant.consent_return_url.as_deref(),
+        tenant.confirm_consent,
+        &servers,
+    );
     (errors.0.len() == before).then_some(TenantConfig {
         name: tenant.name,
         tokens,
@@ -114,7 +121,68 @@ fn validate_tenant(
         connect,
         idle_timeout,
         policy,
+        consent,
     })
+}
+
+/// `consent_return_url` and `confirm_consent`: a tenant with a per-user
+/// server confirms consents through its application unless it opts out.
+fn consent(
+    errors: &mut Errors,
+    path: &str,
+    return_url: Option<&str>,
+    confirm: Option<bool>,
+    servers: &[ServerConfig],
+) -> TenantConsent {
+    let per_user = servers.iter().find(|s| {
+        s.oauth
+            .as_ref()
+            .is_some_and(|o| o.grant == super::Grant::AuthorizationCode)
+    });
+    let field = format!("{path}.consent_return_url");
+    if confirm == Some(false) {
+        if return_url.is_some() {
+            errors.push(
+                field,
+                "is not used with confirm_consent: false (remove one of them)",
+            );
+        }
+        return TenantConsent::Unconfirmed;
+    }
+    let Some(text) = return_url else {
+        if let Some(server) = per_user {
+            errors.push(
+                field,
+                format!(
+                    "is required: server `{}` is per-user (grant: authorization_code), and its \
+                     consents are confirmed by the application behind this URL \
+                     (CompleteAuthorization); or set confirm_consent: false to make a consent \
+                     usable by whoever opens the link",
+                    server.name
+                ),
+            );
+        }
+        return TenantConsent::Confirmed(None);
+    };
+    match url::Url::parse(text) {
+        Ok(url) if url.fragment().is_some() => {
+            errors.push(field, "must not have a #fragment");
+        }
+        Ok(url)
+            if url.scheme() == "https" || (url.scheme() == "http" && super::is_loopback(&url)) =>
+        {
+            return TenantConsent::Confirmed(Some(url));
+        }
+        Ok(url) => errors.push(
+            field,
+            format!(
+                "must be https (the one-time code travels in it; http only on loopback), not `{}`",
+                url.scheme()
+            ),
+        ),
+        Err(e) => errors.push(field, format!("is not an absolute URL: {e}")),
+    }
+    TenantConsent::Confirmed(None)
 }
 
 /// The tenant's tokens: read, not empty, and each selecting this tenant

@@ -1,12 +1,17 @@
-//! The OAuth consent listener (`oauth.listen`): the redirect endpoint an
-//! authorization server sends the end user's browser back to, and the
-//! client ID metadata document that names the gateway to authorization
-//! servers that accept one.
+//! The OAuth consent listener (`oauth.listen`): the redirect endpoints an
+//! authorization server sends the end user's browser back to (one per
+//! tenant × server), and the client ID metadata documents that name each
+//! tenant's client to authorization servers that accept them.
 //!
 //! A callback may reach any replica: the pending flow it completes (PKCE
 //! verifier, tenant, subject, server) is read from the state store by its
-//! `state`, and the credentials are stored under the key the flow names,
-//! never one the callback could choose.
+//! `state`, it must have arrived at that flow's own redirect URI, and the
+//! credentials belong to the key the flow names, never one the callback
+//! could choose. They are held until the tenant's application confirms them
+//! for that subject (`CompleteAuthorization`, in the gRPC surface): the
+//! browser is sent on to the tenant's `consent_return_url` with a one-time
+//! code. Whoever opens a link is not trusted to be the subject it was made
+//! for.
 //!
 //! The listener is public (browsers reach it): a callback that completes no
 //! flow is counted and recorded with its peer's address only under a rate
@@ -17,15 +22,18 @@ pub mod limit;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::extract::{ConnectInfo, RawQuery, State};
+use axum::extract::{ConnectInfo, Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Response};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::OAuthListener;
-use crate::credentials::oauth::{OAuthError, OAuthStore, PendingFlow, pending_flow};
+use crate::config::{OAuthListener, TenantConsent};
+use crate::credentials::oauth::{
+    Completed, ConsentCode, OAuthError, OAuthStore, PendingFlow, pending_flow,
+};
 use crate::registry::Registry;
+use crate::state::TokenKey;
 
 /// What the handlers share.
 #[derive(Debug, Clone)]
@@ -58,12 +66,18 @@ pub fn router(
     for prefix in prefixes {
         router = router
             .route(
-                &format!("{prefix}/oauth/callback"),
+                &format!("{prefix}/oauth/{{tenant}}/{{server}}/callback"),
                 axum::routing::get(callback),
             )
             .route(
-                &format!("{prefix}/oauth/client-metadata.json"),
+                &format!("{prefix}/oauth/{{tenant}}/{{server}}/client-metadata.json"),
                 axum::routing::get(client_metadata),
+            )
+            // The one redirect URI of releases before per-server ones: its
+            // flows cannot be told apart from a mix-up; they start again.
+            .route(
+                &format!("{prefix}/oauth/callback"),
+                axum::routing::get(shared_callback),
             );
     }
     router.with_state(state)
@@ -80,16 +94,20 @@ pub async fn serve(listener: TcpListener, router: axum::Router, stop: Cancellati
     }
 }
 
-/// `GET /oauth/callback?code=...&state=...&iss=...`: completes the flow the
-/// `state` names.
+/// `GET /oauth/<tenant>/<server>/callback?code=...&state=...&iss=...`:
+/// completes the flow the `state` names, when that flow is this tenant's
+/// server's. The grant is held for the tenant's application to confirm
+/// (the browser goes on to `consent_return_url` with a one-time code), or,
+/// with `confirm_consent: false`, stored at once.
 async fn callback(
     State(consent): State<Consent>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Path((tenant_name, server_name)): Path<(String, String)>,
     RawQuery(query): RawQuery,
 ) -> Response {
     let callback_url = format!(
         "{}?{}",
-        consent.listener.redirect_uri(),
+        consent.listener.redirect_uri(&tenant_name, &server_name),
         query.unwrap_or_default()
     );
     let flow = match pending_flow(consent.store.as_ref(), &callback_url).await {
@@ -100,6 +118,8 @@ async fn callback(
             return unmatched(&consent, peer, &error).await;
         }
     };
+    // The flow's own client completes it; it refuses a callback that
+    // arrived at another server's redirect URI.
     let tenant = consent
         .registry
         .tenants()
@@ -114,23 +134,32 @@ async fn callback(
             "The server this authorization was for is no longer configured.",
         );
     };
-    match client.complete(&callback_url).await {
-        Ok(key) => {
-            tenant.consented(&key.server, &key.subject);
-            // The client recorded `consent_completed`: written before the
-            // page leaves.
+    let hold = matches!(tenant.consent, TenantConsent::Confirmed(_));
+    match client.complete(&callback_url, hold).await {
+        Ok(done) => {
+            // The client recorded `consent_completed` or `consent_held`:
+            // written before the page leaves.
             if let Some(context) = consent.registry.oauth() {
                 context.audit.flush().await;
             }
-            page(
-                StatusCode::OK,
-                "Authorized",
-                &format!(
-                    "toolgate may now use {} on your behalf. You can close this window and \
-                     return to your application.",
-                    html_escape(&key.server)
-                ),
-            )
+            match done {
+                Completed::Stored(key) => {
+                    tenant.consented(&key.server, &key.subject);
+                    authorized(&key)
+                }
+                Completed::Held(key, code) => match &tenant.consent {
+                    TenantConsent::Confirmed(Some(return_url)) => back_to(return_url, &code),
+                    _ => {
+                        tracing::error!(tenant = %key.tenant, server = %key.server, "no consent_return_url to send a held consent to");
+                        page(
+                            StatusCode::INTERNAL_SERVER_ERROR,
+                            "Authorization not completed",
+                            "The gateway has no address of your application to confirm this \
+                             authorization with (tenants[].consent_return_url).",
+                        )
+                    }
+                },
+            }
         }
         Err(error) => {
             tracing::warn!(tenant = %flow.tenant, server = %flow.server, %error, "OAuth callback refused");
@@ -138,6 +167,58 @@ async fn callback(
             refused(&error)
         }
     }
+}
+
+/// `GET /oauth/callback`: the shared redirect URI of earlier releases.
+/// Nothing completes there (a flow started before the upgrade starts
+/// again); counted and limited like any callback that completes nothing.
+async fn shared_callback(
+    State(consent): State<Consent>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+) -> Response {
+    unmatched(&consent, peer, &OAuthError::UnknownState).await
+}
+
+/// The page of a grant stored at once (`confirm_consent: false`): whose
+/// access was granted to whom, so a user who opened someone else's link
+/// can tell.
+fn authorized(key: &TokenKey) -> Response {
+    let subject = if key.subject.is_empty() {
+        "the tenant itself (no subject)".to_owned()
+    } else {
+        format!("subject <code>{}</code>", html_escape(&key.subject))
+    };
+    page(
+        StatusCode::OK,
+        "Authorized",
+        &format!(
+            "toolgate may now use the server <code>{}</code> for tenant <code>{}</code>, on \
+             behalf of {subject}. If you did not start this from your own application, this \
+             link was made for someone else: revoke the access at the authorization server. \
+             You can close this window.",
+            html_escape(&key.server),
+            html_escape(&key.tenant),
+        ),
+    )
+}
+
+/// Sends the browser on to the tenant's application with the one-time
+/// `code` of the held consent (303, so the callback is not re-posted).
+fn back_to(return_url: &url::Url, code: &ConsentCode) -> Response {
+    let mut url = return_url.clone();
+    url.query_pairs_mut().append_pair("code", code.expose());
+    (
+        StatusCode::SEE_OTHER,
+        [
+            (axum::http::header::LOCATION, url.to_string()),
+            (axum::http::header::CACHE_CONTROL, "no-store".to_owned()),
+            (
+                axum::http::header::REFERRER_POLICY,
+                "no-referrer".to_owned(),
+            ),
+        ],
+    )
+        .into_response()
 }
 
 /// A callback that completed no flow: counted, and recorded with `peer`
@@ -195,6 +276,7 @@ fn audit_reason(error: &OAuthError) -> &'static str {
         OAuthError::Callback(_) => "malformed_callback",
         OAuthError::Store(_) => "store_unavailable",
         OAuthError::Issuer(_) => "issuer_mismatch",
+        OAuthError::RedirectMismatch => "redirect_mismatch",
         _ => "exchange_failed",
     }
 }
@@ -216,6 +298,13 @@ fn refused(error: &OAuthError) -> Response {
         OAuthError::Callback(reason) => (
             StatusCode::BAD_REQUEST,
             format!("The callback is malformed: {reason}."),
+        ),
+        OAuthError::RedirectMismatch => (
+            StatusCode::BAD_REQUEST,
+            "This authorization answer arrived at the address of another server than the one \
+             it was started for, so it was discarded (an authorization server may be trying to \
+             obtain another server's access). Start again from your application."
+                .to_owned(),
         ),
         OAuthError::Store(_) => (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -254,15 +343,29 @@ fn page(status: StatusCode, title: &str, body: &str) -> Response {
         .into_response()
 }
 
-/// `GET /oauth/client-metadata.json`: the gateway's client ID metadata
-/// document (its URL is the client id where authorization servers accept
-/// such documents).
-async fn client_metadata(State(consent): State<Consent>) -> Response {
+/// `GET /oauth/<tenant>/<server>/client-metadata.json`: the client ID
+/// metadata document of one tenant's server (its URL is the client id where
+/// authorization servers accept such documents). Each tenant × server is its
+/// own client: its `client_name` names the tenant, and its only redirect
+/// URI is that server's callback.
+async fn client_metadata(
+    State(consent): State<Consent>,
+    Path((tenant_name, server_name)): Path<(String, String)>,
+) -> Response {
+    let known = consent.registry.tenants().into_iter().any(|t| {
+        t.name == tenant_name
+            && t.servers()
+                .any(|s| s.name == server_name && s.oauth.as_ref().is_some_and(|o| o.per_user()))
+    });
+    if !known {
+        return StatusCode::NOT_FOUND.into_response();
+    }
+    let listener = &consent.listener;
     let document = serde_json::json!({
-        "client_id": consent.listener.client_metadata_url(),
-        "client_name": crate::credentials::oauth::DEFAULT_CLIENT_NAME,
-        "client_uri": consent.listener.public_url.as_str(),
-        "redirect_uris": [consent.listener.redirect_uri()],
+        "client_id": listener.client_metadata_url(&tenant_name, &server_name),
+        "client_name": crate::config::client_name(&tenant_name),
+        "client_uri": listener.public_url.as_str(),
+        "redirect_uris": [listener.redirect_uri(&tenant_name, &server_name)],
         "grant_types": ["authorization_code", "refresh_token"],
         "response_types": ["code"],
         "token_endpoint_auth_method": "none",

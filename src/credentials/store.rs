@@ -18,7 +18,8 @@ use futures::future::BoxFuture;
 use rmcp::transport::auth::StoredCredentials;
 
 use super::oauth::{
-    LocalLeases, OAuthStore, PENDING_TTL, PendingFlow, RegisteredClient, StoreError,
+    CONFIRM_TTL, HeldGrant, LocalLeases, OAuthStore, PENDING_TTL, PendingFlow, RegisteredClient,
+    StoreError,
 };
 use crate::state::{ClientKey, Replaced, StateError, StateStore, TokenKey};
 
@@ -294,6 +295,40 @@ impl OAuthStore for StateOAuthStore {
                 .put_pending(state, &value, PENDING_TTL)
                 .await
                 .map_err(|e| failed("saving the pending authorization", &e))
+        })
+    }
+
+    fn hold_grant<'a>(
+        &'a self,
+        code: &'a str,
+        grant: HeldGrant,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let value = serde_json::to_vec(&grant)
+                .map_err(|_| StoreError("the held consent cannot be serialized".into()))?;
+            self.state
+                .put_held(code, &value, CONFIRM_TTL)
+                .await
+                .map_err(|e| failed("holding the consent", &e))
+        })
+    }
+
+    fn take_held<'a>(
+        &'a self,
+        code: &'a str,
+    ) -> BoxFuture<'a, Result<Option<HeldGrant>, StoreError>> {
+        Box::pin(async move {
+            let taken = self
+                .state
+                .take_held(code)
+                .await
+                .map_err(|e| failed("taking the held consent", &e))?;
+            taken
+                .map(|value| {
+                    serde_json::from_slice(&value)
+                        .map_err(|_| StoreError("the held consent cannot be parsed".into()))
+                })
+                .transpose()
         })
     }
 

@@ -62,6 +62,26 @@ pub enum CallError {
         /// Where the subject consents.
         url: String,
     },
+    /// `CompleteAuthorization`: no held consent has this code (never
+    /// issued, already used, or expired).
+    #[error(
+        "the consent code is unknown, expired or already used: start again from the authorization link"
+    )]
+    ConsentCodeInvalid,
+    /// `CompleteAuthorization`: the caller's tenant or subject is not the
+    /// one the authorization link was made for; the held consent is
+    /// dropped.
+    #[error("{reason}")]
+    ConsentNotYours {
+        /// The server the consent was for.
+        server: String,
+        /// What did not match, in words (no subject in it).
+        reason: String,
+    },
+    /// `CompleteAuthorization`: the state store holding the consent cannot
+    /// be reached; nothing was confirmed.
+    #[error("the gateway's state store is unavailable ({0}); the consent code stays valid, retry")]
+    ConsentStoreUnavailable(String),
     /// The state store (tokens, consents) cannot be reached; nothing was
     /// sent upstream.
     #[error(

@@ -7,6 +7,7 @@
 mod auth_layer;
 mod call;
 mod call_audit;
+mod consent;
 pub mod convert;
 pub mod drain;
 pub mod error;
@@ -223,6 +224,21 @@ impl server::tool_gateway_server::ToolGateway for Gateway {
             standing,
             self.drain.clone(),
         )))
+    }
+
+    async fn complete_authorization(
+        &self,
+        request: Request<pb::CompleteAuthorizationRequest>,
+    ) -> Result<Response<pb::CompleteAuthorizationResponse>, Status> {
+        // One token of the tenant's rate, like a listing: codes cannot be
+        // guessed (256 bits), but nothing here should be free.
+        let (tenant, _busy) = self.listing_tenant(&request)?;
+        let (_, subject) = caller_of(&request);
+        consent::complete_authorization(&tenant, &subject, &request.get_ref().code)
+            .instrument(rpc_span("CompleteAuthorization", &tenant.name))
+            .await
+            .map(Response::new)
+            .map_err(Status::from)
     }
 
     async fn search_tools(

@@ -52,6 +52,9 @@ pub fn classify(error: &CallError) -> (Code, &'static str) {
             (Code::FailedPrecondition, "UPSTREAM_AUTHORIZATION_REQUIRED")
         }
         CallError::StateUnavailable { .. } => (Code::Unavailable, "STATE_UNAVAILABLE"),
+        CallError::ConsentCodeInvalid => (Code::InvalidArgument, "CONSENT_CODE_INVALID"),
+        CallError::ConsentStoreUnavailable(_) => (Code::Unavailable, "STATE_UNAVAILABLE"),
+        CallError::ConsentNotYours { .. } => (Code::PermissionDenied, "CONSENT_SUBJECT_MISMATCH"),
         CallError::Reloading => (Code::Unavailable, "RELOADING"),
         CallError::ResponseTooLarge { .. } => (Code::ResourceExhausted, "RESULT_TOO_LARGE"),
         CallError::ServerUnavailable { .. } => (Code::Unavailable, "UPSTREAM_UNAVAILABLE"),
@@ -212,9 +215,12 @@ fn metadata(error: &CallError) -> HashMap<String, String> {
             metadata.insert("tool".to_owned(), tool.clone());
             metadata.insert("authorization_url".to_owned(), url.clone());
         }
-        CallError::StateUnavailable { server, .. } => {
+        CallError::StateUnavailable { server, .. } | CallError::ConsentNotYours { server, .. }
+            if !server.is_empty() =>
+        {
             metadata.insert("server".to_owned(), server.clone());
         }
+        CallError::StateUnavailable { .. } | CallError::ConsentNotYours { .. } => {}
         CallError::DefinitionNotApproved {
             server,
             tool,
@@ -315,6 +321,8 @@ fn metadata(error: &CallError) -> HashMap<String, String> {
         | CallError::Reloading
         | CallError::InvalidName { .. }
         | CallError::InvalidSubject(_)
+        | CallError::ConsentCodeInvalid
+        | CallError::ConsentStoreUnavailable(_)
         | CallError::InvalidFilter(_) => {}
     }
     metadata

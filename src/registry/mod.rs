@@ -411,7 +411,12 @@ impl Registry {
                         summary.servers_kept.push(label);
                     }
                     None => {
-                        let oauth = oauth::client_for(server, self.spawner.oauth(), &self.metrics);
+                        let oauth = oauth::client_for(
+                            &tenant_config.name,
+                            server,
+                            self.spawner.oauth(),
+                            &self.metrics,
+                        );
                         if let Err(reason) = &oauth {
                             tracing::error!(tenant = %tenant_config.name, server = %server.name, %reason, "OAuth client not available");
                         }

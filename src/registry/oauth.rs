@@ -44,6 +44,7 @@ pub struct OAuthContext {
 /// A reason, in words, when the client cannot be built (no state store
 /// open, not an HTTP server, settings that cannot work).
 pub(super) fn client_for(
+    tenant: &str,
     server: &ServerConfig,
     context: Option<&OAuthContext>,
     metrics: &Arc<Metrics>,
@@ -61,7 +62,12 @@ pub(super) fn client_for(
     let Transport::Http { url, .. } = &server.transport else {
         return Err("OAuth applies to HTTP servers only".to_owned());
     };
-    let settings = OAuthSettings::from_config(url.clone(), oauth, context.listener.as_ref());
+    let settings = OAuthSettings::from_config(
+        url.clone(),
+        oauth,
+        context.listener.as_ref(),
+        (tenant, &server.name),
+    );
     let metrics = metrics.clone();
     let audit = context.audit.clone();
     let events = EventSink::new(move |key, event| {

@@ -121,6 +121,9 @@ pub struct Tenant {
     /// The tenant's per-tool policy, compiled with the configuration;
     /// `None` when it has no rules.
     policy: Option<Arc<crate::policy::Policy>>,
+    /// How an end user's consent becomes usable (confirmed by the tenant's
+    /// application, by default).
+    pub consent: crate::config::TenantConsent,
 }
 
 /// Holds a tenant as busy while a call runs.
@@ -213,6 +216,7 @@ impl Tenant {
                 .policy
                 .as_deref()
                 .map(|rules| Arc::new(crate::policy::Policy::new(rules))),
+            consent: config.consent.clone(),
         });
         {
             let mut owner = tenant.publication.owner.lock().expect("publication lock");
@@ -706,6 +710,18 @@ impl Tenant {
             .iter()
             .find(|s| s.config.name == server)
             .and_then(|s| s.oauth.clone().ok().flatten())
+    }
+
+    /// The state store and consent listener of the gateway's OAuth servers,
+    /// if the store is open.
+    pub fn oauth_context(&self) -> Option<&super::OAuthContext> {
+        self.spawner.oauth()
+    }
+
+    /// Counts an OAuth event of this gateway's `tenant` and `server`
+    /// (`toolgate_oauth_events_total`).
+    pub fn oauth_event(&self, tenant: &str, server: &str, event: &str) {
+        self.spawner.metrics.oauth_event(tenant, server, event);
     }
 
     /// A consent of `subject` for the server named `server` arrived: its

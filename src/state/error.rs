@@ -15,6 +15,8 @@ pub enum Record {
     Client,
     /// A pending authorization flow.
     Pending,
+    /// A consent held until its application confirms it.
+    Held,
 }
 
 impl std::fmt::Display for Record {
@@ -23,6 +25,7 @@ impl std::fmt::Display for Record {
             Record::Token => "token",
             Record::Client => "OAuth client",
             Record::Pending => "pending authorization",
+            Record::Held => "held consent",
         })
     }
 }

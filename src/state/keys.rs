@@ -100,7 +100,13 @@ pub(super) fn pending_aad(state: &str) -> Vec<u8> {
     aad("pending", &[state])
 }
 
-/// The hash under which the pending flow of `state` is stored.
+/// The associated data of the consent held under the one-time `code`.
+pub(super) fn held_aad(code: &str) -> Vec<u8> {
+    aad("held", &[code])
+}
+
+/// The hash under which the pending flow of `state` (or the consent held
+/// under a code) is stored.
 pub(super) fn state_hash(state: &str) -> String {
     hex(&Sha256::digest(state.as_bytes()))
 }

@@ -33,6 +33,7 @@
 
 mod connect;
 mod error;
+mod held;
 mod keyring;
 mod keys;
 
@@ -47,7 +48,7 @@ use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::OnceCell;
 
-use keys::{pending_aad, state_hash};
+use keys::{held_aad, pending_aad, state_hash};
 
 /// A value with the version of the row it was read from. Versions start at 1
 /// and grow by one on every write of the row. `Debug` shows the length of the
@@ -461,18 +462,23 @@ impl StateStore {
             .map(Some)
     }
 
-    /// Deletes every expired pending flow; returns how many.
+    /// Deletes every expired pending flow and held consent; returns how
+    /// many.
     ///
     /// # Errors
     /// [`StateError::Unavailable`] when the store cannot be reached.
     pub async fn purge_expired(&self) -> Result<u64, StateError> {
         let pool = self.ready().await?;
-        let done = sqlx::query("DELETE FROM toolgate_pending_flows WHERE expires_at_ms <= $1")
-            .bind(now_ms())
-            .execute(pool)
-            .await
-            .map_err(StateError::from_sqlx)?;
-        Ok(done.rows_affected())
+        let mut purged = 0;
+        for table in ["toolgate_pending_flows", "toolgate_held_grants"] {
+            let done = sqlx::query(&format!("DELETE FROM {table} WHERE expires_at_ms <= $1"))
+                .bind(now_ms())
+                .execute(pool)
+                .await
+                .map_err(StateError::from_sqlx)?;
+            purged += done.rows_affected();
+        }
+        Ok(purged)
     }
 
     fn open(&self, sealed: &[u8], aad: &[u8], record: Record) -> Result<Vec<u8>, StateError> {

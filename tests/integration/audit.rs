@@ -580,6 +580,7 @@ oauth:
 tenants:
   - name: acme
     tokens: [{TOKEN}]
+    confirm_consent: false
     servers:
       - name: docs
         url: "http://127.0.0.1:{rs_port}/mcp"
@@ -636,7 +637,7 @@ tenants:
     // A forged callback completes nothing, and says so.
     let forged = http
         .get(format!(
-            "http://127.0.0.1:{consent_port}/oauth/callback?code=x&state=forged"
+            "http://127.0.0.1:{consent_port}/oauth/acme/docs/callback?code=x&state=forged"
         ))
         .send()
         .await

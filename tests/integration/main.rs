@@ -10,6 +10,7 @@ mod audit;
 mod auth;
 mod binary;
 mod catalog;
+mod consent;
 mod docs;
 mod fixtures;
 mod fuzz_corpus;

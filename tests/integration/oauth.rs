@@ -47,28 +47,33 @@ fn start_fixture(script: &str, args: &[&str]) -> (ChildGuard, u16) {
 }
 
 /// The authorization server and the protected MCP server.
-struct Upstream {
+pub(crate) struct Upstream {
     _as: ChildGuard,
     _rs: ChildGuard,
-    as_url: String,
-    mcp_url: String,
+    pub(crate) as_url: String,
+    pub(crate) mcp_url: String,
 }
 
-fn upstream(token_ttl: u32) -> Upstream {
+pub(crate) fn upstream(token_ttl: u32) -> Upstream {
+    upstream_with(token_ttl, &[])
+}
+
+/// [`upstream`] with more options for the authorization server
+/// (oauth_as.py's, e.g. `--no-iss`).
+pub(crate) fn upstream_with(token_ttl: u32, options: &[&str]) -> Upstream {
     let ttl = token_ttl.to_string();
-    let (as_guard, as_port) = start_fixture(
-        "oauth_as.py",
-        &[
-            "--port",
-            "0",
-            "--token-ttl",
-            &ttl,
-            "--client-id",
-            "svc",
-            "--client-secret",
-            SVC_SECRET,
-        ],
-    );
+    let mut args = vec![
+        "--port",
+        "0",
+        "--token-ttl",
+        &ttl,
+        "--client-id",
+        "svc",
+        "--client-secret",
+        SVC_SECRET,
+    ];
+    args.extend_from_slice(options);
+    let (as_guard, as_port) = start_fixture("oauth_as.py", &args);
     let as_url = format!("http://127.0.0.1:{as_port}");
     let (rs_guard, rs_port) =
         start_fixture("oauth_mcp_server.py", &["--port", "0", "--as-url", &as_url]);
@@ -82,7 +87,7 @@ fn upstream(token_ttl: u32) -> Upstream {
 
 /// A gateway configuration: `docs` per user (authorization code), `svc`
 /// for the tenant itself (client credentials), both on the same server.
-fn config(upstream: &Upstream, state_url: &str, consent_port: u16) -> String {
+pub(crate) fn config(upstream: &Upstream, state_url: &str, consent_port: u16) -> String {
     format!(
         r#"
 state:
@@ -95,6 +100,7 @@ oauth:
 tenants:
   - name: acme
     tokens: [acme-token]
+    {CONFIRMED}
     servers:
       - name: docs
         url: "{mcp}"
@@ -107,7 +113,20 @@ tenants:
     )
 }
 
-fn env() -> [(&'static str, &'static str); 2] {
+/// Where acme's application confirms consents (nothing listens there: the
+/// test plays the application, reading the code from the redirect).
+pub(crate) const RETURN_URL: &str = "http://127.0.0.1:9/app/consent";
+
+/// The line of [`config`] that makes acme confirm consents.
+const CONFIRMED: &str = "consent_return_url: http://127.0.0.1:9/app/consent";
+
+/// [`config`] with `confirm_consent: false`: a consent is usable as soon as
+/// the callback completes.
+pub(crate) fn unconfirmed(config: &str) -> String {
+    config.replace(CONFIRMED, "confirm_consent: false")
+}
+
+pub(crate) fn env() -> [(&'static str, &'static str); 2] {
     [("STATE_KEY", STATE_KEY), ("SVC_SECRET", SVC_SECRET)]
 }
 
@@ -157,7 +176,7 @@ pub(crate) async fn call_settled(
 }
 
 /// The authorization URL of an `UPSTREAM_AUTHORIZATION_REQUIRED` status.
-fn authorization_url(status: &tonic::Status) -> String {
+pub(crate) fn authorization_url(status: &tonic::Status) -> String {
     assert_eq!(status.code(), tonic::Code::FailedPrecondition, "{status:?}");
     let info = status.get_details_error_info().expect("ErrorInfo");
     assert_eq!(info.reason, "UPSTREAM_AUTHORIZATION_REQUIRED");
@@ -169,21 +188,92 @@ fn authorization_url(status: &tonic::Status) -> String {
 
 /// Plays the browser: opens `url` as `user` at the authorization server and
 /// delivers its redirect to the gateway's consent listener on
-/// `callback_port` (any replica's). Returns the listener's status and page.
-async fn consent(url: &str, user: &str, callback_port: u16) -> (u16, String) {
+/// `callback_port` (any replica's). Returns the listener's status and page;
+/// for a held consent (303 to the tenant's `consent_return_url`), 303 and
+/// the one-time code.
+pub(crate) async fn consent(url: &str, user: &str, callback_port: u16) -> (u16, String) {
     let http = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .unwrap();
-    let authorize = http.get(format!("{url}&user={user}")).send().await.unwrap();
-    assert_eq!(authorize.status().as_u16(), 302, "authorize: {authorize:?}");
-    let location = authorize.headers()["location"].to_str().unwrap().to_owned();
-    let mut callback = url::Url::parse(&location).unwrap();
-    assert_eq!(callback.path(), "/oauth/callback");
+    // Authorization servers may send the browser on to another one (the
+    // mix-up test's relay): followed until a redirect leaves them.
+    let mut next = format!("{url}&user={user}");
+    let mut callback = None;
+    for _ in 0..3 {
+        let authorize = http.get(&next).send().await.unwrap();
+        assert_eq!(authorize.status().as_u16(), 302, "authorize: {authorize:?}");
+        next = authorize.headers()["location"].to_str().unwrap().to_owned();
+        let target = url::Url::parse(&next).unwrap();
+        if target.path().starts_with("/oauth/") {
+            callback = Some(target);
+            break;
+        }
+    }
+    let mut callback = callback.expect("the authorization servers redirect to the gateway");
+    assert!(
+        callback.path().starts_with("/oauth/acme/") && callback.path().ends_with("/callback"),
+        "a redirect URI of its own per tenant and server: {callback}"
+    );
     callback.set_port(Some(callback_port)).unwrap();
     let page = http.get(callback.as_str()).send().await.unwrap();
     let status = page.status().as_u16();
+    if status == 303 {
+        let location = page.headers()["location"].to_str().unwrap();
+        return (status, return_code(location));
+    }
     (status, page.text().await.unwrap())
+}
+
+/// The one-time `code` of a redirect to [`RETURN_URL`].
+pub(crate) fn return_code(location: &str) -> String {
+    let url = url::Url::parse(location).unwrap();
+    assert!(location.starts_with(RETURN_URL), "{location}");
+    url.query_pairs()
+        .find(|(k, _)| k == "code")
+        .map(|(_, v)| v.into_owned())
+        .unwrap_or_else(|| panic!("no code in {location}"))
+}
+
+/// Plays acme's application: confirms the consent of `code` for `subject`
+/// (its logged-in user).
+pub(crate) async fn confirm(
+    client: &mut ToolGatewayClient<Channel>,
+    subject: &str,
+    code: &str,
+) -> Result<String, tonic::Status> {
+    let mut request = authed(
+        "acme-token",
+        pb::CompleteAuthorizationRequest {
+            code: code.to_owned(),
+        },
+    );
+    request
+        .metadata_mut()
+        .insert("x-toolgate-subject", subject.parse().unwrap());
+    Ok(client
+        .complete_authorization(request)
+        .await?
+        .into_inner()
+        .server)
+}
+
+/// `user` consents at `url` and acme's application, where `user` is logged
+/// in, confirms it: the consent is usable afterwards.
+pub(crate) async fn consent_confirmed(
+    client: &mut ToolGatewayClient<Channel>,
+    url: &str,
+    user: &str,
+    callback_port: u16,
+) {
+    let (status, code) = consent(url, user, callback_port).await;
+    assert_eq!(
+        status, 303,
+        "the callback sends the browser to the application: {code}"
+    );
+    confirm(client, user, &code)
+        .await
+        .unwrap_or_else(|e| panic!("{user} confirms their own consent: {e:?}"));
 }
 
 /// ListTools as `subject`.
@@ -203,7 +293,7 @@ pub(crate) fn server<'a>(listing: &'a pb::ListToolsResponse, name: &str) -> &'a 
     listing.servers.iter().find(|s| s.name == name).unwrap()
 }
 
-async fn as_stats(upstream: &Upstream) -> serde_json::Value {
+pub(crate) async fn as_stats(upstream: &Upstream) -> serde_json::Value {
     let text = reqwest::get(format!("{}/admin/stats", upstream.as_url))
         .await
         .unwrap()
@@ -243,9 +333,9 @@ async fn per_user_consent_isolates_subjects_and_client_credentials_serve_the_ten
     assert_eq!(docs.state, pb::ServerState::AuthorizationRequired as i32);
     assert!(docs.authorization_url.starts_with(&upstream.as_url));
 
-    // Alice consents in her browser; her next call runs as her.
-    let (code, page) = consent(&url, "alice", consent_port).await;
-    assert_eq!(code, 200, "{page}");
+    // Alice consents in her browser and acme's application confirms it for
+    // her; her next call runs as her.
+    consent_confirmed(&mut client, &url, "alice", consent_port).await;
     assert_eq!(
         call_settled(&mut client, Some("alice"), "docs__whoami")
             .await
@@ -269,8 +359,7 @@ async fn per_user_consent_isolates_subjects_and_client_credentials_serve_the_ten
         server(&carol, "docs").state,
         pb::ServerState::AuthorizationRequired as i32
     );
-    let (code, page) = consent(&bob_url, "bob", consent_port).await;
-    assert_eq!(code, 200, "{page}");
+    consent_confirmed(&mut client, &bob_url, "bob", consent_port).await;
     assert_eq!(
         call(&mut client, Some("bob"), "docs__whoami")
             .await
@@ -392,9 +481,9 @@ async fn a_consent_at_one_replica_serves_calls_at_another_and_one_refresh_wins()
         .await
         .unwrap_err();
     let url = authorization_url(&status);
-    // The flow started at replica one completes at replica two.
-    let (code, page) = consent(&url, "alice", second_port).await;
-    assert_eq!(code, 200, "{page}");
+    // The flow started at replica one completes at replica two, and is
+    // confirmed at replica one.
+    consent_confirmed(&mut client_one, &url, "alice", second_port).await;
     assert_eq!(
         call_settled(&mut client_one, Some("alice"), "docs__whoami")
             .await
@@ -457,7 +546,7 @@ fn state_ring() -> toolgate::state::KeyRing {
 }
 
 /// The audit records of `path` whose `event` is `event`.
-fn audit_events(path: &std::path::Path, event: &str) -> Vec<serde_json::Value> {
+pub(crate) fn audit_events(path: &std::path::Path, event: &str) -> Vec<serde_json::Value> {
     std::fs::read_to_string(path)
         .unwrap_or_default()
         .lines()
@@ -471,9 +560,10 @@ fn audit_events(path: &std::path::Path, event: &str) -> Vec<serde_json::Value> {
 /// (its version remembered for the compare-and-swap of a refresh), then the
 /// row is deleted ("forget a token", operations.md) or rewritten by another
 /// replica; Alice consents again through replica two's link, and the
-/// callback reaches replica one. The page says `Authorized` and the audit
-/// `consent_completed` only because the grant is stored: her next calls
-/// run as her on both replicas.
+/// callback reaches replica one. With `confirm_consent: false` the page
+/// says `Authorized` and the audit `consent_completed` only because the
+/// grant is stored: her next calls run as her on both replicas. (A
+/// confirmed consent is stored by the same unconditional write.)
 #[tokio::test]
 async fn a_consent_after_the_token_row_was_deleted_or_rewritten_is_stored() {
     let upstream = upstream(3600);
@@ -486,10 +576,10 @@ async fn a_consent_after_the_token_row_was_deleted_or_rewritten_is_stored() {
     let one_config = format!(
         "audit:\n  path: \"{}\"\n{}",
         audit.display(),
-        config(&upstream, &url, public_port)
+        unconfirmed(&config(&upstream, &url, public_port))
     );
     let one = TestGateway::start(&one_config, &env()).await;
-    let two_config = config(&upstream, &url, public_port).replace(
+    let two_config = unconfirmed(&config(&upstream, &url, public_port)).replace(
         &format!("listen: 127.0.0.1:{public_port}"),
         &format!("listen: 127.0.0.1:{second_port}"),
     );
@@ -555,7 +645,8 @@ async fn a_consent_after_the_token_row_was_deleted_or_rewritten_is_stored() {
 }
 
 /// Two callbacks for one `state` at once, `ROUNDS` times (a subject each):
-/// exactly one completes the consent (`Authorized`, `consent_completed`),
+/// exactly one completes the consent (the browser sent on to the
+/// application, which confirms it: `consent_held`, `consent_completed`),
 /// the other is an unknown state (400, `consent_failed` / `unknown_state`)
 /// and exchanges nothing, so the grant it would have spoiled (a reused code
 /// revokes what it issued) serves the subject's calls.
@@ -593,13 +684,18 @@ async fn two_callbacks_for_one_state_complete_it_once(state_url: &str) {
         callback.set_port(Some(consent_port)).unwrap();
         let deliver = || async {
             let page = http.get(callback.as_str()).send().await.unwrap();
-            (page.status().as_u16(), page.text().await.unwrap())
+            let status = page.status().as_u16();
+            match page.headers().get("location") {
+                Some(location) => (status, location.to_str().unwrap().to_owned()),
+                None => (status, page.text().await.unwrap()),
+            }
         };
         let (a, b) = tokio::join!(deliver(), deliver());
         let mut pages = [a, b];
         pages.sort();
-        assert_eq!(pages[0].0, 200, "round {round}: {pages:?}");
-        assert!(pages[0].1.contains("Authorized"), "round {round}");
+        assert_eq!(pages[0].0, 303, "round {round}: {pages:?}");
+        let code = return_code(&pages[0].1);
+        confirm(&mut client, &subject, &code).await.unwrap();
         assert_eq!(pages[1].0, 400, "round {round}: {pages:?}");
         assert!(
             pages[1].1.contains("expired or was already used"),
@@ -614,6 +710,7 @@ async fn two_callbacks_for_one_state_complete_it_once(state_url: &str) {
             "round {round}"
         );
     }
+    assert_eq!(audit_events(&audit, "consent_held").len(), ROUNDS);
     assert_eq!(audit_events(&audit, "consent_completed").len(), ROUNDS);
     let failed = audit_events(&audit, "consent_failed");
     assert_eq!(failed.len(), ROUNDS, "{failed:#?}");
@@ -668,8 +765,9 @@ async fn forged_callbacks_are_counted_recorded_under_a_rate_and_a_real_consent_s
     let http = reqwest::Client::new();
     let mut statuses = std::collections::BTreeMap::<u16, usize>::new();
     for i in 0..300 {
-        let forged =
-            format!("http://127.0.0.1:{consent_port}/oauth/callback?code=c{i}&state=forged-{i}");
+        let forged = format!(
+            "http://127.0.0.1:{consent_port}/oauth/acme/docs/callback?code=c{i}&state=forged-{i}"
+        );
         let answer = http.get(&forged).send().await.unwrap();
         *statuses.entry(answer.status().as_u16()).or_default() += 1;
     }
@@ -679,8 +777,7 @@ async fn forged_callbacks_are_counted_recorded_under_a_rate_and_a_real_consent_s
     assert!((10..=20).contains(&refused), "{statuses:?}");
 
     // Alice's real consent, from the same peer, completes.
-    let (code, page) = consent(&url, "alice", consent_port).await;
-    assert_eq!(code, 200, "{page}");
+    consent_confirmed(&mut client, &url, "alice", consent_port).await;
     assert_eq!(
         call_settled(&mut client, Some("alice"), "docs__whoami")
             .await

@@ -21,7 +21,7 @@ use toolgate::pb;
 use toolgate::pb::tool_gateway_client::ToolGatewayClient;
 
 use crate::common::*;
-use crate::oauth::{call, call_settled, listing, server};
+use crate::oauth::{call, call_settled, confirm, listing, server};
 
 /// A state-store key (32 bytes, base64).
 const STATE_KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
@@ -179,6 +179,22 @@ fn upstream(token_ttl: u32) -> Upstream {
 /// reach it (or a load balancer in front of every replica) at
 /// `public_port`.
 fn config(upstream: &Upstream, state_url: &str, listen_port: u16, public_port: u16) -> String {
+    confirmed_config(
+        upstream,
+        state_url,
+        (listen_port, public_port),
+        "confirm_consent: false",
+    )
+}
+
+/// [`config`] with `consent` (a tenant line: `consent_return_url: ...` or
+/// `confirm_consent: false`).
+fn confirmed_config(
+    upstream: &Upstream,
+    state_url: &str,
+    (listen_port, public_port): (u16, u16),
+    consent: &str,
+) -> String {
     format!(
         r#"
 state:
@@ -191,6 +207,7 @@ oauth:
 tenants:
   - name: acme
     tokens: [acme-token]
+    {consent}
     servers:
       - name: docs
         url: "{mcp}"
@@ -329,11 +346,101 @@ async fn client_credentials_at_oidc_provider_serve_the_tenant() {
     gateway.shutdown().await;
 }
 
+/// What the real browser (consent_chromium.py) ended on.
+#[derive(Debug)]
+enum Browser {
+    /// The tenant's application page, opened with this one-time code.
+    Returned(String),
+    /// A page of the gateway's (title and text).
+    Page(String),
+}
+
+/// Plays `user`'s browser in headless Chromium (a fresh profile each time):
+/// oidc-provider's login and consent pages, the gateway's callback, and the
+/// tenant's application at 127.0.0.1:`app_port`. Screenshots and page
+/// sources of every step are kept under `target/test-artifacts/` when the
+/// test fails (removed when it passes).
+async fn chromium_consent(url: &str, user: &str, app_port: u16, artifacts: &Path) -> Browser {
+    let output = tokio::time::timeout(
+        Duration::from_secs(90),
+        tokio::process::Command::new(python())
+            .arg(fixture("python/consent_chromium.py"))
+            .args([url, user, &app_port.to_string()])
+            .arg(artifacts.join(format!("{user}-{}", free_port())))
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("consent_chromium.py finishes within 90 s")
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "consent_chromium.py failed ({}): {}{stdout}
+(screenshots in {})",
+        output.status,
+        String::from_utf8_lossy(&output.stderr),
+        artifacts.display()
+    );
+    if let Some(query) = stdout.trim().strip_prefix("RETURNED ") {
+        let code = url::form_urlencoded::parse(query.as_bytes())
+            .find(|(k, _)| k == "code")
+            .map(|(_, v)| v.into_owned())
+            .unwrap_or_else(|| panic!("the application was opened without a code: {query}"));
+        return Browser::Returned(code);
+    }
+    match stdout.trim().strip_prefix("PAGE ") {
+        Some(page) => Browser::Page(page.to_owned()),
+        None => panic!("consent_chromium.py printed {stdout:?}"),
+    }
+}
+
+/// The code a browser brought back to the application.
+fn returned(browser: Browser) -> String {
+    match browser {
+        Browser::Returned(code) => code,
+        Browser::Page(page) => panic!("the consent did not return to the application: {page}"),
+    }
+}
+
+/// Screenshots of a test's browser runs, kept when it fails.
+struct Artifacts(std::path::PathBuf);
+
+impl Artifacts {
+    fn new(test: &str) -> Self {
+        Self(repo_root().join("target/test-artifacts").join(test))
+    }
+}
+
+impl Drop for Artifacts {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+/// The whole consent in a real browser (headless Chromium), against
+/// oidc-provider's interactive login and consent pages: a link forwarded
+/// to another user never makes that user's account usable by the link's
+/// subject; each user's own link, confirmed by the application for that
+/// user, serves that user only; a spent link completes nothing; a revoked
+/// grant asks for consent again.
 #[tokio::test]
-async fn per_user_consent_at_oidc_provider_isolates_subjects_and_survives_revocation() {
+async fn per_user_consent_in_chromium_binds_each_grant_to_its_user_and_survives_revocation() {
     let upstream = upstream(3600);
     let dir = tempfile::tempdir().unwrap();
-    let (gateway, consent_port) = sqlite_gateway(&upstream, dir.path()).await;
+    let artifacts = Artifacts::new("consent-in-chromium");
+    let state_url = format!("sqlite://{}/state.db", dir.path().display());
+    let consent_port = free_port();
+    let app_port = free_port();
+    let yaml = confirmed_config(
+        &upstream,
+        &state_url,
+        (consent_port, consent_port),
+        &format!("consent_return_url: http://127.0.0.1:{app_port}/consent"),
+    );
+    let gateway = TestGateway::start(&yaml, &env()).await;
     let mut client = gateway.client().await;
 
     // Alice has not consented: a link to oidc-provider, with PKCE S256 and
@@ -351,31 +458,33 @@ async fn per_user_consent_at_oidc_provider_isolates_subjects_and_survives_revoca
     );
     assert_eq!(query.get("resource"), Some(&upstream.mcp_url), "{url}");
     assert_eq!(
-        query.get("response_type").map(String::as_str),
-        Some("code"),
-        "{url}"
-    );
-    assert!(
-        query
-            .get("scope")
-            .is_some_and(|s| s.split(' ').any(|s| s == "tools")),
-        "{url}"
-    );
-    assert_eq!(
         query.get("redirect_uri"),
-        Some(&format!("http://127.0.0.1:{consent_port}/oauth/callback")),
+        Some(&format!(
+            "http://127.0.0.1:{consent_port}/oauth/acme/docs/callback"
+        )),
         "{url}"
     );
     let before = listing(&mut client, "alice").await;
-    let docs = server(&before, "docs");
-    assert_eq!(docs.state, pb::ServerState::AuthorizationRequired as i32);
-    assert!(docs.authorization_url.starts_with(&upstream.as_url));
-    // The gateway registered itself at oidc-provider (RFC 7591).
+    assert_eq!(
+        server(&before, "docs").state,
+        pb::ServerState::AuthorizationRequired as i32
+    );
     assert_eq!(upstream.stats().await["registrations"], 1);
 
-    // Alice logs in and consents in her browser; her next call runs as her.
-    let (code, page) = consent(&url, "alice", consent_port, &upstream).await;
-    assert_eq!(code, 200, "{page}\n{}", upstream.logs());
+    // Mallory forwards her own link to Alice; Alice logs in and consents
+    // in her browser. The application she is logged in to confirms for
+    // her: refused, and nobody's account is usable through it.
+    let mallorys = needs_consent(&mut client, Some("mallory"), &upstream).await;
+    let code = returned(chromium_consent(&mallorys, "alice", app_port, &artifacts.0).await);
+    let refused = confirm(&mut client, "alice", &code).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
+    assert_eq!(crate::common::reason(&refused), "CONSENT_SUBJECT_MISMATCH");
+    needs_consent(&mut client, Some("mallory"), &upstream).await;
+
+    // Alice's own link, in a fresh browser: confirmed for her, her next
+    // call runs as her.
+    let code = returned(chromium_consent(&url, "alice", app_port, &artifacts.0).await);
+    assert_eq!(confirm(&mut client, "alice", &code).await.unwrap(), "docs");
     assert_eq!(whoami(&mut client, "alice", &upstream).await, "alice");
     let after = listing(&mut client, "alice").await;
     assert_eq!(
@@ -383,37 +492,39 @@ async fn per_user_consent_at_oidc_provider_isolates_subjects_and_survives_revoca
         pb::ServerState::Connected as i32
     );
     assert!(names(&after).contains(&"docs__whoami".to_owned()));
+    needs_consent(&mut client, Some("mallory"), &upstream).await;
 
-    // Bob never borrows Alice's token: he is asked to consent himself.
+    // Bob never borrows Alice's token: he consents himself.
     let bob_url = needs_consent(&mut client, Some("bob"), &upstream).await;
-    let (code, page) = consent(&bob_url, "bob", consent_port, &upstream).await;
-    assert_eq!(code, 200, "{page}\n{}", upstream.logs());
+    let code = returned(chromium_consent(&bob_url, "bob", app_port, &artifacts.0).await);
+    confirm(&mut client, "bob", &code).await.unwrap();
     assert_eq!(whoami(&mut client, "bob", &upstream).await, "bob");
     assert_eq!(whoami(&mut client, "alice", &upstream).await, "alice");
     // Without a subject the call is the tenant's own, which never consented.
     needs_consent(&mut client, None, &upstream).await;
 
-    // Bob's authorization URL used again (a new login at oidc-provider, a
-    // new code for the same `state`) completes nothing: the flow is spent.
-    let (code, _) = consent(&bob_url, "mallory", consent_port, &upstream).await;
-    assert_eq!(code, 400);
+    // Bob's link used again (a new login, a new code for the same `state`)
+    // completes nothing: the gateway's page says so.
+    match chromium_consent(&bob_url, "mallory", app_port, &artifacts.0).await {
+        Browser::Page(page) => assert!(page.contains("expired or was already used"), "{page}"),
+        other => panic!("a spent link went on to the application: {other:?}"),
+    }
     assert_eq!(whoami(&mut client, "bob", &upstream).await, "bob");
 
-    // Alice's grant is revoked at oidc-provider: her token is no longer
-    // active and her refresh token is gone, so her next call asks her to
+    // Alice's grant is revoked at oidc-provider: her next call asks her to
     // consent again. Bob is untouched.
     upstream.revoke("alice").await;
     let again = needs_consent(&mut client, Some("alice"), &upstream).await;
     assert_eq!(whoami(&mut client, "bob", &upstream).await, "bob");
-    let (code, page) = consent(&again, "alice", consent_port, &upstream).await;
-    assert_eq!(code, 200, "{page}\n{}", upstream.logs());
+    let code = returned(chromium_consent(&again, "alice", app_port, &artifacts.0).await);
+    confirm(&mut client, "alice", &code).await.unwrap();
     assert_eq!(whoami(&mut client, "alice", &upstream).await, "alice");
-    assert_eq!(whoami(&mut client, "bob", &upstream).await, "bob");
 
-    // One registration served every consent.
+    // One registration served every consent; four codes were exchanged
+    // (Mallory's link, Alice's twice, Bob's).
     let stats = upstream.stats().await;
     assert_eq!(stats["registrations"], 1, "{stats}");
-    assert_eq!(stats["token_requests"]["authorization_code"], 3, "{stats}");
+    assert_eq!(stats["token_requests"]["authorization_code"], 4, "{stats}");
     gateway.shutdown().await;
 }
 

@@ -4,6 +4,7 @@
     pip install -r requirements.txt && ./generate.sh
     TOOLGATE_TOKEN=secret python consent.py --subject alice
     TOOLGATE_TOKEN=secret python consent.py --subject alice drive__list_files '{"folder": "/"}'
+    TOOLGATE_TOKEN=secret python consent.py --subject alice --confirm CODE
 
 Some upstream servers are configured with per-user OAuth (`grant:
 authorization_code`): each call runs with the token of the end user it is
@@ -13,6 +14,16 @@ ErrorInfo reason UPSTREAM_AUTHORIZATION_REQUIRED and, in the ErrorInfo
 metadata, `authorization_url`: the link at which that user consents. Nothing
 ran. This worker shows the link, waits until the user has consented, and
 retries the call.
+
+After the user consents, the gateway sends the browser to the tenant's
+`consent_return_url` with a one-time `code` query parameter. The application
+behind that URL, where the user is logged in, confirms the consent for that
+user: `--confirm CODE` does what it does (CompleteAuthorization, with the
+logged-in user as the subject). Only then does the grant become usable; a
+code confirmed for another subject is refused (PERMISSION_DENIED,
+CONSENT_SUBJECT_MISMATCH) and the grant dropped, so a link forwarded to
+someone else never lends that person's account. (A tenant with
+`confirm_consent: false` skips this step.)
 
 Without TOOL it lists, for the subject, every server and whether the subject
 must authorize it first (ListTools sends the subject too, so each server's
@@ -32,13 +43,13 @@ Arguments:
 
 The token comes from TOOLGATE_TOKEN and is sent as `authorization: Bearer`.
 A real worker shows the link in its own user interface, to the user the
-subject names and to nobody else: whoever opens it and logs in grants their
-access to that subject.
+subject names.
 
 Exit codes: 0 a result (also `is_error: true`, printed) or a listing;
 2 usage; 6 the consent did not come within --wait, or FAILED_PRECONDITION
 for another reason; 3 UNAUTHENTICATED; 4 NOT_FOUND; 5 INVALID_ARGUMENT (for
-instance INVALID_SUBJECT); 7 RESOURCE_EXHAUSTED; 8 UNAVAILABLE after the
+instance INVALID_SUBJECT, or CONSENT_CODE_INVALID); 12 PERMISSION_DENIED
+(CONSENT_SUBJECT_MISMATCH: a code confirmed for another subject); 7 RESOURCE_EXHAUSTED; 8 UNAVAILABLE after the
 retries; 9 DEADLINE_EXCEEDED; 11 UNKNOWN (the tool may have acted: never
 retried); 10 anything else.
 """
@@ -85,6 +96,7 @@ EXIT_CODES = {
     grpc.StatusCode.UNAVAILABLE: 8,
     grpc.StatusCode.DEADLINE_EXCEEDED: 9,
     grpc.StatusCode.UNKNOWN: 11,
+    grpc.StatusCode.PERMISSION_DENIED: 12,
 }
 EXIT_NO_CONSENT = 6
 EXIT_OTHER = 10
@@ -278,6 +290,14 @@ def run(args: argparse.Namespace) -> int:
     with grpc.insecure_channel(args.addr) as channel:
         stub = pb_grpc.ToolGatewayStub(channel)
         try:
+            if args.confirm is not None:
+                confirmed = stub.CompleteAuthorization(
+                    pb.CompleteAuthorizationRequest(code=args.confirm),
+                    metadata=rpc_metadata(token, args.subject),
+                    timeout=args.timeout,
+                )
+                print(f"consent for {confirmed.server!r} confirmed for subject {args.subject!r}")
+                return 0
             if args.tool is None:
                 list_servers(stub, token, args.subject, args.timeout)
                 return 0
@@ -299,6 +319,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wait", type=float, default=300.0, help="how long to wait for a consent, seconds (default: %(default)s)")
     parser.add_argument("--poll", type=float, default=2.0, help="seconds between two looks for the consent (default: %(default)s)")
     parser.add_argument("--retries", type=int, default=5, help="retries of UNAVAILABLE, after RetryInfo (default: %(default)s)")
+    parser.add_argument("--confirm", metavar="CODE",
+                        help="confirm the consent the browser brought to consent_return_url (its `code`) for --subject")
     args = parser.parse_args(argv)
     try:
         return run(args)

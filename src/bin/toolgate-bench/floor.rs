@@ -87,6 +87,13 @@ impl toolgate::grpc::server::tool_gateway_server::ToolGateway for Echo {
     ) -> Result<Response<pb::SearchToolsResponse>, Status> {
         Err(Status::unimplemented("not in the floor"))
     }
+
+    async fn complete_authorization(
+        &self,
+        _request: Request<pb::CompleteAuthorizationRequest>,
+    ) -> Result<Response<pb::CompleteAuthorizationResponse>, Status> {
+        Err(Status::unimplemented("not in the floor"))
+    }
 }
 
 /// Serves the floor on 127.0.0.1:`port`; ListTools answers the encoded

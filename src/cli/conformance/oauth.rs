@@ -196,7 +196,7 @@ impl OAuthHttp {
         let callback = headless_authorize(&self.client, url)
             .await
             .map_err(|e| OAuthError::Callback(format!("{e:#}")))?;
-        self.oauth.complete(&callback).await?;
+        self.oauth.complete(&callback, false).await?;
         self.oauth.access_token(&self.key).await
     }
 

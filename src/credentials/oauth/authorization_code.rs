@@ -7,6 +7,7 @@ use rmcp::transport::auth::{
 };
 use url::Url;
 
+use super::confirmation::{Captured, ConsentCode, HeldGrant};
 use super::store::{FlowTaken, StateAdapter};
 use super::{OAuthClient, OAuthError, OAuthStore, PendingFlow, from_auth};
 use crate::config::Grant;
@@ -45,6 +46,25 @@ fn parse_callback(callback_url: &str) -> Result<AuthorizationCallback, OAuthErro
     })
 }
 
+/// What a completed callback did with the grant.
+#[derive(Debug)]
+pub enum Completed {
+    /// Stored for the flow's key: usable now.
+    Stored(TokenKey),
+    /// Held under a one-time code until the tenant's application confirms
+    /// it for the flow's subject.
+    Held(TokenKey, ConsentCode),
+}
+
+impl Completed {
+    /// Whose grant it is (the flow's key).
+    pub fn key(&self) -> &TokenKey {
+        match self {
+            Completed::Stored(key) | Completed::Held(key, _) => key,
+        }
+    }
+}
+
 impl OAuthClient {
     /// Starts an authorization-code flow for `key` and returns the URL the
     /// end user consents at: discovery (from `challenge`, the server's 401
@@ -73,20 +93,33 @@ impl OAuthClient {
 
     /// Completes a flow with the authorization server's redirect to the
     /// gateway (`code`, `state`, `iss`): the `iss` check (RFC 9207) and the
-    /// code exchange are rmcp's. After the `iss` check the pending flow is
-    /// taken from the store (one step: of two callbacks with one `state`,
-    /// the one that does not get it is [`OAuthError::UnknownState`] and
-    /// exchanges nothing). The credentials are a new grant, stored under
-    /// the key the pending flow names (never one the callback could
-    /// choose) whatever that row holds now; `Ok` only once they are stored.
+    /// code exchange are rmcp's. The callback must have arrived at this
+    /// client's own redirect URI (each tenant × server has its own), else
+    /// the flow is dropped unexchanged ([`OAuthError::RedirectMismatch`]).
+    /// After the `iss` check the pending flow is taken from the store (one
+    /// step: of two callbacks with one `state`, the one that does not get
+    /// it is [`OAuthError::UnknownState`] and exchanges nothing).
+    ///
+    /// The credentials belong to the key the pending flow names (never one
+    /// the callback could choose). With `hold`, they are held under a
+    /// one-time code until the tenant's application confirms them for that
+    /// subject ([`Completed::Held`], see [`super::confirm`]); without it
+    /// they are stored as a new grant whatever that row holds now
+    /// ([`Completed::Stored`]). `Ok` only once they are kept.
     ///
     /// # Errors
-    /// The callback is malformed, declined or unknown (or its flow taken by
-    /// another callback), the issuer check failed, the exchange failed, or
-    /// the store failed.
-    pub async fn complete(&self, callback_url: &str) -> Result<TokenKey, OAuthError> {
+    /// The callback is malformed, declined, unknown (or its flow taken by
+    /// another callback) or at another server's redirect URI, the issuer
+    /// check failed, the exchange failed, or the store failed.
+    pub async fn complete(&self, callback_url: &str, hold: bool) -> Result<Completed, OAuthError> {
         let callback = parse_callback(callback_url)?;
         let flow = pending_flow(self.store.as_ref(), callback_url).await?;
+        if !self.is_own_redirect(callback_url) {
+            // Dropped: a code of another authorization server may be on its
+            // way to this flow's token endpoint.
+            self.store.take_pending(&callback.csrf_token).await?;
+            return Err(OAuthError::RedirectMismatch);
+        }
         let key = flow.key();
         let (mut manager, metadata) = self.manager(&key, flow.challenge.as_deref()).await?;
         if metadata.issuer != flow.authorization.expected_issuer {
@@ -108,8 +141,13 @@ impl OAuthClient {
             flow.challenge.as_deref(),
             &flow.client_id,
         );
-        // A consent is a new grant: kept whatever the row holds now.
-        self.keep_grants(&mut manager, &key);
+        let captured = Captured::default();
+        if hold {
+            manager.set_credential_store(captured.clone());
+        } else {
+            // A consent is a new grant: kept whatever the row holds now.
+            self.keep_grants(&mut manager, &key);
+        }
         let secrets = [
             callback.code.as_str(),
             flow.authorization.pkce_verifier.as_str(),
@@ -132,9 +170,34 @@ impl OAuthClient {
                 AuthError::AuthorizationFailed(reason) => OAuthError::Issuer(reason),
                 e => from_auth(e, &secrets),
             })?;
-        tracing::info!(tenant = %key.tenant, server = %key.server, "OAuth authorization completed");
-        self.event(&key, "consent_completed");
-        Ok(key)
+        if !hold {
+            tracing::info!(tenant = %key.tenant, server = %key.server, "OAuth authorization completed");
+            self.event(&key, "consent_completed");
+            return Ok(Completed::Stored(key));
+        }
+        let credentials = captured.take().ok_or_else(|| {
+            OAuthError::Refused("the authorization server issued no token".into())
+        })?;
+        let grant = HeldGrant {
+            tenant: key.tenant.clone(),
+            subject: key.subject.clone(),
+            server: key.server.clone(),
+            credentials,
+        };
+        let code = super::hold(self.store.as_ref(), grant).await?;
+        tracing::info!(tenant = %key.tenant, server = %key.server, "OAuth authorization held for the application's confirmation");
+        self.event(&key, "consent_held");
+        Ok(Completed::Held(key, code))
+    }
+
+    /// Whether `callback_url` is at this client's redirect URI (its query
+    /// aside).
+    fn is_own_redirect(&self, callback_url: &str) -> bool {
+        let Some(own) = &self.settings.redirect_uri else {
+            return false;
+        };
+        let at = callback_url.split(['?', '#']).next().unwrap_or("");
+        at == own.as_str()
     }
 
     /// Configures the client identity and asks rmcp for the authorization

@@ -47,6 +47,12 @@ pub enum OAuthError {
     /// The authorization response's issuer is wrong or missing (RFC 9207).
     #[error("the authorization response failed the issuer check: {0}")]
     Issuer(String),
+    /// The callback arrived at the redirect URI of another (tenant, server)
+    /// than its flow's: a code meant for one server's flow delivered to
+    /// another's (an authorization server mix-up). The flow is dropped and
+    /// nothing is exchanged.
+    #[error("this callback arrived at the redirect URI of another server than its flow's")]
+    RedirectMismatch,
     /// The callback names no pending flow (unknown, used or expired).
     #[error("no pending authorization for this callback")]
     UnknownState,

@@ -60,6 +60,7 @@ use crate::state::TokenKey;
 mod address;
 mod authorization_code;
 mod client_credentials;
+mod confirmation;
 mod discovery;
 mod dpop_binding;
 mod enterprise;
@@ -75,7 +76,10 @@ mod store;
 mod testing;
 
 pub(super) use address::allowed;
-pub use authorization_code::pending_flow;
+pub use authorization_code::{Completed, pending_flow};
+pub use confirmation::{
+    CONFIRM_TTL, ConfirmError, ConsentCode, HeldGrant, NotYours, confirm, hold,
+};
 pub use discovery::Description;
 pub use enterprise::EnterpriseIdp;
 pub use error::{OAuthError, StoreError};

@@ -105,13 +105,15 @@ impl OAuthSettings {
         }
     }
 
-    /// The settings of a configured server (`servers[].oauth`), with the
-    /// redirect URI and client metadata document of the gateway's OAuth
-    /// listener when there is one.
+    /// The settings of `tenant`'s configured server `server`
+    /// (`servers[].oauth`), with that (tenant, server)'s redirect URI and
+    /// client metadata document at the gateway's OAuth listener when there
+    /// is one, and a client name that names the tenant.
     pub fn from_config(
         server_url: Url,
         oauth: &ServerOAuth,
         listener: Option<&OAuthListener>,
+        (tenant, server): (&str, &str),
     ) -> Self {
         let mut settings = Self::new(server_url, oauth.grant);
         settings.client_id = oauth.client_id.clone();
@@ -119,13 +121,14 @@ impl OAuthSettings {
         settings.token_endpoint_auth = oauth.token_endpoint_auth;
         settings.private_key = oauth.private_key.clone();
         settings.scopes = oauth.scopes.clone();
+        settings.client_name = crate::config::client_name(tenant);
         if let Some(listener) = listener {
-            settings.redirect_uri = Some(listener.redirect_uri());
+            settings.redirect_uri = Some(listener.redirect_uri(tenant, server));
             // Client ID metadata documents must be served over https; a
             // plain-http listener (tests, a private network) registers
             // dynamically instead.
             if listener.public_url.scheme() == "https" {
-                settings.client_metadata_url = Some(listener.client_metadata_url());
+                settings.client_metadata_url = Some(listener.client_metadata_url(tenant, server));
             }
             settings.allow_private_addresses = listener.allow_private_addresses;
         }

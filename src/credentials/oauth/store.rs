@@ -16,6 +16,7 @@ use rmcp::transport::auth::{
 use serde::{Deserialize, Serialize};
 
 use super::StoreError;
+use super::confirmation::HeldGrant;
 use super::freshness::now_secs;
 use super::lease::LocalLeases;
 use crate::state::{ClientKey, TokenKey};
@@ -143,6 +144,23 @@ pub trait OAuthStore: Send + Sync + fmt::Debug {
         state: &'a str,
     ) -> BoxFuture<'a, Result<Option<PendingFlow>, StoreError>>;
 
+    /// Holds a grant whose code was exchanged under the one-time `code`
+    /// until the tenant's application confirms it (at most
+    /// [`CONFIRM_TTL`](super::CONFIRM_TTL)). Only a hash of `code` is kept.
+    fn hold_grant<'a>(
+        &'a self,
+        code: &'a str,
+        grant: HeldGrant,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+
+    /// Takes the grant held under `code`: returns it and removes it in one
+    /// step (a code works once, on any replica). `None` when no live held
+    /// grant has this code.
+    fn take_held<'a>(
+        &'a self,
+        code: &'a str,
+    ) -> BoxFuture<'a, Result<Option<HeldGrant>, StoreError>>;
+
     /// Takes the refresh lease of `key` for `ttl`: its holder asks the token
     /// endpoint for `key`'s token, everyone else waits for the holder's
     /// token. `false` when another task or replica holds it and its time has
@@ -172,6 +190,7 @@ struct MemoryInner {
     credentials: HashMap<TokenKey, StoredCredentials>,
     clients: HashMap<ClientKey, RegisteredClient>,
     pending: HashMap<String, PendingFlow>,
+    held: HashMap<String, (HeldGrant, std::time::Instant)>,
 }
 
 impl MemoryStore {
@@ -270,6 +289,32 @@ impl OAuthStore for MemoryStore {
         state: &'a str,
     ) -> BoxFuture<'a, Result<Option<PendingFlow>, StoreError>> {
         done(self.with(|i| i.pending.remove(state).filter(|flow| !flow.is_expired())))
+    }
+
+    fn hold_grant<'a>(
+        &'a self,
+        code: &'a str,
+        grant: HeldGrant,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.with(|i| {
+            i.held
+                .retain(|_, (_, at)| at.elapsed() <= super::CONFIRM_TTL);
+            i.held
+                .insert(code.to_owned(), (grant, std::time::Instant::now()));
+        });
+        done(())
+    }
+
+    fn take_held<'a>(
+        &'a self,
+        code: &'a str,
+    ) -> BoxFuture<'a, Result<Option<HeldGrant>, StoreError>> {
+        done(self.with(|i| {
+            i.held
+                .remove(code)
+                .filter(|(_, at)| at.elapsed() <= super::CONFIRM_TTL)
+                .map(|(grant, _)| grant)
+        }))
     }
 
     fn lock_refresh<'a>(
