@@ -164,7 +164,7 @@ async fn callback(
         Err(error) => {
             tracing::warn!(tenant = %flow.tenant, server = %flow.server, %error, "OAuth callback refused");
             consent_failed(&consent, Some(&flow), &error, peer).await;
-            refused(&error)
+            refused_for(&flow, &error)
         }
     }
 }
@@ -183,11 +183,7 @@ async fn shared_callback(
 /// access was granted to whom, so a user who opened someone else's link
 /// can tell.
 fn authorized(key: &TokenKey) -> Response {
-    let subject = if key.subject.is_empty() {
-        "the tenant itself (no subject)".to_owned()
-    } else {
-        format!("subject <code>{}</code>", html_escape(&key.subject))
-    };
+    let subject = subject_words(&key.subject);
     page(
         StatusCode::OK,
         "Authorized",
@@ -284,7 +280,13 @@ fn audit_reason(error: &OAuthError) -> &'static str {
 /// The page for a callback that completes nothing (the error names no
 /// secret: [`OAuthError`] never carries one).
 fn refused(error: &OAuthError) -> Response {
-    let (status, text) = match error {
+    let (status, text) = refusal(error);
+    page(status, "Authorization not completed", &html_escape(&text))
+}
+
+/// The status and words of a callback that completes nothing.
+fn refusal(error: &OAuthError) -> (StatusCode, String) {
+    match error {
         OAuthError::UnknownState => (
             StatusCode::BAD_REQUEST,
             "This authorization link has expired or was already used. Start again from your \
@@ -311,8 +313,32 @@ fn refused(error: &OAuthError) -> Response {
             "The gateway's state store is unavailable; try again shortly.".to_owned(),
         ),
         other => (StatusCode::BAD_GATEWAY, other.to_string()),
-    };
-    page(status, "Authorization not completed", &html_escape(&text))
+    }
+}
+
+/// The page for a callback of a known flow that failed: [`refused`]'s
+/// text, and whose authorization it was (tenant, server, subject), so a
+/// user who opened someone else's link can tell.
+fn refused_for(flow: &PendingFlow, error: &OAuthError) -> Response {
+    let (status, text) = refusal(error);
+    let body = format!(
+        "{}</p><p>This authorization was for the server <code>{}</code> of tenant \
+         <code>{}</code>, on behalf of {}.",
+        html_escape(&text),
+        html_escape(&flow.server),
+        html_escape(&flow.tenant),
+        subject_words(&flow.subject),
+    );
+    page(status, "Authorization not completed", &body)
+}
+
+/// The subject as a page names it.
+fn subject_words(subject: &str) -> String {
+    if subject.is_empty() {
+        "the tenant itself (no subject)".to_owned()
+    } else {
+        format!("subject <code>{}</code>", html_escape(subject))
+    }
 }
 
 /// The page for an unmatched callback over the rate.

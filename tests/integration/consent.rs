@@ -246,6 +246,11 @@ async fn an_authorization_server_relaying_another_servers_code_gets_nothing() {
     let (answer, page) = consent(&evil_link, "alice", consent_port).await;
     assert_eq!(answer, 400, "{page}");
     assert!(page.contains("another server"), "{page}");
+    assert!(
+        page.contains("the server <code>evil</code> of tenant <code>acme</code>")
+            && page.contains("subject <code>alice</code>"),
+        "the page says whose authorization it was: {page}"
+    );
 
     // No code reached the malicious token endpoint, and the honest code was
     // never exchanged.
