@@ -21,7 +21,7 @@ use toolgate::pb::tool_gateway_client::ToolGatewayClient;
 use crate::common::*;
 
 /// A state-store key (32 bytes, base64).
-const STATE_KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
+pub(crate) const STATE_KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
 const SVC_SECRET: &str = "svc-secret-0123456789";
 
 /// Starts a Python fixture and reads the `LISTENING <port>` line it prints.
@@ -47,14 +47,14 @@ fn start_fixture(script: &str, args: &[&str]) -> (ChildGuard, u16) {
 }
 
 /// The authorization server and the protected MCP server.
-struct Upstream {
+pub(crate) struct Upstream {
     _as: ChildGuard,
     _rs: ChildGuard,
     as_url: String,
-    mcp_url: String,
+    pub(crate) mcp_url: String,
 }
 
-fn upstream(token_ttl: u32) -> Upstream {
+pub(crate) fn upstream(token_ttl: u32) -> Upstream {
     let ttl = token_ttl.to_string();
     let (as_guard, as_port) = start_fixture(
         "oauth_as.py",
@@ -157,7 +157,7 @@ pub(crate) async fn call_settled(
 }
 
 /// The authorization URL of an `UPSTREAM_AUTHORIZATION_REQUIRED` status.
-fn authorization_url(status: &tonic::Status) -> String {
+pub(crate) fn authorization_url(status: &tonic::Status) -> String {
     assert_eq!(status.code(), tonic::Code::FailedPrecondition, "{status:?}");
     let info = status.get_details_error_info().expect("ErrorInfo");
     assert_eq!(info.reason, "UPSTREAM_AUTHORIZATION_REQUIRED");
@@ -170,7 +170,7 @@ fn authorization_url(status: &tonic::Status) -> String {
 /// Plays the browser: opens `url` as `user` at the authorization server and
 /// delivers its redirect to the gateway's consent listener on
 /// `callback_port` (any replica's). Returns the listener's status and page.
-async fn consent(url: &str, user: &str, callback_port: u16) -> (u16, String) {
+pub(crate) async fn consent(url: &str, user: &str, callback_port: u16) -> (u16, String) {
     let http = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()
