@@ -134,7 +134,9 @@ impl Subject {
     /// `token:`, which a static token could name then as now).
     pub fn is_key(key: &str) -> bool {
         key.is_empty()
-            || key.strip_prefix(TOKEN_PREFIX).is_some_and(|id| check_id(id).is_ok())
+            || key
+                .strip_prefix(TOKEN_PREFIX)
+                .is_some_and(|id| check_id(id).is_ok())
             || key
                 .strip_prefix(JWT_PREFIX)
                 .and_then(|rest| rest.rsplit_once(' '))
@@ -266,7 +268,8 @@ mod tests {
     fn keys_say_who_vouched_for_the_subject() {
         let worker = "system:serviceaccount:acme:worker";
         let by_token = Subject::named(Namespace::Token, worker).unwrap();
-        let by_k8s = Subject::named(Namespace::Jwt("https://kubernetes.default.svc"), worker).unwrap();
+        let by_k8s =
+            Subject::named(Namespace::Jwt("https://kubernetes.default.svc"), worker).unwrap();
         let by_other = Subject::named(Namespace::Jwt("https://other.example"), worker).unwrap();
         assert_eq!(by_token.key(), "token:system:serviceaccount:acme:worker");
         assert_eq!(
@@ -295,7 +298,13 @@ mod tests {
         ] {
             assert!(Subject::is_key(key), "{key}");
         }
-        for bare in ["alice", "system:serviceaccount:acme:worker", "jwt:x", "token:", "jwt: alice"] {
+        for bare in [
+            "alice",
+            "system:serviceaccount:acme:worker",
+            "jwt:x",
+            "token:",
+            "jwt: alice",
+        ] {
             assert!(!Subject::is_key(bare), "{bare}");
         }
     }

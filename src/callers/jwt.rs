@@ -310,9 +310,10 @@ fn identify(verifier: &Verifier, claims: serde_json::Value) -> Result<VerifiedJw
             }
         };
         let subject = match verifier.config.subject.evaluate(&claims) {
-            Ok(cel::Value::String(id)) => Subject::named(super::Namespace::Jwt(issuer), &id).map_err(|reason| {
-                TokenError::SubjectInvalid(format!("{path}.subject: {reason}"))
-            })?,
+            Ok(cel::Value::String(id)) => Subject::named(super::Namespace::Jwt(issuer), &id)
+                .map_err(|reason| {
+                    TokenError::SubjectInvalid(format!("{path}.subject: {reason}"))
+                })?,
             Ok(cel::Value::Null) => Subject::tenant(),
             Ok(other) => {
                 return Err(TokenError::SubjectInvalid(format!(

@@ -188,7 +188,9 @@ pub async fn authenticate<D: Directory>(
         // The tenant's token vouches for the subject it names, in the
         // namespace of static tokens.
         let subject = match header_subject? {
-            Some(id) => Subject::named(caller.namespace(), id).map_err(CallerError::InvalidSubject)?,
+            Some(id) => {
+                Subject::named(caller.namespace(), id).map_err(CallerError::InvalidSubject)?
+            }
             None => Subject::tenant(),
         };
         return Ok(Authenticated {

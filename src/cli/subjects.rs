@@ -106,7 +106,7 @@ pub async fn migrate_subjects(
 }
 
 /// Runs the command: exit 0 when done, 64 for a bad configuration or
-/// `--as`, 1 when the store failed.
+/// `--as`, 1 when the store cannot be opened or failed.
 pub(super) async fn run(args: MigrateSubjectsArgs) -> ExitCode {
     let config = match super::load(&args.config) {
         Ok(config) => config,
@@ -139,7 +139,7 @@ pub(super) async fn run(args: MigrateSubjectsArgs) -> ExitCode {
         Ok(state) => state,
         Err(e) => {
             eprintln!("toolgate: {}: {e}", args.config.display());
-            return ExitCode::from(super::EXIT_CONFIG);
+            return ExitCode::FAILURE;
         }
     };
     match migrate_subjects(&state, namespace, &args.tenants, args.dry_run).await {
@@ -152,7 +152,11 @@ pub(super) async fn run(args: MigrateSubjectsArgs) -> ExitCode {
                 done.moved,
                 args.namespace,
                 done.superseded,
-                if args.dry_run { "would be removed" } else { "removed" },
+                if args.dry_run {
+                    "would be removed"
+                } else {
+                    "removed"
+                },
                 done.left,
                 done.invalid,
                 done.untouched

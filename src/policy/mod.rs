@@ -460,7 +460,10 @@ mod tests {
         let issue = plain("github__create_issue");
         let header = Subject::named(token.namespace(), "alice").unwrap();
         assert!(!policy.allows(&token, &Subject::tenant(), &issue));
-        assert!(!policy.allows(&token, &header, &issue), "a header escaped the rule");
+        assert!(
+            !policy.allows(&token, &header, &issue),
+            "a header escaped the rule"
+        );
         let worker = jwt(serde_json::json!({"sub": "worker"}));
         let proven = Subject::named(worker.namespace(), "alice").unwrap();
         assert!(policy.allows(&worker, &proven, &issue));

@@ -423,19 +423,27 @@ mod tests {
         let token_view = caller_view(&by_kind, &one, &Caller::static_token(0), &Subject::tenant());
         let jwt_view = caller_view(&by_kind, &one, &jwt("free"), &Subject::tenant());
         assert_eq!((token_view.len(), jwt_view.len()), (1, 2));
-        let by_key = policy(&[(Effect::Deny, "s__a", Some("subject_key.startsWith('token:')"))]);
+        let by_key = policy(&[(
+            Effect::Deny,
+            "s__a",
+            Some("subject_key.startsWith('token:')"),
+        )]);
         let named = |caller: &Caller| {
             let subject = Subject::named(caller.namespace(), "x").unwrap();
             caller_view(&by_key, &one, caller, &subject)
         };
         assert_eq!(
-            (named(&Caller::static_token(0)).len(), named(&jwt("free")).len()),
+            (
+                named(&Caller::static_token(0)).len(),
+                named(&jwt("free")).len()
+            ),
             (1, 2)
         );
         // Bounded: the oldest view goes first.
         let by_subject = policy(&[(Effect::Deny, "s__a", Some("subject == 'x'"))]);
         for i in 0..MAX_CACHED_VIEWS + 10 {
-            let subject = Subject::named(crate::callers::Namespace::Token, &format!("user-{i}")).unwrap();
+            let subject =
+                Subject::named(crate::callers::Namespace::Token, &format!("user-{i}")).unwrap();
             caller_view(&by_subject, &one, &Caller::static_token(0), &subject);
         }
         let cache = one.derived(|_| ViewCache::default());

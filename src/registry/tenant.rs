@@ -699,12 +699,7 @@ impl Tenant {
     /// Remembers the authorization URL a call of `subject` on per-user
     /// server `index` was given (its grant ended while its session was
     /// open), so the next calls get the same URL.
-    pub fn remember_consent_url(
-        &self,
-        index: usize,
-        subject: &crate::callers::Subject,
-        url: &str,
-    ) {
+    pub fn remember_consent_url(&self, index: usize, subject: &crate::callers::Subject, url: &str) {
         if let Some(slot) = self.slots.get(index) {
             slot.remember_consent_url(subject.key(), url);
         }

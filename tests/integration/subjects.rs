@@ -169,7 +169,10 @@ async fn a_subject_named_by_a_static_token_or_another_issuer_is_not_the_jwt_call
     subjects.sort();
     assert_eq!(
         subjects,
-        [format!("jwt:{CLUSTER} {WORKER}"), format!("jwt:{OTHER} {WORKER}")]
+        [
+            format!("jwt:{CLUSTER} {WORKER}"),
+            format!("jwt:{OTHER} {WORKER}")
+        ]
     );
 }
 
@@ -253,7 +256,10 @@ async fn tokens_stored_under_a_bare_subject_are_moved_by_migrate_subjects() {
 
     let (code, out) = migrate_cli(&config_file, &["--as", "token"]);
     assert_eq!(code, 0, "{out}");
-    assert!(out.starts_with("moved 1 token(s) to `token` subject keys"), "{out}");
+    assert!(
+        out.starts_with("moved 1 token(s) to `token` subject keys"),
+        "{out}"
+    );
     assert!(state.get_token(&legacy).await.unwrap().is_none());
     // Running it again finds nothing to move.
     let (code, out) = migrate_cli(&config_file, &["--as", "token"]);
@@ -311,7 +317,11 @@ async fn migrating_keeps_a_newer_consent_the_tenant_itself_and_other_tenants() {
     for gone in [key("acme", "ada"), key("acme", "bob")] {
         assert_eq!(value(gone).await, None);
     }
-    for kept in [key("acme", ""), key("acme", "token:carol"), key("globex", "dan")] {
+    for kept in [
+        key("acme", ""),
+        key("acme", "token:carol"),
+        key("globex", "dan"),
+    ] {
         assert!(value(kept.clone()).await.is_some(), "{kept:?}");
     }
 }
