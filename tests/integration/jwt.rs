@@ -1078,7 +1078,7 @@ tenants:
     assert_eq!(ok.len(), 1, "{records:#?}");
     let ok = ok[0];
     assert_eq!(ok["tenant"], "acme");
-    assert_eq!(ok["subject"], "alice@example.com");
+    assert_eq!(ok["subject"], format!("jwt:{FILES} alice@example.com"));
     assert_eq!(
         ok["caller"],
         json!({"kind": "jwt", "issuer": FILES, "subject": "worker-7"})

@@ -499,7 +499,7 @@ async fn a_consent_after_the_token_row_was_deleted_or_rewritten_is_stored() {
     let state = toolgate::state::StateStore::connect(&url, state_ring())
         .await
         .unwrap();
-    let alice = toolgate::state::TokenKey::new("acme", "alice", "docs");
+    let alice = toolgate::state::TokenKey::new("acme", "token:alice", "docs");
 
     let status = call_settled(&mut client_one, Some("alice"), "docs__whoami")
         .await
