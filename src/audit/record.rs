@@ -151,8 +151,11 @@ pub struct Record {
     /// The caller's tenant (or the event's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tenant: Option<String>,
-    /// The end user the call acted for (`x-toolgate-subject`, or a JWT's
-    /// subject expression); absent when the tenant acted for itself.
+    /// The key of the end user the call acted for, which says who vouched
+    /// for it (`token:<id>` for `x-toolgate-subject` with a static token,
+    /// `jwt:<issuer> <id>` for a JWT's subject expression: the
+    /// `callers::Subject::key` its tokens are stored under); absent when the
+    /// tenant acted for itself.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub subject: Option<String>,
     /// How the caller proved who it is.

@@ -73,7 +73,7 @@ pub struct VerifiedJwt {
     pub sub: String,
     /// The tenant name the tenant expression gave (not yet looked up).
     pub tenant: String,
-    /// The subject the subject expression gave.
+    /// The subject the subject expression gave, keyed under the issuer.
     pub subject: Subject,
     /// Every verified claim.
     pub claims: Arc<serde_json::Value>,
@@ -310,9 +310,10 @@ fn identify(verifier: &Verifier, claims: serde_json::Value) -> Result<VerifiedJw
             }
         };
         let subject = match verifier.config.subject.evaluate(&claims) {
-            Ok(cel::Value::String(id)) => Subject::named(&id).map_err(|reason| {
-                TokenError::SubjectInvalid(format!("{path}.subject: {reason}"))
-            })?,
+            Ok(cel::Value::String(id)) => Subject::named(super::Namespace::Jwt(issuer), &id)
+                .map_err(|reason| {
+                    TokenError::SubjectInvalid(format!("{path}.subject: {reason}"))
+                })?,
             Ok(cel::Value::Null) => Subject::tenant(),
             Ok(other) => {
                 return Err(TokenError::SubjectInvalid(format!(

@@ -15,6 +15,9 @@
 //! the call is refused (INVALID_SUBJECT): a header cannot make a workload
 //! act for someone its token does not name, and a client that means
 //! another subject learns it at once instead of acting for the wrong one.
+//! A subject is keyed by who vouched for it ([`Subject::key`]): the same
+//! id named by a static token and by a JWT, or by two issuers, are two
+//! subjects.
 //!
 //! This room knows configuration and nothing above it: the tenants it
 //! authenticates against come through the [`Directory`] trait, which the
@@ -27,7 +30,7 @@ mod tokens;
 
 use std::borrow::Cow;
 
-pub use identity::{Caller, CallerIdentity, MAX_SUBJECT_LEN, SUBJECT_METADATA, Subject};
+pub use identity::{Caller, CallerIdentity, MAX_SUBJECT_LEN, Namespace, SUBJECT_METADATA, Subject};
 pub use jwt::{JwtCallers, MAX_TOKEN_BYTES, TokenError, VerifiedJwt};
 pub(crate) use tokens::bearer;
 pub use tokens::{TokenDigest, TokenTable};
@@ -182,9 +185,17 @@ pub async fn authenticate<D: Directory>(
         ))?;
     let header_subject = Subject::from_headers(headers).map_err(CallerError::InvalidSubject);
     if let Some((tenant, caller)) = directory.by_token(token) {
+        // The tenant's token vouches for the subject it names, in the
+        // namespace of static tokens.
+        let subject = match header_subject? {
+            Some(id) => {
+                Subject::named(caller.namespace(), id).map_err(CallerError::InvalidSubject)?
+            }
+            None => Subject::tenant(),
+        };
         return Ok(Authenticated {
             tenant,
-            subject: header_subject?,
+            subject,
             caller,
             presented: Presented::Token(TokenDigest::of(token)),
         });
@@ -205,8 +216,9 @@ pub async fn authenticate<D: Directory>(
         )))
     })?;
     // The token names the subject; a header may only repeat it.
-    let header_subject = header_subject?;
-    if headers.contains_key(SUBJECT_METADATA) && header_subject != verified.subject {
+    if let Some(id) = header_subject?
+        && Some(id) != verified.subject.id()
+    {
         return Err(CallerError::InvalidSubject(
             "the x-toolgate-subject metadata differs from the subject the caller's JWT names (send none, or the same)",
         ));

@@ -1,11 +1,13 @@
-//! The command line: `serve`, `check` and `demo`, and the client verbs
-//! `tools` and `call` (in [`client`]).
+//! The command line: `serve`, `check` and `demo`, the client verbs
+//! `tools` and `call` (in [`client`]), and `state migrate-subjects` (in
+//! [`subjects`]).
 
 mod approve;
 pub mod client;
 #[doc(hidden)]
 pub mod conformance;
 pub mod demo;
+pub mod subjects;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -68,6 +70,11 @@ enum Command {
     Tools(client::ToolsArgs),
     /// Invoke one tool on a running gateway and print the result.
     Call(client::CallArgs),
+    /// Maintain the state store (upstream OAuth tokens).
+    State {
+        #[command(subcommand)]
+        command: StateCommand,
+    },
     /// Run one scenario of the MCP conformance suite against URL with the
     /// gateway's upstream client (scenario from MCP_CONFORMANCE_SCENARIO).
     #[command(hide = true)]
@@ -75,6 +82,14 @@ enum Command {
         /// The scenario server's URL.
         url: String,
     },
+}
+
+#[derive(Debug, Subcommand)]
+enum StateCommand {
+    /// Move the tokens an earlier release stored under a bare subject id
+    /// to the key saying who vouched for the subject (`token:ID` or
+    /// `jwt:ISSUER ID`); rows not moved make their subjects consent again.
+    MigrateSubjects(subjects::MigrateSubjectsArgs),
 }
 
 /// Parses the command line and runs the command.
@@ -103,6 +118,14 @@ pub fn main() -> ExitCode {
                 // What approve finds is printed; logs only for errors.
                 let guard = telemetry::init(cli.log_format.unwrap_or_default(), "error");
                 let code = approve::run(args).await;
+                guard.shutdown().await;
+                code
+            }
+            Command::State {
+                command: StateCommand::MigrateSubjects(args),
+            } => {
+                let guard = telemetry::init(cli.log_format.unwrap_or_default(), "error");
+                let code = subjects::run(args).await;
                 guard.shutdown().await;
                 code
             }

@@ -13,7 +13,7 @@ use serde::Deserialize;
 use super::fields::Errors;
 
 /// The variables a `when` may read.
-pub const VARIABLES: [&str; 3] = ["claims", "subject", "tool"];
+pub const VARIABLES: [&str; 5] = ["claims", "subject", "subject_key", "caller", "tool"];
 
 /// What a rule does to the tools it matches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,8 +32,8 @@ pub struct RuleSpec {
     /// Globs over exposed tool names (`server__tool`); any one matching
     /// makes the rule apply.
     pub globs: Vec<String>,
-    /// A CEL expression over `claims`, `subject` and `tool`; the rule
-    /// applies only when it is true.
+    /// A CEL expression over `claims`, `subject`, `subject_key`, `caller`
+    /// and `tool`; the rule applies only when it is true.
     pub when: Option<String>,
 }
 
@@ -55,7 +55,8 @@ pub(crate) struct RawRule {
     pub(crate) allow: Option<RawGlobs>,
     /// Globs of tools the rule denies.
     pub(crate) deny: Option<RawGlobs>,
-    /// A CEL condition over `claims`, `subject` and `tool`.
+    /// A CEL condition over `claims`, `subject`, `subject_key`, `caller`
+    /// and `tool`.
     pub(crate) when: Option<String>,
 }
 
@@ -167,8 +168,8 @@ impl std::fmt::Debug for CheckedRule {
 ///
 /// # Errors
 /// Every rule with no glob, a glob that does not parse, or a `when`
-/// that does not compile or reads a variable other than `claims`,
-/// `subject` and `tool`, each naming its path.
+/// that does not compile or reads a variable other than [`VARIABLES`],
+/// each naming its path.
 pub fn check(path: &str, specs: &[RuleSpec]) -> Result<PolicyRules, Vec<PolicyError>> {
     let env = cel::Env::stdlib();
     let mut errors = Vec::new();
@@ -246,7 +247,7 @@ fn compile_condition(env: &cel::Env, source: &str) -> Result<cel::Program, Strin
     if let Some(unknown) = free.keys().find(|name| !VARIABLES.contains(&name.as_str())) {
         return Err(format!(
             "reads `{unknown}`, which is not a variable here (a condition reads `claims`, \
-             `subject` and `tool`)"
+             `subject`, `subject_key`, `caller` and `tool`)"
         ));
     }
     Ok(program)

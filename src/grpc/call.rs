@@ -224,7 +224,7 @@ async fn invoke(
         tenant: &tenant,
         tool,
         name,
-        subject: context.subject.id().unwrap_or(""),
+        subject: &context.subject,
         idempotent,
     };
     let session = target.session().await?;
@@ -347,7 +347,6 @@ async fn server_down(
         // Nobody could list the server's tools yet: this subject
         // gets its authorization URL, or, having consented (perhaps
         // at another replica), wakes the listing; retry shortly.
-        let subject = subject.id().unwrap_or("");
         return match tenant.user_session(index, subject).await {
             Err(error) => token_failure(&server.name, name, subject, error),
             Ok(_) => CallError::ServerUnavailable {
@@ -434,8 +433,8 @@ struct Target<'a> {
     tool: &'a CatalogTool,
     /// The name it was called by.
     name: &'a str,
-    /// The subject whose credential a per-user server uses ("" for none).
-    subject: &'a str,
+    /// The subject whose credential a per-user server uses.
+    subject: &'a crate::callers::Subject,
     /// Whether the tool is annotated `idempotentHint: true`.
     idempotent: bool,
 }
@@ -559,7 +558,7 @@ impl Target<'_> {
 fn upstream_failure(
     tool: &CatalogTool,
     name: &str,
-    subject: &str,
+    subject: &crate::callers::Subject,
     error: UpstreamError,
     idempotent: bool,
 ) -> CallError {
@@ -578,12 +577,17 @@ fn upstream_failure(
 /// anything was sent: a subject that must consent first gets the URL, a
 /// state store that is down is retryable, anything else is the server's
 /// failure (nothing sent).
-fn token_failure(server: &str, tool: &str, subject: &str, error: UpstreamError) -> CallError {
+fn token_failure(
+    server: &str,
+    tool: &str,
+    subject: &crate::callers::Subject,
+    error: UpstreamError,
+) -> CallError {
     match error {
         UpstreamError::AuthorizationRequired { url } => CallError::AuthorizationRequired {
             server: server.to_owned(),
             tool: tool.to_owned(),
-            subject: subject.to_owned(),
+            subject: subject.key().to_owned(),
             url,
         },
         UpstreamError::StateUnavailable(reason) => CallError::StateUnavailable {

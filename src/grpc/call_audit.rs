@@ -69,8 +69,7 @@ impl AuditedCall {
             record.subject = request
                 .extensions()
                 .get::<crate::callers::Subject>()
-                .and_then(|s| s.id())
-                .map(str::to_owned);
+                .and_then(|s| s.id().map(|_| s.key().to_owned()));
             record.caller = request
                 .extensions()
                 .get::<crate::callers::Caller>()

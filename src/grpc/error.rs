@@ -57,7 +57,7 @@ pub enum CallError {
         server: String,
         /// The exposed tool name.
         tool: String,
-        /// The subject (empty for the tenant itself); never put in the message.
+        /// The subject's key (empty for the tenant itself); never put in the message.
         subject: String,
         /// Where the subject consents.
         url: String,

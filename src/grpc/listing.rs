@@ -287,7 +287,7 @@ pub(super) fn seen<'c>(
 /// it has not. The rest of the listing is the tenant's.
 pub(super) async fn show_consent(
     tenant: &crate::registry::Tenant,
-    subject: &str,
+    subject: &Subject,
     response: &mut ListToolsReply,
 ) {
     use crate::registry::ConsentState;
@@ -308,7 +308,7 @@ pub(super) async fn show_consent(
             ConsentState::Required(url) => {
                 status.state = pb::ServerState::AuthorizationRequired.into();
                 status.connected = false;
-                status.error = if subject.is_empty() {
+                status.error = if subject.id().is_none() {
                     "the tenant itself (no x-toolgate-subject) has not authorized this server: \
                      open authorization_url"
                         .to_owned()

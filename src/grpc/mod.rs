@@ -180,7 +180,7 @@ impl server::tool_gateway_server::ToolGateway for Gateway {
         let (caller, subject) = caller_of(&request);
         let view = caller_view(&tenant, &catalog, &caller, &subject);
         let mut response = listing::list_response(&catalog, &filter, view.as_deref());
-        listing::show_consent(&tenant, subject.id().unwrap_or(""), &mut response).await;
+        listing::show_consent(&tenant, &subject, &mut response).await;
         Ok(Response::new(response))
     }
 

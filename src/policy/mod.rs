@@ -1,6 +1,6 @@
 //! Per-tool policy: a tenant's ordered `allow`/`deny` rules over exposed
 //! tool names, each with an optional CEL condition (`when`) on the caller's
-//! claims, its subject and the tool. The first rule that matches decides;
+//! claims, how it authenticated, its subject and the tool. The first rule that matches decides;
 //! no match allows. Compiled once per configuration; [`view`] holds the
 //! caller's view of a catalog (what ListTools, SearchTools and WatchTools
 //! show it), cached per catalog snapshot.
@@ -33,7 +33,7 @@ pub use crate::config::policy::{Effect, PolicyError, PolicyRules, RuleSpec, VARI
 pub use view::{View, cached_view, caller_view};
 
 use reads::{ToolReads, tool_reads};
-use values::{json_val, tool_val};
+use values::{caller_val, json_val, tool_val};
 
 /// Identities of compiled policies: keys of cached views, so that a view
 /// evaluated under one configuration is never served under another.
@@ -51,8 +51,10 @@ pub struct Policy {
     env: Arc<cel::Env>,
     /// Whether any `when` reads `claims`.
     reads_claims: bool,
-    /// Whether any `when` reads `subject`.
+    /// Whether any `when` reads `subject` or `subject_key`.
     reads_subject: bool,
+    /// Whether any `when` reads `caller`.
+    reads_caller: bool,
 }
 
 impl std::fmt::Debug for Policy {
@@ -105,7 +107,7 @@ impl Policy {
     /// The policy of checked rules: each condition's reads analysed once,
     /// so that evaluation converts only what the rules read.
     pub fn new(checked: &PolicyRules) -> Policy {
-        let (mut reads_claims, mut reads_subject) = (false, false);
+        let (mut reads_claims, mut reads_subject, mut reads_caller) = (false, false, false);
         let rules = checked
             .rules
             .iter()
@@ -115,7 +117,9 @@ impl Policy {
                 when: rule.when.as_ref().map(|(program, source)| {
                     let free = free_variables(program.expression());
                     reads_claims |= free.contains_key("claims");
-                    reads_subject |= free.contains_key("subject");
+                    reads_subject |=
+                        free.contains_key("subject") || free.contains_key("subject_key");
+                    reads_caller |= free.contains_key("caller");
                     Condition {
                         program: program.clone(),
                         source: source.clone(),
@@ -133,6 +137,7 @@ impl Policy {
             env: Arc::new(cel::Env::stdlib()),
             reads_claims,
             reads_subject,
+            reads_caller,
         }
     }
 
@@ -167,7 +172,14 @@ impl Policy {
             context.add_variable_as_val("claims", json_val(caller.claims.as_ref()));
         }
         if self.reads_subject {
-            context.add_variable_as_val("subject", Box::new(CelString::from(subject.key())));
+            // `subject` is the id as named, `subject_key` says who vouched
+            // for it ([`Subject::key`]); both `""` for the tenant itself.
+            let id = subject.id().unwrap_or("");
+            context.add_variable_as_val("subject", Box::new(CelString::from(id)));
+            context.add_variable_as_val("subject_key", Box::new(CelString::from(subject.key())));
+        }
+        if self.reads_caller {
+            context.add_variable_as_val("caller", caller_val(caller));
         }
         Evaluator {
             policy: self,
@@ -183,10 +195,10 @@ impl Policy {
         self.id
     }
 
-    /// Whether any `when` reads `claims` / `subject` (what a cached view
-    /// must be keyed by).
-    pub(crate) fn reads(&self) -> (bool, bool) {
-        (self.reads_claims, self.reads_subject)
+    /// Whether any `when` reads `claims` / `subject` (or `subject_key`) /
+    /// `caller` (what a cached view must be keyed by).
+    pub(crate) fn reads(&self) -> (bool, bool, bool) {
+        (self.reads_claims, self.reads_subject, self.reads_caller)
     }
 }
 
@@ -417,8 +429,8 @@ mod tests {
                 ..Annotations::default()
             },
         );
-        let alice = Subject::named("alice").unwrap();
-        let ops = Subject::named("ops-bob").unwrap();
+        let alice = Subject::named(crate::callers::Namespace::Token, "alice").unwrap();
+        let ops = Subject::named(crate::callers::Namespace::Token, "ops-bob").unwrap();
         assert!(policy.allows(&caller, &alice, &read_only));
         assert!(!policy.allows(&caller, &alice, &plain("db__write")));
         assert!(policy.allows(&caller, &ops, &plain("db__write")));
@@ -431,6 +443,56 @@ mod tests {
         );
         assert!(!policy.allows(&caller, &Subject::tenant(), &secret));
         assert!(policy.allows(&caller, &alice, &secret));
+    }
+
+    #[test]
+    fn a_header_does_not_escape_a_rule_on_who_vouched_for_the_subject() {
+        use crate::callers::Namespace;
+        // The documented form of "the tenant itself may not open issues":
+        // a static token names any subject it likes, so only a subject a
+        // JWT names counts as someone else.
+        let policy = compile(&[rule(
+            Effect::Deny,
+            &["github__create_issue"],
+            Some("caller.kind == 'token' || subject == ''"),
+        )]);
+        let token = Caller::static_token(0);
+        let issue = plain("github__create_issue");
+        let header = Subject::named(token.namespace(), "alice").unwrap();
+        assert!(!policy.allows(&token, &Subject::tenant(), &issue));
+        assert!(
+            !policy.allows(&token, &header, &issue),
+            "a header escaped the rule"
+        );
+        let worker = jwt(serde_json::json!({"sub": "worker"}));
+        let proven = Subject::named(worker.namespace(), "alice").unwrap();
+        assert!(policy.allows(&worker, &proven, &issue));
+        assert!(!policy.allows(&worker, &Subject::tenant(), &issue));
+
+        // `subject_key` names one principal: the same id named by a static
+        // token is another.
+        let pinned = compile(&[
+            rule(
+                Effect::Allow,
+                &["admin__*"],
+                Some("subject_key == 'jwt:https://issuer.example worker'"),
+            ),
+            rule(Effect::Deny, &["admin__*"], None),
+        ]);
+        let by_jwt = Subject::named(Namespace::Jwt("https://issuer.example"), "worker").unwrap();
+        let by_token = Subject::named(Namespace::Token, "worker").unwrap();
+        assert!(pinned.allows(&worker, &by_jwt, &plain("admin__reset")));
+        assert!(!pinned.allows(&token, &by_token, &plain("admin__reset")));
+        // `subject` stays the id as named, whoever vouched for it.
+        let by_id = compile(&[rule(Effect::Deny, &["*"], Some("subject == 'worker'"))]);
+        assert!(!by_id.allows(&token, &by_token, &issue));
+        assert!(!by_id.allows(&worker, &by_jwt, &issue));
+        assert_eq!(by_id.reads(), (false, true, false));
+        assert_eq!(policy.reads(), (false, true, true));
+        assert_eq!(
+            compile(&[rule(Effect::Deny, &["*"], Some("caller.issuer == ''"))]).reads(),
+            (false, false, true)
+        );
     }
 
     #[test]
@@ -548,6 +610,6 @@ mod tests {
         )]);
         let caller = jwt(serde_json::json!({"groups": ["team-a"], "roles": []}));
         assert!(policy.allows(&caller, &Subject::tenant(), &plain("a__b")));
-        assert_eq!(policy.reads(), (true, false));
+        assert_eq!(policy.reads(), (true, false, false));
     }
 }

@@ -1,5 +1,6 @@
 //! The CEL values a condition is evaluated over: `tool` (its name, server
-//! and hints) and `claims` (a JSON value), each borrowing its strings.
+//! and hints), `claims` (a JSON value) and `caller` (how it
+//! authenticated), each borrowing its strings.
 
 use std::collections::HashMap;
 
@@ -46,6 +47,24 @@ pub(super) fn tool_val(tool: &CatalogTool) -> Box<dyn Val + '_> {
             CelMapKey::from("annotations"),
             Box::new(CelMap::from(annotations)),
         ),
+    ]);
+    Box::new(CelMap::from(fields))
+}
+
+/// The `caller` variable: `kind` (`"token"` or `"jwt"`) and `issuer`
+/// (the JWT's `iss`; `""` for a static token), borrowing its strings.
+pub(super) fn caller_val(caller: &crate::callers::Caller) -> Box<dyn Val + '_> {
+    use crate::callers::CallerIdentity;
+    let (kind, issuer) = match &caller.identity {
+        CallerIdentity::Token { .. } => ("token", ""),
+        CallerIdentity::Jwt { issuer, .. } => ("jwt", issuer.as_str()),
+    };
+    let fields: HashMap<CelMapKey<'_>, Box<dyn Val + '_>> = HashMap::from([
+        (
+            CelMapKey::from("kind"),
+            Box::new(CelString::from(kind)) as Box<dyn Val>,
+        ),
+        (CelMapKey::from("issuer"), Box::new(CelString::from(issuer))),
     ]);
     Box::new(CelMap::from(fields))
 }

@@ -162,10 +162,10 @@ struct Views {
 }
 
 /// The key of a caller's view: the policy, and what of the caller it
-/// reads. A policy that reads neither claims nor subject has one view per
-/// snapshot for every caller.
+/// reads. A policy that reads neither claims, subject nor caller has one
+/// view per snapshot for every caller.
 fn cache_key(policy: &Policy, caller: &Caller, subject: &Subject) -> [u8; 32] {
-    let (claims, reads_subject) = policy.reads();
+    let (claims, reads_subject, reads_caller) = policy.reads();
     let mut hasher = Sha256::new();
     hasher.update(policy.id().to_le_bytes());
     if reads_subject {
@@ -173,6 +173,15 @@ fn cache_key(policy: &Policy, caller: &Caller, subject: &Subject) -> [u8; 32] {
         hasher.update([1]);
         hasher.update((subject.len() as u64).to_le_bytes());
         hasher.update(subject);
+    }
+    if reads_caller {
+        let (kind, issuer) = match &caller.identity {
+            crate::callers::CallerIdentity::Token { .. } => (1u8, ""),
+            crate::callers::CallerIdentity::Jwt { issuer, .. } => (2u8, issuer.as_str()),
+        };
+        hasher.update([3, kind]);
+        hasher.update((issuer.len() as u64).to_le_bytes());
+        hasher.update(issuer.as_bytes());
     }
     if claims {
         hasher.update([2]);
@@ -306,8 +315,8 @@ mod tests {
     fn versions_are_stable_per_view_and_differ_across_views() {
         let policy = policy(&[(Effect::Deny, "s__secret*", Some("subject != 'ops'"))]);
         let token = Caller::static_token(0);
-        let ops = Subject::named("ops").unwrap();
-        let dev = Subject::named("dev").unwrap();
+        let ops = Subject::named(crate::callers::Namespace::Token, "ops").unwrap();
+        let dev = Subject::named(crate::callers::Namespace::Token, "dev").unwrap();
         let one = catalog(&["read", "secret_a", "write"]);
         let full = caller_view(&policy, &one, &token, &ops);
         assert!(full.is_everything());
@@ -382,7 +391,7 @@ mod tests {
             &static_rules,
             &one,
             &Caller::static_token(0),
-            &Subject::named("x").unwrap(),
+            &Subject::named(crate::callers::Namespace::Token, "x").unwrap(),
         );
         let y = caller_view(
             &static_rules,
@@ -408,10 +417,33 @@ mod tests {
         let free = caller_view(&by_claims, &one, &jwt("free"), &Subject::tenant());
         let paid = caller_view(&by_claims, &one, &jwt("paid"), &Subject::tenant());
         assert_eq!((free.len(), paid.len()), (1, 2));
+        // How the caller authenticated is part of the key when read, and
+        // the subject's key (not its bare id) when the subject is.
+        let by_kind = policy(&[(Effect::Deny, "s__a", Some("caller.kind == 'token'"))]);
+        let token_view = caller_view(&by_kind, &one, &Caller::static_token(0), &Subject::tenant());
+        let jwt_view = caller_view(&by_kind, &one, &jwt("free"), &Subject::tenant());
+        assert_eq!((token_view.len(), jwt_view.len()), (1, 2));
+        let by_key = policy(&[(
+            Effect::Deny,
+            "s__a",
+            Some("subject_key.startsWith('token:')"),
+        )]);
+        let named = |caller: &Caller| {
+            let subject = Subject::named(caller.namespace(), "x").unwrap();
+            caller_view(&by_key, &one, caller, &subject)
+        };
+        assert_eq!(
+            (
+                named(&Caller::static_token(0)).len(),
+                named(&jwt("free")).len()
+            ),
+            (1, 2)
+        );
         // Bounded: the oldest view goes first.
         let by_subject = policy(&[(Effect::Deny, "s__a", Some("subject == 'x'"))]);
         for i in 0..MAX_CACHED_VIEWS + 10 {
-            let subject = Subject::named(&format!("user-{i}")).unwrap();
+            let subject =
+                Subject::named(crate::callers::Namespace::Token, &format!("user-{i}")).unwrap();
             caller_view(&by_subject, &one, &Caller::static_token(0), &subject);
         }
         let cache = one.derived(|_| ViewCache::default());

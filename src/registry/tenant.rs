@@ -591,8 +591,10 @@ impl Tenant {
         self.slots.get(index).is_some_and(|s| s.per_user())
     }
 
-    /// The session of `subject` (empty: the tenant itself) on per-user
+    /// The session of `subject` (possibly the tenant itself) on per-user
     /// server `index`: its own, with its own token, connected on first use.
+    /// Sessions, tokens and consent URLs are kept by [`Subject::key`]
+    /// (`crate::callers::Subject`), never by the bare id.
     /// A session connected for a subject wakes a server that waits for its
     /// first consent, so its tools get listed.
     ///
@@ -602,9 +604,10 @@ impl Tenant {
     pub async fn user_session(
         &self,
         index: usize,
-        subject: &str,
+        subject: &crate::callers::Subject,
     ) -> Result<Arc<Session>, crate::upstream::UpstreamError> {
         use crate::upstream::UpstreamError;
+        let subject = subject.key();
         let slot = self
             .slots
             .get(index)
@@ -661,11 +664,16 @@ impl Tenant {
         slot.users.get(subject, spawner.now_ms(), connect).await
     }
 
-    /// Whether `subject` (empty: the tenant itself) has authorized per-user
-    /// server `index`, for its `ListTools` view. An authorization URL is
-    /// made (a pending flow stored) at most once per subject and server
-    /// within [`CONSENT_URL_REUSE`].
-    pub async fn consent_state(&self, index: usize, subject: &str) -> ConsentState {
+    /// Whether `subject` (possibly the tenant itself) has authorized
+    /// per-user server `index`, for its `ListTools` view. An authorization
+    /// URL is made (a pending flow stored) at most once per subject and
+    /// server within [`CONSENT_URL_REUSE`].
+    pub async fn consent_state(
+        &self,
+        index: usize,
+        subject: &crate::callers::Subject,
+    ) -> ConsentState {
+        let subject = subject.key();
         let Some(slot) = self.slots.get(index) else {
             return ConsentState::Unavailable("no such server".to_owned());
         };
@@ -695,9 +703,9 @@ impl Tenant {
     /// Remembers the authorization URL a call of `subject` on per-user
     /// server `index` was given (its grant ended while its session was
     /// open), so the next calls get the same URL.
-    pub fn remember_consent_url(&self, index: usize, subject: &str, url: &str) {
+    pub fn remember_consent_url(&self, index: usize, subject: &crate::callers::Subject, url: &str) {
         if let Some(slot) = self.slots.get(index) {
-            slot.remember_consent_url(subject, url);
+            slot.remember_consent_url(subject.key(), url);
         }
     }
 
@@ -724,8 +732,10 @@ impl Tenant {
         self.spawner.metrics.oauth_event(tenant, server, event);
     }
 
-    /// A consent of `subject` for the server named `server` arrived: its
-    /// tools can be listed now, and the subject's URL is spent.
+    /// A consent of the subject keyed `subject` ([`Subject::key`]
+    /// (crate::callers::Subject::key), as its pending flow stored it) for
+    /// the server named `server` arrived: its tools can be listed now, and
+    /// the subject's URL is spent.
     pub fn consented(&self, server: &str, subject: &str) {
         if let Some(slot) = self.slots.iter().find(|s| s.config.name == server) {
             slot.forget_consent_url(subject);

@@ -29,18 +29,21 @@
 //!
 //! Here: the store's operations. Opening it (URLs, the pool, migrations) is
 //! in `connect`, the rows' keys and the data that binds a sealed value to
-//! its row in `keys`, the keys that seal values in `keyring`.
+//! its row in `keys`, the keys that seal values in `keyring`, moving a
+//! token to another key (migrating subjects) in `rekey`.
 
 mod connect;
 mod error;
 mod held;
 mod keyring;
 mod keys;
+mod rekey;
 
 pub use connect::{ACQUIRE_TIMEOUT, Backend, DEFAULT_URL};
 pub use error::{Record, StateError};
 pub use keyring::{KeyError, KeyId, KeyRing, OpenError};
 pub use keys::{ClientKey, TokenKey};
+pub use rekey::Rekeyed;
 
 use sqlx::AnyPool;
 use sqlx::Row as _;

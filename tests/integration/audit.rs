@@ -142,7 +142,7 @@ async fn each_call_and_refusal_gets_one_record_field_by_field() {
     let all = records(&path);
     let ok = call_of(&all, "t__echo", "ok");
     assert_common(ok, "InvokeTool");
-    assert_eq!(ok["subject"], "user-7");
+    assert_eq!(ok["subject"], "token:user-7");
     assert_eq!(ok["server"], "t");
     assert_eq!(ok["definition_hash"], echo_hash.as_str());
     assert_eq!(ok["sent"], true);
@@ -601,13 +601,13 @@ tenants:
     })
     .await;
     assert_eq!(refused["outcome"], "refused");
-    assert_eq!(refused["subject"], "alice");
+    assert_eq!(refused["subject"], "token:alice");
     assert_eq!(refused["server"], "docs");
     assert_eq!(refused["sent"], false);
     let started = record_where(&path, |r| r["event"] == "consent_started").await;
     assert_eq!(started["kind"], "authorization");
     assert_eq!(started["tenant"], "acme");
-    assert_eq!(started["subject"], "alice");
+    assert_eq!(started["subject"], "token:alice");
     assert_eq!(started["server"], "docs");
     assert_eq!(started["outcome"], "refused");
 
@@ -628,7 +628,7 @@ tenants:
         .collect();
     assert_eq!(completed.len(), 1, "{completed:#?}");
     assert_eq!(completed[0]["tenant"], "acme");
-    assert_eq!(completed[0]["subject"], "alice");
+    assert_eq!(completed[0]["subject"], "token:alice");
     assert_eq!(completed[0]["server"], "docs");
     assert_eq!(completed[0]["outcome"], "ok");
     let response = whoami(&mut client, "alice").await.unwrap();

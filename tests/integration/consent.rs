@@ -248,7 +248,7 @@ async fn an_authorization_server_relaying_another_servers_code_gets_nothing() {
     assert!(page.contains("another server"), "{page}");
     assert!(
         page.contains("the server <code>evil</code> of tenant <code>acme</code>")
-            && page.contains("subject <code>alice</code>"),
+            && page.contains("subject <code>token:alice</code>"),
         "the page says whose authorization it was: {page}"
     );
 

@@ -22,7 +22,7 @@ use toolgate::registry::{Registry, Tenant};
 
 use crate::common::*;
 
-const CLUSTER: &str = "https://kubernetes.default.svc.cluster.local";
+pub(crate) const CLUSTER: &str = "https://kubernetes.default.svc.cluster.local";
 const FILES: &str = "https://idp.files.test";
 
 // ---------------------------------------------------------------------------
@@ -30,7 +30,7 @@ const FILES: &str = "https://idp.files.test";
 // ---------------------------------------------------------------------------
 
 /// A private key and its public JWK.
-struct TestKey {
+pub(crate) struct TestKey {
     encoding: EncodingKey,
     jwk: Jwk,
     alg: Algorithm,
@@ -38,13 +38,13 @@ struct TestKey {
 }
 
 impl TestKey {
-    fn sign(&self, claims: &Value) -> String {
+    pub(crate) fn sign(&self, claims: &Value) -> String {
         mint(&self.encoding, self.alg, Some(&self.kid), claims)
     }
 }
 
-struct TestKeys {
-    rsa1: TestKey,
+pub(crate) struct TestKeys {
+    pub(crate) rsa1: TestKey,
     rsa2: TestKey,
     /// Same kid as `rsa1`, another key: its signatures do not verify.
     impostor: TestKey,
@@ -82,7 +82,7 @@ fn test_key(pem: &[u8], alg: Algorithm, kid: &str) -> TestKey {
 }
 
 /// Keys generated once per test binary run.
-fn keys() -> &'static TestKeys {
+pub(crate) fn keys() -> &'static TestKeys {
     static KEYS: OnceLock<TestKeys> = OnceLock::new();
     KEYS.get_or_init(|| {
         let dir = tempfile::tempdir().unwrap();
@@ -132,7 +132,7 @@ fn now() -> i64 {
 }
 
 /// The claims of a Kubernetes service-account token for `namespace`.
-fn sa_claims(namespace: &str) -> Value {
+pub(crate) fn sa_claims(namespace: &str) -> Value {
     let now = now();
     json!({
         "iss": CLUSTER,
@@ -149,7 +149,7 @@ fn sa_claims(namespace: &str) -> Value {
 }
 
 /// `claims` with `key` set to `value` (or removed when `value` is null).
-fn with(mut claims: Value, key: &str, value: Value) -> Value {
+pub(crate) fn with(mut claims: Value, key: &str, value: Value) -> Value {
     let object = claims.as_object_mut().unwrap();
     if value.is_null() {
         object.remove(key);
@@ -294,7 +294,7 @@ async fn setup(url_options: &str) -> Setup {
     }
 }
 
-fn jwks_doc_text(keys: &[&TestKey]) -> String {
+pub(crate) fn jwks_doc_text(keys: &[&TestKey]) -> String {
     jwks(keys).to_string()
 }
 
@@ -1078,7 +1078,7 @@ tenants:
     assert_eq!(ok.len(), 1, "{records:#?}");
     let ok = ok[0];
     assert_eq!(ok["tenant"], "acme");
-    assert_eq!(ok["subject"], "alice@example.com");
+    assert_eq!(ok["subject"], format!("jwt:{FILES} alice@example.com"));
     assert_eq!(
         ok["caller"],
         json!({"kind": "jwt", "issuer": FILES, "subject": "worker-7"})

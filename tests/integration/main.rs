@@ -29,6 +29,7 @@ mod reload;
 mod routing;
 mod search;
 mod state;
+mod subjects;
 mod third_party;
 mod tls;
 mod worker_api;

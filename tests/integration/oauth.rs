@@ -21,7 +21,7 @@ use toolgate::pb::tool_gateway_client::ToolGatewayClient;
 use crate::common::*;
 
 /// A state-store key (32 bytes, base64).
-const STATE_KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
+pub(crate) const STATE_KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
 const SVC_SECRET: &str = "svc-secret-0123456789";
 
 /// Starts a Python fixture and reads the `LISTENING <port>` line it prints.
@@ -589,7 +589,7 @@ async fn a_consent_after_the_token_row_was_deleted_or_rewritten_is_stored() {
     let state = toolgate::state::StateStore::connect(&url, state_ring())
         .await
         .unwrap();
-    let alice = toolgate::state::TokenKey::new("acme", "alice", "docs");
+    let alice = toolgate::state::TokenKey::new("acme", "token:alice", "docs");
 
     let status = call_settled(&mut client_one, Some("alice"), "docs__whoami")
         .await

@@ -131,7 +131,7 @@ pub fn in_process() -> anyhow::Result<(f64, f64, f64)> {
     let policy = Policy::compile("tenants[0].policy", &rules())
         .map_err(|e| anyhow::anyhow!("bench rules: {e:?}"))?;
     let caller = jwt_caller();
-    let subject = Subject::named("alice").map_err(anyhow::Error::msg)?;
+    let subject = Subject::named(caller.namespace(), "alice").map_err(anyhow::Error::msg)?;
     let tool = CatalogTool {
         name: "github__create_issue".to_owned(),
         server: "github".to_owned(),
