@@ -584,6 +584,30 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_token_opens_in_its_row_at_its_version_only() {
+        let keys = KeyRing::new(vec![[3u8; 32]]).unwrap();
+        let alice = TokenKey::new("acme", "alice", "github");
+        let sealed = seal_token(&keys, &alice, 2, b"refresh-2");
+        assert_eq!(open_token(&keys, &alice, 2, &sealed).unwrap(), b"refresh-2");
+        for (key, version) in [
+            (&alice, 1),
+            (&alice, 3),
+            (&TokenKey::new("acme", "bob", "github"), 2),
+        ] {
+            assert!(matches!(
+                open_token(&keys, key, version, &sealed),
+                Err(StateError::Decrypt {
+                    record: Record::Token,
+                    cause: OpenError::Tampered { .. }
+                })
+            ));
+        }
+        // What the earlier release sealed (the key only) does not open.
+        let before = keys.seal(b"refresh-1", &alice.aad_before_versions());
+        assert!(open_token(&keys, &alice, 1, &before).is_err());
+    }
+
+    #[test]
     fn versioned_debug_hides_the_value() {
         let v = Versioned {
             version: 3,
