@@ -17,6 +17,16 @@
 //! directories, `migrations/sqlite` and `migrations/postgres`, kept otherwise
 //! identical and embedded in the binary.
 //!
+//! # Sealed tokens
+//! A token row's value is sealed with the row's key and version as
+//! associated data (`seal_token`); every write gives the row the next
+//! version, chosen before the write and checked by it (`WHERE version =`
+//! the one before, or `ON CONFLICT DO NOTHING` for a new row), so the value
+//! is always sealed for the version the row ends up with. The value of an
+//! older version put back into the row does not open. Rows written before
+//! this binding are re-sealed once, by migration 0003 (`migrate`).
+//! Registrations and pending flows are bound to their row's key only.
+//!
 //! # Concurrency between replicas
 //! A token refresh is a compare-and-swap on the row's `version`
 //! ([`StateStore::replace_token`]): of two replicas refreshing the same token,
