@@ -46,8 +46,11 @@ impl StateStore {
     /// # Errors
     /// [`StateError::InvalidUrl`] for an unsupported or malformed URL,
     /// [`StateError::Unavailable`] when the database cannot be reached within
-    /// [`ACQUIRE_TIMEOUT`], [`StateError::Migrate`] when the schema cannot be
-    /// brought up to date.
+    /// [`ACQUIRE_TIMEOUT`] (or, on SQLite, another process kept the write
+    /// lock for more than 5 s), [`StateError::Migrate`] when the schema
+    /// cannot be brought up to date. Processes connecting together take
+    /// turns at migrating (`migrate`); on PostgreSQL one waits for another's
+    /// migration as long as it lasts.
     pub async fn connect(url: &str, keys: KeyRing) -> Result<StateStore, StateError> {
         let store = StateStore::open_lazy(url, keys)?;
         store.ready().await?;
