@@ -1,5 +1,6 @@
 //! Opening the store: which backend a URL names, the connection pool, and
-//! the embedded migrations (the schema), applied once per store.
+//! the embedded migrations (the schema), applied once per store by
+//! [`migrate`](super::migrate).
 
 use sqlx::AnyPool;
 use sqlx::any::AnyPoolOptions;
@@ -18,6 +19,10 @@ pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(2);
 /// Connections per process (PostgreSQL). SQLite uses fewer: it has one writer.
 const MAX_CONNECTIONS_POSTGRES: u32 = 8;
 const MAX_CONNECTIONS_SQLITE: u32 = 4;
+
+/// How many times a SQLite file is asked to switch to WAL mode while other
+/// connections hold it (10 ms, 20 ms, ... apart: under 2 s in all).
+const WAL_ATTEMPTS: u32 = 20;
 
 static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
 static POSTGRES_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
@@ -41,8 +46,11 @@ impl StateStore {
     /// # Errors
     /// [`StateError::InvalidUrl`] for an unsupported or malformed URL,
     /// [`StateError::Unavailable`] when the database cannot be reached within
-    /// [`ACQUIRE_TIMEOUT`], [`StateError::Migrate`] when the schema cannot be
-    /// brought up to date.
+    /// [`ACQUIRE_TIMEOUT`] (or, on SQLite, another process kept the write
+    /// lock for more than 5 s), [`StateError::Migrate`] when the schema
+    /// cannot be brought up to date. Processes connecting together take
+    /// turns at migrating (`migrate`); on PostgreSQL one waits for another's
+    /// migration as long as it lasts.
     pub async fn connect(url: &str, keys: KeyRing) -> Result<StateStore, StateError> {
         let store = StateStore::open_lazy(url, keys)?;
         store.ready().await?;
@@ -87,28 +95,77 @@ impl StateStore {
         self.pool.close().await;
     }
 
-    /// Applies the migrations once per store (retried after a failure).
+    /// Applies the migrations once per store (retried after a failure), one
+    /// process at a time ([`migrate`](super::migrate)).
     pub(super) async fn ready(&self) -> Result<&AnyPool, StateError> {
         self.migrated
             .get_or_try_init(|| async {
                 if self.backend == Backend::Sqlite {
-                    // Readers do not block the writer; persistent in the file.
-                    sqlx::query("PRAGMA journal_mode = WAL")
-                        .execute(&self.pool)
-                        .await
-                        .map_err(StateError::from_sqlx)?;
+                    enable_wal(&self.pool).await?;
                 }
                 let migrator = match self.backend {
                     Backend::Sqlite => &SQLITE_MIGRATIONS,
                     Backend::Postgres => &POSTGRES_MIGRATIONS,
                 };
-                migrator
-                    .run(&self.pool)
-                    .await
-                    .map_err(StateError::from_migrate)
+                let mut conn = self.pool.acquire().await.map_err(StateError::from_sqlx)?;
+                match super::migrate::run(&mut conn, self.backend, migrator, &self.keys).await {
+                    Ok(resealed) => {
+                        log_resealed(resealed);
+                        Ok(())
+                    }
+                    Err(error) => {
+                        // Whatever state the session is in, it is not reused.
+                        let _ = conn.close().await;
+                        Err(error)
+                    }
+                }
             })
             .await?;
         Ok(&self.pool)
+    }
+}
+
+/// Puts a SQLite file in WAL mode (readers do not block the writer;
+/// persistent in the file). Switching needs the file to itself, and SQLite
+/// answers `SQLITE_BUSY` at once, without waiting, to all but one of several
+/// connections switching together (gateways starting together on a new
+/// file): those try again, at most [`WAL_ATTEMPTS`] times, a little later
+/// each time, and then find the file in WAL mode already.
+async fn enable_wal(pool: &AnyPool) -> Result<(), StateError> {
+    let mut attempt = 1;
+    loop {
+        match sqlx::query("PRAGMA journal_mode = WAL").execute(pool).await {
+            Ok(_) => return Ok(()),
+            Err(error) if attempt < WAL_ATTEMPTS && is_sqlite_busy(&error) => {}
+            Err(error) => return Err(StateError::from_sqlx(error)),
+        }
+        tokio::time::sleep(Duration::from_millis(10) * attempt).await;
+        attempt += 1;
+    }
+}
+
+/// `SQLITE_BUSY` or `SQLITE_LOCKED` (extended codes included).
+fn is_sqlite_busy(error: &sqlx::Error) -> bool {
+    error
+        .as_database_error()
+        .filter(|db| db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some())
+        .and_then(|db| db.code())
+        .and_then(|code| code.parse::<i32>().ok())
+        .is_some_and(|code| matches!(code & 0xff, 5 | 6))
+}
+
+fn log_resealed(resealed: super::migrate::Resealed) {
+    if resealed.tokens > 0 {
+        tracing::info!(
+            rows = resealed.tokens,
+            "stored tokens re-sealed for their version (migration 0003)"
+        );
+    }
+    if resealed.unreadable > 0 {
+        tracing::warn!(
+            rows = resealed.unreadable,
+            "stored tokens no configured key opens were left unreadable by migration 0003; delete them (those users consent again)"
+        );
     }
 }
 

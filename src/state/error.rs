@@ -69,15 +69,27 @@ pub enum StateError {
         /// What was being read.
         record: Record,
     },
+    /// Other writers changed the row at every attempt of a write that must
+    /// know the row's version (a token is sealed for the version it is
+    /// written with). Retryable.
+    #[error("stored {record} kept changing while being written")]
+    Contended {
+        /// What was being written.
+        record: Record,
+    },
     /// The database refused a statement (constraint, permission, SQL).
     #[error("state store query failed")]
     Database(#[source] sqlx::Error),
 }
 
 impl StateError {
-    /// True when retrying later may succeed (the store was unreachable).
+    /// True when retrying later may succeed (the store was unreachable, or
+    /// a write kept losing to others).
     pub fn is_unavailable(&self) -> bool {
-        matches!(self, StateError::Unavailable(_))
+        matches!(
+            self,
+            StateError::Unavailable(_) | StateError::Contended { .. }
+        )
     }
 
     /// Classifies a sqlx error: reachability problems become

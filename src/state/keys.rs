@@ -1,6 +1,7 @@
 //! The keys of the store's rows, and the associated data that binds a
 //! sealed value to its table and row (so a value moved to another row does
-//! not open).
+//! not open) and, for a token, to the row's version (so an older value put
+//! back into its own row does not open either).
 
 use sha2::{Digest, Sha256};
 
@@ -47,7 +48,25 @@ impl TokenKey {
         format!("token:{}", hex(&digest))
     }
 
-    pub(super) fn aad(&self) -> Vec<u8> {
+    /// The associated data of this token row at `version`: the key's
+    /// fields and the version, so that a value sealed for one version of
+    /// the row opens at that version only.
+    pub(super) fn aad(&self, version: i64) -> Vec<u8> {
+        aad(
+            "token-at-version",
+            &[
+                &self.tenant,
+                &self.subject,
+                &self.server,
+                &version.to_string(),
+            ],
+        )
+    }
+
+    /// The associated data of token rows written before migration 0003
+    /// (the key's fields only). Used once, by that migration, to re-seal
+    /// them; never to read a row.
+    pub(super) fn aad_before_versions(&self) -> Vec<u8> {
         aad("token", &[&self.tenant, &self.subject, &self.server])
     }
 }
@@ -129,6 +148,17 @@ mod tests {
             aad("token", &["a", "b", "c"]),
             aad("client", &["a", "b", "c"])
         );
+    }
+
+    #[test]
+    fn token_aad_binds_the_version_and_differs_from_the_old_format() {
+        let key = TokenKey::new("acme", "alice", "github");
+        assert_ne!(key.aad(1), key.aad(2));
+        assert_eq!(key.aad(7), key.clone().aad(7));
+        for version in [0, 1, 2, i64::MAX] {
+            assert_ne!(key.aad(version), key.aad_before_versions());
+        }
+        assert_ne!(key.aad(1), TokenKey::new("acme", "bob", "github").aad(1));
     }
 
     #[test]

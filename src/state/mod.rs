@@ -3,7 +3,7 @@
 //! registrations per (tenant, server, issuer), and pending authorization flows
 //! keyed by their `state` parameter. SQLite (a file, the default) or
 //! PostgreSQL (for replicas); every value is sealed with AES-256-GCM
-//! ([`KeyRing`]) and bound to its row.
+//! ([`KeyRing`]) and bound to its row, a token also to the row's version.
 //!
 //! # One code path
 //! The store runs on [`sqlx::AnyPool`]: one pool type, one set of SQL strings,
@@ -16,6 +16,16 @@
 //! differs (`BLOB`/`BYTEA`, `INTEGER`/`BIGINT`), so there are two migration
 //! directories, `migrations/sqlite` and `migrations/postgres`, kept otherwise
 //! identical and embedded in the binary.
+//!
+//! # Sealed tokens
+//! A token row's value is sealed with the row's key and version as
+//! associated data (`seal_token`); every write gives the row the next
+//! version, chosen before the write and checked by it (`WHERE version =`
+//! the one before, or `ON CONFLICT DO NOTHING` for a new row), so the value
+//! is always sealed for the version the row ends up with. The value of an
+//! older version put back into the row does not open. Rows written before
+//! this binding are re-sealed once, by migration 0003 (`migrate`).
+//! Registrations and pending flows are bound to their row's key only.
 //!
 //! # Concurrency between replicas
 //! A token refresh is a compare-and-swap on the row's `version`
@@ -37,12 +47,14 @@ mod error;
 mod held;
 mod keyring;
 mod keys;
+mod migrate;
 mod rekey;
 
 pub use connect::{ACQUIRE_TIMEOUT, Backend, DEFAULT_URL};
 pub use error::{Record, StateError};
 pub use keyring::{KeyError, KeyId, KeyRing, OpenError};
 pub use keys::{ClientKey, TokenKey};
+pub use migrate::MIGRATION_LOCK_KEY;
 pub use rekey::Rekeyed;
 
 use sqlx::AnyPool;
@@ -52,6 +64,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::OnceCell;
 
 use keys::{held_aad, pending_aad, state_hash};
+
+/// How many times [`StateStore::put_token`] reads the version and tries to
+/// write the next one before giving up (each failure means another writer
+/// wrote the row meanwhile).
+const PUT_ATTEMPTS: usize = 16;
 
 /// A value with the version of the row it was read from. Versions start at 1
 /// and grow by one on every write of the row. `Debug` shows the length of the
@@ -111,14 +128,16 @@ impl StateStore {
     ///
     /// # Errors
     /// [`StateError::Unavailable`] when the store cannot be reached,
-    /// [`StateError::Decrypt`] when no configured key opens the value.
+    /// [`StateError::Decrypt`] when no configured key opens the value at
+    /// the row's version (the key was removed, or the value was altered,
+    /// copied from another row or from an older version of this one).
     pub async fn get_token(
         &self,
         key: &TokenKey,
     ) -> Result<Option<Versioned<Vec<u8>>>, StateError> {
         let pool = self.ready().await?;
         let row = sqlx::query(
-            "SELECT version, sealed FROM toolgate_tokens \
+            "SELECT version, sealed_with_version FROM toolgate_tokens \
              WHERE tenant = $1 AND subject = $2 AND server = $3",
         )
         .bind(&key.tenant)
@@ -130,38 +149,46 @@ impl StateStore {
         row.map(|row| {
             let version: i64 = get(&row, 0, Record::Token)?;
             let sealed: Vec<u8> = get(&row, 1, Record::Token)?;
-            let value = self.open(&sealed, &key.aad(), Record::Token)?;
+            let value = open_token(&self.keys, key, version, &sealed)?;
             Ok(Versioned { version, value })
         })
         .transpose()
     }
 
-    /// Stores `value` for `key` unconditionally (a first token after consent,
-    /// or a replacement that needs no compare-and-swap). Returns the new
-    /// version.
+    /// Stores `value` for `key` whatever the row holds now (a first token
+    /// after consent, or a replacement that needs no compare-and-swap).
+    /// Returns the new version: 1 for a new row, else the old one plus one.
+    ///
+    /// The value is sealed for the version it is written with, so the
+    /// version is chosen before the write and the write is conditional on
+    /// the row still having the one before; when another writer got in
+    /// between, this one reads again and retries (at most 16 times).
     ///
     /// # Errors
-    /// [`StateError::Unavailable`] when the store cannot be reached.
+    /// [`StateError::Unavailable`] when the store cannot be reached,
+    /// [`StateError::Contended`] when other writers changed the row at every
+    /// attempt.
     pub async fn put_token(&self, key: &TokenKey, value: &[u8]) -> Result<i64, StateError> {
         let pool = self.ready().await?;
-        let sealed = self.keys.seal(value, &key.aad());
-        let row = sqlx::query(
-            "INSERT INTO toolgate_tokens (tenant, subject, server, version, sealed, updated_at_ms) \
-             VALUES ($1, $2, $3, 1, $4, $5) \
-             ON CONFLICT (tenant, subject, server) DO UPDATE \
-             SET version = toolgate_tokens.version + 1, sealed = excluded.sealed, \
-                 updated_at_ms = excluded.updated_at_ms \
-             RETURNING version",
-        )
-        .bind(&key.tenant)
-        .bind(&key.subject)
-        .bind(&key.server)
-        .bind(sealed)
-        .bind(now_ms())
-        .fetch_one(pool)
-        .await
-        .map_err(StateError::from_sqlx)?;
-        get(&row, 0, Record::Token)
+        for _ in 0..PUT_ATTEMPTS {
+            let row = sqlx::query(
+                "SELECT version FROM toolgate_tokens \
+                 WHERE tenant = $1 AND subject = $2 AND server = $3",
+            )
+            .bind(&key.tenant)
+            .bind(&key.subject)
+            .bind(&key.server)
+            .fetch_optional(pool)
+            .await
+            .map_err(StateError::from_sqlx)?;
+            let current = row.map(|row| get(&row, 0, Record::Token)).transpose()?;
+            if let Some(version) = self.write_token(pool, key, current, value).await? {
+                return Ok(version);
+            }
+        }
+        Err(StateError::Contended {
+            record: Record::Token,
+        })
     }
 
     /// Compare-and-swap: stores `value` for `key` only if the row still has
@@ -179,26 +206,64 @@ impl StateStore {
         value: &[u8],
     ) -> Result<Replaced, StateError> {
         let pool = self.ready().await?;
-        let sealed = self.keys.seal(value, &key.aad());
-        let row = sqlx::query(
-            "UPDATE toolgate_tokens \
-             SET version = version + 1, sealed = $1, updated_at_ms = $2 \
-             WHERE tenant = $3 AND subject = $4 AND server = $5 AND version = $6 \
-             RETURNING version",
-        )
-        .bind(sealed)
-        .bind(now_ms())
-        .bind(&key.tenant)
-        .bind(&key.subject)
-        .bind(&key.server)
-        .bind(expected_version)
-        .fetch_optional(pool)
-        .await
-        .map_err(StateError::from_sqlx)?;
-        match row {
-            Some(row) => Ok(Replaced::Won(get(&row, 0, Record::Token)?)),
+        match self
+            .write_token(pool, key, Some(expected_version), value)
+            .await?
+        {
+            Some(version) => Ok(Replaced::Won(version)),
             None => Ok(Replaced::Lost(self.get_token(key).await?)),
         }
+    }
+
+    /// Writes `value` for `key` as the version after `current` (1 when
+    /// `current` is `None`: no row), sealed for that version, only if the
+    /// row is still at `current` (still absent). Returns the version
+    /// written, or `None` when the row was not at `current`.
+    async fn write_token(
+        &self,
+        pool: &AnyPool,
+        key: &TokenKey,
+        current: Option<i64>,
+        value: &[u8],
+    ) -> Result<Option<i64>, StateError> {
+        let version = match current {
+            None => 1,
+            Some(old) => old.checked_add(1).ok_or(StateError::Corrupt {
+                record: Record::Token,
+            })?,
+        };
+        let sealed = seal_token(&self.keys, key, version, value);
+        let query = match current {
+            None => sqlx::query(
+                "INSERT INTO toolgate_tokens \
+                 (tenant, subject, server, version, sealed_with_version, updated_at_ms) \
+                 VALUES ($1, $2, $3, $4, $5, $6) \
+                 ON CONFLICT (tenant, subject, server) DO NOTHING \
+                 RETURNING version",
+            ),
+            Some(_) => sqlx::query(
+                "UPDATE toolgate_tokens \
+                 SET version = $4, sealed_with_version = $5, updated_at_ms = $6 \
+                 WHERE tenant = $1 AND subject = $2 AND server = $3 AND version = $7 \
+                 RETURNING version",
+            ),
+        };
+        let query = query
+            .bind(&key.tenant)
+            .bind(&key.subject)
+            .bind(&key.server)
+            .bind(version)
+            .bind(sealed)
+            .bind(now_ms());
+        let query = match current {
+            None => query,
+            Some(old) => query.bind(old),
+        };
+        let row = query
+            .fetch_optional(pool)
+            .await
+            .map_err(StateError::from_sqlx)?;
+        Ok(row.map(|_| version))
     }
 
     /// Deletes the token for `key` (revoked, or consent withdrawn). Returns
@@ -500,6 +565,32 @@ where
         .map_err(|_| StateError::Corrupt { record })
 }
 
+/// Seals `value` as the token of row `key` at `version`: the associated
+/// data names the row and its version, so the result opens in that row at
+/// that version only. Every write of a token row goes through here (and a
+/// migration that re-keys or re-versions rows re-seals with it).
+pub(super) fn seal_token(keys: &KeyRing, key: &TokenKey, version: i64, value: &[u8]) -> Vec<u8> {
+    keys.seal(value, &key.aad(version))
+}
+
+/// Opens what [`seal_token`] sealed for row `key` at `version`.
+///
+/// # Errors
+/// [`StateError::Decrypt`] when no configured key opens it for that row and
+/// version.
+pub(super) fn open_token(
+    keys: &KeyRing,
+    key: &TokenKey,
+    version: i64,
+    sealed: &[u8],
+) -> Result<Vec<u8>, StateError> {
+    keys.open(sealed, &key.aad(version))
+        .map_err(|cause| StateError::Decrypt {
+            record: Record::Token,
+            cause,
+        })
+}
+
 fn now_ms() -> i64 {
     let since = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -510,6 +601,30 @@ fn now_ms() -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_token_opens_in_its_row_at_its_version_only() {
+        let keys = KeyRing::new(vec![[3u8; 32]]).unwrap();
+        let alice = TokenKey::new("acme", "alice", "github");
+        let sealed = seal_token(&keys, &alice, 2, b"refresh-2");
+        assert_eq!(open_token(&keys, &alice, 2, &sealed).unwrap(), b"refresh-2");
+        for (key, version) in [
+            (&alice, 1),
+            (&alice, 3),
+            (&TokenKey::new("acme", "bob", "github"), 2),
+        ] {
+            assert!(matches!(
+                open_token(&keys, key, version, &sealed),
+                Err(StateError::Decrypt {
+                    record: Record::Token,
+                    cause: OpenError::Tampered { .. }
+                })
+            ));
+        }
+        // What the earlier release sealed (the key only) does not open.
+        let before = keys.seal(b"refresh-1", &alice.aad_before_versions());
+        assert!(open_token(&keys, &alice, 1, &before).is_err());
+    }
 
     #[test]
     fn versioned_debug_hides_the_value() {

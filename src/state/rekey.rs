@@ -1,6 +1,6 @@
 //! Moving a stored token to another key: what migrating the subjects of
 //! an earlier release does (`toolgate state migrate-subjects`). A value is
-//! sealed to its row's key, so it is opened under the old key and sealed
+//! sealed to its row's key and version, so it is opened under the old key and sealed
 //! again under the new one; the old row goes in the same transaction.
 
 use super::{Record, StateError, StateStore, TokenKey, get, now_ms};
@@ -58,7 +58,7 @@ impl StateStore {
         let pool = self.ready().await?;
         let mut tx = pool.begin().await.map_err(StateError::from_sqlx)?;
         let row = sqlx::query(
-            "SELECT version, sealed FROM toolgate_tokens \
+            "SELECT version, sealed_with_version FROM toolgate_tokens \
              WHERE tenant = $1 AND subject = $2 AND server = $3",
         )
         .bind(&from.tenant)
@@ -72,7 +72,7 @@ impl StateStore {
         };
         let version: i64 = get(&row, 0, Record::Token)?;
         let sealed: Vec<u8> = get(&row, 1, Record::Token)?;
-        let value = self.open(&sealed, &from.aad(), Record::Token)?;
+        let value = super::open_token(&self.keys, from, version, &sealed)?;
         let deleted = sqlx::query(
             "DELETE FROM toolgate_tokens \
              WHERE tenant = $1 AND subject = $2 AND server = $3 AND version = $4",
@@ -88,14 +88,14 @@ impl StateStore {
             return Ok(Rekeyed::Changed);
         }
         let inserted = sqlx::query(
-            "INSERT INTO toolgate_tokens (tenant, subject, server, version, sealed, updated_at_ms) \
+            "INSERT INTO toolgate_tokens (tenant, subject, server, version, sealed_with_version, updated_at_ms) \
              VALUES ($1, $2, $3, 1, $4, $5) \
              ON CONFLICT (tenant, subject, server) DO NOTHING",
         )
         .bind(&to.tenant)
         .bind(&to.subject)
         .bind(&to.server)
-        .bind(self.keys.seal(&value, &to.aad()))
+        .bind(super::seal_token(&self.keys, to, 1, &value))
         .bind(now_ms())
         .execute(&mut *tx)
         .await

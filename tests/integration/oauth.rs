@@ -639,6 +639,65 @@ async fn a_consent_after_the_token_row_was_deleted_or_rewritten_is_stored() {
         }
     }
     assert!(audit_events(&audit, "consent_failed").is_empty());
+
+    // Someone with write access to the database puts back the sealed value
+    // of an older version of Alice's row (a rotated refresh token): it is
+    // sealed for that version, so it does not open. Her calls fail as the
+    // store's (UNAVAILABLE, nothing sent), the gateway serves on, and a
+    // write of the row repairs it.
+    sqlx::any::install_default_drivers();
+    let pool = sqlx::AnyPool::connect(&url).await.unwrap();
+    let sealed_of = |pool: &sqlx::AnyPool| {
+        let pool = pool.clone();
+        async move {
+            use sqlx::Row as _;
+            let row = sqlx::query(
+                "SELECT version, sealed_with_version FROM toolgate_tokens \
+                 WHERE tenant = 'acme' AND subject = 'token:alice' AND server = 'docs'",
+            )
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+            (row.get::<i64, _>(0), row.get::<Vec<u8>, _>(1))
+        }
+    };
+    let (older, older_sealed) = sealed_of(&pool).await;
+    let current = state.get_token(&alice).await.unwrap().unwrap();
+    let newer = state.put_token(&alice, &current.value).await.unwrap();
+    assert_eq!(newer, older + 1);
+    sqlx::query(
+        "UPDATE toolgate_tokens SET sealed_with_version = $1 \
+         WHERE tenant = 'acme' AND subject = 'token:alice' AND server = 'docs'",
+    )
+    .bind(&older_sealed)
+    .execute(&pool)
+    .await
+    .unwrap();
+    assert_eq!(sealed_of(&pool).await, (newer, older_sealed));
+    for client in [&mut client_one, &mut client_two] {
+        let status = call(client, Some("alice"), "docs__whoami")
+            .await
+            .unwrap_err();
+        assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+        assert_eq!(reason(&status), "STATE_UNAVAILABLE");
+        assert!(
+            status.message().contains("cannot be decrypted"),
+            "{status:?}"
+        );
+    }
+    // Bob's consent state is still answered.
+    let status = call(&mut client_one, Some("bob"), "docs__whoami")
+        .await
+        .unwrap_err();
+    authorization_url(&status);
+    state.put_token(&alice, &current.value).await.unwrap();
+    assert_eq!(
+        call_settled(&mut client_one, Some("alice"), "docs__whoami")
+            .await
+            .unwrap(),
+        "alice"
+    );
+    pool.close().await;
     state.close().await;
     drop(one);
     drop(two);

@@ -60,6 +60,8 @@ async fn behaves(url: &str) {
     pending_read_in_place(url).await;
     oauth_store_round_trip(url).await;
     oauth_store_keeps_the_first_save_of_a_race(url).await;
+    older_version_put_back_does_not_open(url).await;
+    concurrent_puts_each_get_a_version(url).await;
 }
 
 async fn round_trip_and_isolation(url: &str) {
@@ -284,7 +286,7 @@ async fn encrypted_at_rest(url: &str) {
     .unwrap();
     s.close().await;
 
-    let tokens = raw_sealed(url, "SELECT sealed FROM toolgate_tokens").await;
+    let tokens = raw_sealed(url, "SELECT sealed_with_version FROM toolgate_tokens").await;
     let clients = raw_sealed(url, "SELECT sealed FROM toolgate_oauth_clients").await;
     let pending = raw_sealed(url, "SELECT sealed FROM toolgate_pending_flows").await;
     assert!(!tokens.is_empty() && !clients.is_empty() && !pending.is_empty());
@@ -327,7 +329,7 @@ async fn key_rotation_across_instances(url: &str) {
 
     let pool = raw(url).await;
     let sealed: Vec<u8> = sqlx::query(
-        "SELECT sealed FROM toolgate_tokens WHERE tenant = 'rotate' AND subject = 'bob'",
+        "SELECT sealed_with_version FROM toolgate_tokens WHERE tenant = 'rotate' AND subject = 'bob'",
     )
     .fetch_one(&pool)
     .await
@@ -386,8 +388,8 @@ async fn row_moved_does_not_decrypt(url: &str) {
 
     let pool = raw(url).await;
     sqlx::query(
-        "UPDATE toolgate_tokens SET sealed = \
-         (SELECT sealed FROM toolgate_tokens WHERE tenant = 'moved' AND subject = 'alice') \
+        "UPDATE toolgate_tokens SET sealed_with_version = \
+         (SELECT sealed_with_version FROM toolgate_tokens WHERE tenant = 'moved' AND subject = 'alice') \
          WHERE tenant = 'moved' AND subject = 'mallory'",
     )
     .execute(&pool)
@@ -411,6 +413,146 @@ async fn row_moved_does_not_decrypt(url: &str) {
     s.close().await;
 }
 
+/// The sealed value of a token row written at `key`, as the database holds it.
+async fn raw_token(url: &str, key: &TokenKey) -> (i64, Vec<u8>) {
+    let pool = raw(url).await;
+    let row = sqlx::query(
+        "SELECT version, sealed_with_version FROM toolgate_tokens \
+         WHERE tenant = $1 AND subject = $2 AND server = $3",
+    )
+    .bind(&key.tenant)
+    .bind(&key.subject)
+    .bind(&key.server)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    pool.close().await;
+    (row.get(0), row.get(1))
+}
+
+/// Writes the row of `key` as someone with write access to the database
+/// would: any sealed bytes, any version.
+async fn raw_set_token(url: &str, key: &TokenKey, version: i64, sealed: &[u8]) {
+    let pool = raw(url).await;
+    let done = sqlx::query(
+        "UPDATE toolgate_tokens SET version = $1, sealed_with_version = $2 \
+         WHERE tenant = $3 AND subject = $4 AND server = $5",
+    )
+    .bind(version)
+    .bind(sealed)
+    .bind(&key.tenant)
+    .bind(&key.subject)
+    .bind(&key.server)
+    .execute(&pool)
+    .await
+    .unwrap();
+    pool.close().await;
+    assert_eq!(done.rows_affected(), 1);
+}
+
+fn assert_tampered<T: std::fmt::Debug>(result: Result<T, StateError>) {
+    match result {
+        Err(StateError::Decrypt {
+            record: Record::Token,
+            cause: OpenError::Tampered { .. },
+        }) => {}
+        other => panic!("expected Decrypt(Tampered), got {other:?}"),
+    }
+}
+
+/// A token's seal binds the row's version: the sealed bytes of an older
+/// version (an already rotated refresh token) put back into the row do not
+/// open, nor does the current value under a bumped version. The gateway's
+/// adapter reports an error (not a token); the next write repairs the row.
+async fn older_version_put_back_does_not_open(url: &str) {
+    let s = store(url, &[K1]).await;
+    let key = TokenKey::new("rollback", "alice", "github");
+    assert_eq!(s.put_token(&key, b"refresh-token-1").await.unwrap(), 1);
+    let (_, v1) = raw_token(url, &key).await;
+    assert_eq!(
+        s.replace_token(&key, 1, b"refresh-token-2").await.unwrap(),
+        Replaced::Won(2)
+    );
+    let (version, v2) = raw_token(url, &key).await;
+    assert_eq!(version, 2);
+
+    // v1's bytes under v2's version.
+    raw_set_token(url, &key, 2, &v1).await;
+    assert_tampered(s.get_token(&key).await);
+    let oauth = StateOAuthStore::new(s.clone());
+    let error = oauth.load_credentials(&key).await.unwrap_err();
+    assert!(
+        error.0.contains("stored token cannot be decrypted"),
+        "{error}"
+    );
+    assert!(!error.0.contains("refresh-token"), "{error}");
+    // v2's bytes under another version.
+    raw_set_token(url, &key, 3, &v2).await;
+    assert_tampered(s.get_token(&key).await);
+    // Put back as they were, they open.
+    raw_set_token(url, &key, 2, &v2).await;
+    assert_eq!(
+        s.get_token(&key).await.unwrap().unwrap(),
+        Versioned {
+            version: 2,
+            value: b"refresh-token-2".to_vec()
+        }
+    );
+
+    // A broken row does not stop the next write (a new consent), which
+    // seals for the version it writes.
+    raw_set_token(url, &key, 2, &v1).await;
+    assert_eq!(s.put_token(&key, b"refresh-token-3").await.unwrap(), 3);
+    assert_eq!(
+        s.get_token(&key).await.unwrap().unwrap().value,
+        b"refresh-token-3"
+    );
+    raw_set_token(url, &key, 3, &v1).await;
+    assert!(matches!(
+        s.replace_token(&key, 3, b"refresh-token-4").await.unwrap(),
+        Replaced::Won(4)
+    ));
+    assert_eq!(
+        s.get_token(&key).await.unwrap().unwrap().value,
+        b"refresh-token-4"
+    );
+    s.close().await;
+}
+
+/// Unconditional writes racing on one row (two replicas, several tasks
+/// each) all succeed, each with its own version, and the row opens.
+async fn concurrent_puts_each_get_a_version(url: &str) {
+    let replicas = [store(url, &[K1]).await, store(url, &[K1]).await];
+    let key = TokenKey::new("puts", "alice", "github");
+    let mut tasks = Vec::new();
+    for n in 0..8 {
+        let s = replicas[n % 2].clone();
+        let key = key.clone();
+        tasks.push(tokio::spawn(async move {
+            let value = format!("token-{n}").into_bytes();
+            (s.put_token(&key, &value).await.unwrap(), value)
+        }));
+    }
+    let mut written = Vec::new();
+    for task in tasks {
+        written.push(task.await.unwrap());
+    }
+    let mut versions: Vec<i64> = written.iter().map(|(v, _)| *v).collect();
+    versions.sort_unstable();
+    assert_eq!(versions, (1..=8).collect::<Vec<_>>());
+    let last = written.iter().find(|(v, _)| *v == 8).unwrap().1.clone();
+    assert_eq!(
+        replicas[1].get_token(&key).await.unwrap().unwrap(),
+        Versioned {
+            version: 8,
+            value: last
+        }
+    );
+    for s in replicas {
+        s.close().await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sqlite_store_behaves() {
     let dir = tempfile::tempdir().unwrap();
@@ -424,6 +566,214 @@ async fn sqlite_store_behaves() {
 async fn postgres_store_behaves() {
     let pg = PgCluster::start();
     behaves(&pg.url()).await;
+}
+
+/// A database for one scenario: a new SQLite file in `dir`, or a new
+/// database in `pg`.
+async fn fresh_database(dir: &std::path::Path, pg: Option<&PgCluster>, name: &str) -> String {
+    match pg {
+        None => format!(
+            "sqlite://{}?mode=rwc",
+            dir.join(format!("{name}.db")).display()
+        ),
+        Some(pg) => {
+            let pool = raw(&pg.url()).await;
+            sqlx::query(&format!("CREATE DATABASE {name}"))
+                .execute(&pool)
+                .await
+                .unwrap();
+            pool.close().await;
+            let url = pg.url();
+            let base = url.strip_suffix("/postgres").unwrap();
+            format!("{base}/{name}")
+        }
+    }
+}
+
+/// The associated data tokens were sealed with before migration 0003 (the
+/// row's key only), as the earlier release wrote it.
+fn aad_before_versions(key: &TokenKey) -> Vec<u8> {
+    let mut out = b"toolgate-state-v1\0token\0".to_vec();
+    for field in [&key.tenant, &key.subject, &key.server] {
+        out.extend_from_slice(&(field.len() as u64).to_be_bytes());
+        out.extend_from_slice(field.as_bytes());
+    }
+    out
+}
+
+/// A database as the release before migration 0003 left it: its first two
+/// migrations, and token rows sealed for their key only.
+async fn database_before_versions(url: &str, rows: &[(&TokenKey, i64, Vec<u8>)]) {
+    let backend = if url.starts_with("sqlite") {
+        "sqlite"
+    } else {
+        "postgres"
+    };
+    let dir = tempfile::tempdir().unwrap();
+    for file in ["0001_state.sql", "0002_leases.sql"] {
+        std::fs::copy(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("migrations")
+                .join(backend)
+                .join(file),
+            dir.path().join(file),
+        )
+        .unwrap();
+    }
+    let pool = raw(url).await;
+    sqlx::migrate::Migrator::new(dir.path())
+        .await
+        .unwrap()
+        .run(&pool)
+        .await
+        .unwrap();
+    for (key, version, sealed) in rows {
+        sqlx::query(
+            "INSERT INTO toolgate_tokens (tenant, subject, server, version, sealed, updated_at_ms) \
+             VALUES ($1, $2, $3, $4, $5, 0)",
+        )
+        .bind(&key.tenant)
+        .bind(&key.subject)
+        .bind(&key.server)
+        .bind(version)
+        .bind(sealed)
+        .execute(&pool)
+        .await
+        .unwrap();
+    }
+    pool.close().await;
+}
+
+async fn migrations_applied(url: &str) -> Vec<i64> {
+    let pool = raw(url).await;
+    let versions = sqlx::query("SELECT version FROM _sqlx_migrations ORDER BY version")
+        .fetch_all(&pool)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    pool.close().await;
+    versions
+}
+
+/// Tokens stored by the earlier release (sealed without their version) are
+/// re-sealed for their version by the migration, once: afterwards they read
+/// as before, and the earlier ciphertext put back does not open, also
+/// after a restart (nothing accepts the old format any more). A row no key
+/// opens stays unreadable.
+async fn rows_before_versions_are_resealed_once(url: &str) {
+    let alice = TokenKey::new("legacy", "alice", "github");
+    let bob = TokenKey::new("legacy", "bob", "github");
+    let alice_before = ring(&[K1]).seal(b"alice-refresh-1", &aad_before_versions(&alice));
+    let bob_before = ring(&[K2]).seal(b"bob-refresh-1", &aad_before_versions(&bob));
+    database_before_versions(
+        url,
+        &[(&alice, 3, alice_before.clone()), (&bob, 1, bob_before)],
+    )
+    .await;
+    assert_eq!(migrations_applied(url).await, [1, 2]);
+
+    let s = store(url, &[K1]).await;
+    assert_eq!(migrations_applied(url).await, [1, 2, 3, 4]);
+    assert_eq!(
+        s.get_token(&alice).await.unwrap().unwrap(),
+        Versioned {
+            version: 3,
+            value: b"alice-refresh-1".to_vec()
+        }
+    );
+    let (_, resealed) = raw_token(url, &alice).await;
+    assert_ne!(resealed, alice_before);
+    assert!(matches!(
+        s.get_token(&bob).await,
+        Err(StateError::Decrypt {
+            cause: OpenError::UnknownKey { .. },
+            ..
+        })
+    ));
+    // The refresh goes on from the re-sealed row.
+    assert_eq!(
+        s.replace_token(&alice, 3, b"alice-refresh-2")
+            .await
+            .unwrap(),
+        Replaced::Won(4)
+    );
+
+    // The earlier release's ciphertext put back, at any version: refused,
+    // by this store and by one opened later (no second re-seal).
+    for version in [3, 4] {
+        raw_set_token(url, &alice, version, &alice_before).await;
+        assert_tampered(s.get_token(&alice).await);
+    }
+    s.close().await;
+    let restarted = store(url, &[K1]).await;
+    assert_tampered(restarted.get_token(&alice).await);
+    assert_eq!(migrations_applied(url).await, [1, 2, 3, 4]);
+    restarted.close().await;
+}
+
+/// Gateways starting together on one fresh database: every
+/// `StateStore::connect` succeeds and each migration is applied once.
+/// Several rounds, each on a new database, since a race needs luck.
+async fn concurrent_starts_migrate_once(dir: &std::path::Path, pg: Option<&PgCluster>) {
+    const STARTS: usize = 6;
+    for round in 0..6 {
+        let url = fresh_database(dir, pg, &format!("starts_{round}")).await;
+        let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(STARTS));
+        let mut tasks = Vec::new();
+        for _ in 0..STARTS {
+            let url = url.clone();
+            let barrier = barrier.clone();
+            tasks.push(tokio::spawn(async move {
+                barrier.wait().await;
+                StateStore::connect(&url, ring(&[K1])).await
+            }));
+        }
+        let mut stores = Vec::new();
+        for task in tasks {
+            match task.await.unwrap() {
+                Ok(s) => stores.push(s),
+                Err(e) => panic!("round {round}: a concurrent start failed: {e:?}"),
+            }
+        }
+        assert_eq!(
+            migrations_applied(&url).await,
+            [1, 2, 3, 4],
+            "round {round}"
+        );
+        let key = TokenKey::new("starts", "alice", "github");
+        stores[0].put_token(&key, b"t").await.unwrap();
+        assert_eq!(
+            stores[STARTS - 1]
+                .get_token(&key)
+                .await
+                .unwrap()
+                .unwrap()
+                .value,
+            b"t"
+        );
+        for s in stores {
+            s.close().await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_migrations() {
+    let dir = tempfile::tempdir().unwrap();
+    let legacy = fresh_database(dir.path(), None, "legacy").await;
+    rows_before_versions_are_resealed_once(&legacy).await;
+    concurrent_starts_migrate_once(dir.path(), None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_migrations() {
+    let pg = PgCluster::start();
+    let dir = tempfile::tempdir().unwrap();
+    let legacy = fresh_database(dir.path(), Some(&pg), "legacy").await;
+    rows_before_versions_are_resealed_once(&legacy).await;
+    concurrent_starts_migrate_once(dir.path(), Some(&pg)).await;
 }
 
 /// PostgreSQL stopped: operations, fresh connects and lazy stores fail fast
@@ -727,7 +1077,7 @@ async fn oauth_store_round_trip(url: &str) {
     );
     let tokens = raw_sealed(
         url,
-        "SELECT sealed FROM toolgate_tokens WHERE tenant = 'adapter'",
+        "SELECT sealed_with_version FROM toolgate_tokens WHERE tenant = 'adapter'",
     )
     .await;
     assert!(tokens.iter().all(|t| !contains(t, b"ACCESS-ALICE")));

@@ -53,6 +53,9 @@ oauth:
 {callers}tenants:
   - name: acme
     tokens: [acme-token]
+    # The keying of subjects is under test here; consent confirmation in
+    # consent.rs and oauth_oidc.rs.
+    confirm_consent: false
     servers:
       - name: docs
         url: "{mcp}"
