@@ -28,6 +28,7 @@
 //! the writer thread (group commit, reopening) in `writer`, the layer that
 //! records refusals before the service in `refusals`.
 
+mod digest;
 mod record;
 mod refusals;
 mod writer;
@@ -39,6 +40,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::{CancellationToken, DropGuard};
 
+pub use digest::DigestKey;
 pub use record::{
     ArgumentsRecord, CallerRecord, Outcome, Record, RecordKind, SCHEMA_VERSION, code_name,
     error_outcome, millis, now,
@@ -109,6 +111,8 @@ struct Inner {
     /// False while the last open or write failed.
     healthy: Arc<AtomicBool>,
     arguments: AuditArguments,
+    /// The key of the arguments' digest.
+    digest_key: DigestKey,
     required: bool,
     replica: Option<String>,
     metrics: Arc<Metrics>,
@@ -123,6 +127,7 @@ impl std::fmt::Debug for Audit {
             Some(inner) => f
                 .debug_struct("Audit")
                 .field("arguments", &inner.arguments)
+                .field("digest_key", &inner.digest_key)
                 .field("required", &inner.required)
                 .field("healthy", &inner.healthy.load(Ordering::Relaxed))
                 .finish(),
@@ -142,12 +147,21 @@ impl Audit {
     /// inside a Tokio runtime.
     pub fn start(config: &AuditConfig, replica: Option<String>, metrics: Arc<Metrics>) -> Self {
         metrics.audit_configured();
+        let digest_key = DigestKey::new(config.digest_key.as_ref());
+        if !digest_key.is_configured() && config.arguments == AuditArguments::Digest {
+            tracing::warn!(
+                key_id = digest_key.id(),
+                "audit.digest_key is not set: the arguments' digests are keyed with a random \
+                 key of this process, so they cannot be compared across restarts or replicas \
+                 (set audit.digest_key from a secret source)"
+            );
+        }
         let mut sink = Sink::new(config.destination.clone());
         let healthy = Arc::new(AtomicBool::new(false));
         match sink.ensure_open() {
             Ok(()) => {
                 healthy.store(true, Ordering::Relaxed);
-                tracing::info!(sink = %sink.describe(), arguments = ?config.arguments, required = config.required, "audit trail open");
+                tracing::info!(sink = %sink.describe(), arguments = ?config.arguments, digest_key_id = digest_key.id(), required = config.required, "audit trail open");
             }
             Err(error) => {
                 tracing::error!(sink = %sink.describe(), %error, required = config.required, "audit sink cannot be opened; retrying with each record");
@@ -162,6 +176,7 @@ impl Audit {
             queue,
             healthy,
             arguments: config.arguments,
+            digest_key,
             required: config.required,
             replica,
             metrics,
@@ -201,9 +216,12 @@ impl Audit {
         redactor: impl FnOnce() -> Arc<Redactor>,
     ) -> Option<ArgumentsRecord> {
         let inner = self.0.as_ref()?;
+        let key = &inner.digest_key;
         match inner.arguments {
-            AuditArguments::Full => ArgumentsRecord::of(AuditArguments::Full, text, &redactor()),
-            mode => ArgumentsRecord::of(mode, text, &Redactor::default()),
+            AuditArguments::Full => {
+                ArgumentsRecord::of(AuditArguments::Full, text, key, &redactor())
+            }
+            mode => ArgumentsRecord::of(mode, text, key, &Redactor::default()),
         }
     }
 

@@ -280,6 +280,7 @@ mod tests {
             destination: AuditDestination::File(path),
             arguments: AuditArguments::Digest,
             required,
+            digest_key: None,
         }
     }
 
