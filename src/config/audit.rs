@@ -7,9 +7,12 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::fields::{Errors, resolve};
+use super::fields::{Errors, at_least_one, resolve};
 use super::raw::RawValue;
 use super::{Environment, Secret};
+
+/// Records waiting for the writer at most, by default.
+pub const DEFAULT_AUDIT_QUEUE: usize = 4096;
 
 /// The fewest bytes `audit.digest_key` may have.
 const MIN_DIGEST_KEY_BYTES: usize = 32;
@@ -29,6 +32,8 @@ pub(crate) struct RawAudit {
     /// The HMAC key of the arguments' digest: `{env: VAR}` or `{file:
     /// PATH}` only.
     pub(crate) digest_key: Option<RawValue>,
+    /// Records waiting for the writer at most.
+    pub(crate) queue: Option<usize>,
 }
 
 /// Where audit records are written.
@@ -73,6 +78,10 @@ pub struct AuditConfig {
     /// random key per process, so digests cannot be compared across
     /// processes or replicas.
     pub digest_key: Option<Secret>,
+    /// Records waiting for the writer at most (`queue`, default
+    /// [`DEFAULT_AUDIT_QUEUE`]). With `required`, every call being sent
+    /// upstream holds a place in it until its record is queued.
+    pub queue: usize,
 }
 
 /// Validates `audit:`; relative paths are taken from `base` (the
@@ -120,11 +129,13 @@ pub(super) fn audit(
         .digest_key
         .as_ref()
         .and_then(|value| digest_key(errors, value, base, env));
+    let queue = at_least_one(errors, "audit.queue", raw.queue, DEFAULT_AUDIT_QUEUE);
     (errors.0.len() == before).then(|| AuditConfig {
         destination: destination.expect("checked above"),
         arguments,
         required: raw.required,
         digest_key,
+        queue,
     })
 }
 
@@ -199,6 +210,7 @@ mod tests {
         assert_eq!(audit.arguments, AuditArguments::Digest);
         assert!(!audit.required);
         assert_eq!(audit.digest_key, None);
+        assert_eq!(audit.queue, DEFAULT_AUDIT_QUEUE);
         let audit = load("audit:\n  path: \"-\"\n  arguments: full\n  required: true\n")
             .unwrap()
             .audit
@@ -219,6 +231,8 @@ mod tests {
         );
         let err = load("audit:\n  path: a.jsonl\n  sync: true\n").unwrap_err();
         assert!(err.contains("sync"), "{err}");
+        let err = load("audit:\n  path: a.jsonl\n  queue: 0\n").unwrap_err();
+        assert!(err.contains("audit.queue"), "{err}");
     }
 
     #[test]

@@ -67,11 +67,10 @@ pub(crate) async fn run_call(
         progress,
         subject,
         caller,
-        audit: gateway.audit.clone(),
     };
     let call = async {
         tokio::select! {
-            result = invoke(&tenant, &request, context, &series, &mut routing) => result,
+            result = invoke(&tenant, &request, context, &series, &mut routing, &mut audited) => result,
             () = gateway.abort.cancelled() => Err(CallError::ShuttingDown { sent: false, idempotent: false }),
         }
     };
@@ -163,8 +162,6 @@ struct CallContext {
     subject: crate::callers::Subject,
     /// Who is calling: the tenant's policy reads its claims.
     caller: crate::callers::Caller,
-    /// Consulted before anything is sent upstream (`audit.required`).
-    audit: crate::audit::Audit,
 }
 
 /// How far a call got, for metrics, logs and the shutdown status.
@@ -192,6 +189,7 @@ async fn invoke(
     context: CallContext,
     series: &TenantCalls,
     routing: &mut Routing,
+    audited: &mut AuditedCall,
 ) -> Result<pb::InvokeToolResponse, CallError> {
     let name = request.name.as_str();
     check_name(name)?;
@@ -228,15 +226,10 @@ async fn invoke(
         idempotent,
     };
     let session = target.session().await?;
+    // `audit.required`: a place for the call's record, before anything is
+    // sent (the record of a call whose caller goes away included).
+    audited.admit(idempotent).await?;
     let (remaining, timeout) = target.timeout(server, context.caller_deadline, context.started)?;
-    if !context.audit.admits_calls() {
-        // `audit.required` and the sink is known to be broken: nothing is
-        // sent that could not be audited.
-        return Err(CallError::AuditUnavailable {
-            sent: false,
-            idempotent,
-        });
-    }
     let upstream_started = Instant::now();
     routing.sent = true;
     let result = session

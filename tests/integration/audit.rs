@@ -483,6 +483,134 @@ async fn a_required_trail_that_cannot_be_written_fails_calls_before_they_are_sen
     gateway.shutdown().await;
 }
 
+/// Every line the child writes to `stdout`, sent to the returned
+/// receiver as it is read (nothing is read before this is called).
+fn read_lines(stdout: std::process::ChildStdout) -> tokio::sync::mpsc::UnboundedReceiver<String> {
+    use std::io::BufRead;
+    let (lines, received) = tokio::sync::mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { return };
+            if lines.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    received
+}
+
+/// Under `required: true` a call is sent only once a place in the
+/// writer's queue is reserved for its record: a call whose caller goes
+/// away while the queue is full still gets its record (through its
+/// place), and a call that finds no place is refused before the tool.
+/// The writer is held up by standard output that nobody reads (a record
+/// larger than the pipe), with a queue of 2.
+#[tokio::test]
+async fn a_required_trail_reserves_each_calls_record_before_sending() {
+    let server = serve_mcp(TestServer::new(&["echo", "slow"])).await;
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config_path = dir.path().join("toolgate.yaml");
+    std::fs::write(
+        &config_path,
+        format!(
+            "listen: \"127.0.0.1:{port}\"\n{}",
+            config_text(
+                "  path: \"-\"\n  arguments: full\n  required: true\n  queue: 2\n",
+                &server.url
+            )
+        ),
+    )
+    .unwrap();
+    let log = dir.path().join("toolgate.log");
+    let mut child = std::process::Command::new(toolgate_bin())
+        .args(["serve", "--config"])
+        .arg(&config_path)
+        .env("API_KEY", SECRET)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let _child = ChildGuard(child);
+    wait_for_port(port).await;
+    let mut client = client_at(port).await;
+    let calls = || server.log.call_traceparents.lock().unwrap().len();
+
+    // A slow call, sent: it holds one of the two places.
+    let mut slow_client = client.clone();
+    let slow = tokio::spawn(async move { invoke(&mut slow_client, TOKEN, "t__slow", "{}").await });
+    tokio::time::timeout(Duration::from_secs(10), server.log.slow_started.notified())
+        .await
+        .unwrap();
+
+    // A record larger than the pipe: the writer blocks writing it, and the
+    // call's result is withheld once its record is not written in 5 s.
+    let big = format!("{{\"text\": \"{}\"}}", "a".repeat(300_000));
+    let err = invoke(&mut client, TOKEN, "t__echo", &big)
+        .await
+        .unwrap_err();
+    assert_eq!(reason(&err), "AUDIT_UNAVAILABLE", "{err:?}");
+    assert_eq!(calls(), 2);
+
+    // Another call takes the last place; its record waits in the queue.
+    let mut second = client.clone();
+    let queued = tokio::spawn(async move {
+        invoke(&mut second, TOKEN, "t__echo", "{\"text\": \"queued\"}").await
+    });
+    let started = Instant::now();
+    while calls() < 3 {
+        assert!(started.elapsed() < Duration::from_secs(10), "not sent");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // No place left: refused before the tool.
+    let err = invoke(&mut client, TOKEN, "t__echo", "{\"text\": \"no room\"}")
+        .await
+        .unwrap_err();
+    let reached = calls();
+
+    // The slow call's caller goes away while the queue is full.
+    slow.abort();
+    // Read standard output: the writer goes on.
+    let mut lines = read_lines(stdout);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut seen = Vec::new();
+    let cancelled = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, lines.recv()).await {
+            Ok(Some(line)) => {
+                let record: Value = serde_json::from_str(&line).unwrap();
+                if record["tool"] == "t__slow" {
+                    break Some(record);
+                }
+                seen.push(format!("{} {}", record["tool"], record["outcome"]));
+            }
+            Ok(None) | Err(_) => break None,
+        }
+    };
+    let cancelled = cancelled.unwrap_or_else(|| {
+        panic!(
+            "no record of the cancelled call; records: {seen:?}; log: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        )
+    });
+    assert_eq!(cancelled["outcome"], "cancelled");
+    assert_eq!(cancelled["code"], "CANCELLED");
+    assert_eq!(
+        reached, 3,
+        "the call that found no place reached the tool: {err:?}"
+    );
+    assert_eq!(err.code(), Code::Unavailable, "{err:?}");
+    assert_eq!(reason(&err), "AUDIT_UNAVAILABLE");
+    use tonic_types::StatusExt;
+    assert!(
+        err.get_details_retry_info().is_some(),
+        "nothing was sent: a retry is safe"
+    );
+    let _ = queued.await;
+}
+
 #[tokio::test]
 async fn a_moved_file_is_followed_by_a_new_one_at_the_path() {
     let server = serve_mcp(TestServer::new(&["echo"])).await;
