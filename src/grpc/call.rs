@@ -317,7 +317,7 @@ async fn not_routable(
     // A tool of a server that is down is unavailable, not unknown.
     if let Some(server) = catalog.down_server_for(name) {
         routing.server_name = Some(server.name.clone());
-        return server_down(tenant, server, name, viewer.subject).await;
+        return server_down(tenant, server, name, viewer).await;
     }
     if let Some(gone) = gone_since_pin(tenant, request, viewer) {
         return gone;
@@ -332,15 +332,23 @@ async fn server_down(
     tenant: &Tenant,
     server: &ServerStatus,
     name: &str,
-    subject: &crate::callers::Subject,
+    viewer: &Viewer<'_>,
 ) -> CallError {
     if let ServerState::AuthorizationRequired(_) = &server.state
         && let Some(index) = tenant.servers().position(|s| s.name == server.name)
     {
+        // Policy before consent: a caller the policy denies this tool
+        // (as far as it can tell without its definition) gets its
+        // refusal, never an authorization URL (nor a consent flow).
+        if !viewer.may_call_unlisted(name, &server.name, index) {
+            return CallError::ToolNotPermitted {
+                tool: name.to_owned(),
+            };
+        }
         // Nobody could list the server's tools yet: this subject
         // gets its authorization URL, or, having consented (perhaps
         // at another replica), wakes the listing; retry shortly.
-        let subject = subject.id().unwrap_or("");
+        let subject = viewer.subject.id().unwrap_or("");
         return match tenant.user_session(index, subject).await {
             Err(error) => token_failure(&server.name, name, subject, error),
             Ok(_) => CallError::ServerUnavailable {
