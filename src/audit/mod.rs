@@ -19,8 +19,12 @@
 //!
 //! With `required: true`, a call is refused before anything is sent
 //! upstream (UNAVAILABLE, reason `AUDIT_UNAVAILABLE`) while the sink is
-//! known to be broken (its last write or open failed), and a call whose
-//! outcome record cannot be written is not answered with its result. When
+//! known to be broken (its last write or open failed), or when no place in
+//! the writer's queue can be reserved for its record within
+//! [`ACK_TIMEOUT`]; the record of a call that was sent (its outcome, or
+//! that its caller went away) goes through that reserved place, so it
+//! cannot be dropped for want of room. A call whose outcome record cannot
+//! be written is not answered with its result. When
 //! not required, a record that cannot be written is counted
 //! (`toolgate_audit_failures_total`) and logged, and the call goes on.
 //!
@@ -28,6 +32,7 @@
 //! the writer thread (group commit, reopening) in `writer`, the layer that
 //! records refusals before the service in `refusals`.
 
+mod digest;
 mod record;
 mod refusals;
 mod writer;
@@ -39,6 +44,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::{CancellationToken, DropGuard};
 
+pub use digest::DigestKey;
 pub use record::{
     ArgumentsRecord, CallerRecord, Outcome, Record, RecordKind, SCHEMA_VERSION, code_name,
     error_outcome, millis, now,
@@ -51,11 +57,8 @@ use crate::telemetry::Metrics;
 use record::{authorization_record, serialise};
 use writer::{Message, Sink, Writer, reopen_on_hangup};
 
-/// Records waiting for the writer at most; a call that finds the queue
-/// full waits (within [`ACK_TIMEOUT`]).
-pub const QUEUE: usize = 4096;
-
-/// How long a call waits for its record to be written. Past it, the record
+/// How long a call waits for its record to be written, or for a place in
+/// the writer's queue. Past it, the record
 /// counts as failed (reason `timeout`; it may still be written later): a
 /// disk that hangs delays calls by this much, never forever.
 pub const ACK_TIMEOUT: Duration = Duration::from_secs(5);
@@ -83,7 +86,8 @@ pub enum AuditFailure {
     /// The writer did not acknowledge within [`ACK_TIMEOUT`].
     #[error("the audit sink did not answer within {ACK_TIMEOUT:?}")]
     Timeout,
-    /// The writer's queue was full (records that are not waited for).
+    /// The writer's queue was full (records that are not waited for, and
+    /// places reserved for a record).
     #[error("the audit queue is full")]
     Overflow,
 }
@@ -109,11 +113,55 @@ struct Inner {
     /// False while the last open or write failed.
     healthy: Arc<AtomicBool>,
     arguments: AuditArguments,
+    /// The key of the arguments' digest.
+    digest_key: DigestKey,
     required: bool,
     replica: Option<String>,
     metrics: Arc<Metrics>,
     /// Stops the SIGHUP listener when the last handle is dropped.
     _stop: DropGuard,
+}
+
+/// A place reserved in the writer's queue for one record
+/// ([`Audit::reserve`]); released unused when dropped.
+pub struct AuditSlot(mpsc::OwnedPermit<Message>);
+
+impl std::fmt::Debug for AuditSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AuditSlot")
+    }
+}
+
+impl Inner {
+    /// `record` with this replica's name, as one line.
+    fn line(&self, mut record: Record) -> Vec<u8> {
+        record.replica.clone_from(&self.replica);
+        serialise(&record)
+    }
+
+    /// Counts and logs a record of `kind` not written (write failures are
+    /// counted by the writer, once per record); `outcome` as it was.
+    fn failed(
+        &self,
+        kind: RecordKind,
+        outcome: Result<(), AuditFailure>,
+    ) -> Result<(), AuditFailure> {
+        if let Err(failure) = outcome
+            && failure != AuditFailure::Write
+        {
+            self.metrics.audit_failure(failure.label());
+            tracing::warn!(?kind, %failure, "audit record not written");
+        }
+        outcome
+    }
+}
+
+/// Whether the writer wrote the line whose acknowledgement is `written`.
+async fn acknowledged(written: oneshot::Receiver<bool>) -> Result<(), AuditFailure> {
+    match written.await {
+        Ok(true) => Ok(()),
+        _ => Err(AuditFailure::Write),
+    }
 }
 
 impl std::fmt::Debug for Audit {
@@ -123,6 +171,7 @@ impl std::fmt::Debug for Audit {
             Some(inner) => f
                 .debug_struct("Audit")
                 .field("arguments", &inner.arguments)
+                .field("digest_key", &inner.digest_key)
                 .field("required", &inner.required)
                 .field("healthy", &inner.healthy.load(Ordering::Relaxed))
                 .finish(),
@@ -142,18 +191,27 @@ impl Audit {
     /// inside a Tokio runtime.
     pub fn start(config: &AuditConfig, replica: Option<String>, metrics: Arc<Metrics>) -> Self {
         metrics.audit_configured();
+        let digest_key = DigestKey::new(config.digest_key.as_ref());
+        if !digest_key.is_configured() && config.arguments == AuditArguments::Digest {
+            tracing::warn!(
+                key_id = digest_key.id(),
+                "audit.digest_key is not set: the arguments' digests are keyed with a random \
+                 key of this process, so they cannot be compared across restarts or replicas \
+                 (set audit.digest_key from a secret source)"
+            );
+        }
         let mut sink = Sink::new(config.destination.clone());
         let healthy = Arc::new(AtomicBool::new(false));
         match sink.ensure_open() {
             Ok(()) => {
                 healthy.store(true, Ordering::Relaxed);
-                tracing::info!(sink = %sink.describe(), arguments = ?config.arguments, required = config.required, "audit trail open");
+                tracing::info!(sink = %sink.describe(), arguments = ?config.arguments, digest_key_id = digest_key.id(), required = config.required, "audit trail open");
             }
             Err(error) => {
                 tracing::error!(sink = %sink.describe(), %error, required = config.required, "audit sink cannot be opened; retrying with each record");
             }
         }
-        let queue = Writer::spawn(sink, healthy.clone(), metrics.clone());
+        let queue = Writer::spawn(sink, config.queue, healthy.clone(), metrics.clone());
         let stop = CancellationToken::new();
         if matches!(config.destination, AuditDestination::File(_)) {
             tokio::spawn(reopen_on_hangup(queue.downgrade(), stop.clone()));
@@ -162,6 +220,7 @@ impl Audit {
             queue,
             healthy,
             arguments: config.arguments,
+            digest_key,
             required: config.required,
             replica,
             metrics,
@@ -201,9 +260,12 @@ impl Audit {
         redactor: impl FnOnce() -> Arc<Redactor>,
     ) -> Option<ArgumentsRecord> {
         let inner = self.0.as_ref()?;
+        let key = &inner.digest_key;
         match inner.arguments {
-            AuditArguments::Full => ArgumentsRecord::of(AuditArguments::Full, text, &redactor()),
-            mode => ArgumentsRecord::of(mode, text, &Redactor::default()),
+            AuditArguments::Full => {
+                ArgumentsRecord::of(AuditArguments::Full, text, key, &redactor())
+            }
+            mode => ArgumentsRecord::of(mode, text, key, &Redactor::default()),
         }
     }
 
@@ -213,48 +275,97 @@ impl Audit {
     ///
     /// # Errors
     /// The record was not written (or not within [`ACK_TIMEOUT`]).
-    pub async fn write(&self, mut record: Record) -> Result<(), AuditFailure> {
+    pub async fn write(&self, record: Record) -> Result<(), AuditFailure> {
         let Some(inner) = &self.0 else {
             return Ok(());
         };
-        record.replica.clone_from(&inner.replica);
-        let line = serialise(&record);
-        let (ack, written) = oneshot::channel();
+        let kind = record.kind;
+        let line = inner.line(record);
         let outcome = tokio::time::timeout(ACK_TIMEOUT, async {
+            let (ack, written) = oneshot::channel();
             inner
                 .queue
                 .send(Message::Line(line, Some(ack)))
                 .await
                 .map_err(|_| AuditFailure::Write)?;
-            match written.await {
-                Ok(true) => Ok(()),
-                _ => Err(AuditFailure::Write),
-            }
+            acknowledged(written).await
         })
         .await
         .unwrap_or(Err(AuditFailure::Timeout));
-        if let Err(failure) = outcome {
-            // Write failures are counted by the writer (once per record).
-            if failure != AuditFailure::Write {
-                inner.metrics.audit_failure(failure.label());
-                tracing::warn!(kind = ?record.kind, %failure, "audit record not written");
+        inner.failed(kind, outcome)
+    }
+
+    /// Reserves a place in the writer's queue for one record, waiting at
+    /// most [`ACK_TIMEOUT`] for one; `None` when the trail is disabled. A
+    /// record sent through it ([`Audit::write_reserved`],
+    /// [`Audit::enqueue_reserved`]) never finds the queue full.
+    ///
+    /// # Errors
+    /// No place within [`ACK_TIMEOUT`] (`Overflow`), or the writer is gone
+    /// (`Write`).
+    pub async fn reserve(&self) -> Result<Option<AuditSlot>, AuditFailure> {
+        let Some(inner) = &self.0 else {
+            return Ok(None);
+        };
+        match tokio::time::timeout(ACK_TIMEOUT, inner.queue.clone().reserve_owned()).await {
+            Ok(Ok(permit)) => Ok(Some(AuditSlot(permit))),
+            Ok(Err(_)) => Err(AuditFailure::Write),
+            Err(_) => {
+                tracing::warn!(
+                    waited_ms = ACK_TIMEOUT.as_millis() as u64,
+                    "the audit queue has no room for a call's record"
+                );
+                Err(AuditFailure::Overflow)
             }
         }
-        outcome
+    }
+
+    /// [`Audit::write`] through a place reserved by [`Audit::reserve`]:
+    /// waits only for the writer, at most [`ACK_TIMEOUT`].
+    ///
+    /// # Errors
+    /// The record was not written (or not within [`ACK_TIMEOUT`]).
+    pub async fn write_reserved(
+        &self,
+        slot: AuditSlot,
+        record: Record,
+    ) -> Result<(), AuditFailure> {
+        let Some(inner) = &self.0 else {
+            return Ok(());
+        };
+        let kind = record.kind;
+        let (ack, written) = oneshot::channel();
+        slot.0.send(Message::Line(inner.line(record), Some(ack)));
+        let outcome = tokio::time::timeout(ACK_TIMEOUT, acknowledged(written))
+            .await
+            .unwrap_or(Err(AuditFailure::Timeout));
+        inner.failed(kind, outcome)
+    }
+
+    /// Queues `record` through a place reserved by [`Audit::reserve`],
+    /// without waiting: it cannot be dropped for want of room (for a call
+    /// whose caller went away).
+    pub fn enqueue_reserved(&self, slot: AuditSlot, record: Record) {
+        if let Some(inner) = &self.0 {
+            slot.0.send(Message::Line(inner.line(record), None));
+        }
     }
 
     /// Queues `record` without waiting (for events that have no response
     /// to hold back, and for calls whose caller went away). A full queue
     /// drops the record and counts it (`overflow`).
-    pub fn enqueue(&self, mut record: Record) {
+    pub fn enqueue(&self, record: Record) {
         let Some(inner) = &self.0 else {
             return;
         };
-        record.replica.clone_from(&inner.replica);
-        let line = serialise(&record);
-        if inner.queue.try_send(Message::Line(line, None)).is_err() {
+        let kind = record.kind;
+        if inner
+            .queue
+            .try_send(Message::Line(inner.line(record), None))
+            .is_err()
+        {
             inner.metrics.audit_failure(AuditFailure::Overflow.label());
-            tracing::warn!(kind = ?record.kind, "audit queue full: record dropped");
+            tracing::warn!(?kind, "audit queue full: record dropped");
         }
     }
 

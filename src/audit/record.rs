@@ -5,14 +5,15 @@
 
 use std::time::{Duration, SystemTime};
 
-use serde::{Deserialize, Serialize};
-use sha2::{Digest as _, Sha256};
-
+use super::digest::DigestKey;
 use crate::config::AuditArguments;
 use crate::credentials::Redactor;
+use serde::{Deserialize, Serialize};
 
-/// The version of the record schema (`"v"` in every record).
-pub const SCHEMA_VERSION: u32 = 1;
+/// The version of the record schema (`"v"` in every record). Version 2:
+/// the arguments' digest is an HMAC (`arguments.hmac_sha256`, with
+/// `arguments.key_id`) instead of a plain SHA-256 (`arguments.sha256`).
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// What a record is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -84,9 +85,13 @@ impl From<&crate::callers::CallerIdentity> for CallerRecord {
 /// What a record keeps of a call's arguments.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ArgumentsRecord {
-    /// Lowercase hex SHA-256 of `arguments_json` exactly as received (the
-    /// empty string's digest when none were sent).
-    pub sha256: String,
+    /// Lowercase hex HMAC-SHA-256 of `arguments_json` exactly as received
+    /// (of the empty string when none were sent), keyed with
+    /// `audit.digest_key`.
+    pub hmac_sha256: String,
+    /// The id of the key `hmac_sha256` is keyed with (16 hex characters;
+    /// the same key has the same id in every process).
+    pub key_id: String,
     /// The size of `arguments_json` in bytes.
     pub bytes: usize,
     /// `arguments: full` only: the arguments, every configured credential
@@ -97,38 +102,32 @@ pub struct ArgumentsRecord {
 }
 
 impl ArgumentsRecord {
-    /// The record of `text` in `mode` (`None` in mode `none`); `full` mode
-    /// redacts with `redactor`.
-    pub fn of(mode: AuditArguments, text: &str, redactor: &Redactor) -> Option<Self> {
-        let digest = || {
-            let sha256 = Sha256::digest(text.as_bytes());
-            let mut hex = String::with_capacity(64);
-            for byte in sha256 {
-                use std::fmt::Write as _;
-                let _ = write!(hex, "{byte:02x}");
-            }
-            hex
-        };
-        match mode {
-            AuditArguments::None => None,
-            AuditArguments::Digest => Some(Self {
-                sha256: digest(),
-                bytes: text.len(),
-                value: None,
-            }),
+    /// The record of `text` in `mode` (`None` in mode `none`), its digest
+    /// keyed with `key`; `full` mode redacts with `redactor`.
+    pub fn of(
+        mode: AuditArguments,
+        text: &str,
+        key: &DigestKey,
+        redactor: &Redactor,
+    ) -> Option<Self> {
+        let value = match mode {
+            AuditArguments::None => return None,
+            AuditArguments::Digest => None,
             AuditArguments::Full => {
                 let mut value = match serde_json::from_str::<serde_json::Value>(text) {
                     Ok(value) => value,
                     Err(_) => serde_json::Value::String(text.to_owned()),
                 };
                 redactor.redact_json(&mut value);
-                Some(Self {
-                    sha256: digest(),
-                    bytes: text.len(),
-                    value: Some(value),
-                })
+                Some(value)
             }
-        }
+        };
+        Some(Self {
+            hmac_sha256: key.hmac_hex(text.as_bytes()),
+            key_id: key.id().to_owned(),
+            bytes: text.len(),
+            value,
+        })
     }
 }
 
@@ -340,22 +339,27 @@ mod tests {
     }
 
     #[test]
-    fn digests_are_of_the_text_as_received() {
-        let record =
-            ArgumentsRecord::of(AuditArguments::Digest, "{\"a\": 1}", &Redactor::default())
-                .unwrap();
-        let expected: String = Sha256::digest(b"{\"a\": 1}")
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
-        assert_eq!(record.sha256, expected);
+    fn digests_are_keyed_and_of_the_text_as_received() {
+        let key = DigestKey::new(None);
+        let record = ArgumentsRecord::of(
+            AuditArguments::Digest,
+            "{\"a\": 1}",
+            &key,
+            &Redactor::default(),
+        )
+        .unwrap();
+        assert_eq!(record.hmac_sha256, key.hmac_hex(b"{\"a\": 1}"));
+        assert_eq!(record.key_id, key.id());
         assert_eq!(record.bytes, 8);
         assert!(record.value.is_none());
-        assert!(ArgumentsRecord::of(AuditArguments::None, "{}", &Redactor::default()).is_none());
+        assert!(
+            ArgumentsRecord::of(AuditArguments::None, "{}", &key, &Redactor::default()).is_none()
+        );
         let redactor = Redactor::new(["very-secret-value"]);
         let full = ArgumentsRecord::of(
             AuditArguments::Full,
             "{\"q\": \"x very-secret-value\"}",
+            &key,
             &redactor,
         )
         .unwrap();
@@ -363,6 +367,7 @@ mod tests {
         let text = ArgumentsRecord::of(
             AuditArguments::Full,
             "not json very-secret-value",
+            &key,
             &redactor,
         )
         .unwrap();

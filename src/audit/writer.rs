@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use super::{AuditFailure, QUEUE};
+use super::AuditFailure;
 use crate::config::AuditDestination;
 use crate::telemetry::Metrics;
 
@@ -178,13 +178,15 @@ pub(super) struct Writer {
 }
 
 impl Writer {
-    /// Starts the writer thread over `sink`; the queue it reads.
+    /// Starts the writer thread over `sink`; the queue it reads (of
+    /// `capacity` messages).
     pub(super) fn spawn(
         sink: Sink,
+        capacity: usize,
         healthy: Arc<AtomicBool>,
         metrics: Arc<Metrics>,
     ) -> mpsc::Sender<Message> {
-        let (queue, receiver) = mpsc::channel(QUEUE);
+        let (queue, receiver) = mpsc::channel(capacity);
         let writer = Writer {
             sink,
             receiver,
@@ -280,6 +282,8 @@ mod tests {
             destination: AuditDestination::File(path),
             arguments: AuditArguments::Digest,
             required,
+            digest_key: None,
+            queue: crate::config::DEFAULT_AUDIT_QUEUE,
         }
     }
 
@@ -340,6 +344,24 @@ mod tests {
         let mut expected: Vec<String> = (0..200).map(|i| format!("tool-{i}")).collect();
         expected.sort();
         assert_eq!(tools, expected);
+    }
+
+    #[tokio::test]
+    async fn a_reserved_place_takes_its_record_when_the_queue_is_full() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let config = AuditConfig {
+            queue: 1,
+            ..config(path.clone(), true)
+        };
+        let audit = Audit::start(&config, None, Arc::new(Metrics::new()));
+        let slot = audit.reserve().await.unwrap().expect("a place");
+        // The only place is taken: a record without one finds no room.
+        audit.enqueue(call("dropped"));
+        audit.enqueue_reserved(slot, call("kept"));
+        assert!(audit.flush().await);
+        let tools: Vec<String> = lines(&path).into_iter().filter_map(|r| r.tool).collect();
+        assert_eq!(tools, ["kept"]);
     }
 
     #[tokio::test]

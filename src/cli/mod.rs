@@ -269,6 +269,42 @@ fn check_approvals(config: &Config) -> Result<crate::approvals::Approvals, ExitC
     }
 }
 
+/// A line about the audit trail, when one is configured: where records
+/// go, what they keep of the arguments, and whether the arguments' digest
+/// has a configured key (named by its id, never shown).
+fn check_audit(config: &Config) {
+    use crate::config::{AuditArguments, AuditDestination};
+    let Some(audit) = &config.audit else {
+        return;
+    };
+    let destination = match &audit.destination {
+        AuditDestination::Stdout => "standard output".to_owned(),
+        AuditDestination::File(path) => path.display().to_string(),
+    };
+    let arguments = match audit.arguments {
+        AuditArguments::Digest => "digest",
+        AuditArguments::None => "none",
+        AuditArguments::Full => "full",
+    };
+    let key = match &audit.digest_key {
+        Some(key) => format!(
+            "digest key configured (key_id {})",
+            crate::audit::DigestKey::new(Some(key)).id()
+        ),
+        None => "no digest key: a random key per process".to_owned(),
+    };
+    println!(
+        "audit: {destination}, arguments {arguments}, {key}{}",
+        if audit.required { ", required" } else { "" }
+    );
+    if audit.digest_key.is_none() && audit.arguments == AuditArguments::Digest {
+        println!(
+            "warning: audit.digest_key is not set: argument digests cannot be compared across \
+             restarts or replicas"
+        );
+    }
+}
+
 async fn check(path: PathBuf, offline: bool) -> ExitCode {
     let config = match load(&path) {
         Ok(config) => config,
@@ -286,6 +322,7 @@ async fn check(path: PathBuf, offline: bool) -> ExitCode {
         Ok(approvals) => approvals,
         Err(code) => return code,
     };
+    check_audit(&config);
     if offline {
         return ExitCode::SUCCESS;
     }

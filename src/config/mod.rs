@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use approvals::{ApprovalsConfig, Definitions};
-pub use audit::{AuditArguments, AuditConfig, AuditDestination};
+pub use audit::{AuditArguments, AuditConfig, AuditDestination, DEFAULT_AUDIT_QUEUE};
 pub use callers::{
     CallersConfig, ClaimExpression, DEFAULT_ALGORITHMS, DEFAULT_CLOCK_SKEW,
     DEFAULT_JWKS_MIN_REFRESH_INTERVAL, DEFAULT_JWKS_REFRESH_INTERVAL, DEFAULT_SUBJECT_EXPRESSION,

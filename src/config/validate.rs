@@ -58,7 +58,7 @@ pub(super) fn validate(
         .and_then(|raw| super::approvals::approvals(&mut errors, raw, base));
     let audit = raw
         .audit
-        .and_then(|raw| super::audit::audit(&mut errors, raw, base));
+        .and_then(|raw| super::audit::audit(&mut errors, raw, base, env));
     let callers = super::callers::callers(&mut errors, raw.callers.unwrap_or_default(), base);
     let tenants = super::tenants::tenants(
         &mut errors,

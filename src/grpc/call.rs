@@ -67,11 +67,10 @@ pub(crate) async fn run_call(
         progress,
         subject,
         caller,
-        audit: gateway.audit.clone(),
     };
     let call = async {
         tokio::select! {
-            result = invoke(&tenant, &request, context, &series, &mut routing) => result,
+            result = invoke(&tenant, &request, context, &series, &mut routing, &mut audited) => result,
             () = gateway.abort.cancelled() => Err(CallError::ShuttingDown { sent: false, idempotent: false }),
         }
     };
@@ -163,8 +162,6 @@ struct CallContext {
     subject: crate::callers::Subject,
     /// Who is calling: the tenant's policy reads its claims.
     caller: crate::callers::Caller,
-    /// Consulted before anything is sent upstream (`audit.required`).
-    audit: crate::audit::Audit,
 }
 
 /// How far a call got, for metrics, logs and the shutdown status.
@@ -192,6 +189,7 @@ async fn invoke(
     context: CallContext,
     series: &TenantCalls,
     routing: &mut Routing,
+    audited: &mut AuditedCall,
 ) -> Result<pb::InvokeToolResponse, CallError> {
     let name = request.name.as_str();
     check_name(name)?;
@@ -228,15 +226,10 @@ async fn invoke(
         idempotent,
     };
     let session = target.session().await?;
+    // `audit.required`: a place for the call's record, before anything is
+    // sent (the record of a call whose caller goes away included).
+    audited.admit(idempotent).await?;
     let (remaining, timeout) = target.timeout(server, context.caller_deadline, context.started)?;
-    if !context.audit.admits_calls() {
-        // `audit.required` and the sink is known to be broken: nothing is
-        // sent that could not be audited.
-        return Err(CallError::AuditUnavailable {
-            sent: false,
-            idempotent,
-        });
-    }
     let upstream_started = Instant::now();
     routing.sent = true;
     let result = session
@@ -324,7 +317,7 @@ async fn not_routable(
     // A tool of a server that is down is unavailable, not unknown.
     if let Some(server) = catalog.down_server_for(name) {
         routing.server_name = Some(server.name.clone());
-        return server_down(tenant, server, name, viewer.subject).await;
+        return server_down(tenant, server, name, viewer).await;
     }
     if let Some(gone) = gone_since_pin(tenant, request, viewer) {
         return gone;
@@ -339,14 +332,23 @@ async fn server_down(
     tenant: &Tenant,
     server: &ServerStatus,
     name: &str,
-    subject: &crate::callers::Subject,
+    viewer: &Viewer<'_>,
 ) -> CallError {
     if let ServerState::AuthorizationRequired(_) = &server.state
         && let Some(index) = tenant.servers().position(|s| s.name == server.name)
     {
+        // Policy before consent: a caller the policy denies this tool
+        // (as far as it can tell without its definition) gets its
+        // refusal, never an authorization URL (nor a consent flow).
+        if !viewer.may_call_unlisted(name, &server.name, index) {
+            return CallError::ToolNotPermitted {
+                tool: name.to_owned(),
+            };
+        }
         // Nobody could list the server's tools yet: this subject
         // gets its authorization URL, or, having consented (perhaps
         // at another replica), wakes the listing; retry shortly.
+        let subject = viewer.subject;
         return match tenant.user_session(index, subject).await {
             Err(error) => token_failure(&server.name, name, subject, error),
             Ok(_) => CallError::ServerUnavailable {

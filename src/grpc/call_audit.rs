@@ -1,14 +1,19 @@
 //! The audit record of one call ([`crate::audit`]): what is known when
 //! the call starts (who, what, the arguments' digest), completed with how
 //! it ended and written before the response leaves. A call dropped before
-//! it ended (the caller went away) is recorded as cancelled.
+//! it ended (the caller went away) is recorded as cancelled. Under
+//! `audit.required`, a place in the writer's queue is reserved before the
+//! call is sent ([`AuditedCall::admit`]), and the record, whichever it is,
+//! goes through it.
 
 use std::time::Instant;
 
 use tonic::Request;
 
 use super::status;
-use crate::audit::{Audit, CallerRecord, Outcome, Record, RecordKind, code_name, error_outcome};
+use crate::audit::{
+    Audit, AuditSlot, CallerRecord, Outcome, Record, RecordKind, code_name, error_outcome,
+};
 use crate::grpc::error::{CallError, quoted};
 use crate::pb;
 use crate::registry::Tenant;
@@ -18,6 +23,12 @@ pub(super) struct AuditedCall {
     audit: Audit,
     /// `None` once written (or when the trail is disabled).
     record: Option<Record>,
+    /// The place reserved for the record before the call was sent
+    /// (`audit.required` only).
+    slot: Option<AuditSlot>,
+    /// No place could be reserved: the call was refused before sending,
+    /// and its record is queued without waiting for room.
+    no_room: bool,
     started: Instant,
 }
 
@@ -88,7 +99,41 @@ impl AuditedCall {
         Self {
             audit: audit.clone(),
             record,
+            slot: None,
+            no_room: false,
             started,
+        }
+    }
+
+    /// Whether the call may be sent upstream. With `audit.required`, not
+    /// while the sink is known to be broken, and only once a place in the
+    /// writer's queue is reserved for its record (waiting at most
+    /// [`crate::audit::ACK_TIMEOUT`]): the record then cannot be lost,
+    /// even when the caller goes away mid-call.
+    ///
+    /// # Errors
+    /// `AUDIT_UNAVAILABLE` (nothing sent).
+    pub(super) async fn admit(&mut self, idempotent: bool) -> Result<(), CallError> {
+        if !self.audit.is_required() || self.slot.is_some() {
+            return Ok(());
+        }
+        let refused = CallError::AuditUnavailable {
+            sent: false,
+            idempotent,
+        };
+        if !self.audit.is_healthy() {
+            // Nothing is sent that could not be audited.
+            return Err(refused);
+        }
+        match self.audit.reserve().await {
+            Ok(slot) => {
+                self.slot = slot;
+                Ok(())
+            }
+            Err(_) => {
+                self.no_room = true;
+                Err(refused)
+            }
         }
     }
 
@@ -139,7 +184,16 @@ impl AuditedCall {
                 }
             }
         }
-        let written = self.audit.write(record).await;
+        let written = match self.slot.take() {
+            Some(slot) => self.audit.write_reserved(slot, record).await,
+            None if self.no_room => {
+                // The queue had no room a moment ago: waiting for it would
+                // only delay a refusal.
+                self.audit.enqueue(record);
+                return None;
+            }
+            None => self.audit.write(record).await,
+        };
         (written.is_err() && self.audit.is_required() && sent).then(|| {
             tracing::error!(
                 outcome = ?result.as_ref().map(|r| r.is_error).map_err(|e| status::classify(e).1),
@@ -156,14 +210,18 @@ impl AuditedCall {
 impl Drop for AuditedCall {
     /// A call dropped before [`AuditedCall::finish`]: the caller went away
     /// (or the RPC was cancelled). Queued without waiting: there is no
-    /// response left to hold back.
+    /// response left to hold back. Through the reserved place when the
+    /// call had one (it may have been sent): that record cannot be lost.
     fn drop(&mut self) {
         if let Some(mut record) = self.record.take() {
             record.time = crate::audit::now();
             record.outcome = Outcome::Cancelled;
             record.code = Some(code_name(tonic::Code::Cancelled).to_owned());
             record.duration_ms = Some(crate::audit::millis(self.started.elapsed()));
-            self.audit.enqueue(record);
+            match self.slot.take() {
+                Some(slot) => self.audit.enqueue_reserved(slot, record),
+                None => self.audit.enqueue(record),
+            }
         }
     }
 }

@@ -243,6 +243,60 @@ impl Viewer<'_> {
         policy.allows(self.caller, self.subject, tool)
     }
 
+    /// Whether the caller may call some tool of per-user server `server`
+    /// (at `index` in the tenant's configuration), so that offering it an
+    /// authorization URL makes sense: one of the server's tools in
+    /// `catalog` (listed or withheld) when it has any; before it was ever
+    /// listed, a tool of its namespace as far as the policy can tell
+    /// without the definitions ([`crate::policy::Policy::may_allow_unlisted`]).
+    pub(super) fn permits_some_tool_of(
+        &self,
+        catalog: &Catalog,
+        server: &crate::config::ServerConfig,
+        index: usize,
+    ) -> bool {
+        let Some(policy) = self.policy else {
+            return true;
+        };
+        let mut listed = catalog
+            .tools()
+            .iter()
+            .filter(|t| t.server == server.name)
+            .peekable();
+        let withheld = catalog
+            .servers()
+            .iter()
+            .find(|s| s.name == server.name)
+            .map_or(&[][..], |s| s.withheld.as_slice());
+        if listed.peek().is_some() || !withheld.is_empty() {
+            return listed.any(|t| self.permits(catalog, t))
+                || withheld.iter().any(|w| self.permits(catalog, &w.tool));
+        }
+        let namespace = crate::config::names::expose(&server.name, "*", server.bare);
+        policy.may_allow_unlisted(
+            self.caller,
+            self.subject,
+            &server.name,
+            index,
+            crate::policy::Unlisted::Namespace(&namespace),
+        )
+    }
+
+    /// Whether the caller may call `name`, a tool of per-user server
+    /// `server` (at `index`) that was never listed, as far as the policy
+    /// can tell without its definition.
+    pub(super) fn may_call_unlisted(&self, name: &str, server: &str, index: usize) -> bool {
+        self.policy.is_none_or(|policy| {
+            policy.may_allow_unlisted(
+                self.caller,
+                self.subject,
+                server,
+                index,
+                crate::policy::Unlisted::Name(name),
+            )
+        })
+    }
+
     /// The catalog version the caller sees for `catalog`.
     pub(super) fn version<'c>(&self, catalog: &'c Catalog) -> Cow<'c, str> {
         match self.view(catalog) {
@@ -284,13 +338,17 @@ pub(super) fn seen<'c>(
 
 /// Shows, for each per-user server, whether the caller's subject has
 /// authorized it: `AUTHORIZATION_REQUIRED` with the URL to consent at when
-/// it has not. The rest of the listing is the tenant's.
+/// it has not. A server the tenant's policy permits the caller no tool of
+/// gets no URL (none is made: no consent flow starts for it). The rest of
+/// the listing is the tenant's.
 pub(super) async fn show_consent(
     tenant: &crate::registry::Tenant,
-    subject: &Subject,
+    catalog: &Catalog,
+    viewer: &Viewer<'_>,
     response: &mut ListToolsReply,
 ) {
     use crate::registry::ConsentState;
+    let subject = viewer.subject;
     for (index, server) in tenant.servers().enumerate() {
         if !tenant.is_per_user(index) {
             continue;
@@ -303,6 +361,15 @@ pub(super) async fn show_consent(
         else {
             continue;
         };
+        if !viewer.permits_some_tool_of(catalog, server, index) {
+            if status.state == i32::from(pb::ServerState::AuthorizationRequired) {
+                status.error =
+                    "the tenant's policy permits this caller no tool of this server: no \
+                     authorization is offered"
+                        .to_owned();
+            }
+            continue;
+        }
         match tenant.consent_state(index, subject).await {
             ConsentState::Authorized => {}
             ConsentState::Required(url) => {

@@ -178,9 +178,15 @@ impl server::tool_gateway_server::ToolGateway for Gateway {
         let filter = listing::Filter::new(request.get_ref())?;
         let catalog = settled_catalog(&tenant, &request, "ListTools").await;
         let (caller, subject) = caller_of(&request);
-        let view = caller_view(&tenant, &catalog, &caller, &subject);
+        let policy = listing::policy_for(&tenant, &catalog);
+        let viewer = listing::Viewer {
+            policy: policy.as_deref(),
+            caller: &caller,
+            subject: &subject,
+        };
+        let view = viewer.view(&catalog);
         let mut response = listing::list_response(&catalog, &filter, view.as_deref());
-        listing::show_consent(&tenant, &subject, &mut response).await;
+        listing::show_consent(&tenant, &catalog, &viewer, &mut response).await;
         Ok(Response::new(response))
     }
 

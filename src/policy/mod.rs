@@ -15,6 +15,7 @@
 //! the CEL values of `tool` and `claims` in `values`.
 
 mod reads;
+mod unlisted;
 mod values;
 pub mod view;
 
@@ -30,6 +31,7 @@ use crate::catalog::CatalogTool;
 use crate::config::policy::free_variables;
 pub use crate::config::policy::{Effect, PolicyError, PolicyRules, RuleSpec, VARIABLES};
 
+pub use unlisted::Unlisted;
 pub use view::{View, cached_view, caller_view};
 
 use reads::{ToolReads, tool_reads};

@@ -23,6 +23,17 @@ impl ToolReads {
         self.name || self.server || self.annotations || self.whole
     }
 
+    /// Whether it reads what only a tool's definition tells (its
+    /// annotations, or `tool` as a whole).
+    pub(super) fn definition(self) -> bool {
+        self.annotations || self.whole
+    }
+
+    /// Whether it reads the tool's name.
+    pub(super) fn name(self) -> bool {
+        self.name
+    }
+
     /// Where a value of the condition may be remembered for `tool`:
     /// `Some(None)`, per caller (it reads no tool); `Some(Some(key))`, per
     /// server and hints; `None`, not at all (it reads the name).

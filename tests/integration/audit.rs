@@ -1,11 +1,12 @@
 //! The audit trail: one JSON line per call and per refusal, read back and
-//! checked field by field; arguments kept as a digest (or redacted in
-//! `full` mode); a required trail that cannot be written fails calls
+//! checked field by field; arguments kept as a keyed digest (HMAC, never a
+//! plain hash; or redacted in `full` mode); a required trail that cannot be written fails calls
 //! before they are sent; a moved file is followed, and SIGHUP reopens it.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use hmac::{Hmac, Mac};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use tonic::Code;
@@ -20,6 +21,10 @@ const SECRET: &str = "sk-audit-7f3e2d1c0b9a8877";
 /// A string that must not be kept in digest mode.
 const MARKER: &str = "marker-5b1f0c-plaintext";
 const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+/// The arguments' digest key (`audit.digest_key: { env: DIGEST_KEY }`).
+const DIGEST_KEY: &str = "audit-digest-key-0123456789abcdef0123";
+/// Another key, as after a rotation.
+const OTHER_DIGEST_KEY: &str = "audit-digest-key-rotated-fedcba9876543210";
 
 fn config(audit: &str, tenant_extra: &str, url: &str) -> String {
     format!(
@@ -56,12 +61,32 @@ async fn record_where(path: &Path, matches: impl Fn(&Value) -> bool) -> Value {
     }
 }
 
-fn sha256_hex(text: &str) -> String {
-    Sha256::digest(text.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
+
+fn sha256_hex(text: &str) -> String {
+    hex(&Sha256::digest(text.as_bytes()))
+}
+
+/// HMAC-SHA-256 of `text` under `key`, in lowercase hex.
+fn hmac_hex(key: &str, text: &str) -> String {
+    let mut mac = Hmac::<Sha256>::new_from_slice(key.as_bytes()).unwrap();
+    mac.update(text.as_bytes());
+    hex(&mac.finalize().into_bytes())
+}
+
+/// The id records give `key`: the first 16 hex characters of
+/// SHA-256("toolgate-audit-digest-key-id\0" ‖ key).
+fn key_id(key: &str) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(b"toolgate-audit-digest-key-id\0");
+    hasher.update(key.as_bytes());
+    hex(&hasher.finalize())[..16].to_owned()
+}
+
+/// `audit.digest_key` from the environment variable `DIGEST_KEY`.
+const KEYED: &str = "  digest_key: { env: DIGEST_KEY }\n";
 
 /// The record of the only call of `tool` (with `outcome`).
 fn call_of<'a>(all: &'a [Value], tool: &str, outcome: &str) -> &'a Value {
@@ -75,7 +100,7 @@ fn call_of<'a>(all: &'a [Value], tool: &str, outcome: &str) -> &'a Value {
 
 /// The fields every call record has.
 fn assert_common(record: &Value, rpc: &str) {
-    assert_eq!(record["v"], 1);
+    assert_eq!(record["v"], 2);
     assert_eq!(record["kind"], "call");
     assert_eq!(record["rpc"], rpc);
     assert_eq!(record["tenant"], "acme");
@@ -102,11 +127,15 @@ async fn each_call_and_refusal_gets_one_record_field_by_field() {
     let path = dir.path().join("audit.jsonl");
     let gateway = TestGateway::start(
         &config(
-            &audit_at(&path, ""),
+            &audit_at(&path, KEYED),
             "    limits:\n      max_concurrent_calls: 1\n      queue_timeout: \"50ms\"\n    policy:\n      - deny: \"t__wipe\"\n",
             &server.url,
         ),
-        &[("API_KEY", SECRET), ("POD_NAME", "gw-audit-0")],
+        &[
+            ("API_KEY", SECRET),
+            ("POD_NAME", "gw-audit-0"),
+            ("DIGEST_KEY", DIGEST_KEY),
+        ],
     )
     .await;
     let mut client = gateway.client().await;
@@ -151,8 +180,12 @@ async fn each_call_and_refusal_gets_one_record_field_by_field() {
     assert_eq!(ok["trace_id"], "4bf92f3577b34da6a3ce929d0e0e4736");
     assert_eq!(
         ok["arguments"],
-        serde_json::json!({"sha256": sha256_hex(&arguments), "bytes": arguments.len()}),
-        "the digest of arguments_json as received"
+        serde_json::json!({
+            "hmac_sha256": hmac_hex(DIGEST_KEY, &arguments),
+            "key_id": key_id(DIGEST_KEY),
+            "bytes": arguments.len(),
+        }),
+        "the keyed digest of arguments_json as received"
     );
 
     // A tool error, over InvokeToolStream.
@@ -178,7 +211,7 @@ async fn each_call_and_refusal_gets_one_record_field_by_field() {
     assert!(failed.get("subject").is_none(), "the tenant itself");
     assert_eq!(failed["code"], "OK");
     assert_eq!(failed["sent"], true);
-    assert_eq!(failed["arguments"]["sha256"], sha256_hex(""));
+    assert_eq!(failed["arguments"]["hmac_sha256"], hmac_hex(DIGEST_KEY, ""));
     assert_eq!(failed["arguments"]["bytes"], 0);
 
     // An unknown tool: refused, nothing sent.
@@ -260,10 +293,16 @@ async fn each_call_and_refusal_gets_one_record_field_by_field() {
         assert_eq!(refusal["replica"], "gw-audit-0");
     }
 
-    // No secret and no raw argument anywhere in the trail.
+    // No secret, no raw argument and no plain hash of one anywhere in the
+    // trail (a plain hash of a guessable argument gives it away), nor the
+    // digest key.
     let text = std::fs::read_to_string(&path).unwrap();
     assert!(!text.contains(SECRET), "{text}");
     assert!(!text.contains(MARKER), "{text}");
+    for plain in [&arguments, "", "{}", "{\"text\": \"x\"}"] {
+        assert!(!text.contains(&sha256_hex(plain)), "{plain}: {text}");
+    }
+    assert!(!text.contains(DIGEST_KEY), "{text}");
     assert!(!text.contains(TOKEN) && !text.contains("not-a-token"));
     // One record per call: echo ok, fail, nope, wipe, shed, slow; 2
     // refusals.
@@ -298,7 +337,13 @@ async fn full_mode_keeps_arguments_with_credentials_redacted() {
         record["arguments"]["value"],
         serde_json::json!({"text": format!("{MARKER} [redacted]"), "nested": ["token [redacted]"]})
     );
-    assert_eq!(record["arguments"]["sha256"], sha256_hex(&arguments));
+    // Without a configured key: a random one of this process, named.
+    let digest = record["arguments"]["hmac_sha256"].as_str().unwrap();
+    assert_eq!(digest.len(), 64);
+    assert_ne!(digest, sha256_hex(&arguments));
+    assert_ne!(digest, hmac_hex(DIGEST_KEY, &arguments));
+    assert_eq!(record["arguments"]["key_id"].as_str().unwrap().len(), 16);
+    assert!(!text.contains(&sha256_hex(&arguments)), "{text}");
     assert!(record.get("replica").is_none(), "no POD_NAME or HOSTNAME");
 
     // `none` keeps nothing of the arguments.
@@ -320,6 +365,69 @@ async fn full_mode_keeps_arguments_with_credentials_redacted() {
     let all = records(&none_path);
     assert!(call_of(&all, "t__echo", "ok").get("arguments").is_none());
     gateway.shutdown().await;
+}
+
+/// The record of one `t__echo` call with `arguments` by a gateway whose
+/// environment is `env` and whose `audit:` block adds `extra`.
+async fn digest_of_echo(
+    server: &McpServer,
+    path: &Path,
+    extra: &str,
+    env: &[(&str, &str)],
+    arguments: &str,
+) -> Value {
+    let mut env = env.to_vec();
+    env.push(("API_KEY", SECRET));
+    let gateway = TestGateway::start(&config(&audit_at(path, extra), "", &server.url), &env).await;
+    let mut client = gateway.client().await;
+    invoke(&mut client, TOKEN, "t__echo", arguments)
+        .await
+        .unwrap();
+    gateway.shutdown().await;
+    let all = records(path);
+    let record = call_of(&all, "t__echo", "ok");
+    assert_eq!(record["v"], 2);
+    record["arguments"].clone()
+}
+
+#[tokio::test]
+async fn argument_digests_are_hmacs_comparable_under_one_key_only() {
+    let server = serve_mcp(TestServer::new(&["echo"])).await;
+    let dir = tempfile::tempdir().unwrap();
+    // A low-entropy argument: a plain hash of it would give it away.
+    let pin = "{\"text\": \"1234\"}";
+    let keyed = [("DIGEST_KEY", DIGEST_KEY)];
+    let first = digest_of_echo(&server, &dir.path().join("1.jsonl"), KEYED, &keyed, pin).await;
+    let second = digest_of_echo(&server, &dir.path().join("2.jsonl"), KEYED, &keyed, pin).await;
+    assert_eq!(first["hmac_sha256"], hmac_hex(DIGEST_KEY, pin));
+    assert_eq!(first["key_id"], key_id(DIGEST_KEY));
+    assert_eq!(first, second, "one key: the same digest in every gateway");
+
+    // Rotated: another key, another digest and key id.
+    let rotated = digest_of_echo(
+        &server,
+        &dir.path().join("3.jsonl"),
+        KEYED,
+        &[("DIGEST_KEY", OTHER_DIGEST_KEY)],
+        pin,
+    )
+    .await;
+    assert_eq!(rotated["hmac_sha256"], hmac_hex(OTHER_DIGEST_KEY, pin));
+    assert_eq!(rotated["key_id"], key_id(OTHER_DIGEST_KEY));
+    assert_ne!(rotated["hmac_sha256"], first["hmac_sha256"]);
+
+    // No key: a random one per gateway, so digests differ between them.
+    let unkeyed_a = digest_of_echo(&server, &dir.path().join("4.jsonl"), "", &[], pin).await;
+    let unkeyed_b = digest_of_echo(&server, &dir.path().join("5.jsonl"), "", &[], pin).await;
+    assert_ne!(unkeyed_a["key_id"], unkeyed_b["key_id"]);
+    assert_ne!(unkeyed_a["hmac_sha256"], unkeyed_b["hmac_sha256"]);
+
+    // Never the plain SHA-256 of the arguments, under any key.
+    for n in 1..=5 {
+        let text = std::fs::read_to_string(dir.path().join(format!("{n}.jsonl"))).unwrap();
+        assert!(!text.contains(&sha256_hex(pin)), "{text}");
+        assert!(!text.contains("\"sha256\""), "{text}");
+    }
 }
 
 /// `toolgate_audit_failures_total{reason="write"}` on the metrics listener.
@@ -375,6 +483,134 @@ async fn a_required_trail_that_cannot_be_written_fails_calls_before_they_are_sen
     gateway.shutdown().await;
 }
 
+/// Every line the child writes to `stdout`, sent to the returned
+/// receiver as it is read (nothing is read before this is called).
+fn read_lines(stdout: std::process::ChildStdout) -> tokio::sync::mpsc::UnboundedReceiver<String> {
+    use std::io::BufRead;
+    let (lines, received) = tokio::sync::mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { return };
+            if lines.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    received
+}
+
+/// Under `required: true` a call is sent only once a place in the
+/// writer's queue is reserved for its record: a call whose caller goes
+/// away while the queue is full still gets its record (through its
+/// place), and a call that finds no place is refused before the tool.
+/// The writer is held up by standard output that nobody reads (a record
+/// larger than the pipe), with a queue of 2.
+#[tokio::test]
+async fn a_required_trail_reserves_each_calls_record_before_sending() {
+    let server = serve_mcp(TestServer::new(&["echo", "slow"])).await;
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config_path = dir.path().join("toolgate.yaml");
+    std::fs::write(
+        &config_path,
+        format!(
+            "listen: \"127.0.0.1:{port}\"\n{}",
+            config_text(
+                "  path: \"-\"\n  arguments: full\n  required: true\n  queue: 2\n",
+                &server.url
+            )
+        ),
+    )
+    .unwrap();
+    let log = dir.path().join("toolgate.log");
+    let mut child = std::process::Command::new(toolgate_bin())
+        .args(["serve", "--config"])
+        .arg(&config_path)
+        .env("API_KEY", SECRET)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let _child = ChildGuard(child);
+    wait_for_port(port).await;
+    let mut client = client_at(port).await;
+    let calls = || server.log.call_traceparents.lock().unwrap().len();
+
+    // A slow call, sent: it holds one of the two places.
+    let mut slow_client = client.clone();
+    let slow = tokio::spawn(async move { invoke(&mut slow_client, TOKEN, "t__slow", "{}").await });
+    tokio::time::timeout(Duration::from_secs(10), server.log.slow_started.notified())
+        .await
+        .unwrap();
+
+    // A record larger than the pipe: the writer blocks writing it, and the
+    // call's result is withheld once its record is not written in 5 s.
+    let big = format!("{{\"text\": \"{}\"}}", "a".repeat(300_000));
+    let err = invoke(&mut client, TOKEN, "t__echo", &big)
+        .await
+        .unwrap_err();
+    assert_eq!(reason(&err), "AUDIT_UNAVAILABLE", "{err:?}");
+    assert_eq!(calls(), 2);
+
+    // Another call takes the last place; its record waits in the queue.
+    let mut second = client.clone();
+    let queued = tokio::spawn(async move {
+        invoke(&mut second, TOKEN, "t__echo", "{\"text\": \"queued\"}").await
+    });
+    let started = Instant::now();
+    while calls() < 3 {
+        assert!(started.elapsed() < Duration::from_secs(10), "not sent");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // No place left: refused before the tool.
+    let err = invoke(&mut client, TOKEN, "t__echo", "{\"text\": \"no room\"}")
+        .await
+        .unwrap_err();
+    let reached = calls();
+
+    // The slow call's caller goes away while the queue is full.
+    slow.abort();
+    // Read standard output: the writer goes on.
+    let mut lines = read_lines(stdout);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut seen = Vec::new();
+    let cancelled = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, lines.recv()).await {
+            Ok(Some(line)) => {
+                let record: Value = serde_json::from_str(&line).unwrap();
+                if record["tool"] == "t__slow" {
+                    break Some(record);
+                }
+                seen.push(format!("{} {}", record["tool"], record["outcome"]));
+            }
+            Ok(None) | Err(_) => break None,
+        }
+    };
+    let cancelled = cancelled.unwrap_or_else(|| {
+        panic!(
+            "no record of the cancelled call; records: {seen:?}; log: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        )
+    });
+    assert_eq!(cancelled["outcome"], "cancelled");
+    assert_eq!(cancelled["code"], "CANCELLED");
+    assert_eq!(
+        reached, 3,
+        "the call that found no place reached the tool: {err:?}"
+    );
+    assert_eq!(err.code(), Code::Unavailable, "{err:?}");
+    assert_eq!(reason(&err), "AUDIT_UNAVAILABLE");
+    use tonic_types::StatusExt;
+    assert!(
+        err.get_details_retry_info().is_some(),
+        "nothing was sent: a retry is safe"
+    );
+    let _ = queued.await;
+}
+
 #[tokio::test]
 async fn a_moved_file_is_followed_by_a_new_one_at_the_path() {
     let server = serve_mcp(TestServer::new(&["echo"])).await;
@@ -398,10 +634,7 @@ async fn a_moved_file_is_followed_by_a_new_one_at_the_path() {
     let new = records(&path);
     assert_eq!(old.len(), 1, "{old:#?}");
     assert_eq!(new.len(), 1, "{new:#?}");
-    assert_eq!(
-        new[0]["arguments"]["sha256"],
-        sha256_hex("{\"text\": \"two\"}")
-    );
+    assert_eq!(new[0]["arguments"]["bytes"], "{\"text\": \"two\"}".len());
     gateway.shutdown().await;
 }
 
@@ -657,4 +890,44 @@ tenants:
         "{text}"
     );
     gateway.shutdown().await;
+}
+
+/// `toolgate check` says whether the arguments' digest has a configured
+/// key (naming it by its id, never showing it), and warns when not.
+#[test]
+fn check_shows_whether_a_digest_key_is_configured() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("toolgate.yaml");
+    let check = |audit: &str| {
+        std::fs::write(&config, config_text(audit, "http://127.0.0.1:9/mcp")).unwrap();
+        let output = std::process::Command::new(toolgate_bin())
+            .args(["check", "--offline", "--config"])
+            .arg(&config)
+            .env("API_KEY", SECRET)
+            .env("DIGEST_KEY", DIGEST_KEY)
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(0), "{output:?}");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let path = dir.path().join("audit.jsonl");
+    let keyed = check(&audit_at(&path, KEYED));
+    assert!(
+        keyed.contains(&format!(
+            "arguments digest, digest key configured (key_id {})",
+            key_id(DIGEST_KEY)
+        )),
+        "{keyed}"
+    );
+    assert!(!keyed.contains(DIGEST_KEY), "{keyed}");
+    assert!(!keyed.contains("audit.digest_key is not set"), "{keyed}");
+    let unkeyed = check(&audit_at(&path, ""));
+    assert!(
+        unkeyed.contains("arguments digest, no digest key: a random key per process"),
+        "{unkeyed}"
+    );
+    assert!(
+        unkeyed.contains("warning: audit.digest_key is not set"),
+        "{unkeyed}"
+    );
 }

@@ -876,3 +876,97 @@ async fn forged_callbacks_are_counted_recorded_under_a_rate_and_a_real_consent_s
         "the real consent is recorded"
     );
 }
+
+/// Policy before consent: a subject the tenant's policy denies every tool
+/// of a per-user server is never handed an authorization URL, so no
+/// consent flow starts for her: her ListTools shows the server without a
+/// link, her call is PERMISSION_DENIED (`TOOL_NOT_PERMITTED`), before the
+/// server was ever listed and after. A permitted subject gets its link as
+/// before.
+#[tokio::test]
+async fn a_subject_the_policy_denies_every_tool_of_a_per_user_server_gets_no_link() {
+    let upstream = upstream(3600);
+    let dir = tempfile::tempdir().unwrap();
+    let state_url = format!("sqlite://{}/state.db", dir.path().display());
+    let audit = dir.path().join("audit.jsonl");
+    let consent_port = free_port();
+    let yaml = format!(
+        "audit:\n  path: \"{}\"\n{}    policy:\n      - deny: \"docs__*\"\n        when: \"subject == 'mallory'\"\n",
+        audit.display(),
+        config(&upstream, &state_url, consent_port)
+    );
+    let gateway = TestGateway::start(&yaml, &env()).await;
+    let mut client = gateway.client().await;
+    let started_for = |subject: &str| {
+        audit_events(&audit, "consent_started")
+            .into_iter()
+            .filter(|r| r["subject"] == format!("token:{subject}").as_str())
+            .count()
+    };
+    let refused = |status: tonic::Status| {
+        assert_eq!(status.code(), tonic::Code::PermissionDenied, "{status:?}");
+        assert_eq!(
+            status.get_details_error_info().unwrap().reason,
+            "TOOL_NOT_PERMITTED"
+        );
+    };
+
+    // Nobody has authorized the server yet: its tools were never listed.
+    let status = call_settled(&mut client, Some("mallory"), "docs__whoami")
+        .await
+        .unwrap_err();
+    refused(status);
+    let mallory = listing(&mut client, "mallory").await;
+    let docs = server(&mallory, "docs");
+    assert_eq!(docs.authorization_url, "", "{docs:?}");
+    assert!(docs.error.contains("policy"), "{docs:?}");
+
+    // Alice may: she gets her link (from ListTools and from a call).
+    let alice = listing(&mut client, "alice").await;
+    assert!(
+        server(&alice, "docs")
+            .authorization_url
+            .starts_with(&upstream.as_url)
+    );
+    let status = call_settled(&mut client, Some("alice"), "docs__whoami")
+        .await
+        .unwrap_err();
+    let url = authorization_url(&status);
+
+    // Alice consents: the server's tools are listed. Mallory still gets
+    // no link, and her call is still refused by the policy.
+    consent_confirmed(&mut client, &url, "alice", consent_port).await;
+    assert_eq!(
+        call_settled(&mut client, Some("alice"), "docs__whoami")
+            .await
+            .unwrap(),
+        "alice"
+    );
+    let mallory = listing(&mut client, "mallory").await;
+    assert_eq!(server(&mallory, "docs").authorization_url, "");
+    assert!(!names(&mallory).iter().any(|n| n.starts_with("docs__")));
+    refused(
+        call(&mut client, Some("mallory"), "docs__whoami")
+            .await
+            .unwrap_err(),
+    );
+    // Bob, permitted, is offered a link for the listed server.
+    let bob = listing(&mut client, "bob").await;
+    assert!(
+        server(&bob, "docs")
+            .authorization_url
+            .starts_with(&upstream.as_url)
+    );
+
+    // Records of authorization events are queued without waiting, and
+    // written in order: once Bob's is there, any of Mallory's (all
+    // earlier) would be too. No consent flow was ever started for her.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while started_for("bob") == 0 {
+        assert!(Instant::now() < deadline, "no consent_started for bob");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(started_for("mallory"), 0);
+    assert_eq!(started_for("alice"), 1, "one pending flow, one link");
+    gateway.shutdown().await;
+}

@@ -1,0 +1,157 @@
+//! The policy's decision for tools whose definitions are not known: those
+//! of a per-user server that nobody has authorized yet, so it was never
+//! listed. Asked before a caller is handed an authorization URL (which
+//! starts a pending consent flow): a link is offered unless the policy
+//! certainly denies the caller every such tool.
+
+use globset::Candidate;
+
+use super::values::tool_val;
+use super::{Effect, Policy, holds};
+use crate::callers::{Caller, Subject};
+use crate::catalog::CatalogTool;
+
+/// Which tools of a server that was never listed are asked about.
+#[derive(Debug, Clone, Copy)]
+pub enum Unlisted<'a> {
+    /// The tool exposed as this name (a call names it).
+    Name(&'a str),
+    /// Any tool of the server: the tool named by this pattern of its
+    /// namespace (`server__*`, or `*` for a bare server). Rules are matched
+    /// against the pattern itself: a glob that matches it (`*`,
+    /// `server__*`) covers the whole namespace; a narrower one
+    /// (`server__read_*`) is not consulted.
+    Namespace(&'a str),
+}
+
+impl Policy {
+    /// Whether `caller`, acting for `subject`, may be allowed `tools` of
+    /// server `server` (index `server_index` in the tenant's
+    /// configuration), whose definitions are not known. Rules are taken in
+    /// order, as for a listed tool, but a `when` whose value the unknown
+    /// definition decides (it reads `tool.annotations`, `tool` as a whole,
+    /// or, for a namespace, `tool.name`) may hold or not: such an `allow`
+    /// rule allows (the tool may turn out to be one it allows), such a
+    /// `deny` rule is passed over. So only a certain denial refuses.
+    pub fn may_allow_unlisted(
+        &self,
+        caller: &Caller,
+        subject: &Subject,
+        server: &str,
+        server_index: usize,
+        tools: Unlisted<'_>,
+    ) -> bool {
+        let (name, name_known) = match tools {
+            Unlisted::Name(name) => (name, true),
+            Unlisted::Namespace(pattern) => (pattern, false),
+        };
+        let mut matched = Vec::new();
+        self.globs
+            .matches_candidate_into(&Candidate::new(name), &mut matched);
+        let mut rules: Vec<usize> = matched.iter().map(|&g| self.glob_rule[g]).collect();
+        rules.sort_unstable();
+        rules.dedup();
+        let tool = stand_in(name, server, server_index);
+        let evaluator = self.evaluator(caller, subject);
+        let context = &evaluator.context;
+        for index in rules {
+            let rule = &self.rules[index];
+            let applies = match &rule.when {
+                None => Some(true),
+                Some(condition) => {
+                    let reads = condition.reads_tool;
+                    if reads.definition() || (reads.name() && !name_known) {
+                        None
+                    } else if reads.any() {
+                        let mut scope = context.new_inner_scope();
+                        scope.add_variable_as_val("tool", tool_val(&tool));
+                        Some(holds(rule, condition, &scope))
+                    } else {
+                        Some(holds(rule, condition, context))
+                    }
+                }
+            };
+            match (rule.effect, applies) {
+                (Effect::Allow, Some(true) | None) => return true,
+                (Effect::Deny, Some(true)) => return false,
+                _ => {}
+            }
+        }
+        true
+    }
+}
+
+/// A tool named `name` of `server`, of which nothing else is known.
+fn stand_in(name: &str, server: &str, server_index: usize) -> CatalogTool {
+    CatalogTool {
+        name: name.to_owned(),
+        server: server.to_owned(),
+        server_index,
+        upstream_name: String::new(),
+        description: String::new(),
+        title: String::new(),
+        input_schema_json: String::new(),
+        output_schema_json: String::new(),
+        annotations: crate::catalog::Annotations::default(),
+        definition_hash: String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::policy::RuleSpec;
+
+    fn policy(rules: &[(Effect, &str, Option<&str>)]) -> Policy {
+        let specs: Vec<RuleSpec> = rules
+            .iter()
+            .map(|(effect, glob, when)| RuleSpec {
+                effect: *effect,
+                globs: vec![(*glob).to_owned()],
+                when: when.map(str::to_owned),
+            })
+            .collect();
+        Policy::compile("tenants[0].policy", &specs).unwrap()
+    }
+
+    fn may(policy: &Policy, subject: &str, tools: Unlisted<'_>) -> bool {
+        let caller = Caller {
+            identity: crate::callers::CallerIdentity::Token { index: 0 },
+            claims: std::sync::Arc::new(serde_json::json!({})),
+        };
+        let subject = Subject::named(crate::callers::Namespace::Token, subject).unwrap();
+        policy.may_allow_unlisted(&caller, &subject, "docs", 0, tools)
+    }
+
+    #[test]
+    fn only_a_certain_denial_refuses() {
+        let namespace = Unlisted::Namespace("docs__*");
+        let whoami = Unlisted::Name("docs__whoami");
+        // Denied the whole namespace: by name and as a namespace.
+        let denied = policy(&[(Effect::Deny, "docs__*", Some("subject == 'mallory'"))]);
+        assert!(!may(&denied, "mallory", namespace));
+        assert!(!may(&denied, "mallory", whoami));
+        assert!(may(&denied, "alice", namespace));
+        let everything = policy(&[(Effect::Deny, "*", Some("subject == 'mallory'"))]);
+        assert!(!may(&everything, "mallory", namespace));
+        // Denied one tool: the namespace may still hold one she may call.
+        let one = policy(&[(Effect::Deny, "docs__drop", None)]);
+        assert!(may(&one, "mallory", namespace));
+        assert!(!may(&one, "mallory", Unlisted::Name("docs__drop")));
+        // A condition the definition decides may hold or not.
+        let read_only = policy(&[
+            (Effect::Allow, "docs__*", Some("tool.annotations.read_only")),
+            (Effect::Deny, "*", None),
+        ]);
+        assert!(may(&read_only, "mallory", namespace));
+        let not_read_only =
+            policy(&[(Effect::Deny, "docs__*", Some("!tool.annotations.read_only"))]);
+        assert!(may(&not_read_only, "mallory", whoami));
+        // The server is known; a name is known only for a call.
+        let by_server = policy(&[(Effect::Deny, "*", Some("tool.server == 'docs'"))]);
+        assert!(!may(&by_server, "mallory", namespace));
+        let by_name = policy(&[(Effect::Deny, "*", Some("tool.name.startsWith('docs__who')"))]);
+        assert!(!may(&by_name, "mallory", whoami));
+        assert!(may(&by_name, "mallory", namespace));
+    }
+}
