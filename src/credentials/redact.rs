@@ -1,11 +1,15 @@
-//! Redaction of configured credentials from upstream text.
+//! Redaction of credentials from upstream text.
 //!
 //! An upstream can echo what it received (an `Authorization` header in an
-//! error page, an API key in a tool result). Every text that comes from an
-//! upstream passes through a [`Redactor`] built once per configuration: each
-//! configured credential value of [`MIN_REDACTED_LEN`] characters or more is
-//! replaced by [`REDACTED`] in a single pass (Aho-Corasick, leftmost-longest),
-//! then the text is cut to a documented bound ([`bounded`]).
+//! error page, an API key or an OAuth token in a tool result). Every text
+//! that comes from an upstream passes through a [`Redaction`]: the
+//! [`Redactor`] of the configuration's credentials (built once per
+//! configuration), and for an OAuth server the redactor of the live tokens
+//! its client holds ([`LiveTokens`](super::oauth::LiveTokens)) and that of
+//! the token the session sends now. Each value of [`MIN_REDACTED_LEN`]
+//! characters or more is replaced by [`REDACTED`] (Aho-Corasick,
+//! leftmost-longest, one pass per redactor), then the text is cut to a
+//! documented bound ([`bounded`]).
 
 use std::borrow::Cow;
 use std::sync::{Arc, OnceLock};
@@ -197,6 +201,74 @@ impl Redactor {
     }
 }
 
+/// Everything taken out of one session's text: the configuration's
+/// credentials, and for an OAuth server the live tokens of its client (every
+/// subject's) and the token the session sends now. Each part is a
+/// [`SharedRedactor`], read at each use, so a reload or a new token applies
+/// at once; its automaton is built once per change, not per text. Cheap to
+/// clone.
+#[derive(Debug, Clone)]
+pub struct Redaction {
+    /// The configuration's redactor first, then the others.
+    layers: Vec<SharedRedactor>,
+}
+
+impl Redaction {
+    /// The redaction of the configuration's credentials alone.
+    pub fn new(configured: SharedRedactor) -> Self {
+        Self {
+            layers: vec![configured],
+        }
+    }
+
+    /// Also takes out what `layer` redacts.
+    #[must_use]
+    pub fn with(mut self, layer: SharedRedactor) -> Self {
+        self.layers.push(layer);
+        self
+    }
+
+    /// Whether nothing is redacted now.
+    pub fn is_empty(&self) -> bool {
+        self.layers.iter().all(|layer| layer.load().is_empty())
+    }
+
+    /// `text` with every credential value replaced by [`REDACTED`].
+    pub fn redact<'a>(&self, text: &'a str) -> Cow<'a, str> {
+        let mut text = Cow::Borrowed(text);
+        for layer in &self.layers {
+            let redacted = match layer.load().redact(&text) {
+                Cow::Owned(redacted) => redacted,
+                Cow::Borrowed(_) => continue,
+            };
+            text = Cow::Owned(redacted);
+        }
+        text
+    }
+
+    /// Redacts `text` in place; returns whether anything was replaced.
+    pub fn redact_in_place(&self, text: &mut String) -> bool {
+        let mut replaced = false;
+        for layer in &self.layers {
+            replaced |= layer.load().redact_in_place(text);
+        }
+        replaced
+    }
+
+    /// Redacts every string (keys and values) of a JSON value in place.
+    pub fn redact_json(&self, value: &mut serde_json::Value) {
+        for layer in &self.layers {
+            layer.load().redact_json(value);
+        }
+    }
+
+    /// Upstream text on its way to a status message, a `ServerStatus` or a
+    /// log line: redacted first, then cut to [`MAX_UPSTREAM_TEXT`] bytes.
+    pub fn upstream_text(&self, text: &str) -> String {
+        bounded(&self.redact(text), MAX_UPSTREAM_TEXT)
+    }
+}
+
 /// `text` cut to at most `max` bytes (on a character boundary), with a note
 /// of how much was cut. Control characters other than newline and tab are
 /// shown escaped, so upstream text cannot forge log lines.
@@ -277,6 +349,26 @@ mod tests {
         assert!(cut.ends_with("more bytes cut]"));
         assert_eq!(bounded("short", 100), "short");
         assert_eq!(bounded("a\u{1b}[31mb", 100), "a [31mb");
+    }
+
+    #[test]
+    fn a_redaction_applies_every_layer_as_it_is_now() {
+        let configured = Redactor::new(["configured-secret"]).shared();
+        let live = Redactor::default().shared();
+        let redaction = Redaction::new(configured).with(live.clone());
+        let text = "configured-secret and live-token-1";
+        assert_eq!(redaction.redact(text), "[redacted] and live-token-1");
+        // A new live token applies at once, without a new `Redaction`.
+        live.store(Arc::new(Redactor::new(["live-token-1"])));
+        assert_eq!(redaction.redact(text), "[redacted] and [redacted]");
+        let mut owned = text.to_owned();
+        assert!(redaction.redact_in_place(&mut owned));
+        assert_eq!(owned, "[redacted] and [redacted]");
+        let mut value = serde_json::json!({"live-token-1": ["configured-secret"]});
+        redaction.redact_json(&mut value);
+        assert_eq!(value, serde_json::json!({"[redacted]": ["[redacted]"]}));
+        assert!(!redaction.is_empty());
+        assert!(Redaction::new(Redactor::default().shared()).is_empty());
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! The gateway's side of an MCP session: its client info, and progress
-//! notifications routed to the call they belong to. Sessions of
+//! notifications routed to the call they belong to, their message redacted
+//! like every other upstream text. Sessions of
 //! `toolgate conformance-client` may also opt in to answering elicitations
 //! (accept, with the schema's defaults); the gateway's own never do.
 
@@ -13,6 +14,8 @@ use rmcp::model::{
 };
 use rmcp::service::{NotificationContext, RequestContext, RoleClient};
 use tokio::sync::mpsc;
+
+use crate::credentials::Redaction;
 
 /// Where progress of one call goes, and progress that arrived before its
 /// call was registered (a server may report progress before the request's
@@ -37,10 +40,12 @@ pub(super) struct GatewayClient {
     /// Accept elicitations with the schema's defaults (and declare the
     /// capability). Off for the gateway's sessions.
     elicitation_defaults: bool,
+    /// Takes credentials and live tokens out of progress messages.
+    redaction: Redaction,
 }
 
 impl GatewayClient {
-    pub(super) fn new() -> Self {
+    pub(super) fn new(redaction: Redaction) -> Self {
         Self {
             info: ClientConfig::new(
                 ClientCapabilities::default(),
@@ -48,6 +53,7 @@ impl GatewayClient {
             ),
             progress: Arc::default(),
             elicitation_defaults: false,
+            redaction,
         }
     }
 
@@ -164,9 +170,12 @@ impl rmcp::ClientHandler for GatewayClient {
 
     async fn on_progress(
         &self,
-        params: ProgressNotificationParam,
+        mut params: ProgressNotificationParam,
         _context: NotificationContext<RoleClient>,
     ) {
+        if let Some(message) = &mut params.message {
+            self.redaction.redact_in_place(message);
+        }
         let mut routes = self.progress.lock().expect("progress lock");
         match routes.sinks.get(&params.progress_token) {
             // A full buffer means the caller is slow: drop, never block the

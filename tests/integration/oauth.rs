@@ -47,14 +47,19 @@ fn start_fixture(script: &str, args: &[&str]) -> (ChildGuard, u16) {
 }
 
 /// The authorization server and the protected MCP server.
-struct Upstream {
+pub(crate) struct Upstream {
     _as: ChildGuard,
     _rs: ChildGuard,
-    as_url: String,
-    mcp_url: String,
+    pub(crate) as_url: String,
+    pub(crate) mcp_url: String,
 }
 
 fn upstream(token_ttl: u32) -> Upstream {
+    upstream_with(token_ttl, &[])
+}
+
+/// [`upstream`], the MCP server started with `rs_args` too.
+pub(crate) fn upstream_with(token_ttl: u32, rs_args: &[&str]) -> Upstream {
     let ttl = token_ttl.to_string();
     let (as_guard, as_port) = start_fixture(
         "oauth_as.py",
@@ -70,8 +75,9 @@ fn upstream(token_ttl: u32) -> Upstream {
         ],
     );
     let as_url = format!("http://127.0.0.1:{as_port}");
-    let (rs_guard, rs_port) =
-        start_fixture("oauth_mcp_server.py", &["--port", "0", "--as-url", &as_url]);
+    let mut args = vec!["--port", "0", "--as-url", &as_url];
+    args.extend_from_slice(rs_args);
+    let (rs_guard, rs_port) = start_fixture("oauth_mcp_server.py", &args);
     Upstream {
         _as: as_guard,
         _rs: rs_guard,
@@ -82,7 +88,7 @@ fn upstream(token_ttl: u32) -> Upstream {
 
 /// A gateway configuration: `docs` per user (authorization code), `svc`
 /// for the tenant itself (client credentials), both on the same server.
-fn config(upstream: &Upstream, state_url: &str, consent_port: u16) -> String {
+pub(crate) fn config(upstream: &Upstream, state_url: &str, consent_port: u16) -> String {
     format!(
         r#"
 state:
@@ -107,7 +113,7 @@ tenants:
     )
 }
 
-fn env() -> [(&'static str, &'static str); 2] {
+pub(crate) fn env() -> [(&'static str, &'static str); 2] {
     [("STATE_KEY", STATE_KEY), ("SVC_SECRET", SVC_SECRET)]
 }
 
@@ -157,7 +163,7 @@ pub(crate) async fn call_settled(
 }
 
 /// The authorization URL of an `UPSTREAM_AUTHORIZATION_REQUIRED` status.
-fn authorization_url(status: &tonic::Status) -> String {
+pub(crate) fn authorization_url(status: &tonic::Status) -> String {
     assert_eq!(status.code(), tonic::Code::FailedPrecondition, "{status:?}");
     let info = status.get_details_error_info().expect("ErrorInfo");
     assert_eq!(info.reason, "UPSTREAM_AUTHORIZATION_REQUIRED");
@@ -170,7 +176,7 @@ fn authorization_url(status: &tonic::Status) -> String {
 /// Plays the browser: opens `url` as `user` at the authorization server and
 /// delivers its redirect to the gateway's consent listener on
 /// `callback_port` (any replica's). Returns the listener's status and page.
-async fn consent(url: &str, user: &str, callback_port: u16) -> (u16, String) {
+pub(crate) async fn consent(url: &str, user: &str, callback_port: u16) -> (u16, String) {
     let http = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()
@@ -203,7 +209,7 @@ pub(crate) fn server<'a>(listing: &'a pb::ListToolsResponse, name: &str) -> &'a 
     listing.servers.iter().find(|s| s.name == name).unwrap()
 }
 
-async fn as_stats(upstream: &Upstream) -> serde_json::Value {
+pub(crate) async fn as_stats(upstream: &Upstream) -> serde_json::Value {
     let text = reqwest::get(format!("{}/admin/stats", upstream.as_url))
         .await
         .unwrap()
