@@ -14,8 +14,8 @@ mod store;
 mod tokens;
 
 pub use redact::{
-    MAX_STATUS_MESSAGE, MAX_UPSTREAM_TEXT, MIN_REDACTED_LEN, REDACTED, Redaction, Redactor,
-    SharedRedactor, bounded,
+    ANCHOR_LEN, MAX_STATUS_MESSAGE, MAX_UPSTREAM_TEXT, MIN_REDACTED_LEN, REDACTED, Redaction,
+    Redactor, SharedRedactor, bounded,
 };
 pub use source::{TokenError, TokenSource};
 pub use store::StateOAuthStore;

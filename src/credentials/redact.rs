@@ -7,11 +7,13 @@
 //! configuration), and for an OAuth server the redactor of the live tokens
 //! its client holds ([`LiveTokens`](super::oauth::LiveTokens)) and that of
 //! the token the session sends now. Each value of [`MIN_REDACTED_LEN`]
-//! characters or more is replaced by [`REDACTED`] (Aho-Corasick,
-//! leftmost-longest, one pass per redactor), then the text is cut to a
-//! documented bound ([`bounded`]).
+//! characters or more is replaced by [`REDACTED`] (one Aho-Corasick pass
+//! per redactor over the values' last [`ANCHOR_LEN`] bytes, each occurrence
+//! widened to the whole value when it is there whole), then the text is cut
+//! to a documented bound ([`bounded`]).
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
 use aho_corasick::{AhoCorasick, AhoCorasickBuilder, MatchKind};
@@ -33,15 +35,30 @@ pub const MAX_UPSTREAM_TEXT: usize = 1024;
 /// Most bytes of a whole status message (upstream text included).
 pub const MAX_STATUS_MESSAGE: usize = 2000;
 
+/// A value is searched for by its last this many bytes (its *anchor*; a
+/// shorter value is its own anchor): the automaton's size is bounded by
+/// the number of values, not their length (a JWT access token is about a
+/// kilobyte). An occurrence of an anchor is replaced with the whole value
+/// before it when the value is there whole, else alone: a text that holds
+/// only the end of a value loses that end too.
+pub const ANCHOR_LEN: usize = 32;
+
 /// Replaces every configured credential value in a text.
 pub struct Redactor {
     /// The values, sorted and without duplicates.
     patterns: Vec<Box<str>>,
-    /// The automaton over `patterns`, built on the first redaction: with
-    /// many tenants it is the largest single cost of applying a
-    /// configuration (10,000 caller tokens: about a tenth of the start),
-    /// and a gateway whose upstreams never fail may never need it.
-    matcher: OnceLock<AhoCorasick>,
+    /// The automaton over the anchors of `patterns`, built on the first
+    /// redaction: with many tenants it is the largest single cost of
+    /// applying a configuration (10,000 caller tokens: about a tenth of the
+    /// start), and a gateway whose upstreams never fail may never need it.
+    matcher: OnceLock<Matcher>,
+}
+
+/// The anchors' automaton, and for each anchor the values that end with
+/// it (indices into `patterns`, the longest first).
+struct Matcher {
+    anchors: AhoCorasick,
+    owners: Vec<Vec<usize>>,
 }
 
 /// The current configuration's redactor, replaced on reload.
@@ -80,16 +97,63 @@ impl Redactor {
     }
 
     /// The automaton, built on first use; `None` when nothing is redacted.
-    fn matcher(&self) -> Option<&AhoCorasick> {
+    fn matcher(&self) -> Option<&Matcher> {
         if self.patterns.is_empty() {
             return None;
         }
         Some(self.matcher.get_or_init(|| {
-            AhoCorasickBuilder::new()
-                .match_kind(MatchKind::LeftmostLongest)
-                .build(self.patterns.iter().map(|p| p.as_bytes()))
-                .expect("literal patterns of bounded count always build")
+            let mut ids: HashMap<&str, usize> = HashMap::new();
+            let mut anchors: Vec<&str> = Vec::new();
+            let mut owners: Vec<Vec<usize>> = Vec::new();
+            for (index, value) in self.patterns.iter().enumerate() {
+                let anchor = anchor_of(value);
+                let id = *ids.entry(anchor).or_insert_with(|| {
+                    anchors.push(anchor);
+                    owners.push(Vec::new());
+                    anchors.len() - 1
+                });
+                owners[id].push(index);
+            }
+            for owned in &mut owners {
+                owned.sort_by_key(|&index| std::cmp::Reverse(self.patterns[index].len()));
+            }
+            let anchors = AhoCorasickBuilder::new()
+                .match_kind(MatchKind::Standard)
+                .build(anchors)
+                .expect("literal patterns of bounded count always build");
+            Matcher { anchors, owners }
         }))
+    }
+
+    /// Where values are in `text`: for each occurrence of an anchor, the
+    /// longest value that ends there whole, else the anchor alone;
+    /// overlapping places merged, in order.
+    fn places(&self, matcher: &Matcher, text: &str) -> Vec<(usize, usize)> {
+        let mut places: Vec<(usize, usize)> = matcher
+            .anchors
+            .find_overlapping_iter(text)
+            .map(|found| {
+                let end = found.end();
+                let start = matcher.owners[found.pattern().as_usize()]
+                    .iter()
+                    .map(|&index| &*self.patterns[index])
+                    .find_map(|value| {
+                        let start = end.checked_sub(value.len())?;
+                        (text.get(start..end) == Some(value)).then_some(start)
+                    })
+                    .unwrap_or(found.start());
+                (start, end)
+            })
+            .collect();
+        places.sort_unstable();
+        let mut merged: Vec<(usize, usize)> = Vec::with_capacity(places.len());
+        for (start, end) in places {
+            match merged.last_mut() {
+                Some((_, last_end)) if start < *last_end => *last_end = (*last_end).max(end),
+                _ => merged.push((start, end)),
+            }
+        }
+        merged
     }
 
     /// The redactor of every credential in `config`: each caller token,
@@ -140,19 +204,22 @@ impl Redactor {
         self.patterns.is_empty()
     }
 
-    /// `text` with every credential value replaced by [`REDACTED`].
+    /// `text` with every credential value replaced by [`REDACTED`]
+    /// (overlapping values as one).
     pub fn redact<'a>(&self, text: &'a str) -> Cow<'a, str> {
-        match self.matcher() {
-            Some(matcher) if matcher.is_match(text) => {
-                let mut redacted = String::with_capacity(text.len());
-                matcher.replace_all_with(text, &mut redacted, |_, _, out| {
-                    out.push_str(REDACTED);
-                    true
-                });
-                Cow::Owned(redacted)
-            }
-            _ => Cow::Borrowed(text),
+        let matcher = match self.matcher() {
+            Some(matcher) if matcher.anchors.is_match(text) => matcher,
+            _ => return Cow::Borrowed(text),
+        };
+        let mut redacted = String::with_capacity(text.len());
+        let mut done = 0;
+        for (start, end) in self.places(matcher, text) {
+            redacted.push_str(&text[done..start]);
+            redacted.push_str(REDACTED);
+            done = end;
         }
+        redacted.push_str(&text[done..]);
+        Cow::Owned(redacted)
     }
 
     /// Redacts `text` in place; returns whether anything was replaced.
@@ -269,6 +336,16 @@ impl Redaction {
     }
 }
 
+/// The last [`ANCHOR_LEN`] bytes of `value` (fewer when that would split
+/// a character), or all of it when shorter.
+fn anchor_of(value: &str) -> &str {
+    let mut start = value.len().saturating_sub(ANCHOR_LEN);
+    while !value.is_char_boundary(start) {
+        start += 1;
+    }
+    &value[start..]
+}
+
 /// `text` cut to at most `max` bytes (on a character boundary), with a note
 /// of how much was cut. Control characters other than newline and tab are
 /// shown escaped, so upstream text cannot forge log lines.
@@ -319,6 +396,44 @@ mod tests {
             redactor.redact(text),
             "header was: [redacted]; key [redacted] and [redacted]"
         );
+    }
+
+    #[test]
+    fn long_values_are_found_by_their_end_and_replaced_whole() {
+        let jwt = format!(
+            "eyJhbGciOiJSUzI1NiJ9.{}.{}",
+            "p".repeat(600),
+            "s1gnature".repeat(8)
+        );
+        let other = format!(
+            "eyJhbGciOiJSUzI1NiJ9.{}.{}",
+            "p".repeat(600),
+            "0ther-sig".repeat(8)
+        );
+        let redactor = Redactor::new([jwt.as_str(), other.as_str(), "short-one"]);
+        // Whole: one marker for the whole value.
+        let text = format!("bad token {jwt}; also {other}!");
+        assert_eq!(
+            redactor.redact(&text),
+            "bad token [redacted]; also [redacted]!"
+        );
+        // Only the end of a value (the start cut off): that end goes.
+        let tail = &jwt[jwt.len() - 40..];
+        let redacted = redactor.redact(tail);
+        assert!(
+            !redacted.contains(&jwt[jwt.len() - ANCHOR_LEN..]),
+            "{redacted}"
+        );
+        assert!(redacted.ends_with(REDACTED));
+        // A short value inside a long one's start, the long one whole: one
+        // place, nothing of either left.
+        let long = format!("xshort-one{}", "z".repeat(40));
+        let redactor = Redactor::new([long.as_str(), "short-one"]);
+        assert_eq!(redactor.redact(&format!("<{long}>")), "<[redacted]>");
+        // Multi-byte characters at the anchor's edge.
+        let accented = format!("{}{}", "é".repeat(20), "a".repeat(3));
+        let redactor = Redactor::new([accented.as_str()]);
+        assert_eq!(redactor.redact(&format!("[{accented}]")), "[[redacted]]");
     }
 
     #[test]
