@@ -62,7 +62,9 @@ async fn an_echoed_live_token_reaches_no_caller_status_or_log() {
     std::fs::write(&config_path, yaml).unwrap();
     let log = dir.path().join("gateway.log");
     let mut environment = env().to_vec();
-    environment.push(("RUST_LOG", "info,toolgate=debug"));
+    // The default filter (rmcp's own INFO lines, which print what a server
+    // sent as it sent it, are off), and toolgate's DEBUG lines.
+    environment.push(("RUST_LOG", "info,rmcp=warn,toolgate=debug"));
     let _gateway = serve_binary(&config_path, &log, &environment);
     wait_for_port(port).await;
     let mut client = client_at(port).await;
@@ -79,6 +81,34 @@ async fn an_echoed_live_token_reaches_no_caller_status_or_log() {
         .unwrap_err();
     for token in &tokens {
         assert!(!status.message().contains(token.as_str()), "{status:?}");
+    }
+
+    // And in a progress message relayed to the caller.
+    let mut request = authed(
+        "acme-token",
+        pb::InvokeToolRequest {
+            name: "svc__leak_progress".to_owned(),
+            arguments_json: "{}".to_owned(),
+            ..Default::default()
+        },
+    );
+    request.set_timeout(Duration::from_secs(20));
+    let mut stream = client
+        .invoke_tool_stream(request)
+        .await
+        .unwrap()
+        .into_inner();
+    let mut messages = Vec::new();
+    while let Some(event) = stream.message().await.unwrap() {
+        if let Some(pb::invoke_tool_event::Event::Progress(progress)) = event.event {
+            messages.push(progress.message);
+        }
+    }
+    // (A notification that lost the race with the result is not relayed;
+    // the handler's own test covers the redaction deterministically.)
+    assert!(messages.len() <= 1, "{messages:?}");
+    for message in &messages {
+        assert_redacted("a progress message", message, &tokens);
     }
 
     // Alice and Bob consent; the server's tools are then listed with
