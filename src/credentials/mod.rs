@@ -1,10 +1,10 @@
 //! Upstream credentials and what keeps them in: OAuth 2.1 clients
 //! ([`oauth`]) and their tokens ([`OAuthTokens`], a [`TokenSource`] for
 //! upstream sessions) kept in the state store ([`StateOAuthStore`]), DPoP
-//! proofs ([`dpop`]); and every configured credential value removed from
-//! upstream text ([`Redactor`]) before that text reaches a caller, a log
-//! line or a span. Knows configuration and the state store, nothing of
-//! sessions or gRPC.
+//! proofs ([`dpop`]); and every configured credential value and every live
+//! OAuth token removed from upstream text ([`Redaction`]) before that text
+//! reaches a caller, a log line or a span. Knows configuration and the
+//! state store, nothing of sessions or gRPC.
 
 pub mod dpop;
 pub mod oauth;
@@ -14,8 +14,8 @@ mod store;
 mod tokens;
 
 pub use redact::{
-    MAX_STATUS_MESSAGE, MAX_UPSTREAM_TEXT, MIN_REDACTED_LEN, REDACTED, Redactor, SharedRedactor,
-    bounded,
+    ANCHOR_LEN, MAX_STATUS_MESSAGE, MAX_UPSTREAM_TEXT, MIN_REDACTED_LEN, REDACTED, Redaction,
+    Redactor, SharedRedactor, bounded,
 };
 pub use source::{TokenError, TokenSource};
 pub use store::StateOAuthStore;

@@ -8,6 +8,7 @@ use std::fmt;
 
 use futures::future::BoxFuture;
 
+use super::SharedRedactor;
 use crate::config::Secret;
 
 /// Why no token could be had.
@@ -47,4 +48,11 @@ pub trait TokenSource: Send + Sync + fmt::Debug {
         refused: &'a Secret,
         challenge: Option<&'a str>,
     ) -> BoxFuture<'a, Result<Secret, TokenError>>;
+
+    /// The redactor of every token the source's client holds now (every
+    /// subject's, for the same server): a session takes them out of what
+    /// its server sends back. `None`: the source holds no other tokens.
+    fn live_tokens(&self) -> Option<SharedRedactor> {
+        None
+    }
 }

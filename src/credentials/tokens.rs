@@ -8,7 +8,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 
 use super::oauth::{OAuthClient, OAuthError};
-use super::{TokenError, TokenSource};
+use super::{SharedRedactor, TokenError, TokenSource};
 use crate::config::Secret;
 use crate::state::TokenKey;
 
@@ -64,6 +64,10 @@ impl TokenSource for OAuthTokens {
                 .await
                 .map_err(|e| self.failed(e))
         })
+    }
+
+    fn live_tokens(&self) -> Option<SharedRedactor> {
+        Some(self.client.live_tokens().redactor())
     }
 }
 

@@ -4,7 +4,9 @@
 //! current one where its transport reads it for every request, asks for a
 //! fresh one before each call, and, when the server refuses it (401, or 403
 //! `insufficient_scope`), asks for a better one once and resends: a refused
-//! request did not run.
+//! request did not run. What the server sends back is redacted of the
+//! session's token ([`Bearer::redaction`]), and of every other token the
+//! source's client holds.
 
 use std::sync::Arc;
 
@@ -12,7 +14,7 @@ use arc_swap::ArcSwapOption;
 
 use super::UpstreamError;
 use crate::config::Secret;
-use crate::credentials::{TokenError, TokenSource};
+use crate::credentials::{Redaction, Redactor, SharedRedactor, TokenError, TokenSource};
 
 impl From<TokenError> for UpstreamError {
     fn from(error: TokenError) -> Self {
@@ -32,6 +34,9 @@ impl From<TokenError> for UpstreamError {
 pub struct Bearer {
     source: Arc<dyn TokenSource>,
     current: Arc<ArcSwapOption<Secret>>,
+    /// The redactor of the current token and the one before it: taken out
+    /// of the session's text even when the source no longer holds them.
+    own: SharedRedactor,
 }
 
 impl Bearer {
@@ -40,7 +45,37 @@ impl Bearer {
         Self {
             source,
             current: Arc::default(),
+            own: Redactor::default().shared(),
         }
+    }
+
+    /// What to take out of the session's text: what `configured` redacts,
+    /// every token the source's client holds, and the session's own.
+    pub(super) fn redaction(&self, configured: &SharedRedactor) -> Redaction {
+        let mut redaction = Redaction::new(configured.clone());
+        if let Some(live) = self.source.live_tokens() {
+            redaction = redaction.with(live);
+        }
+        redaction.with(self.own.clone())
+    }
+
+    /// Makes `token` the one sent; its redactor first, so a text answered
+    /// to the new token is redacted of it.
+    fn set(&self, token: Secret) {
+        let previous = self.current.load_full();
+        if previous
+            .as_deref()
+            .is_some_and(|previous| previous.expose() == token.expose())
+        {
+            return;
+        }
+        let values = [
+            Some(token.expose()),
+            previous.as_deref().map(Secret::expose),
+        ];
+        self.own
+            .store(Arc::new(Redactor::new(values.into_iter().flatten())));
+        self.current.store(Some(Arc::new(token)));
     }
 
     /// Gets the token to send and makes it the transport's.
@@ -49,7 +84,7 @@ impl Bearer {
     /// No token can be had ([`TokenError`]).
     pub(super) async fn refresh(&self) -> Result<(), TokenError> {
         let token = self.source.token().await?;
-        self.current.store(Some(Arc::new(token)));
+        self.set(token);
         Ok(())
     }
 
@@ -62,7 +97,7 @@ impl Bearer {
         let empty = Secret::new("");
         let refused = current.as_deref().unwrap_or(&empty);
         let token = self.source.refused(refused, challenge).await?;
-        self.current.store(Some(Arc::new(token)));
+        self.set(token);
         Ok(())
     }
 
@@ -72,5 +107,57 @@ impl Bearer {
             .load()
             .as_deref()
             .map(|token| token.expose().to_owned())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use futures::future::BoxFuture;
+
+    use super::*;
+
+    /// Hands out `token-0001`, `token-0002`, … and holds no other tokens.
+    #[derive(Debug, Default)]
+    struct Counting(Mutex<u32>);
+
+    impl Counting {
+        fn next(&self) -> Secret {
+            let mut n = self.0.lock().unwrap();
+            *n += 1;
+            Secret::new(format!("token-{n:04}"))
+        }
+    }
+
+    impl TokenSource for Counting {
+        fn token(&self) -> BoxFuture<'_, Result<Secret, TokenError>> {
+            Box::pin(async move { Ok(self.next()) })
+        }
+
+        fn refused<'a>(
+            &'a self,
+            _refused: &'a Secret,
+            _challenge: Option<&'a str>,
+        ) -> BoxFuture<'a, Result<Secret, TokenError>> {
+            Box::pin(async move { Ok(self.next()) })
+        }
+    }
+
+    #[tokio::test]
+    async fn the_session_token_is_redacted_without_a_live_set() {
+        let bearer = Bearer::new(Arc::new(Counting::default()));
+        let redaction = bearer.redaction(&Redactor::default().shared());
+        assert!(redaction.is_empty());
+        bearer.refresh().await.unwrap();
+        assert_eq!(bearer.header().as_deref(), Some("token-0001"));
+        assert_eq!(redaction.redact("got token-0001"), "got [redacted]");
+        bearer.refused(None).await.unwrap();
+        bearer.refresh().await.unwrap();
+        // The current token and the one before it.
+        assert_eq!(
+            redaction.redact("token-0001 token-0002 token-0003"),
+            "token-0001 [redacted] [redacted]"
+        );
     }
 }

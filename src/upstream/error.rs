@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::credentials::Redactor;
+use crate::credentials::Redaction;
 
 /// A failure to start a session or to complete a request on one.
 #[derive(Debug, thiserror::Error)]
@@ -121,11 +121,11 @@ impl UpstreamError {
     /// (a JSON-RPC message, an HTTP error body, a transport error) is
     /// redacted and bounded here, so no later use (status, `ServerStatus`,
     /// log, span) can leak a credential or carry an unbounded text.
-    pub(crate) fn from_service(error: rmcp::ServiceError, redactor: &Redactor) -> Self {
+    pub(crate) fn from_service(error: rmcp::ServiceError, redaction: &Redaction) -> Self {
         use rmcp::ServiceError as E;
         if let Some(challenge) = error.auth_challenge() {
             return UpstreamError::AuthRejected {
-                challenge: Some(redactor.upstream_text(challenge)),
+                challenge: Some(redaction.upstream_text(challenge)),
             };
         }
         match error {
@@ -135,17 +135,17 @@ impl UpstreamError {
             }
             E::McpError(data) => UpstreamError::JsonRpc {
                 code: data.code.0,
-                message: redactor.upstream_text(&data.message),
+                message: redaction.upstream_text(&data.message),
             },
             E::TransportClosed => UpstreamError::Closed,
-            E::TransportSend(e) => from_transport(e.error.as_ref(), redactor),
+            E::TransportSend(e) => from_transport(e.error.as_ref(), redaction),
             E::Timeout { timeout } => UpstreamError::Timeout(timeout),
             E::Cancelled { .. } => UpstreamError::Closed,
             E::UnexpectedResponse => {
                 UpstreamError::Protocol("a response of the wrong type".to_owned())
             }
             E::InputRequiredRoundsExceeded { .. } => UpstreamError::Unsupported("client input"),
-            other => UpstreamError::Protocol(redactor.upstream_text(&other.to_string())),
+            other => UpstreamError::Protocol(redaction.upstream_text(&other.to_string())),
         }
     }
 
@@ -176,27 +176,30 @@ impl UpstreamError {
 
 /// Maps a transport's failure to send a request (and, over HTTP, to read
 /// its answer).
-fn from_transport(error: &(dyn std::error::Error + 'static), redactor: &Redactor) -> UpstreamError {
+fn from_transport(
+    error: &(dyn std::error::Error + 'static),
+    redaction: &Redaction,
+) -> UpstreamError {
     use rmcp::transport::streamable_http_client::StreamableHttpError as H;
     let Some(http) = find::<H<reqwest::Error>>(error) else {
         // stdio: writing to the child failed.
-        return UpstreamError::Transport(redactor.upstream_text(&root_cause(error)));
+        return UpstreamError::Transport(redaction.upstream_text(&root_cause(error)));
     };
     match http {
         H::ResponseBodyTooLarge { max_size } => UpstreamError::TooLarge(*max_size),
-        H::HttpStatus(status) => http_status(status.status, "", redactor),
+        H::HttpStatus(status) => http_status(status.status, "", redaction),
         H::UnexpectedServerResponse(text) => match super::http::split_status(text) {
-            Some((status, body)) => http_status(status, body, redactor),
-            None => UpstreamError::Protocol(redactor.upstream_text(text)),
+            Some((status, body)) => http_status(status, body, redaction),
+            None => UpstreamError::Protocol(redaction.upstream_text(text)),
         },
         H::AuthRequired(_) | H::InsufficientScope(_) => UpstreamError::AuthRejected {
-            challenge: http.auth_challenge().map(|c| redactor.upstream_text(c)),
+            challenge: http.auth_challenge().map(|c| redaction.upstream_text(c)),
         },
         H::SessionExpired => UpstreamError::Unreachable(
             "the server no longer knows the session (HTTP 404)".to_owned(),
         ),
         H::UnexpectedContentType(_) | H::Deserialize(_) => {
-            UpstreamError::Protocol(redactor.upstream_text(&http.to_string()))
+            UpstreamError::Protocol(redaction.upstream_text(&http.to_string()))
         }
         // The connection refused, reset or lost: the session is not usable
         // any more. reqwest's own text (its URL already removed) and the
@@ -208,7 +211,7 @@ fn from_transport(error: &(dyn std::error::Error + 'static), redactor: &Redactor
             } else {
                 format!("{e}: {cause}")
             };
-            let text = redactor.upstream_text(&text);
+            let text = redaction.upstream_text(&text);
             if e.is_connect() {
                 // No connection: the request cannot have been delivered.
                 UpstreamError::Unreachable(text)
@@ -217,18 +220,18 @@ fn from_transport(error: &(dyn std::error::Error + 'static), redactor: &Redactor
             }
         }
         // A broken stream: the session is not usable any more either.
-        _ => UpstreamError::Transport(redactor.upstream_text(&root_cause(error))),
+        _ => UpstreamError::Transport(redaction.upstream_text(&root_cause(error))),
     }
 }
 
 /// An HTTP error status answered to one request; 401/403 are the
 /// credentials refused.
-fn http_status(status: u16, body: &str, redactor: &Redactor) -> UpstreamError {
+fn http_status(status: u16, body: &str, redaction: &Redaction) -> UpstreamError {
     match status {
         401 | 403 => UpstreamError::AuthRejected { challenge: None },
         _ => UpstreamError::HttpStatus {
             status,
-            body: redactor.upstream_text(body.trim()),
+            body: redaction.upstream_text(body.trim()),
         },
     }
 }

@@ -1,5 +1,6 @@
 //! The gateway's side of an MCP session: its client info, and progress
-//! notifications routed to the call they belong to. Sessions of
+//! notifications routed to the call they belong to, their message redacted
+//! like every other upstream text. Sessions of
 //! `toolgate conformance-client` may also opt in to answering elicitations
 //! (accept, with the schema's defaults); the gateway's own never do.
 
@@ -13,6 +14,8 @@ use rmcp::model::{
 };
 use rmcp::service::{NotificationContext, RequestContext, RoleClient};
 use tokio::sync::mpsc;
+
+use crate::credentials::Redaction;
 
 /// Where progress of one call goes, and progress that arrived before its
 /// call was registered (a server may report progress before the request's
@@ -37,10 +40,12 @@ pub(super) struct GatewayClient {
     /// Accept elicitations with the schema's defaults (and declare the
     /// capability). Off for the gateway's sessions.
     elicitation_defaults: bool,
+    /// Takes credentials and live tokens out of progress messages.
+    redaction: Redaction,
 }
 
 impl GatewayClient {
-    pub(super) fn new() -> Self {
+    pub(super) fn new(redaction: Redaction) -> Self {
         Self {
             info: ClientConfig::new(
                 ClientCapabilities::default(),
@@ -48,6 +53,7 @@ impl GatewayClient {
             ),
             progress: Arc::default(),
             elicitation_defaults: false,
+            redaction,
         }
     }
 
@@ -64,6 +70,34 @@ impl GatewayClient {
     pub(super) fn with_initialize_version(mut self, version: ProtocolVersion) -> Self {
         self.info.protocol_version = version;
         self
+    }
+
+    /// Hands a progress notification, its message redacted, to its call,
+    /// or keeps it a while for a call not registered yet.
+    fn route(&self, mut params: ProgressNotificationParam) {
+        if let Some(message) = &mut params.message {
+            self.redaction.redact_in_place(message);
+        }
+        let mut routes = self.progress.lock().expect("progress lock");
+        match routes.sinks.get(&params.progress_token) {
+            // A full buffer means the caller is slow: drop, never block the
+            // session's message loop.
+            Some(sink) => {
+                let _ = sink.try_send(params);
+            }
+            None => {
+                let now = std::time::Instant::now();
+                while routes
+                    .early
+                    .front()
+                    .is_some_and(|(at, _)| now.duration_since(*at) > EARLY_TTL)
+                    || routes.early.len() >= EARLY_MAX
+                {
+                    routes.early.pop_front();
+                }
+                routes.early.push_back((now, params));
+            }
+        }
     }
 
     /// Routes progress with `token` to `sink` until the guard is dropped.
@@ -167,25 +201,35 @@ impl rmcp::ClientHandler for GatewayClient {
         params: ProgressNotificationParam,
         _context: NotificationContext<RoleClient>,
     ) {
-        let mut routes = self.progress.lock().expect("progress lock");
-        match routes.sinks.get(&params.progress_token) {
-            // A full buffer means the caller is slow: drop, never block the
-            // session's message loop.
-            Some(sink) => {
-                let _ = sink.try_send(params);
-            }
-            None => {
-                let now = std::time::Instant::now();
-                while routes
-                    .early
-                    .front()
-                    .is_some_and(|(at, _)| now.duration_since(*at) > EARLY_TTL)
-                    || routes.early.len() >= EARLY_MAX
-                {
-                    routes.early.pop_front();
-                }
-                routes.early.push_back((now, params));
-            }
+        self.route(params);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rmcp::model::NumberOrString;
+
+    use super::*;
+    use crate::credentials::Redactor;
+
+    #[tokio::test]
+    async fn progress_messages_are_redacted_early_or_not() {
+        let secret = Redactor::new(["tok-4f1b2c3d4e5f"]).shared();
+        let client = GatewayClient::new(Redaction::new(secret));
+        let token = ProgressToken(NumberOrString::Number(7));
+        let said = |progress: f64| {
+            ProgressNotificationParam::new(token.clone(), progress)
+                .with_message("sent tok-4f1b2c3d4e5f")
+        };
+        // Before the call is registered, then after.
+        client.route(said(1.0));
+        let (sink, mut received) = mpsc::channel(4);
+        let _tracking = client.track(token.clone(), sink);
+        client.route(said(2.0));
+        for progress in [1.0, 2.0] {
+            let params = received.recv().await.expect("relayed");
+            assert_eq!(params.progress, progress);
+            assert_eq!(params.message.as_deref(), Some("sent [redacted]"));
         }
     }
 }

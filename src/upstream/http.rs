@@ -21,7 +21,7 @@ use rmcp::transport::streamable_http_client::{
 use self::layer::{Attempt, Body, Headers, HttpError, HttpLayer, Layered, Request};
 use super::{Bearer, UpstreamError, error};
 use crate::config::{Secret, TlsTrust};
-use crate::credentials::SharedRedactor;
+use crate::credentials::Redaction;
 
 pub(crate) mod layer;
 
@@ -48,7 +48,7 @@ const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// Builds the transport for `url` with `headers`, checking an HTTPS
 /// server's certificate against `tls` (when set) instead of the system's
-/// roots. Error texts the server sends back are redacted with `redactor`
+/// roots. Error texts the server sends back are redacted with `redaction`
 /// before rmcp sees (or logs) them.
 ///
 /// # Errors
@@ -59,7 +59,7 @@ pub(super) fn transport(
     headers: &[(HeaderName, Secret)],
     tls: Option<&TlsTrust>,
     max_result_bytes: usize,
-    redactor: &SharedRedactor,
+    redaction: &Redaction,
     bearer: Option<Bearer>,
 ) -> Result<StreamableHttpClientTransport<Layered<TraceHeaders>>, UpstreamError> {
     ensure_crypto_provider();
@@ -86,7 +86,7 @@ pub(super) fn transport(
         Some(tls) => trusting_client(tls)?,
     };
     let layer = TraceHeaders {
-        redactor: redactor.clone(),
+        redaction: redaction.clone(),
         bearer,
     };
     Ok(StreamableHttpClientTransport::with_client(
@@ -186,11 +186,11 @@ pub(super) fn split_status(text: &str) -> Option<(u16, &str)> {
 }
 
 /// The layer of a session's HTTP requests: it adds the trace-context
-/// headers of each `tools/call` request, and takes configured credentials
-/// (and the URL) out of the errors it hands to rmcp.
+/// headers of each `tools/call` request, and takes configured credentials,
+/// live tokens (and the URL) out of the errors it hands to rmcp.
 #[derive(Clone, Debug)]
 pub(super) struct TraceHeaders {
-    redactor: SharedRedactor,
+    redaction: Redaction,
     /// The session's OAuth token, sent as `Authorization: Bearer` with
     /// every request (read per request: a refreshed token applies at once).
     bearer: Option<Bearer>,
@@ -214,7 +214,7 @@ impl TraceHeaders {
         match error {
             StreamableHttpError::UnexpectedServerResponse(text) => {
                 StreamableHttpError::UnexpectedServerResponse(Cow::Owned(
-                    self.redactor.load().upstream_text(&text),
+                    self.redaction.upstream_text(&text),
                 ))
             }
             StreamableHttpError::Client(e) => StreamableHttpError::Client(e.without_url()),

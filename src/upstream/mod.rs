@@ -30,7 +30,7 @@ pub(crate) use http::layer as http_layer;
 pub use stdio::Label;
 
 use crate::config::{Environment, Lifecycle, ServerConfig, Transport};
-use crate::credentials::{Redactor, SharedRedactor};
+use crate::credentials::{Redaction, SharedRedactor};
 
 /// How long closing a session may take before it is abandoned. For stdio,
 /// the child's stdin is closed, the leader has 3 s to exit, then its whole
@@ -51,8 +51,9 @@ pub struct Session {
     end: watch::Receiver<End>,
     /// The stdio child's pid (and process group), for log lines.
     pid: Option<u32>,
-    /// Removes configured credentials from what the server sends back.
-    redactor: SharedRedactor,
+    /// Removes configured credentials and live OAuth tokens from what the
+    /// server sends back.
+    redaction: Redaction,
     /// Whether tool results are redacted too (`redact_results`).
     redact_results: bool,
     /// OAuth bearer tokens, when the server takes them.
@@ -128,12 +129,17 @@ pub(crate) async fn connect_with(
     redactor: &SharedRedactor,
     options: SessionOptions,
 ) -> Result<Connected, UpstreamError> {
+    let redaction = match &options.bearer {
+        Some(bearer) => bearer.redaction(redactor),
+        None => Redaction::new(redactor.clone()),
+    };
     let connecting = Connecting {
         server,
         label,
         gateway_env,
         max_result_bytes,
         redactor,
+        redaction,
         options,
     };
     let timeout = server.connect_timeout;
@@ -197,6 +203,9 @@ struct Connecting<'a> {
     gateway_env: &'a dyn Environment,
     max_result_bytes: usize,
     redactor: &'a SharedRedactor,
+    /// `redactor`, and for an OAuth server the live tokens of its client
+    /// and the session's own.
+    redaction: Redaction,
     options: SessionOptions,
 }
 
@@ -227,14 +236,14 @@ impl Connecting<'_> {
         let Self {
             server,
             label,
-            redactor,
+            redaction,
             options: SessionOptions { bearer, .. },
             ..
         } = self;
         let timeout = server.connect_timeout;
         let listed = tokio::time::timeout_at(
             deadline,
-            list_all_tools(service.peer(), server.max_list_pages, redactor),
+            list_all_tools(service.peer(), server.max_list_pages, &redaction),
         )
         .await
         .map_err(|_| UpstreamError::ConnectTimeout(timeout));
@@ -276,7 +285,7 @@ impl Connecting<'_> {
                 cancel,
                 end,
                 pid,
-                redactor: redactor.clone(),
+                redaction,
                 redact_results: server.redact_results,
                 bearer,
             }),
@@ -296,6 +305,7 @@ impl Connecting<'_> {
             gateway_env,
             max_result_bytes,
             redactor,
+            ref redaction,
             ref options,
         } = *self;
         let url = match &server.transport {
@@ -303,7 +313,7 @@ impl Connecting<'_> {
             Transport::Stdio { .. } => None,
         };
         let handshake = |e: rmcp::service::ClientInitializeError| {
-            UpstreamError::Handshake(describe_init_error(&e, url, &redactor.load()))
+            UpstreamError::Handshake(describe_init_error(&e, url, redaction))
         };
         match &server.transport {
             Transport::Stdio { command, cwd, env } => {
@@ -316,7 +326,7 @@ impl Connecting<'_> {
                     max_result_bytes,
                     redactor,
                 )?;
-                match serve(transport, lifecycle, cancel, options).await {
+                match serve(transport, lifecycle, cancel, options, redaction).await {
                     Ok(service) => Ok((service, Some(group))),
                     Err(e) => {
                         // The child of a failed handshake is stopped in the
@@ -334,13 +344,13 @@ impl Connecting<'_> {
                         headers,
                         tls.as_ref(),
                         max_result_bytes,
-                        redactor,
+                        redaction,
                         bearer,
                     )
                 };
                 let Some(bearer) = &options.bearer else {
                     let transport = transport(None)?;
-                    let service = serve(transport, lifecycle, cancel, options)
+                    let service = serve(transport, lifecycle, cancel, options, redaction)
                         .await
                         .map_err(handshake)?;
                     return Ok((service, None));
@@ -351,13 +361,13 @@ impl Connecting<'_> {
                 let mut renewed = false;
                 loop {
                     let transport = transport(Some(bearer.clone()))?;
-                    match serve(transport, lifecycle, cancel, options).await {
+                    match serve(transport, lifecycle, cancel, options, redaction).await {
                         Ok(service) => return Ok((service, None)),
                         Err(e) if e.auth_challenge().is_some() || e.is_authorization_required() => {
                             let challenge = e.auth_challenge().map(str::to_owned);
                             if renewed {
                                 return Err(UpstreamError::AuthRejected {
-                                    challenge: challenge.map(|c| redactor.load().upstream_text(&c)),
+                                    challenge: challenge.map(|c| redaction.upstream_text(&c)),
                                 });
                             }
                             renewed = true;
@@ -371,12 +381,14 @@ impl Connecting<'_> {
     }
 }
 
-/// Runs the MCP lifecycle of `lifecycle` over `transport`.
+/// Runs the MCP lifecycle of `lifecycle` over `transport`; progress
+/// messages the server sends are redacted with `redaction`.
 async fn serve<T, E, A>(
     transport: T,
     lifecycle: Lifecycle,
     cancel: &CancellationToken,
     options: &SessionOptions,
+    redaction: &Redaction,
 ) -> Result<Service, rmcp::service::ClientInitializeError>
 where
     T: rmcp::transport::IntoTransport<RoleClient, E, A>,
@@ -388,7 +400,7 @@ where
         },
         Lifecycle::Initialize | Lifecycle::Auto => rmcp::service::ClientLifecycleMode::Initialize,
     };
-    let mut client = handler::GatewayClient::new();
+    let mut client = handler::GatewayClient::new(redaction.clone());
     if options.elicitation_defaults {
         client = client.with_elicitation_defaults();
     }
@@ -404,12 +416,12 @@ where
 }
 
 /// Describes a handshake failure: the server's text with the configured
-/// URL and every credential taken out, cut to
+/// URL, every credential and every live token taken out, cut to
 /// [`MAX_UPSTREAM_TEXT`](crate::credentials::MAX_UPSTREAM_TEXT).
 fn describe_init_error(
     error: &rmcp::service::ClientInitializeError,
     url: Option<&str>,
-    redactor: &Redactor,
+    redaction: &Redaction,
 ) -> String {
     use rmcp::service::ClientInitializeError as E;
     if error.is_authorization_required() || error.auth_challenge().is_some() {
@@ -427,7 +439,7 @@ fn describe_init_error(
         E::TransportError { error, .. } => format!("transport error: {}", error::root_cause(error)),
         other => other.to_string(),
     };
-    redactor.upstream_text(&redact(&text, url))
+    redaction.upstream_text(&redact(&text, url))
 }
 
 /// Removes the configured URL (which may carry a token in its query) from
@@ -454,7 +466,7 @@ pub(crate) fn truncate(text: &str, max: usize) -> String {
 async fn list_all_tools(
     peer: &Peer<RoleClient>,
     max_pages: u32,
-    redactor: &SharedRedactor,
+    redaction: &Redaction,
 ) -> Result<Vec<Tool>, UpstreamError> {
     let mut tools = Vec::new();
     let mut cursor: Option<String> = None;
@@ -465,7 +477,7 @@ async fn list_all_tools(
             .map(|c| PaginatedRequestParams::default().with_cursor(Some(c)));
         let page = peer.list_tools(params).await.map_err(|e| {
             // Already redacted and bounded by `from_service`.
-            UpstreamError::ListTools(UpstreamError::from_service(e, &redactor.load()).to_string())
+            UpstreamError::ListTools(UpstreamError::from_service(e, redaction).to_string())
         })?;
         tools.extend(page.tools);
         match page.next_cursor {
@@ -603,7 +615,7 @@ impl Session {
         match response {
             ServerResult::CallToolResult(mut result) => {
                 if self.redact_results {
-                    redact_result(&mut result, &self.redactor.load());
+                    redact_result(&mut result, &self.redaction);
                 }
                 Ok(result)
             }
@@ -624,7 +636,7 @@ impl Session {
     /// forgotten) ends the session so the supervisor reconnects it; an HTTP
     /// error status answered to this one request fails only this call.
     fn classify(&self, error: rmcp::ServiceError, sent: bool) -> UpstreamError {
-        match UpstreamError::from_service(error, &self.redactor.load()) {
+        match UpstreamError::from_service(error, &self.redaction) {
             UpstreamError::Closed if sent => UpstreamError::Lost,
             error if error.ends_session() => {
                 tracing::warn!(
@@ -696,18 +708,19 @@ impl Drop for Session {
     }
 }
 
-/// Replaces every configured credential in a tool result: each text block,
+/// Replaces every configured credential and live token in a tool result:
+/// each text block,
 /// the text of embedded resources, the text fields of resource links,
 /// structured content, and every `_meta` (of the blocks and the result).
 /// Binary data (base64) is left alone.
-fn redact_result(result: &mut CallToolResult, redactor: &Redactor) {
-    if redactor.is_empty() {
+fn redact_result(result: &mut CallToolResult, redaction: &Redaction) {
+    if redaction.is_empty() {
         return;
     }
     let redact_meta = |meta: &mut Option<rmcp::model::MetaObject>| {
         if let Some(meta) = meta {
             let mut value = serde_json::Value::Object(std::mem::take(&mut meta.0));
-            redactor.redact_json(&mut value);
+            redaction.redact_json(&mut value);
             if let serde_json::Value::Object(object) = value {
                 meta.0 = object;
             }
@@ -716,7 +729,7 @@ fn redact_result(result: &mut CallToolResult, redactor: &Redactor) {
     for block in &mut result.content {
         match block {
             ContentBlock::Text(text) => {
-                redactor.redact_in_place(&mut text.text);
+                redaction.redact_in_place(&mut text.text);
                 redact_meta(&mut text.meta);
             }
             ContentBlock::Image(image) => redact_meta(&mut image.meta),
@@ -727,25 +740,25 @@ fn redact_result(result: &mut CallToolResult, redactor: &Redactor) {
                     ResourceContents::TextResourceContents {
                         uri, text, meta, ..
                     } => {
-                        redactor.redact_in_place(uri);
-                        redactor.redact_in_place(text);
+                        redaction.redact_in_place(uri);
+                        redaction.redact_in_place(text);
                         redact_meta(meta);
                     }
                     ResourceContents::BlobResourceContents { uri, meta, .. } => {
-                        redactor.redact_in_place(uri);
+                        redaction.redact_in_place(uri);
                         redact_meta(meta);
                     }
                     _ => {}
                 }
             }
             ContentBlock::ResourceLink(link) => {
-                redactor.redact_in_place(&mut link.uri);
-                redactor.redact_in_place(&mut link.name);
+                redaction.redact_in_place(&mut link.uri);
+                redaction.redact_in_place(&mut link.name);
                 for text in [&mut link.title, &mut link.description]
                     .into_iter()
                     .flatten()
                 {
-                    redactor.redact_in_place(text);
+                    redaction.redact_in_place(text);
                 }
                 redact_meta(&mut link.meta);
             }
@@ -753,7 +766,7 @@ fn redact_result(result: &mut CallToolResult, redactor: &Redactor) {
         }
     }
     if let Some(structured) = &mut result.structured_content {
-        redactor.redact_json(structured);
+        redaction.redact_json(structured);
     }
     redact_meta(&mut result.meta);
 }

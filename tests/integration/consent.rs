@@ -197,8 +197,8 @@ async fn browse_to_callback(url: &str, user: &str, consent_port: u16) -> String 
 /// nothing is exchanged anywhere.
 #[tokio::test]
 async fn an_authorization_server_relaying_another_servers_code_gets_nothing() {
-    let honest = upstream_with(3600, &["--no-iss"]);
-    let evil = upstream_with(3600, &["--no-iss"]);
+    let honest = upstream_with(3600, &["--no-iss"], &[]);
+    let evil = upstream_with(3600, &["--no-iss"], &[]);
     let dir = tempfile::tempdir().unwrap();
     let state_url = format!("sqlite://{}/state.db", dir.path().display());
     let audit = dir.path().join("audit.jsonl");

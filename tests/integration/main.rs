@@ -21,6 +21,7 @@ mod lazy;
 mod limits;
 mod oauth;
 mod oauth_oidc;
+mod oauth_redaction;
 mod ops;
 mod policy;
 mod processes;

@@ -55,12 +55,13 @@ pub(crate) struct Upstream {
 }
 
 pub(crate) fn upstream(token_ttl: u32) -> Upstream {
-    upstream_with(token_ttl, &[])
+    upstream_with(token_ttl, &[], &[])
 }
 
 /// [`upstream`] with more options for the authorization server
-/// (oauth_as.py's, e.g. `--no-iss`).
-pub(crate) fn upstream_with(token_ttl: u32, options: &[&str]) -> Upstream {
+/// (oauth_as.py's `as_args`, e.g. `--no-iss`) and the MCP server
+/// (oauth_mcp_server.py's `rs_args`, e.g. `--leak-token`).
+pub(crate) fn upstream_with(token_ttl: u32, as_args: &[&str], rs_args: &[&str]) -> Upstream {
     let ttl = token_ttl.to_string();
     let mut args = vec![
         "--port",
@@ -72,11 +73,12 @@ pub(crate) fn upstream_with(token_ttl: u32, options: &[&str]) -> Upstream {
         "--client-secret",
         SVC_SECRET,
     ];
-    args.extend_from_slice(options);
+    args.extend_from_slice(as_args);
     let (as_guard, as_port) = start_fixture("oauth_as.py", &args);
     let as_url = format!("http://127.0.0.1:{as_port}");
-    let (rs_guard, rs_port) =
-        start_fixture("oauth_mcp_server.py", &["--port", "0", "--as-url", &as_url]);
+    let mut args = vec!["--port", "0", "--as-url", &as_url];
+    args.extend_from_slice(rs_args);
+    let (rs_guard, rs_port) = start_fixture("oauth_mcp_server.py", &args);
     Upstream {
         _as: as_guard,
         _rs: rs_guard,

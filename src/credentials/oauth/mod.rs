@@ -32,6 +32,9 @@
 //!   resolved address of every connection;
 //! - typed errors ([`OAuthError`]) that never carry a token, code, verifier
 //!   or client secret;
+//! - the tokens held ([`LiveTokens`]): every access and refresh token the
+//!   client loads or obtains, bounded per subject and per server, so that
+//!   upstream text is redacted of them;
 //! - what rmcp 3.11 lacks, kept to the missing piece: DPoP (RFC 9449, in
 //!   [`super::dpop`]: a proof key, proofs on token and resource requests,
 //!   nonces) through rmcp's `OAuthHttpClient` seam, and the RFC 7523
@@ -46,7 +49,8 @@
 //! with PKCE and the callback, `client_credentials`, `jwt_bearer`,
 //! `enterprise`); the token's life (`freshness`, `lease`: one renewal per
 //! key, `renewal`: refresh, consent, step-up); `address` (which endpoints
-//! may be called); `dpop_binding` (the DPoP glue); `error`. This file keeps
+//! may be called); `dpop_binding` (the DPoP glue); `live` (the tokens
+//! held, for redaction); `error`. This file keeps
 //! [`OAuthClient`] itself and its token entry point.
 
 use std::fmt;
@@ -69,6 +73,7 @@ mod freshness;
 mod identity;
 mod jwt_bearer;
 mod lease;
+mod live;
 mod renewal;
 mod settings;
 mod store;
@@ -90,6 +95,7 @@ pub use jwt_bearer::JWT_BEARER_GRANT;
 pub(crate) use lease::LocalLeases;
 pub use lease::REFRESH_LEASE_TTL;
 use lease::REFRESH_WAIT;
+pub use live::{LIVE_SUBJECTS, LIVE_TOKENS_PER_SUBJECT, LiveTokens};
 use renewal::StepUps;
 pub use renewal::{DEFAULT_MAX_STEP_UPS, STEP_UP_WINDOW};
 pub use settings::{DEFAULT_CLIENT_NAME, OAuthSettings, WorkloadAssertion};
@@ -101,7 +107,11 @@ pub use store::{MemoryStore, OAuthStore, PENDING_TTL, PendingFlow, RegisteredCli
 #[derive(Debug)]
 pub struct OAuthClient {
     settings: OAuthSettings,
+    /// The store, seen through [`live::Holding`]: every token read or
+    /// written is held in `live`.
     store: Arc<dyn OAuthStore>,
+    /// The tokens held, every subject's, for redaction.
+    live: Arc<LiveTokens>,
     step_ups: Mutex<StepUps>,
     /// How long a task that found the refresh lease taken waits for the
     /// holder's token ([`REFRESH_WAIT`]; shorter in tests).
@@ -145,9 +155,11 @@ impl OAuthClient {
         settings.validate()?;
         ensure_crypto_provider();
         let dpop = dpop_binding::dpop_of(&settings)?;
+        let live = Arc::new(LiveTokens::new());
         Ok(Self {
             settings,
-            store,
+            store: Arc::new(live::Holding::new(store, live.clone())),
+            live,
             step_ups: Mutex::default(),
             refresh_wait: REFRESH_WAIT,
             events: None,
@@ -175,9 +187,16 @@ impl OAuthClient {
         &self.settings
     }
 
-    /// The store.
+    /// The store (every token read or written through it is held in
+    /// [`OAuthClient::live_tokens`]).
     pub fn store(&self) -> &Arc<dyn OAuthStore> {
         &self.store
+    }
+
+    /// The access and refresh tokens this client holds, every subject's:
+    /// what is redacted from its server's text.
+    pub fn live_tokens(&self) -> &Arc<LiveTokens> {
+        &self.live
     }
 
     /// The access token to send for `key` now: the stored one while it has
