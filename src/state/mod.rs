@@ -44,10 +44,10 @@
 
 mod connect;
 mod error;
-mod held;
 mod keyring;
 mod keys;
 mod migrate;
+mod once;
 mod rekey;
 
 pub use connect::{ACQUIRE_TIMEOUT, Backend, DEFAULT_URL};
@@ -62,8 +62,6 @@ use sqlx::Row as _;
 use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::OnceCell;
-
-use keys::{held_aad, pending_aad, state_hash};
 
 /// How many times [`StateStore::put_token`] reads the version and tries to
 /// write the next one before giving up (each failure means another writer
@@ -443,110 +441,6 @@ impl StateStore {
         .await
         .map_err(StateError::from_sqlx)?;
         Ok(done.rows_affected() > 0)
-    }
-
-    // ---- pending authorization flows ------------------------------------
-
-    /// Stores a pending authorization flow (PKCE verifier, subject, server,
-    /// serialized by the caller) under its opaque, random `state`, for `ttl`.
-    /// Only a hash of `state` is stored. Expired flows are purged on the way.
-    ///
-    /// # Errors
-    /// [`StateError::Unavailable`] when the store cannot be reached,
-    /// [`StateError::Database`] when a live flow already has this `state`.
-    pub async fn put_pending(
-        &self,
-        state: &str,
-        value: &[u8],
-        ttl: Duration,
-    ) -> Result<(), StateError> {
-        self.purge_expired().await?;
-        let pool = self.ready().await?;
-        let sealed = self.keys.seal(value, &pending_aad(state));
-        let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
-        sqlx::query(
-            "INSERT INTO toolgate_pending_flows (state_hash, sealed, expires_at_ms) \
-             VALUES ($1, $2, $3)",
-        )
-        .bind(state_hash(state))
-        .bind(sealed)
-        .bind(now_ms().saturating_add(ttl_ms))
-        .execute(pool)
-        .await
-        .map_err(StateError::from_sqlx)?;
-        Ok(())
-    }
-
-    /// Takes the pending flow stored under `state`: returns it and deletes it
-    /// in one statement, so of two callbacks with the same `state` (on any
-    /// replicas) exactly one gets it. An expired flow is deleted and not
-    /// returned.
-    ///
-    /// # Errors
-    /// [`StateError::Unavailable`] when the store cannot be reached,
-    /// [`StateError::Decrypt`] when no configured key opens the value.
-    pub async fn take_pending(&self, state: &str) -> Result<Option<Vec<u8>>, StateError> {
-        let pool = self.ready().await?;
-        let row = sqlx::query(
-            "DELETE FROM toolgate_pending_flows WHERE state_hash = $1 \
-             RETURNING sealed, expires_at_ms",
-        )
-        .bind(state_hash(state))
-        .fetch_optional(pool)
-        .await
-        .map_err(StateError::from_sqlx)?;
-        let Some(row) = row else { return Ok(None) };
-        let expires_at_ms: i64 = get(&row, 1, Record::Pending)?;
-        if expires_at_ms <= now_ms() {
-            return Ok(None);
-        }
-        let sealed: Vec<u8> = get(&row, 0, Record::Pending)?;
-        self.open(&sealed, &pending_aad(state), Record::Pending)
-            .map(Some)
-    }
-
-    /// The pending flow stored under `state`, left in place (a callback
-    /// that fails its checks must not consume the flow of the genuine one).
-    /// An expired flow is not returned. Use [`StateStore::take_pending`] to
-    /// consume it.
-    ///
-    /// # Errors
-    /// [`StateError::Unavailable`] when the store cannot be reached,
-    /// [`StateError::Decrypt`] when no configured key opens the value.
-    pub async fn get_pending(&self, state: &str) -> Result<Option<Vec<u8>>, StateError> {
-        let pool = self.ready().await?;
-        let row = sqlx::query(
-            "SELECT sealed FROM toolgate_pending_flows \
-             WHERE state_hash = $1 AND expires_at_ms > $2",
-        )
-        .bind(state_hash(state))
-        .bind(now_ms())
-        .fetch_optional(pool)
-        .await
-        .map_err(StateError::from_sqlx)?;
-        let Some(row) = row else { return Ok(None) };
-        let sealed: Vec<u8> = get(&row, 0, Record::Pending)?;
-        self.open(&sealed, &pending_aad(state), Record::Pending)
-            .map(Some)
-    }
-
-    /// Deletes every expired pending flow and held consent; returns how
-    /// many.
-    ///
-    /// # Errors
-    /// [`StateError::Unavailable`] when the store cannot be reached.
-    pub async fn purge_expired(&self) -> Result<u64, StateError> {
-        let pool = self.ready().await?;
-        let mut purged = 0;
-        for table in ["toolgate_pending_flows", "toolgate_held_grants"] {
-            let done = sqlx::query(&format!("DELETE FROM {table} WHERE expires_at_ms <= $1"))
-                .bind(now_ms())
-                .execute(pool)
-                .await
-                .map_err(StateError::from_sqlx)?;
-            purged += done.rows_affected();
-        }
-        Ok(purged)
     }
 
     fn open(&self, sealed: &[u8], aad: &[u8], record: Record) -> Result<Vec<u8>, StateError> {
