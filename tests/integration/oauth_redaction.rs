@@ -12,8 +12,8 @@ use toolgate::pb;
 
 use crate::common::*;
 use crate::oauth::{
-    Upstream, as_stats, authorization_url, call, call_settled, config, consent, env, listing,
-    server, upstream_with,
+    Upstream, as_stats, authorization_url, call, call_settled, config, consent_confirmed, env,
+    listing, server, upstream_with,
 };
 
 /// Every token the authorization server issued (access and refresh).
@@ -118,8 +118,7 @@ async fn an_echoed_live_token_reaches_no_caller_status_or_log() {
             .await
             .unwrap_err();
         let url = authorization_url(&status);
-        let (code, page) = consent(&url, user, consent_port).await;
-        assert_eq!(code, 200, "{page}");
+        consent_confirmed(&mut client, &url, user, consent_port).await;
     }
 
     // Carol, who never consented, watches the tenant's tools: she sees why
