@@ -210,10 +210,15 @@ async fn returns_100_mib() {
 #[tokio::test]
 async fn never_answers() {
     let setup = Setup::start("never_answer", "").await;
-    let err = call_with_deadline(&setup.gateway, "bad__echo", Duration::from_millis(800))
+    // The gateway answers its margin (5 %, at most 250 ms) before the
+    // caller's deadline. The test's client runs on the gateway's own
+    // thread: a stall of the process longer than the margin lets the
+    // client's timer win (CANCELLED "Timeout expired"; 800 ms left 40 ms,
+    // too little on a loaded machine). 5 s leaves the largest margin.
+    let err = call_with_deadline(&setup.gateway, "bad__echo", Duration::from_secs(5))
         .await
         .unwrap_err();
-    assert_eq!(err.code(), tonic::Code::DeadlineExceeded);
+    assert_eq!(err.code(), tonic::Code::DeadlineExceeded, "{err:?}");
     assert_eq!(reason(&err), "DEADLINE_EXCEEDED");
     wait_cancelled(&setup).await;
     setup.others_still_work().await;
@@ -367,10 +372,11 @@ async fn floods_stderr() {
 #[tokio::test]
 async fn sends_progress_forever() {
     let setup = Setup::start("progress_forever", "").await;
-    let err = call_with_deadline(&setup.gateway, "bad__echo", Duration::from_secs(1))
+    // 5 s, for the margin (see `never_answers`).
+    let err = call_with_deadline(&setup.gateway, "bad__echo", Duration::from_secs(5))
         .await
         .unwrap_err();
-    assert_eq!(err.code(), tonic::Code::DeadlineExceeded);
+    assert_eq!(err.code(), tonic::Code::DeadlineExceeded, "{err:?}");
     wait_cancelled(&setup).await;
     setup.others_still_work().await;
 }

@@ -19,11 +19,12 @@ fn who_server(name: &str) -> String {
     )
 }
 
-/// A server that takes `seconds` before it starts (so it stays
-/// "connecting" meanwhile).
-fn slow_server(seconds: u32) -> String {
+/// A server that starts once the file `gate` exists (or after 60 s), so
+/// it stays "connecting" until the test opens the gate.
+fn gated_server(gate: &Path) -> String {
     format!(
-        "      - name: slow\n        command: [\"/bin/sh\", \"-c\", \"/bin/sleep {seconds}; exec {} {}\"]\n        connect_timeout: \"60s\"\n",
+        "      - name: slow\n        command: [\"/bin/sh\", \"-c\", \"/usr/bin/timeout 60 /bin/sh -c 'until [ -e {} ]; do /bin/sleep 0.05; done'; exec {} {}\"]\n        connect_timeout: \"90s\"\n",
+        gate.display(),
         python().display(),
         fixture("python/env_server.py").display()
     )
@@ -78,6 +79,12 @@ async fn get_env(
 /// `slow`; a reload to `[b, a, slow, x]` lands meanwhile. Each call must
 /// run on the server its name names (routing by the old generation's
 /// index ran `a` for `b`, and panicked for `x`).
+///
+/// `slow` connects only when the test opens its gate, which it does once
+/// the reload has landed and `b` and `x` are connected (a fixed start-up
+/// delay of `slow` raced the start of `a`, and the reload, on a loaded
+/// machine): the waiting calls then find `b` and `x` whether they wake on
+/// the settled catalog or at the end of their wait.
 #[tokio::test]
 async fn a_reload_that_reorders_and_appends_servers_never_misroutes_a_waiting_call() {
     let dir = tempfile::tempdir().unwrap();
@@ -85,9 +92,11 @@ async fn a_reload_that_reorders_and_appends_servers_never_misroutes_a_waiting_ca
     let metrics_port = free_port();
     let metrics = format!("metrics:\n  listen: \"127.0.0.1:{metrics_port}\"\n");
     let path = dir.path().join("toolgate.yaml");
+    let gate = dir.path().join("gate");
+    let slow = gated_server(&gate);
     std::fs::write(
         &path,
-        config_with(port, &metrics, &(who_server("a") + &slow_server(8))),
+        config_with(port, &metrics, &(who_server("a") + &slow)),
     )
     .unwrap();
     let log_path = dir.path().join("gateway.log");
@@ -106,7 +115,7 @@ async fn a_reload_that_reorders_and_appends_servers_never_misroutes_a_waiting_ca
             break;
         }
         assert!(
-            started.elapsed() < Duration::from_secs(7),
+            started.elapsed() < Duration::from_secs(30),
             "`a` never connected while `slow` was still connecting"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -114,7 +123,8 @@ async fn a_reload_that_reorders_and_appends_servers_never_misroutes_a_waiting_ca
 
     let b_call = tokio::spawn(get_env(client.clone(), "b__get_env"));
     let x_call = tokio::spawn(get_env(client.clone(), "x__get_env"));
-    let a_call = tokio::spawn(get_env(client.clone(), "a__get_env"));
+    let a = get_env(client.clone(), "a__get_env").await;
+    assert_eq!(a.expect("a__get_env is answered"), "a");
     // `b` and `x` are in no catalog yet: both calls wait in the gateway
     // for `slow` (the in-flight gauge counts them) when the reload lands.
     let started = Instant::now();
@@ -127,7 +137,7 @@ async fn a_reload_that_reorders_and_appends_servers_never_misroutes_a_waiting_ca
             break;
         }
         assert!(
-            started.elapsed() < Duration::from_secs(5),
+            started.elapsed() < Duration::from_secs(20),
             "the calls never waited in the gateway: {in_flight} in flight"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -138,17 +148,35 @@ async fn a_reload_that_reorders_and_appends_servers_never_misroutes_a_waiting_ca
         &config_with(
             port,
             &metrics,
-            &(who_server("b") + &who_server("a") + &slow_server(8) + &who_server("x")),
+            &(who_server("b") + &who_server("a") + &slow + &who_server("x")),
         ),
     );
     signal(pid, "HUP");
+    // The reload has landed and `b` and `x` are up (their calls still
+    // wait for `slow`): now `slow` may connect.
+    let started = Instant::now();
+    loop {
+        let listing = quick_list(&mut client).await;
+        let landed = listing.as_ref().is_some_and(|l| {
+            let names: Vec<&str> = l.servers.iter().map(|s| s.name.as_str()).collect();
+            let up = |name: &str| l.servers.iter().any(|s| s.name == name && s.connected);
+            names == ["b", "a", "slow", "x"] && up("b") && up("x")
+        });
+        if landed {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the reload never landed with `b` and `x` up: {listing:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    std::fs::write(&gate, "").unwrap();
 
     let b = b_call.await.unwrap().expect("b__get_env is answered");
     let x = x_call.await.unwrap().expect("x__get_env is answered");
-    let a = a_call.await.unwrap().expect("a__get_env is answered");
     assert_eq!(b, "b", "b__get_env ran on the wrong server");
     assert_eq!(x, "x", "x__get_env ran on the wrong server");
-    assert_eq!(a, "a");
     // The gateway is still there and serves the new catalog.
     assert!(gateway.0.try_wait().unwrap().is_none(), "the gateway died");
     let listing = list(&mut client, "acme-token").await;
