@@ -75,11 +75,7 @@ pub(super) async fn complete_authorization(
             }
             context.audit.flush().await;
             Err(CallError::ConsentNotYours {
-                server: if refused.other_tenant {
-                    String::new()
-                } else {
-                    flow.server.clone()
-                },
+                server: (!refused.other_tenant).then(|| flow.server.clone()),
                 reason: refused.to_string(),
             })
         }

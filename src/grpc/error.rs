@@ -73,8 +73,9 @@ pub enum CallError {
     /// dropped.
     #[error("{reason}")]
     ConsentNotYours {
-        /// The server the consent was for.
-        server: String,
+        /// The server the consent was for; `None` when the flow was another
+        /// tenant's (its server names are not this caller's to learn).
+        server: Option<String>,
         /// What did not match, in words (no subject in it).
         reason: String,
     },

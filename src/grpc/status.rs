@@ -215,12 +215,14 @@ fn metadata(error: &CallError) -> HashMap<String, String> {
             metadata.insert("tool".to_owned(), tool.clone());
             metadata.insert("authorization_url".to_owned(), url.clone());
         }
-        CallError::StateUnavailable { server, .. } | CallError::ConsentNotYours { server, .. }
-            if !server.is_empty() =>
-        {
+        CallError::StateUnavailable { server, .. }
+        | CallError::ConsentNotYours {
+            server: Some(server),
+            ..
+        } => {
             metadata.insert("server".to_owned(), server.clone());
         }
-        CallError::StateUnavailable { .. } | CallError::ConsentNotYours { .. } => {}
+        CallError::ConsentNotYours { server: None, .. } => {}
         CallError::DefinitionNotApproved {
             server,
             tool,

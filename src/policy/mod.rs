@@ -17,6 +17,20 @@
 mod reads;
 mod unlisted;
 mod values;
+
+/// A policy of one-glob rules `(effect, glob, when)`, for the rooms' tests.
+#[cfg(test)]
+pub(crate) fn test_policy(rules: &[(Effect, &str, Option<&str>)]) -> Policy {
+    let specs: Vec<RuleSpec> = rules
+        .iter()
+        .map(|(effect, glob, when)| RuleSpec {
+            effect: *effect,
+            globs: vec![(*glob).to_owned()],
+            when: when.map(str::to_owned),
+        })
+        .collect();
+    Policy::compile("tenants[0].policy", &specs).unwrap()
+}
 pub mod view;
 
 use std::collections::HashMap;

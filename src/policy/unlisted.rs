@@ -100,19 +100,8 @@ fn stand_in(name: &str, server: &str, server_index: usize) -> CatalogTool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::policy::RuleSpec;
 
-    fn policy(rules: &[(Effect, &str, Option<&str>)]) -> Policy {
-        let specs: Vec<RuleSpec> = rules
-            .iter()
-            .map(|(effect, glob, when)| RuleSpec {
-                effect: *effect,
-                globs: vec![(*glob).to_owned()],
-                when: when.map(str::to_owned),
-            })
-            .collect();
-        Policy::compile("tenants[0].policy", &specs).unwrap()
-    }
+    use crate::policy::test_policy as policy;
 
     fn may(policy: &Policy, subject: &str, tools: Unlisted<'_>) -> bool {
         let caller = Caller {

@@ -270,7 +270,7 @@ mod tests {
     use super::*;
     use crate::catalog::{InputState, ServerInput};
     use crate::config::ToolFilter;
-    use crate::policy::{Effect, RuleSpec};
+    use crate::policy::Effect;
 
     fn catalog(names: &[&str]) -> Catalog {
         let tools: Vec<rmcp::model::Tool> = names
@@ -299,17 +299,7 @@ mod tests {
         )
     }
 
-    fn policy(specs: &[(Effect, &str, Option<&str>)]) -> Policy {
-        let specs: Vec<RuleSpec> = specs
-            .iter()
-            .map(|(effect, glob, when)| RuleSpec {
-                effect: *effect,
-                globs: vec![(*glob).to_owned()],
-                when: when.map(str::to_owned),
-            })
-            .collect();
-        Policy::compile("tenants[0].policy", &specs).unwrap()
-    }
+    use crate::policy::test_policy as policy;
 
     #[test]
     fn versions_are_stable_per_view_and_differ_across_views() {

@@ -134,23 +134,13 @@ impl StateStore {
         key: &TokenKey,
     ) -> Result<Option<Versioned<Vec<u8>>>, StateError> {
         let pool = self.ready().await?;
-        let row = sqlx::query(
-            "SELECT version, sealed_with_version FROM toolgate_tokens \
-             WHERE tenant = $1 AND subject = $2 AND server = $3",
-        )
-        .bind(&key.tenant)
-        .bind(&key.subject)
-        .bind(&key.server)
-        .fetch_optional(pool)
-        .await
-        .map_err(StateError::from_sqlx)?;
-        row.map(|row| {
-            let version: i64 = get(&row, 0, Record::Token)?;
-            let sealed: Vec<u8> = get(&row, 1, Record::Token)?;
-            let value = open_token(&self.keys, key, version, &sealed)?;
-            Ok(Versioned { version, value })
-        })
-        .transpose()
+        token_row(pool, key)
+            .await?
+            .map(|(version, sealed)| {
+                let value = open_token(&self.keys, key, version, &sealed)?;
+                Ok(Versioned { version, value })
+            })
+            .transpose()
     }
 
     /// Stores `value` for `key` whatever the row holds now (a first token
@@ -465,6 +455,26 @@ where
 /// migration that re-keys or re-versions rows re-seals with it).
 pub(super) fn seal_token(keys: &KeyRing, key: &TokenKey, version: i64, value: &[u8]) -> Vec<u8> {
     keys.seal(value, &key.aad(version))
+}
+
+/// The version and sealed value of the token row of `key`, read through
+/// `executor` (the pool, or a transaction).
+async fn token_row<'e, E>(executor: E, key: &TokenKey) -> Result<Option<(i64, Vec<u8>)>, StateError>
+where
+    E: sqlx::Executor<'e, Database = sqlx::Any>,
+{
+    let row = sqlx::query(
+        "SELECT version, sealed_with_version FROM toolgate_tokens \
+         WHERE tenant = $1 AND subject = $2 AND server = $3",
+    )
+    .bind(&key.tenant)
+    .bind(&key.subject)
+    .bind(&key.server)
+    .fetch_optional(executor)
+    .await
+    .map_err(StateError::from_sqlx)?;
+    row.map(|row| Ok((get(&row, 0, Record::Token)?, get(&row, 1, Record::Token)?)))
+        .transpose()
 }
 
 /// Opens what [`seal_token`] sealed for row `key` at `version`.

@@ -57,21 +57,9 @@ impl StateStore {
     pub async fn rekey_token(&self, from: &TokenKey, to: &TokenKey) -> Result<Rekeyed, StateError> {
         let pool = self.ready().await?;
         let mut tx = pool.begin().await.map_err(StateError::from_sqlx)?;
-        let row = sqlx::query(
-            "SELECT version, sealed_with_version FROM toolgate_tokens \
-             WHERE tenant = $1 AND subject = $2 AND server = $3",
-        )
-        .bind(&from.tenant)
-        .bind(&from.subject)
-        .bind(&from.server)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(StateError::from_sqlx)?;
-        let Some(row) = row else {
+        let Some((version, sealed)) = super::token_row(&mut *tx, from).await? else {
             return Ok(Rekeyed::Gone);
         };
-        let version: i64 = get(&row, 0, Record::Token)?;
-        let sealed: Vec<u8> = get(&row, 1, Record::Token)?;
         let value = super::open_token(&self.keys, from, version, &sealed)?;
         let deleted = sqlx::query(
             "DELETE FROM toolgate_tokens \

@@ -9,8 +9,8 @@ use toolgate::pb;
 
 use crate::common::*;
 use crate::oauth::{
-    as_stats, audit_events, authorization_url, call, call_settled, config, confirm, consent, env,
-    upstream, upstream_with,
+    Scratch, as_stats, audit_events, audited, authorization_url, call, call_settled, config,
+    confirm, consent, env, upstream, upstream_with,
 };
 
 /// Where globex's application confirms consents.
@@ -31,17 +31,18 @@ fn assert_reason(status: &tonic::Status, code: tonic::Code, reason: &str) {
 #[tokio::test]
 async fn a_link_finished_by_another_user_or_tenant_never_makes_their_account_usable() {
     let upstream = upstream(3600);
-    let dir = tempfile::tempdir().unwrap();
-    let state_url = format!("sqlite://{}/state.db", dir.path().display());
-    let audit = dir.path().join("audit.jsonl");
+    let Scratch {
+        dir: _dir,
+        state_url,
+        audit,
+    } = Scratch::new();
     let consent_port = free_port();
-    let yaml = format!(
-        "audit:\n  path: \"{}\"\n{}",
-        audit.display(),
-        two_tenants(
+    let yaml = audited(
+        &audit,
+        &two_tenants(
             &config(&upstream, &state_url, consent_port),
-            &upstream.mcp_url
-        )
+            &upstream.mcp_url,
+        ),
     );
     let gateway = TestGateway::start(&yaml, &env()).await;
     let mut client = gateway.client().await;
@@ -199,15 +200,19 @@ async fn browse_to_callback(url: &str, user: &str, consent_port: u16) -> String 
 async fn an_authorization_server_relaying_another_servers_code_gets_nothing() {
     let honest = upstream_with(3600, &["--no-iss"], &[]);
     let evil = upstream_with(3600, &["--no-iss"], &[]);
-    let dir = tempfile::tempdir().unwrap();
-    let state_url = format!("sqlite://{}/state.db", dir.path().display());
-    let audit = dir.path().join("audit.jsonl");
+    let Scratch {
+        dir: _dir,
+        state_url,
+        audit,
+    } = Scratch::new();
     let consent_port = free_port();
-    let yaml = format!(
-        "audit:\n  path: \"{}\"\n{}      - name: evil\n        url: \"{}\"\n        oauth: {{ grant: authorization_code }}\n",
-        audit.display(),
-        config(&honest, &state_url, consent_port),
-        evil.mcp_url
+    let yaml = audited(
+        &audit,
+        &format!(
+            "{}      - name: evil\n        url: \"{}\"\n        oauth: {{ grant: authorization_code }}\n",
+            config(&honest, &state_url, consent_port),
+            evil.mcp_url
+        ),
     );
     let gateway = TestGateway::start(&yaml, &env()).await;
     let mut client = gateway.client().await;
@@ -285,8 +290,11 @@ async fn an_authorization_server_relaying_another_servers_code_gets_nothing() {
 #[tokio::test]
 async fn each_tenant_and_server_has_its_own_client_metadata_document() {
     let upstream = upstream(3600);
-    let dir = tempfile::tempdir().unwrap();
-    let state_url = format!("sqlite://{}/state.db", dir.path().display());
+    let Scratch {
+        dir: _dir,
+        state_url,
+        ..
+    } = Scratch::new();
     let consent_port = free_port();
     let yaml = two_tenants(
         &config(&upstream, &state_url, consent_port),

@@ -46,6 +46,30 @@ fn start_fixture(script: &str, args: &[&str]) -> (ChildGuard, u16) {
     (guard, port)
 }
 
+/// A test's own directory, with the SQLite state store and the audit file
+/// in it (destructure it: the directory lives as long as `dir`).
+pub(crate) struct Scratch {
+    pub(crate) dir: tempfile::TempDir,
+    pub(crate) state_url: String,
+    pub(crate) audit: std::path::PathBuf,
+}
+
+impl Scratch {
+    pub(crate) fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        Self {
+            state_url: format!("sqlite://{}/state.db", dir.path().display()),
+            audit: dir.path().join("audit.jsonl"),
+            dir,
+        }
+    }
+}
+
+/// `yaml` with the audit trail written to `audit`.
+pub(crate) fn audited(audit: &std::path::Path, yaml: &str) -> String {
+    format!("audit:\n  path: \"{}\"\n{yaml}", audit.display())
+}
+
 /// The authorization server and the protected MCP server.
 pub(crate) struct Upstream {
     _as: ChildGuard,
@@ -308,8 +332,7 @@ pub(crate) async fn as_stats(upstream: &Upstream) -> serde_json::Value {
 #[tokio::test]
 async fn per_user_consent_isolates_subjects_and_client_credentials_serve_the_tenant() {
     let upstream = upstream(3600);
-    let dir = tempfile::tempdir().unwrap();
-    let state_url = format!("sqlite://{}/state.db", dir.path().display());
+    let Scratch { dir, state_url, .. } = Scratch::new();
     let consent_port = free_port();
     let gateway = TestGateway::start(&config(&upstream, &state_url, consent_port), &env()).await;
     let mut client = gateway.client().await;
@@ -575,11 +598,7 @@ async fn a_consent_after_the_token_row_was_deleted_or_rewritten_is_stored() {
     let audit = dir.path().join("audit.jsonl");
     let public_port = free_port();
     let second_port = free_port();
-    let one_config = format!(
-        "audit:\n  path: \"{}\"\n{}",
-        audit.display(),
-        unconfirmed(&config(&upstream, &url, public_port))
-    );
+    let one_config = audited(&audit, &unconfirmed(&config(&upstream, &url, public_port)));
     let one = TestGateway::start(&one_config, &env()).await;
     let two_config = unconfirmed(&config(&upstream, &url, public_port)).replace(
         &format!("listen: 127.0.0.1:{public_port}"),
@@ -717,11 +736,7 @@ async fn two_callbacks_for_one_state_complete_it_once(state_url: &str) {
     let dir = tempfile::tempdir().unwrap();
     let audit = dir.path().join("audit.jsonl");
     let consent_port = free_port();
-    let yaml = format!(
-        "audit:\n  path: \"{}\"\n{}",
-        audit.display(),
-        config(&upstream, state_url, consent_port)
-    );
+    let yaml = audited(&audit, &config(&upstream, state_url, consent_port));
     let gateway = TestGateway::start(&yaml, &env()).await;
     let mut client = gateway.client().await;
     let http = reqwest::Client::builder()
@@ -804,15 +819,17 @@ async fn two_callbacks_for_one_state_complete_it_once_on_postgres() {
 #[tokio::test]
 async fn forged_callbacks_are_counted_recorded_under_a_rate_and_a_real_consent_still_completes() {
     let upstream = upstream(3600);
-    let dir = tempfile::tempdir().unwrap();
-    let state_url = format!("sqlite://{}/state.db", dir.path().display());
-    let audit = dir.path().join("audit.jsonl");
+    let Scratch {
+        dir: _dir,
+        state_url,
+        audit,
+    } = Scratch::new();
     let consent_port = free_port();
     let metrics_port = free_port();
     let yaml = format!(
-        "metrics:\n  listen: \"127.0.0.1:{metrics_port}\"\naudit:\n  path: \"{}\"\n  required: true\n{}",
-        audit.display(),
-        config(&upstream, &state_url, consent_port)
+        "metrics:\n  listen: \"127.0.0.1:{metrics_port}\"\n{}",
+        audited(&audit, &config(&upstream, &state_url, consent_port))
+            .replace("audit:\n", "audit:\n  required: true\n")
     );
     let gateway = TestGateway::start(&yaml, &env()).await;
     let mut client = gateway.client().await;
@@ -888,14 +905,18 @@ async fn forged_callbacks_are_counted_recorded_under_a_rate_and_a_real_consent_s
 #[tokio::test]
 async fn a_subject_the_policy_denies_every_tool_of_a_per_user_server_gets_no_link() {
     let upstream = upstream(3600);
-    let dir = tempfile::tempdir().unwrap();
-    let state_url = format!("sqlite://{}/state.db", dir.path().display());
-    let audit = dir.path().join("audit.jsonl");
+    let Scratch {
+        dir: _dir,
+        state_url,
+        audit,
+    } = Scratch::new();
     let consent_port = free_port();
-    let yaml = format!(
-        "audit:\n  path: \"{}\"\n{}    policy:\n      - deny: \"docs__*\"\n        when: \"subject == 'mallory'\"\n",
-        audit.display(),
-        config(&upstream, &state_url, consent_port)
+    let yaml = audited(
+        &audit,
+        &format!(
+            "{}    policy:\n      - deny: \"docs__*\"\n        when: \"subject == 'mallory'\"\n",
+            config(&upstream, &state_url, consent_port)
+        ),
     );
     let gateway = TestGateway::start(&yaml, &env()).await;
     let mut client = gateway.client().await;

@@ -17,15 +17,19 @@ use toolgate::state::{KeyRing, StateStore, TokenKey};
 
 use crate::common::*;
 use crate::jwt::{CLUSTER, jwks_doc_text, keys, sa_claims, with};
-use crate::oauth::{STATE_KEY, Upstream, authorization_url, consent, upstream};
+use crate::oauth::{
+    STATE_KEY, Upstream, authorization_url, config as oauth_config, consent, env, unconfirmed,
+    upstream,
+};
 
 /// A second issuer mapped to the same tenant.
 const OTHER: &str = "https://other-cluster.test";
 /// The subject both issuers name.
 const WORKER: &str = "system:serviceaccount:acme:worker";
 
-/// A gateway with `docs` per user (authorization code), static token
-/// `acme-token`, and (with `jwks_file`) two JWT issuers mapped to `acme`.
+/// oauth.rs's gateway (`docs` per user, `svc` the tenant's own, static
+/// token `acme-token`) without consent confirmation, and (with
+/// `jwks_file`) two JWT issuers mapped to `acme`.
 fn config(
     upstream: &Upstream,
     state_url: &str,
@@ -41,27 +45,11 @@ fn config(
         };
         format!("callers:\n  jwt:\n{}{}", issuer(CLUSTER), issuer(OTHER))
     });
+    // The keying of subjects is under test here; consent confirmation in
+    // consent.rs and oauth_oidc.rs.
     format!(
-        r#"
-state:
-  url: "{state_url}"
-  keys: [{{ env: STATE_KEY }}]
-oauth:
-  listen: 127.0.0.1:{consent_port}
-  public_url: http://127.0.0.1:{consent_port}
-  allow_private_addresses: true
-{callers}tenants:
-  - name: acme
-    tokens: [acme-token]
-    # The keying of subjects is under test here; consent confirmation in
-    # consent.rs and oauth_oidc.rs.
-    confirm_consent: false
-    servers:
-      - name: docs
-        url: "{mcp}"
-        oauth: {{ grant: authorization_code }}
-"#,
-        mcp = upstream.mcp_url
+        "{callers}{}",
+        unconfirmed(&oauth_config(upstream, state_url, consent_port))
     )
 }
 
@@ -113,7 +101,7 @@ async fn a_subject_named_by_a_static_token_or_another_issuer_is_not_the_jwt_call
     let state_url = format!("sqlite://{}/state.db", dir.path().display());
     let consent_port = free_port();
     let yaml = config(&upstream, &state_url, consent_port, Some(&file));
-    let gateway = TestGateway::start(&yaml, &[("STATE_KEY", STATE_KEY)]).await;
+    let gateway = TestGateway::start(&yaml, &env()).await;
     let mut client = gateway.client().await;
     let cluster = keys().rsa1.sign(&sa_claims("acme"));
     let other = keys()
@@ -160,13 +148,15 @@ async fn a_subject_named_by_a_static_token_or_another_issuer_is_not_the_jwt_call
     authorization_url(&status);
     gateway.shutdown().await;
 
-    // The rows say who vouched for each subject.
+    // The rows of `docs` say who vouched for each subject (`svc` holds the
+    // tenant's own token).
     let state = StateStore::open_lazy(&state_url, ring()).unwrap();
     let mut subjects: Vec<String> = state
         .token_keys()
         .await
         .unwrap()
         .into_iter()
+        .filter(|k| k.server == "docs")
         .map(|k| k.subject)
         .collect();
     subjects.sort();
@@ -190,7 +180,7 @@ fn migrate_cli(config: &std::path::Path, args: &[&str]) -> (i32, String) {
         .args(["state", "migrate-subjects", "--config"])
         .arg(config)
         .args(args)
-        .env("STATE_KEY", STATE_KEY)
+        .envs(env())
         .output()
         .unwrap();
     (
@@ -212,7 +202,7 @@ async fn tokens_stored_under_a_bare_subject_are_moved_by_migrate_subjects() {
     let yaml = config(&upstream, &state_url, consent_port, None);
     let config_file = dir.path().join("toolgate.yaml");
     std::fs::write(&config_file, &yaml).unwrap();
-    let env = [("STATE_KEY", STATE_KEY)];
+    let env = env();
 
     // Alice consents.
     let gateway = TestGateway::start(&yaml, &env).await;
