@@ -20,7 +20,7 @@ use crate::pb;
 use crate::registry::{Resolved, SessionUnavailable, Tenant, Unresolved};
 use crate::telemetry::metrics::{TenantCalls, ToolCalls};
 use crate::telemetry::trace;
-use crate::upstream::{Session, UpstreamError};
+use crate::upstream::{CallOutcome, CallRequest, Session, UpstreamError};
 use rmcp::model::CallToolResult;
 
 /// Where a call's progress notifications go.
@@ -232,18 +232,20 @@ async fn invoke(
     let (remaining, timeout) = target.timeout(server, context.caller_deadline, context.started)?;
     let upstream_started = Instant::now();
     routing.sent = true;
-    let result = session
-        .call(
-            &tool.upstream_name,
-            arguments,
-            timeout,
-            context.inherited_trace,
-            context.progress,
-        )
-        .await;
+    let mut call = CallRequest::new(tool.upstream_name.clone(), arguments, timeout);
+    call.inherited_trace = context.inherited_trace;
+    call.progress = context.progress;
+    let result = session.call(&call).await;
     tool_series.upstream_finished(upstream_started.elapsed().as_secs_f64());
-    let result = target.answer(result, remaining, server, context.started, routing)?;
-    target.response(result)
+    match target.answer(result, remaining, server, context.started, routing)? {
+        CallOutcome::Complete(result) => target.response(result),
+        CallOutcome::InputRequired(_) => {
+            Err(target.upstream(UpstreamError::Unsupported("client input")))
+        }
+        CallOutcome::Task(_) => {
+            Err(target.upstream(UpstreamError::Unsupported("a long-running task")))
+        }
+    }
 }
 
 /// Refuses a tool name that is empty or too long.
@@ -498,14 +500,14 @@ impl Target<'_> {
 
     /// The upstream's answer, or the status of its failure (and in
     /// `routing`, whether the request had left after all).
-    fn answer(
+    fn answer<T>(
         &self,
-        result: Result<CallToolResult, UpstreamError>,
+        result: Result<T, UpstreamError>,
         remaining: Option<Duration>,
         server: &ServerConfig,
         started: Instant,
         routing: &mut Routing,
-    ) -> Result<CallToolResult, CallError> {
+    ) -> Result<T, CallError> {
         match result {
             Ok(result) => Ok(result),
             Err(UpstreamError::Timeout(_))

@@ -114,6 +114,7 @@ pub fn invoke_response(result: CallToolResult) -> Result<pb::InvokeToolResponse,
         text,
         content,
         structured_content_json,
+        ..Default::default()
     })
 }
 

@@ -165,6 +165,13 @@ pub enum CallError {
         /// Whether the request had been sent upstream.
         sent: bool,
     },
+    /// An `InputResponse` is malformed: unknown or repeated id, no action,
+    /// or content that does not fit its question. Nothing is sent.
+    #[error("invalid input response: {reason}")]
+    InputResponseInvalid {
+        /// What is wrong, naming the response's id.
+        reason: String,
+    },
     /// A ListTools/WatchTools/SearchTools filter is malformed.
     #[error("invalid filter: {0}")]
     InvalidFilter(String),

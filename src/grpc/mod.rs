@@ -12,6 +12,7 @@ pub mod convert;
 pub mod drain;
 pub mod error;
 mod listing;
+mod questions;
 pub mod reply;
 pub mod status;
 mod stream;
@@ -209,6 +210,42 @@ impl server::tool_gateway_server::ToolGateway for Gateway {
             self.clone(),
             request,
         )))
+    }
+
+    type InvokeToolInteractiveStream = EventStream<pb::InvokeToolEvent>;
+
+    async fn invoke_tool_interactive(
+        &self,
+        request: Request<tonic::Streaming<pb::InteractiveRequest>>,
+    ) -> Result<Response<Self::InvokeToolInteractiveStream>, Status> {
+        self.tenant(&request)?;
+        Err(Status::unimplemented(
+            "InvokeToolInteractive is not served yet",
+        ))
+    }
+
+    async fn get_task(
+        &self,
+        request: Request<pb::GetTaskRequest>,
+    ) -> Result<Response<pb::Task>, Status> {
+        self.listing_tenant(&request)?;
+        Err(Status::unimplemented("GetTask is not served yet"))
+    }
+
+    async fn update_task(
+        &self,
+        request: Request<pb::UpdateTaskRequest>,
+    ) -> Result<Response<pb::Task>, Status> {
+        self.listing_tenant(&request)?;
+        Err(Status::unimplemented("UpdateTask is not served yet"))
+    }
+
+    async fn cancel_task(
+        &self,
+        request: Request<pb::CancelTaskRequest>,
+    ) -> Result<Response<pb::Task>, Status> {
+        self.listing_tenant(&request)?;
+        Err(Status::unimplemented("CancelTask is not served yet"))
     }
 
     type WatchToolsStream = EventStream<reply::ListToolsReply>;

@@ -67,6 +67,7 @@ pub fn classify(error: &CallError) -> (Code, &'static str) {
             (in_doubt(*sent, *idempotent), "AUDIT_UNAVAILABLE")
         }
         CallError::InvalidFilter(_) => (Code::InvalidArgument, "INVALID_FILTER"),
+        CallError::InputResponseInvalid { .. } => (Code::InvalidArgument, "INPUT_RESPONSE_INVALID"),
         CallError::PlanOutdated { pin, .. } => (
             Code::FailedPrecondition,
             match pin {
@@ -325,7 +326,8 @@ fn metadata(error: &CallError) -> HashMap<String, String> {
         | CallError::InvalidSubject(_)
         | CallError::ConsentCodeInvalid
         | CallError::ConsentStoreUnavailable(_)
-        | CallError::InvalidFilter(_) => {}
+        | CallError::InvalidFilter(_)
+        | CallError::InputResponseInvalid { .. } => {}
     }
     metadata
 }

@@ -6,6 +6,7 @@ mod bearer;
 mod error;
 mod handler;
 mod http;
+pub mod input;
 mod stdio;
 
 use std::collections::HashSet;
@@ -14,8 +15,8 @@ use std::time::Duration;
 
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam,
-    ClientRequest, ContentBlock, JsonObject, PaginatedRequestParams, ProgressNotificationParam,
-    RequestId, ResourceContents, ServerResult, Tool,
+    ClientRequest, ContentBlock, PaginatedRequestParams, RequestId, ResourceContents, ServerResult,
+    Tool,
 };
 use rmcp::service::PeerRequestOptions;
 use rmcp::service::{Peer, RoleClient, RunningService};
@@ -27,6 +28,10 @@ pub use bearer::Bearer;
 pub use error::UpstreamError;
 pub(crate) use handler::accept_with_defaults;
 pub(crate) use http::layer as http_layer;
+pub use input::{
+    Action, Answer, AnswerError, Asked, CallOutcome, CallRequest, InputKinds, InputSink, Question,
+    QuestionKind, Round,
+};
 pub use stdio::Label;
 
 use crate::config::{Environment, Lifecycle, ServerConfig, Transport};
@@ -493,65 +498,36 @@ async fn list_all_tools(
     Err(UpstreamError::TooManyPages(max_pages))
 }
 
-/// What [`Session::call`] was asked, for each of its requests.
-#[derive(Clone)]
-struct OneCall<'a> {
-    tool: &'a str,
-    arguments: JsonObject,
-    timeout: Duration,
-    inherited_trace: Vec<(String, String)>,
-    progress: Option<tokio::sync::mpsc::Sender<ProgressNotificationParam>>,
-}
-
 impl Session {
-    /// Calls `tool` with `arguments`, waiting at most `timeout`; the trace
-    /// context of the call's span goes upstream (or `inherited_trace`, the
-    /// caller's own, when trace export is off). On timeout
-    /// or when the returned future is dropped (the caller went away), the
-    /// server is sent `notifications/cancelled` for the request.
+    /// Calls `request.tool` with its arguments, waiting at most its
+    /// `timeout`; the trace context of the call's span goes upstream (or
+    /// `inherited_trace`, the caller's own, when trace export is off). On
+    /// timeout or when the returned future is dropped (the caller went
+    /// away), the server is sent `notifications/cancelled` for the request.
     ///
     /// # Errors
     /// The session is closed, the transport fails, the server answers a
     /// JSON-RPC error or something unsupported, or the timeout passes.
-    pub async fn call(
-        &self,
-        tool: &str,
-        arguments: JsonObject,
-        timeout: Duration,
-        inherited_trace: Vec<(String, String)>,
-        progress: Option<tokio::sync::mpsc::Sender<ProgressNotificationParam>>,
-    ) -> Result<CallToolResult, UpstreamError> {
-        let call = OneCall {
-            tool,
-            arguments,
-            timeout,
-            inherited_trace,
-            progress,
-        };
+    pub async fn call(&self, request: &CallRequest) -> Result<CallOutcome, UpstreamError> {
         let Some(bearer) = &self.bearer else {
-            return self.call_once(call).await;
+            return self.call_once(request).await;
         };
         // A fresh token before the call; a refused one (the request did
         // not run) is renewed once and the call resent.
         bearer.refresh().await?;
-        match self.call_once(call.clone()).await {
+        match self.call_once(request).await {
             Err(UpstreamError::AuthRejected { challenge }) => {
                 bearer.refused(challenge.as_deref()).await?;
-                self.call_once(call).await
+                self.call_once(request).await
             }
             other => other,
         }
     }
 
     /// One `tools/call` request with the current credentials.
-    async fn call_once(&self, call: OneCall<'_>) -> Result<CallToolResult, UpstreamError> {
-        let OneCall {
-            tool,
-            arguments,
-            timeout,
-            inherited_trace,
-            progress,
-        } = call;
+    async fn call_once(&self, call: &CallRequest) -> Result<CallOutcome, UpstreamError> {
+        let tool = call.tool.as_str();
+        let timeout = call.timeout;
         if self.is_ended() {
             return Err(UpstreamError::Closed);
         }
@@ -565,12 +541,19 @@ impl Session {
             tenant = %self.label.tenant,
             server = %self.label.server,
         );
-        let mut params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
+        let mut params =
+            CallToolRequestParams::new(tool.to_owned()).with_arguments(call.arguments.clone());
+        if let Some(responses) = &call.input_responses {
+            params = params.with_input_responses(responses.clone());
+        }
+        if let Some(state) = &call.request_state {
+            params = params.with_request_state(state.clone());
+        }
         // The trace context travels in `_meta` for every transport (and
         // is lifted into the `traceparent` header for HTTP servers).
         let mut fields = crate::telemetry::trace::context_fields(&span);
         if fields.is_empty() {
-            fields = inherited_trace;
+            fields.clone_from(&call.inherited_trace);
         }
         if !fields.is_empty() {
             let mut meta = rmcp::model::RequestMetaObject::new();
@@ -593,8 +576,10 @@ impl Session {
                 peer: self.peer.clone(),
                 id: Some(handle.id.clone()),
             };
-            let _tracking =
-                progress.map(|sink| self.client.track(handle.progress_token.clone(), sink));
+            let _tracking = call
+                .progress
+                .clone()
+                .map(|sink| self.client.track(handle.progress_token.clone(), sink));
             let result = tokio::select! {
                 result = tokio::time::timeout(timeout, handle.await_response()) => match result {
                     Ok(result) => result.map_err(|e| self.classify(e, true)),
@@ -617,14 +602,12 @@ impl Session {
                 if self.redact_results {
                     redact_result(&mut result, &self.redaction);
                 }
-                Ok(result)
+                Ok(CallOutcome::Complete(result))
             }
-            ServerResult::InputRequiredResult(_) => Err(UpstreamError::Unsupported("client input")),
-            ServerResult::CreateTaskResult(_) => {
-                Err(UpstreamError::Unsupported("a long-running task"))
-            }
+            ServerResult::InputRequiredResult(asked) => Ok(CallOutcome::InputRequired(asked)),
+            ServerResult::CreateTaskResult(task) => Ok(CallOutcome::Task(task)),
             // A result without content (some servers answer `{}`).
-            ServerResult::EmptyResult(_) => Ok(CallToolResult::default()),
+            ServerResult::EmptyResult(_) => Ok(CallOutcome::Complete(CallToolResult::default())),
             _ => Err(UpstreamError::Protocol(
                 "an unknown kind of tools/call result".to_owned(),
             )),

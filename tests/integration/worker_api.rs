@@ -66,7 +66,7 @@ async fn progress_is_relayed_in_order_then_the_result() {
         .iter()
         .filter_map(|e| match e {
             Event::Progress(p) => Some(p.progress),
-            Event::Result(_) => None,
+            Event::Result(_) | Event::InputRequired(_) => None,
         })
         .collect();
     assert!(progress.len() >= 2, "{events:?}");
@@ -95,7 +95,7 @@ async fn non_increasing_progress_is_dropped() {
         .iter()
         .filter_map(|e| match e {
             Event::Progress(p) => Some((p.progress, p.total)),
-            Event::Result(_) => None,
+            Event::Result(_) | Event::InputRequired(_) => None,
         })
         .collect();
     assert_eq!(
@@ -249,6 +249,7 @@ async fn pinned_plans_are_refused_when_the_ground_moved() {
         arguments_json: r#"{"text":"x"}"#.into(),
         catalog_version: version.into(),
         definition_hash: hash.into(),
+        ..Default::default()
     };
     for req in [
         pinned(&v1.catalog_version, "", "t__echo"),

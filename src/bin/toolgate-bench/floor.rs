@@ -94,6 +94,36 @@ impl toolgate::grpc::server::tool_gateway_server::ToolGateway for Echo {
     ) -> Result<Response<pb::CompleteAuthorizationResponse>, Status> {
         Err(Status::unimplemented("not in the floor"))
     }
+
+    type InvokeToolInteractiveStream = Stream<pb::InvokeToolEvent>;
+
+    async fn invoke_tool_interactive(
+        &self,
+        _request: Request<tonic::Streaming<pb::InteractiveRequest>>,
+    ) -> Result<Response<Self::InvokeToolInteractiveStream>, Status> {
+        Err(Status::unimplemented("not in the floor"))
+    }
+
+    async fn get_task(
+        &self,
+        _request: Request<pb::GetTaskRequest>,
+    ) -> Result<Response<pb::Task>, Status> {
+        Err(Status::unimplemented("not in the floor"))
+    }
+
+    async fn update_task(
+        &self,
+        _request: Request<pb::UpdateTaskRequest>,
+    ) -> Result<Response<pb::Task>, Status> {
+        Err(Status::unimplemented("not in the floor"))
+    }
+
+    async fn cancel_task(
+        &self,
+        _request: Request<pb::CancelTaskRequest>,
+    ) -> Result<Response<pb::Task>, Status> {
+        Err(Status::unimplemented("not in the floor"))
+    }
 }
 
 /// Serves the floor on 127.0.0.1:`port`; ListTools answers the encoded

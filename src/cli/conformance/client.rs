@@ -12,7 +12,7 @@ use rmcp::model::{
 };
 use serde_json::{Value, json};
 
-use crate::upstream::{self, Session};
+use crate::upstream::{self, CallOutcome, CallRequest, Session};
 
 /// Bound on each tool call (the suite gives a whole scenario 20 s by default).
 const CALL_TIMEOUT: Duration = Duration::from_secs(15);
@@ -40,10 +40,19 @@ impl Client<'_> {
         let result = if self.stateless {
             self.call_answering(tool, arguments).await?
         } else {
-            self.session
-                .call(tool, arguments, CALL_TIMEOUT, Vec::new(), None)
+            let request = CallRequest::new(tool, arguments, CALL_TIMEOUT);
+            match self
+                .session
+                .call(&request)
                 .await
                 .with_context(|| format!("tools/call {tool}"))?
+            {
+                CallOutcome::Complete(result) => result,
+                CallOutcome::InputRequired(_) => {
+                    bail!("tools/call {tool}: the server asked for input on a stateful session")
+                }
+                CallOutcome::Task(_) => bail!("tools/call {tool}: unsupported result (a task)"),
+            }
         };
         tracing::info!(
             tool,
