@@ -6,6 +6,7 @@ mod approvals;
 mod audit;
 mod callers;
 mod fields;
+mod input;
 pub mod names;
 mod oauth;
 mod parse;
@@ -28,6 +29,7 @@ pub use callers::{
     DEFAULT_JWKS_MIN_REFRESH_INTERVAL, DEFAULT_JWKS_REFRESH_INTERVAL, DEFAULT_SUBJECT_EXPRESSION,
     JwksSource, JwtIssuer, MAX_CLOCK_SKEW,
 };
+pub use input::{InputConfig, Root};
 pub use oauth::{
     DEFAULT_STATE_URL, Grant, OAuthListener, ServerOAuth, StateConfig, TokenEndpointAuth,
     client_name,
@@ -301,6 +303,10 @@ pub struct ServerConfig {
     /// Which tool definitions are served: any (the default), or only
     /// approved ones.
     pub definitions: Definitions,
+    /// What the server's tools may ask of workers that opt in.
+    pub input: InputConfig,
+    /// The roots toolgate lists to the server (none by default).
+    pub roots: Vec<Root>,
 }
 
 /// An operator's override of one tool's definition, applied before the
@@ -379,6 +385,7 @@ impl ServerConfig {
             .as_bytes(),
         );
         field(format!("definitions{:?}", self.definitions).as_bytes());
+        field(format!("input{:?}roots{:?}", self.input, self.roots).as_bytes());
         if let Some(oauth) = &self.oauth {
             field(
                 format!(

@@ -177,6 +177,8 @@ pub(crate) struct RawServer {
     pub(crate) redact_results: Option<bool>,
     pub(crate) oauth: Option<RawServerOAuth>,
     pub(crate) definitions: Option<super::Definitions>,
+    pub(crate) input: Option<super::input::RawInput>,
+    pub(crate) roots: Option<Vec<super::input::RawRoot>>,
 }
 
 /// An operator's override of one tool's definition.

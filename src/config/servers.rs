@@ -181,6 +181,8 @@ pub(super) fn validate_server(
         server.max_concurrent_calls,
     )
     .or(defaults.max_concurrent_calls);
+    let input = super::input::input(errors, &format!("{path}.input"), server.input);
+    let roots = super::input::roots(errors, &format!("{path}.roots"), server.roots);
     if errors.0.len() != before {
         return None;
     }
@@ -201,6 +203,8 @@ pub(super) fn validate_server(
         redact_results: server.redact_results.unwrap_or(true),
         oauth,
         definitions: server.definitions.unwrap_or_default(),
+        input,
+        roots,
     })
 }
 
