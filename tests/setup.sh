@@ -84,7 +84,7 @@ else
   "$PYTHON" -m venv "$VENV"
   PIP_DISABLE_PIP_VERSION_CHECK=1 "$VENV/bin/pip" install --quiet --no-input -r "$PY_REQ"
   # Fail here, not in a test, when the SDKs do not import.
-  "$VENV/bin/python" -c 'import mcp, grpc, grpc_status, grpc_tools.protoc, google.protobuf, selenium'
+  "$VENV/bin/python" -c 'import mcp, grpc, grpc_status, grpc_tools.protoc, google.protobuf, selenium, fastmcp, fastmcp_tasks, docket'
   printf '%s\n' "$py_hash" >"$VENV_STAMP"
   log "python venv ready"
 fi
