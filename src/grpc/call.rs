@@ -11,7 +11,8 @@ use tracing::Instrument;
 use super::call_audit::{AuditedCall, Progress};
 use super::listing::{self, Viewer};
 use super::{
-    Gateway, LIST_SETTLE_WAIT, caller_timeout, convert, deadline_margin, parse_arguments, status,
+    Gateway, LIST_SETTLE_WAIT, caller_timeout, convert, deadline_margin, parse_arguments,
+    questions, status,
 };
 use crate::catalog::{Catalog, CatalogTool, ServerState, ServerStatus};
 use crate::config::ServerConfig;
@@ -20,11 +21,22 @@ use crate::pb;
 use crate::registry::{Resolved, SessionUnavailable, Tenant, Unresolved};
 use crate::telemetry::metrics::{TenantCalls, ToolCalls};
 use crate::telemetry::trace;
-use crate::upstream::{CallOutcome, CallRequest, Session, UpstreamError};
+use crate::upstream::{CallOutcome, CallRequest, InputKinds, InputSink, Session, UpstreamError};
 use rmcp::model::CallToolResult;
 
 /// Where a call's progress notifications go.
 pub(crate) type ProgressSink = tokio::sync::mpsc::Sender<rmcp::model::ProgressNotificationParam>;
+
+/// Where a call's events go besides its result: progress (InvokeToolStream,
+/// InvokeToolInteractive) and questions for its worker
+/// (InvokeToolInteractive).
+#[derive(Debug, Default)]
+pub(crate) struct Sinks {
+    /// Progress notifications of the server.
+    pub(crate) progress: Option<ProgressSink>,
+    /// Questions of the server, answered by the worker on its stream.
+    pub(crate) asker: Option<InputSink>,
+}
 
 /// Runs one call for the tenant that `request` authenticated as.
 ///
@@ -33,8 +45,9 @@ pub(crate) type ProgressSink = tokio::sync::mpsc::Sender<rmcp::model::ProgressNo
 pub(crate) async fn run_call(
     gateway: &Gateway,
     request: Request<pb::InvokeToolRequest>,
-    progress: Option<ProgressSink>,
+    sinks: Sinks,
 ) -> Result<pb::InvokeToolResponse, Status> {
+    let Sinks { progress, asker } = sinks;
     let (tenant, _busy) = gateway.tenant(&request)?;
     let started = Instant::now();
     let mut audited = AuditedCall::new(
@@ -65,6 +78,7 @@ pub(crate) async fn run_call(
         started,
         inherited_trace,
         progress,
+        asker,
         subject,
         caller,
     };
@@ -158,6 +172,8 @@ struct CallContext {
     started: Instant,
     inherited_trace: Vec<(String, String)>,
     progress: Option<ProgressSink>,
+    /// Where the server's questions go (InvokeToolInteractive).
+    asker: Option<InputSink>,
     /// Whose credential a per-user server uses.
     subject: crate::callers::Subject,
     /// Who is calling: the tenant's policy reads its claims.
@@ -235,6 +251,15 @@ async fn invoke(
     let mut call = CallRequest::new(tool.upstream_name.clone(), arguments, timeout);
     call.inherited_trace = context.inherited_trace;
     call.progress = context.progress;
+    // What the worker answers, within what the server's tools may ask.
+    let allowed = InputKinds {
+        form: server.input.form,
+        url: server.input.url,
+        sampling: server.input.sampling,
+    };
+    call.accepts = questions::accepts(request.accepts_input.as_ref()).and(allowed);
+    call.accepts_task = request.accepts_task && server.input.tasks;
+    call.asker = context.asker;
     let result = session.call(&call).await;
     tool_series.upstream_finished(upstream_started.elapsed().as_secs_f64());
     match target.answer(result, remaining, server, context.started, routing)? {

@@ -195,7 +195,9 @@ impl server::tool_gateway_server::ToolGateway for Gateway {
         &self,
         request: Request<pb::InvokeToolRequest>,
     ) -> Result<Response<pb::InvokeToolResponse>, Status> {
-        call::run_call(self, request, None).await.map(Response::new)
+        call::run_call(self, request, call::Sinks::default())
+            .await
+            .map(Response::new)
     }
 
     type InvokeToolStreamStream = EventStream<pb::InvokeToolEvent>;

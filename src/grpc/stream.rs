@@ -36,7 +36,11 @@ pub(super) fn invoke_with_progress(
     let (out, rx) = mpsc::channel::<Result<pb::InvokeToolEvent, Status>>(16);
     tokio::spawn(async move {
         let (sink, mut progress) = mpsc::channel(PROGRESS_BUFFER);
-        let call = call::run_call(&gateway, request, Some(sink));
+        let sinks = call::Sinks {
+            progress: Some(sink),
+            asker: None,
+        };
+        let call = call::run_call(&gateway, request, sinks);
         tokio::pin!(call);
         let mut last_value = f64::NEG_INFINITY;
         let mut last_sent: Option<Instant> = None;
