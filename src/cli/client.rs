@@ -3,6 +3,10 @@
 //! never from a flag that would land in shell history. Exit codes follow
 //! the gRPC status (`NOT_FOUND` exits 5, `UNAVAILABLE` 14, ...); a tool
 //! that ran and reported failure exits [`EXIT_TOOL_ERROR`].
+//!
+//! A call whose tool asks questions is answered on the terminal or from
+//! `--input FILE` over InvokeToolInteractive ([`super::answerer`]); with
+//! `--task`, a call that becomes a task is followed ([`super::follow`]).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -15,11 +19,29 @@ use tonic::transport::Channel;
 use crate::pb;
 use crate::pb::tool_gateway_client::ToolGatewayClient;
 
+use super::answerer::{Answerer, AskError};
+use super::follow::{Auth, Ended, FollowError, follow, status_name};
+
 /// Exit code of a call whose tool reported failure (`is_error`); outside
 /// the range of gRPC status codes.
 pub const EXIT_TOOL_ERROR: u8 = 17;
-/// Exit code when no token is available or the flags are inconsistent.
+/// Exit code when no token is available or the flags are inconsistent,
+/// and when `--input` does not answer a question the tool asks.
 pub const EXIT_USAGE: u8 = 64;
+/// Exit code of a task that failed (`TASK_STATUS_FAILED`).
+pub const EXIT_TASK_FAILED: u8 = 18;
+/// Exit code of a task that was cancelled (`TASK_STATUS_CANCELLED`); the
+/// number of gRPC `CANCELLED`.
+pub const EXIT_TASK_CANCELLED: u8 = 1;
+/// Exit code after Ctrl-C cancelled a followed task.
+pub const EXIT_INTERRUPTED: u8 = 130;
+/// Rounds of `input_required` answered with a unary retry before giving up.
+const MAX_UNARY_ROUNDS: usize = 10;
+/// The call's deadline when `--timeout` is not given and the call may ask
+/// the person at the terminal (time to read and answer).
+const TERMINAL_TIMEOUT: Duration = Duration::from_secs(600);
+/// The deadline of every other RPC when `--timeout` is not given.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Where the gateway is and who the caller is.
 #[derive(Debug, Args)]
@@ -31,9 +53,10 @@ pub struct Connection {
     /// Without it, the token is read from the TOOLGATE_TOKEN variable.
     #[arg(long)]
     token_file: Option<PathBuf>,
-    /// Deadline of the call.
-    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
-    timeout: Duration,
+    /// Deadline of each RPC (default 30s; 10m for a call that may ask
+    /// questions on the terminal).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    timeout: Option<Duration>,
     /// Print machine-readable JSON instead of text.
     #[arg(long)]
     json: bool,
@@ -64,6 +87,15 @@ pub struct CallArgs {
     /// Save images and audio of the result into this directory.
     #[arg(long)]
     save_images: Option<PathBuf>,
+    /// Answer the tool's questions from this JSON file (a list or map of
+    /// answers; see docs/cli.md) instead of asking on the terminal.
+    #[arg(long)]
+    input: Option<PathBuf>,
+    /// Follow the call as a task when the server makes it one: a progress
+    /// line until it ends, questions answered with UpdateTask, Ctrl-C
+    /// cancels it.
+    #[arg(long)]
+    task: bool,
 }
 
 fn token(connection: &Connection) -> Result<String, String> {
@@ -156,7 +188,7 @@ pub async fn tools(args: ToolsArgs) -> ExitCode {
         name_globs: args.globs.clone(),
         annotations: None,
     };
-    let request = match request(message, &token, c.timeout) {
+    let request = match request(message, &token, c.timeout.unwrap_or(DEFAULT_TIMEOUT)) {
         Ok(r) => r,
         Err(e) => return usage(&e),
     };
@@ -237,32 +269,221 @@ pub async fn tools(args: ToolsArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// `toolgate call`: invokes one tool and prints the result.
+/// Why a call ended without a result to print.
+enum Failure {
+    /// The RPC failed.
+    Status(tonic::Status),
+    /// Something here: the message and the exit code.
+    Local(String, u8),
+}
+
+impl From<tonic::Status> for Failure {
+    fn from(status: tonic::Status) -> Self {
+        Self::Status(status)
+    }
+}
+
+impl From<AskError> for Failure {
+    fn from(e: AskError) -> Self {
+        let code = match e {
+            AskError::File(_) => EXIT_USAGE,
+            AskError::Prompt(_) | AskError::Stopped => 1,
+        };
+        Self::Local(e.to_string(), code)
+    }
+}
+
+/// `toolgate call`: invokes one tool and prints the result. With someone
+/// to answer questions (a terminal, `--input`), over InvokeToolInteractive
+/// with `accepts_input` set; else InvokeTool as before questions existed.
 pub async fn call(args: CallArgs) -> ExitCode {
     let c = &args.connection;
     let token = match token(c) {
         Ok(token) => token,
         Err(e) => return usage(&e),
     };
+    let mut answerer = match Answerer::choose(args.input.as_deref()) {
+        Ok(answerer) => answerer,
+        Err(e) => return usage(&e.to_string()),
+    };
+    let timeout = c.timeout.unwrap_or(match answerer {
+        Some(Answerer::Terminal) => TERMINAL_TIMEOUT,
+        _ => DEFAULT_TIMEOUT,
+    });
+    let auth = match format!("Bearer {token}").parse() {
+        Ok(authorization) => Auth {
+            authorization,
+            timeout,
+        },
+        Err(_) => return usage("the token is not valid in an HTTP header"),
+    };
     let message = pb::InvokeToolRequest {
         name: args.name.clone(),
         arguments_json: args.args_json.clone().unwrap_or_default(),
+        accepts_input: answerer.as_ref().map(Answerer::accepts),
+        accepts_task: args.task,
         ..Default::default()
     };
-    let request = match request(message, &token, c.timeout) {
-        Ok(r) => r,
-        Err(e) => return usage(&e),
-    };
-    let result = match connect(&c.addr).await {
-        Ok(mut client) => client.invoke_tool(request).await,
-        Err(status) => Err(status),
-    };
-    let result = match result {
-        Ok(response) => response.into_inner(),
+    let mut client = match connect(&c.addr).await {
+        Ok(client) => client,
         Err(status) => return fail(&status, c.json),
     };
+    let outcome = invoke(&mut client, &auth, message, answerer.as_mut()).await;
+    let result = match outcome {
+        Ok(result) => result,
+        Err(Failure::Status(status)) => return fail(&status, c.json),
+        Err(Failure::Local(message, code)) => {
+            eprintln!("toolgate: {message}");
+            return ExitCode::from(code);
+        }
+    };
+    let result = match result.task.clone() {
+        Some(task) => match follow(&mut client, &auth, *task, answerer.as_mut()).await {
+            Ok(Ended::Completed(result)) => result,
+            Ok(Ended::Stopped { task, interrupted }) => return stopped(&task, interrupted, c.json),
+            Err(FollowError::Status(status)) => return fail(&status, c.json),
+            Err(FollowError::Ask(e)) => {
+                let Failure::Local(message, code) = Failure::from(e) else {
+                    unreachable!("an AskError is local")
+                };
+                eprintln!("toolgate: {message}");
+                return ExitCode::from(code);
+            }
+            Err(e @ FollowError::Unanswerable { .. }) => return usage(&e.to_string()),
+        },
+        None => result,
+    };
+    print_result(&args, &result)
+}
+
+/// The call, with its questions answered: over InvokeToolInteractive when
+/// someone answers (falling back to InvokeTool on a gateway that does not
+/// serve it), then unary retries while the response asks
+/// (`input_required` with a `request_state`).
+async fn invoke(
+    client: &mut ToolGatewayClient<Channel>,
+    auth: &Auth,
+    message: pb::InvokeToolRequest,
+    mut answerer: Option<&mut Answerer>,
+) -> Result<pb::InvokeToolResponse, Failure> {
+    let mut result = match answerer.as_deref_mut() {
+        Some(answerer) => match interactive(client, auth, message.clone(), answerer).await {
+            Err(Failure::Status(status)) if unserved(&status) => client
+                .invoke_tool(auth.request(message.clone()))
+                .await?
+                .into_inner(),
+            other => other?,
+        },
+        None => client
+            .invoke_tool(auth.request(message.clone()))
+            .await?
+            .into_inner(),
+    };
+    for _ in 0..MAX_UNARY_ROUNDS {
+        let Some(asked) = result.input_required.take() else {
+            return Ok(result);
+        };
+        let Some(answerer) = answerer.as_deref_mut() else {
+            return Err(Failure::Local(
+                "the tool asks questions: run toolgate call on a terminal or pass --input FILE"
+                    .to_owned(),
+                EXIT_USAGE,
+            ));
+        };
+        let retry = pb::InvokeToolRequest {
+            input_responses: answerer.answer(&asked).await?,
+            request_state: asked.request_state,
+            ..message.clone()
+        };
+        result = client.invoke_tool(auth.request(retry)).await?.into_inner();
+    }
+    Err(Failure::Local(
+        format!("the tool asked more than {MAX_UNARY_ROUNDS} rounds of questions"),
+        1,
+    ))
+}
+
+/// UNIMPLEMENTED without a reason: the gateway does not know the method
+/// (an older release), so nothing ran.
+fn unserved(status: &tonic::Status) -> bool {
+    use tonic_types::StatusExt;
+    status.code() == tonic::Code::Unimplemented && status.get_details_error_info().is_none()
+}
+
+/// One call over InvokeToolInteractive: the call, then the answers to each
+/// `input_required` event, until the result.
+async fn interactive(
+    client: &mut ToolGatewayClient<Channel>,
+    auth: &Auth,
+    call: pb::InvokeToolRequest,
+    answerer: &mut Answerer,
+) -> Result<pb::InvokeToolResponse, Failure> {
+    use pb::interactive_request::Message;
+    use pb::invoke_tool_event::Event;
+    let (tx, rx) = tokio::sync::mpsc::channel(8);
+    let first = pb::InteractiveRequest {
+        message: Some(Message::Call(call)),
+    };
+    tx.send(first)
+        .await
+        .map_err(|_| Failure::Local("the call's stream closed".to_owned(), 1))?;
+    let stream = tokio_stream::wrappers::ReceiverStream::new(rx);
+    let mut events = client
+        .invoke_tool_interactive(auth.request(stream))
+        .await?
+        .into_inner();
+    while let Some(event) = events.message().await? {
+        match event.event {
+            Some(Event::InputRequired(asked)) => {
+                for answer in answerer.answer(&asked).await? {
+                    let message = pb::InteractiveRequest {
+                        message: Some(Message::InputResponse(answer)),
+                    };
+                    if tx.send(message).await.is_err() {
+                        break;
+                    }
+                }
+            }
+            Some(Event::Result(result)) => return Ok(result),
+            Some(Event::Progress(_)) | None => {}
+        }
+    }
+    Err(Failure::Status(tonic::Status::unknown(
+        "the gateway ended the call's stream without a result",
+    )))
+}
+
+/// Reports a task that failed or was cancelled.
+fn stopped(task: &pb::Task, interrupted: bool, json: bool) -> ExitCode {
+    let status = status_name(task.status());
+    if json {
+        let value = serde_json::json!({
+            "task": {"task_id": task.task_id, "status": status, "status_message": task.status_message}
+        });
+        println!("{value}");
+    } else if task.status_message.is_empty() {
+        eprintln!("toolgate: task {} {status}", task.task_id);
+    } else {
+        eprintln!(
+            "toolgate: task {} {status}: {}",
+            task.task_id, task.status_message
+        );
+    }
+    if interrupted {
+        ExitCode::from(EXIT_INTERRUPTED)
+    } else if task.status() == pb::TaskStatus::Failed {
+        ExitCode::from(EXIT_TASK_FAILED)
+    } else {
+        ExitCode::from(EXIT_TASK_CANCELLED)
+    }
+}
+
+/// Prints a call's result (saving its media when asked) and turns it into
+/// the exit code.
+fn print_result(args: &CallArgs, result: &pb::InvokeToolResponse) -> ExitCode {
+    let c = &args.connection;
     let saved = match &args.save_images {
-        Some(dir) => match save_media(dir, &args.name, &result) {
+        Some(dir) => match save_media(dir, &args.name, result) {
             Ok(saved) => saved,
             Err(e) => {
                 eprintln!("toolgate: cannot save media into {}: {e}", dir.display());

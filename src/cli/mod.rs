@@ -2,11 +2,15 @@
 //! `tools` and `call` (in [`client`]), and `state migrate-subjects` (in
 //! [`subjects`]).
 
+mod answerer;
+mod answers;
 mod approve;
 pub mod client;
 #[doc(hidden)]
 pub mod conformance;
 pub mod demo;
+mod follow;
+mod prompt;
 pub mod subjects;
 
 use std::path::PathBuf;
