@@ -438,7 +438,7 @@ async fn serve_logs_the_plain_http_warning_at_start_and_on_reload() {
     assert_eq!(status.code(), Some(0));
 }
 
-async fn cli(args: &[&str], token: Option<&str>) -> (i32, String, String) {
+pub(crate) async fn cli(args: &[&str], token: Option<&str>) -> (i32, String, String) {
     let mut command = tokio::process::Command::new(toolgate_bin());
     command
         .args(args)

@@ -10,6 +10,7 @@ mod audit;
 mod auth;
 mod binary;
 mod catalog;
+mod cli_input;
 mod consent;
 mod docs;
 mod fixtures;
