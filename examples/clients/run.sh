@@ -18,6 +18,16 @@
 #     arguments that are not an object (INVALID_ARGUMENT), a wrong token
 #     (UNAUTHENTICATED), a stale catalog pin (FAILED_PRECONDITION, re-listed and
 #     retried) and a call whose server dies under it (UNKNOWN, never retried);
+#   * questions and tasks (python/questions.py, typescript/src/questions.ts): the
+#     same gateway also serves tests/fixtures/python/input_server.py twice, as
+#     a 2025-11-25 server (`ask__`, lifecycle initialize: it sends
+#     elicitation/create mid-call) and as a 2026-07-28 one (`modern__`, lifecycle
+#     discover: it answers input_required), and tests/fixtures/python/tasks_server.py
+#     (`tasks__`, SEP-2663 tasks). Each worker answers the booking form of
+#     book_table with fixed values over InvokeToolInteractive in both eras, and
+#     follows tasks with accepts_task + GetTask: slow_report to completion,
+#     ask_then_finish answered with UpdateTask, slow_report cancelled with
+#     CancelTask;
 #   * per-user OAuth consent (python/consent.py): a second gateway, with a SQLite
 #     state store and a consent listener, in front of an OAuth-protected MCP server
 #     (tests/fixtures/python/oauth_mcp_server.py) and its authorization server
@@ -67,7 +77,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # ---- what the workers need -------------------------------------------------
-if ! { [[ -x "$PY" ]] && "$PY" -c 'import mcp, grpc_tools' 2>/dev/null; }; then
+if ! { [[ -x "$PY" ]] && "$PY" -c 'import mcp, grpc_tools, fastmcp_tasks' 2>/dev/null; }; then
   log "no usable $ROOT/.venv: running tests/setup.sh"
   timeout 600 "$ROOT/tests/setup.sh"
 fi
@@ -75,9 +85,12 @@ log "python: installing examples/clients/python/requirements.txt into .venv, gen
 PIP_DISABLE_PIP_VERSION_CHECK=1 timeout 300 "$PY" -m pip install --quiet --no-input \
   -r "$HERE/python/requirements.txt"
 PYTHON="$PY" timeout 120 "$HERE/python/generate.sh"
-log "python: py_compile and import of worker.py and consent.py"
-"$PY" -m py_compile "$HERE/python/worker.py" "$HERE/python/consent.py"
-(cd "$HERE/python" && "$PY" -c 'import consent, worker') || die "the Python examples do not import"
+log "python: py_compile and import of worker.py, consent.py and questions.py"
+"$PY" -m py_compile "$HERE/python/worker.py" "$HERE/python/consent.py" "$HERE/python/questions.py"
+(cd "$HERE/python" && "$PY" -c 'import consent, questions, worker') || die "the Python examples do not import"
+# questions.py speaks gRPC only: it must not load any MCP library.
+(cd "$HERE/python" && "$PY" -c 'import sys, questions; bad = sorted(m for m in sys.modules if m.split(".")[0] in ("mcp", "fastmcp", "fastmcp_tasks", "rmcp")); sys.exit(f"questions.py imports {bad}" if bad else 0)') \
+  || die "questions.py imports an MCP library"
 log "typescript: npm ci, npm run build"
 (cd "$HERE/typescript" && timeout 300 npm ci --silent --no-audit --no-fund && timeout 120 npm run --silent build)
 
@@ -97,6 +110,15 @@ tenants:
         command: ["$PY", "$ROOT/tests/fixtures/python/env_server.py"]
       - name: crash
         command: ["$PY", "$ROOT/tests/fixtures/python/hostile_server.py", "crash_mid_call"]
+      - name: ask
+        command: ["$PY", "$ROOT/tests/fixtures/python/input_server.py"]
+        lifecycle: initialize
+      - name: modern
+        command: ["$PY", "$ROOT/tests/fixtures/python/input_server.py"]
+        lifecycle: discover
+      - name: tasks
+        command: ["$PY", "$ROOT/tests/fixtures/python/tasks_server.py"]
+        lifecycle: discover
 EOF
 log "starting $BIN on $ADDR"
 "$BIN" serve --config "$TMP/config.yaml" >"$TMP/gateway.log" 2>&1 &
@@ -167,6 +189,38 @@ run_worker_checks() {
 
 run_worker_checks python "$PY" "$HERE/python/worker.py"
 run_worker_checks typescript node "$HERE/typescript/dist/worker.js"
+
+# Questions and tasks: a worker that never speaks MCP answers a form (both
+# protocol eras) and follows tasks.
+run_question_checks() {
+  local lang="$1"
+  shift
+  export TOOLGATE_TOKEN="$TOKEN"
+  local booking='{"party_size": 2, "date": "2026-12-31", "confirm": true}'
+  check "$lang: answers a 2025-11-25 form (elicitation) over InvokeToolInteractive" 0 \
+    '^question [^ ]+ form: Book a table at Chez Rust\?$' '^answer [^ ]+ accept ' \
+    '^text: booked Chez Rust: party_size=2 date=2026-12-31 confirm=true$' \
+    -- "$@" ask --addr "$ADDR" --values "$booking" ask__book_table '{"restaurant": "Chez Rust"}'
+  check "$lang: answers a 2026-07-28 form (input_required) over InvokeToolInteractive" 0 \
+    '^question [^ ]+ form: Book a table at Chez Rust\?$' \
+    '^text: booked Chez Rust: party_size=2 date=2026-12-31 confirm=true$' \
+    -- "$@" ask --addr "$ADDR" --values "$booking" modern__book_table '{"restaurant": "Chez Rust"}'
+  check "$lang: declines a form" 0 \
+    '^answer [^ ]+ decline$' '^text: declined$' \
+    -- "$@" ask --addr "$ADDR" --decline ask__book_table '{"restaurant": "Chez Rust"}'
+  check "$lang: follows a task to completion (accepts_task, GetTask)" 0 \
+    '^task [^ ]+: working' '^task [^ ]+: completed$' '^text: report ready after 0.5 s$' \
+    -- "$@" task --addr "$ADDR" tasks__slow_report '{"seconds": 0.5}'
+  check "$lang: answers a task's question (UpdateTask)" 0 \
+    '^task [^ ]+: input_required' '^question [^ ]+ form: Your answer about tea\?$' '^text: tea: green$' \
+    -- "$@" task --addr "$ADDR" --values '{"answer": "green"}' tasks__ask_then_finish '{"topic": "tea"}'
+  check "$lang: cancels a task (CancelTask)" 14 \
+    '^task [^ ]+: working' '^task [^ ]+ cancelled$' \
+    -- "$@" task --addr "$ADDR" --cancel-after 0.5 tasks__slow_report '{"seconds": 30}'
+}
+
+run_question_checks python "$PY" "$HERE/python/questions.py"
+run_question_checks typescript node "$HERE/typescript/dist/questions.js"
 
 if ! kill -0 "$GATEWAY_PID" 2>/dev/null; then
   FAILED=$((FAILED + 1)); log "the gateway died during the checks"; cat "$TMP/gateway.log" >&2
