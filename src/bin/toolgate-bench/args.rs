@@ -60,6 +60,12 @@ pub(crate) struct Args {
     /// Only the figure of a 20-rule policy and the audit trail together.
     #[arg(long)]
     pub(crate) only_policy_audit: bool,
+    /// Skip the figures of a call that asks one question and of a task.
+    #[arg(long)]
+    pub(crate) skip_input: bool,
+    /// Only the figures of a call that asks one question and of a task.
+    #[arg(long)]
+    pub(crate) only_input: bool,
 }
 
 /// The internal servers the benchmark starts as child processes.
@@ -75,6 +81,9 @@ pub(crate) enum Cmd {
         #[arg(long)]
         tls: Option<PathBuf>,
     },
+    /// (internal) the bare tonic floor server.
+    /// (internal) the asking server (one question, one task), stdio.
+    AskServer,
     /// (internal) the bare tonic floor server.
     EchoServer {
         port: u16,

@@ -10,9 +10,11 @@
 //! See docs/performance.md.
 
 mod args;
+mod ask_server;
 mod floor;
 mod harness;
 mod https;
+mod input;
 mod listing;
 mod measure;
 mod memory;
@@ -50,6 +52,7 @@ async fn main() -> anyhow::Result<()> {
             tools,
             tls: None,
         }) => return upstream::serve_http(*port, *tools).await,
+        Some(Cmd::AskServer) => return ask_server::serve_stdio().await,
         Some(Cmd::EchoServer { port, list_file }) => {
             return floor::serve(*port, list_file.as_deref()).await;
         }
@@ -75,7 +78,7 @@ async fn main() -> anyhow::Result<()> {
     if args.only_http {
         return https::report(&args).await;
     }
-    if args.only_python || args.only_scale || args.only_policy_audit {
+    if args.only_python || args.only_scale || args.only_policy_audit || args.only_input {
         println!("| target | figure | goal | |");
         println!("| --- | --- | --- | --- |");
         return extras(&args, true).await;
@@ -98,7 +101,8 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The Python-client, policy + audit and large-scale figures: those asked
+/// The Python-client, policy + audit, questions and tasks, and large-scale
+/// figures: those asked
 /// for with `--only-*` when `only`, else those not skipped.
 async fn extras(args: &Args, only: bool) -> anyhow::Result<()> {
     if (only && args.only_python) || (!only && !args.skip_python) {
@@ -106,6 +110,9 @@ async fn extras(args: &Args, only: bool) -> anyhow::Result<()> {
     }
     if (only && args.only_policy_audit) || (!only && !args.skip_policy_audit) {
         policy_audit::report(args.rounds, args.sequential, args.duration).await?;
+    }
+    if (only && args.only_input) || (!only && !args.skip_input) {
+        input::report(args.rounds).await?;
     }
     if (only && args.only_scale) || (!only && !args.skip_scale) {
         scale::report(args.scale_duration).await?;
