@@ -68,8 +68,10 @@ pub(crate) struct Args {
     pub(crate) only_input: bool,
 }
 
-/// The internal servers the benchmark starts as child processes.
+/// The internal servers the benchmark starts as child processes (each a
+/// `*-server` subcommand).
 #[derive(Debug, Subcommand)]
+#[allow(clippy::enum_variant_names)]
 pub(crate) enum Cmd {
     /// (internal) the fast MCP server: stdio, or HTTP with --http PORT.
     McpServer {
