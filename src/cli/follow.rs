@@ -134,7 +134,18 @@ pub(super) async fn follow(
         terminal: std::io::stderr().is_terminal(),
         last: String::new(),
     };
-    let ctrl_c = tokio::signal::ctrl_c();
+    // Registered now (not on first poll), so that Ctrl-C after the first
+    // progress line always reaches CancelTask.
+    let mut interrupt =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()).ok();
+    let ctrl_c = async move {
+        match interrupt.as_mut() {
+            Some(signal) => {
+                signal.recv().await;
+            }
+            None => std::future::pending::<()>().await,
+        }
+    };
     tokio::pin!(ctrl_c);
     let interrupted = loop {
         progress.show(&task);
