@@ -249,12 +249,11 @@ pub async fn run_with_reload(
     config.log_warnings();
     let audit = start_audit(&config, env.as_ref(), &metrics);
     let state = open_state(&config)?;
-    let oauth = oauth_context(&config, state.as_ref()).map(|context| {
-        crate::registry::OAuthContext {
+    let oauth =
+        oauth_context(&config, state.as_ref()).map(|context| crate::registry::OAuthContext {
             audit: audit.clone(),
             ..context
-        }
-    });
+        });
     let (registry, stop_approvals) = start_registry(&config, env, &metrics, &oauth)?;
     let stop_consent = start_consent(&config, &oauth, &registry).await?;
     let (config, tenant_count) = without_tenants(config);

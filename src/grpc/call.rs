@@ -300,6 +300,21 @@ async fn invoke(
     };
     let result = session.call(&call).await;
     tool_series.upstream_finished(upstream_started.elapsed().as_secs_f64());
+    if let Err(UpstreamError::MissingCapability { required, .. }) = &result
+        && let Some(kinds) = input_kinds(required)
+    {
+        // The server would have asked, had the call opted in.
+        for kind in &kinds {
+            context
+                .metrics
+                .input_round(&tenant.name, &tool.server, name, kind, "not_accepted");
+        }
+        return Err(CallError::InputNotAccepted {
+            server: tool.server.clone(),
+            tool: name.to_owned(),
+            kinds,
+        });
+    }
     match target.answer(result, remaining, server, context.started, routing)? {
         CallOutcome::Complete(result) => target.response(result),
         CallOutcome::InputRequired(asked) => {
@@ -629,9 +644,8 @@ impl Target<'_> {
         round: &Questions<'_>,
         audited: &AuditedCall,
     ) -> Result<pb::InputRequired, CallError> {
-        let kinds_of = |ids: &[input_state::AskedId]| {
-            ids.iter().map(|a| a.kind.as_str()).collect::<Vec<_>>()
-        };
+        let kinds_of =
+            |ids: &[input_state::AskedId]| ids.iter().map(|a| a.kind.as_str()).collect::<Vec<_>>();
         let questions = input_state::round(
             asked,
             round.accepts,
@@ -901,7 +915,10 @@ fn open_retry(
     let invalid = |reason: &str| CallError::InputResponseInvalid {
         reason: reason.to_owned(),
     };
-    match (request.request_state.is_empty(), request.input_responses.is_empty()) {
+    match (
+        request.request_state.is_empty(),
+        request.input_responses.is_empty(),
+    ) {
         (true, true) => return Ok(None),
         (true, false) => {
             return Err(invalid(
@@ -971,4 +988,20 @@ fn definition_changed(tool: &CatalogTool, viewer: &Viewer<'_>, catalog: &Catalog
         current_version: viewer.version(catalog).into_owned(),
         current_hash: tool.definition_hash.clone(),
     }
+}
+
+/// The kinds of question `required` names (a `-32021` refusal), when it
+/// names only kinds a worker can opt in to (roots: when none are
+/// configured, a call cannot provide them either).
+fn input_kinds(required: &[String]) -> Option<Vec<&'static str>> {
+    required
+        .iter()
+        .map(|name| match name.as_str() {
+            "form" => Some("form"),
+            "url" => Some("url"),
+            "sampling" => Some("sampling"),
+            "roots" => Some("roots"),
+            _ => None,
+        })
+        .collect()
 }

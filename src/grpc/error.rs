@@ -197,7 +197,9 @@ pub enum CallError {
     },
     /// The call took more rounds of questions than its server's
     /// `input.max_rounds` allows.
-    #[error("tool `{tool}` on server `{server}` asked more than {limit} rounds of questions (servers[].input.max_rounds)")]
+    #[error(
+        "tool `{tool}` on server `{server}` asked more than {limit} rounds of questions (servers[].input.max_rounds)"
+    )]
     InputRoundsExceeded {
         /// The server.
         server: String,

@@ -183,7 +183,11 @@ fn canonical(value: &serde_json::Value, out: &mut Vec<u8>) {
                 if i > 0 {
                     out.push(b',');
                 }
-                out.extend_from_slice(serde_json::Value::String(key.clone()).to_string().as_bytes());
+                out.extend_from_slice(
+                    serde_json::Value::String(key.clone())
+                        .to_string()
+                        .as_bytes(),
+                );
                 out.push(b':');
                 canonical(&map[key], out);
             }
@@ -273,7 +277,9 @@ pub(crate) fn round(
                 kind
             }
             (_, None) => {
-                return Err(protocol("an input request of a kind toolgate does not know".into()));
+                return Err(protocol(
+                    "an input request of a kind toolgate does not know".into(),
+                ));
             }
         };
         ids.push(AskedId { id, kind });
@@ -356,7 +362,11 @@ pub(crate) fn open(
     };
     let bytes = text
         .strip_prefix(PREFIX)
-        .and_then(|b| base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(b).ok())
+        .and_then(|b| {
+            base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(b)
+                .ok()
+        })
         .ok_or_else(invalid)?;
     let plain = keys.open(&bytes, &aad()).map_err(|e| match e {
         OpenError::UnknownKey { .. } => refuse(
@@ -489,9 +499,7 @@ mod tests {
             upstream_tool: "book_table".into(),
             exposed_name: "py__book_table".into(),
             definition_hash: "h1".into(),
-            args_sha256: arguments_digest(
-                json!({"restaurant": "Chez Rust"}).as_object().unwrap(),
-            ),
+            args_sha256: arguments_digest(json!({"restaurant": "Chez Rust"}).as_object().unwrap()),
         }
     }
 

@@ -69,9 +69,7 @@ pub fn classify(error: &CallError) -> (Code, &'static str) {
         CallError::InvalidFilter(_) => (Code::InvalidArgument, "INVALID_FILTER"),
         CallError::InputResponseInvalid { .. } => (Code::InvalidArgument, "INPUT_RESPONSE_INVALID"),
         CallError::InputNotAccepted { .. } => (Code::FailedPrecondition, "INPUT_NOT_ACCEPTED"),
-        CallError::InputRoundsExceeded { .. } => {
-            (Code::ResourceExhausted, "INPUT_ROUNDS_EXCEEDED")
-        }
+        CallError::InputRoundsExceeded { .. } => (Code::ResourceExhausted, "INPUT_ROUNDS_EXCEEDED"),
         CallError::RequestStateRefused { refusal, .. } => {
             use crate::grpc::error::StateRefusal;
             match refusal {
@@ -173,6 +171,10 @@ fn classify_upstream(error: &UpstreamError, idempotent: bool) -> (Code, &'static
         UpstreamError::Timeout(_) => (Code::DeadlineExceeded, "UPSTREAM_TIMEOUT"),
         UpstreamError::Protocol(_) => (Code::Internal, "UPSTREAM_PROTOCOL_ERROR"),
         UpstreamError::Unsupported(_) => (Code::Unimplemented, "UPSTREAM_UNSUPPORTED"),
+        // Capabilities the worker can give are INPUT_NOT_ACCEPTED (see
+        // `call.rs`); any other (an extension toolgate does not declare)
+        // is the server's own error, as before.
+        UpstreamError::MissingCapability { .. } => (Code::Unknown, "UPSTREAM_ERROR"),
         UpstreamError::JsonRpc { code, .. } => match *code {
             jsonrpc::INVALID_PARAMS => (Code::InvalidArgument, "UPSTREAM_INVALID_PARAMS"),
             jsonrpc::METHOD_NOT_FOUND => (Code::Unimplemented, "UPSTREAM_METHOD_NOT_FOUND"),
@@ -303,6 +305,13 @@ fn metadata(error: &CallError) -> HashMap<String, String> {
             metadata.insert("tool".to_owned(), tool.clone());
             if let UpstreamError::JsonRpc { code, .. } = error {
                 metadata.insert("jsonrpc_code".to_owned(), code.to_string());
+            }
+            if let UpstreamError::MissingCapability { required, .. } = error {
+                metadata.insert(
+                    "jsonrpc_code".to_owned(),
+                    crate::upstream::MISSING_REQUIRED_CLIENT_CAPABILITY.to_string(),
+                );
+                metadata.insert("required_capabilities".to_owned(), required.join(","));
             }
             if let UpstreamError::TooLarge(max) = error {
                 metadata.insert("limit".to_owned(), "limits.max_result_bytes".to_owned());

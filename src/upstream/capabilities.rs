@@ -73,7 +73,10 @@ mod tests {
     #[test]
     fn a_call_that_opted_in_to_nothing_adds_nothing() {
         let plain = ClientCapabilities::default();
-        assert_eq!(capabilities_meta(&call(InputKinds::default()), &plain), None);
+        assert_eq!(
+            capabilities_meta(&call(InputKinds::default()), &plain),
+            None
+        );
     }
 
     #[test]

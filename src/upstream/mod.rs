@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 pub use bearer::Bearer;
-pub use error::UpstreamError;
+pub use error::{MISSING_REQUIRED_CLIENT_CAPABILITY, UpstreamError};
 pub(crate) use handler::accept_with_defaults;
 pub(crate) use http::layer as http_layer;
 pub use input::{
