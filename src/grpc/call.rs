@@ -286,6 +286,7 @@ async fn invoke(
             audited
                 .input_answered(
                     &retry.answers,
+                    (&binding.server, &binding.definition_hash),
                     retry.state.round,
                     |id| retry.state.kind_of(id).map(input_state::Kind::as_str),
                     || tenant.redactor(),
@@ -683,7 +684,12 @@ impl Target<'_> {
         for kind in kinds_of(&questions.ids) {
             round.count(kind, "asked");
         }
-        audited.input_asked(&questions.asked, round.number);
+        let b = round.binding;
+        audited.input_asked(
+            &questions.asked,
+            (&b.server, &b.definition_hash),
+            round.number,
+        );
         Ok(questions::input_required(&questions.asked, state))
     }
 

@@ -138,10 +138,19 @@ impl AuditedCall {
         }
     }
 
-    /// An `input` record of this call (`event`), from what is known of the
-    /// call now; `None` when the trail is disabled.
-    fn input_record(&self, event: &str, round: u32, items: Vec<InputItem>) -> Option<Record> {
+    /// An `input` record of this call (`event`) to `tool` (its server and
+    /// definition hash), from what is known of the call now; `None` when
+    /// the trail is disabled.
+    fn input_record(
+        &self,
+        event: &str,
+        tool: (&str, &str),
+        round: u32,
+        items: Vec<InputItem>,
+    ) -> Option<Record> {
         let mut record = self.record.as_ref()?.clone();
+        record.server = Some(tool.0.to_owned());
+        record.definition_hash = Some(tool.1.to_owned());
         record.time = crate::audit::now();
         record.kind = RecordKind::Input;
         record.outcome = Outcome::Ok;
@@ -155,7 +164,12 @@ impl AuditedCall {
     /// Records a round of questions handed to the worker (queued: the
     /// call's own record, written before the response leaves, says the
     /// call ended with questions).
-    pub(super) fn input_asked(&self, asked: &[crate::upstream::Asked], round: u32) {
+    pub(super) fn input_asked(
+        &self,
+        asked: &[crate::upstream::Asked],
+        tool: (&str, &str),
+        round: u32,
+    ) {
         let items = asked
             .iter()
             .map(|a| InputItem {
@@ -165,7 +179,7 @@ impl AuditedCall {
                 content: None,
             })
             .collect();
-        if let Some(record) = self.input_record("input_asked", round, items) {
+        if let Some(record) = self.input_record("input_asked", tool, round, items) {
             self.audit.enqueue(record);
         }
     }
@@ -180,6 +194,7 @@ impl AuditedCall {
     pub(super) async fn input_answered(
         &self,
         answers: &[crate::upstream::Answer],
+        tool: (&str, &str),
         round: u32,
         kind_of: impl Fn(&str) -> Option<&'static str>,
         redactor: impl Fn() -> std::sync::Arc<crate::credentials::Redactor>,
@@ -196,7 +211,7 @@ impl AuditedCall {
                     .and_then(|c| self.audit.arguments(&c.to_string(), &redactor)),
             })
             .collect();
-        let Some(record) = self.input_record("input_answered", round, items) else {
+        let Some(record) = self.input_record("input_answered", tool, round, items) else {
             return Ok(());
         };
         match self.audit.write(record).await {

@@ -593,6 +593,58 @@ mod tests {
         );
     }
 
+    fn input_required(value: serde_json::Value) -> InputRequiredResult {
+        serde_json::from_value(value).expect("an input_required result")
+    }
+
+    fn booking_and_roots() -> InputRequiredResult {
+        input_required(json!({
+            "resultType": "input_required",
+            "inputRequests": {
+                "m:ask": {"method": "elicitation/create", "params": {
+                    "mode": "form", "message": "Book?",
+                    "requestedSchema": {"type": "object", "properties": {"n": {"type": "integer"}}}
+                }},
+                "m:roots": {"method": "roots/list"},
+            },
+            "requestState": "v1.server",
+        }))
+    }
+
+    #[test]
+    fn a_round_is_put_to_the_worker_only_when_it_accepts_every_kind() {
+        let form = InputKinds {
+            form: true,
+            ..InputKinds::default()
+        };
+        let not_accepted = |kinds: Vec<&'static str>| CallError::InvalidFilter(kinds.join(","));
+        let protocol = CallError::InvalidFilter;
+        let round = round(booking_and_roots(), form, not_accepted, protocol).expect("a round");
+        assert_eq!(round.asked.len(), 1, "roots are not the worker's");
+        assert_eq!(round.asked[0].id, "m:ask");
+        assert_eq!(round.ids.len(), 2);
+        assert!(round.ids.iter().any(|a| a.kind == Kind::Roots));
+        assert_eq!(round.server_state.as_deref(), Some("v1.server"));
+        let sampling_only = InputKinds {
+            sampling: true,
+            ..InputKinds::default()
+        };
+        match super::round(booking_and_roots(), sampling_only, not_accepted, protocol) {
+            Err(CallError::InvalidFilter(kinds)) => assert_eq!(kinds, "form"),
+            other => panic!("{other:?}"),
+        }
+        let roots_only = input_required(json!({
+            "resultType": "input_required",
+            "inputRequests": {"r": {"method": "roots/list"}},
+        }));
+        assert!(super::round(roots_only, form, not_accepted, protocol).is_err());
+        let big = input_required(json!({
+            "resultType": "input_required",
+            "requestState": "x".repeat(MAX_SERVER_STATE + 1),
+        }));
+        assert!(super::round(big, form, not_accepted, protocol).is_err());
+    }
+
     #[test]
     fn arguments_match_however_they_are_written() {
         let a = json!({"b": 1, "a": [1, {"y": 2, "x": "s"}]});

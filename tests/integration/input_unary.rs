@@ -622,3 +622,85 @@ async fn without_shared_keys_another_gateway_says_the_key_is_retired() {
     first.shutdown().await;
     second.shutdown().await;
 }
+
+#[tokio::test]
+async fn rounds_are_audited_without_their_answers_and_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = InputServer::start(Transport::Stdio, dir.path()).await;
+    let audit = dir.path().join("audit.jsonl");
+    let metrics_port = free_port();
+    let extra = format!(
+        "metrics:\n  listen: \"127.0.0.1:{metrics_port}\"\naudit:\n  path: \"{}\"\n",
+        audit.display()
+    );
+    let gateway = TestGateway::start(&config(&server, &extra), &[]).await;
+    let mut client = gateway.client().await;
+    listed(&mut client, TOKEN, "py__book_table").await;
+    let book = call("py__book_table", r#"{"restaurant": "Chez Rust"}"#);
+    let asked = questions(unary(&mut client, TOKEN, book.clone()).await.unwrap());
+    let id = form_id(&asked, "Book a table at Chez Rust?");
+    let marker = r#"{"party_size": 4, "confirm": true, "note": "marker-8c1d"}"#;
+    unary(
+        &mut client,
+        TOKEN,
+        retry(
+            book,
+            &asked,
+            vec![answer(&id, pb::InputAction::Accept, marker)],
+        ),
+    )
+    .await
+    .unwrap();
+    let page = scrape(metrics_port).await;
+    let series = |kind: &str, outcome: &str| {
+        sample(
+            &page,
+            &format!(
+                "toolgate_input_rounds_total{{tenant=\"acme\",server=\"py\",tool=\"py__book_table\",kind=\"{kind}\",outcome=\"{outcome}\"}}"
+            ),
+        )
+    };
+    assert_eq!(series("form", "asked").as_deref(), Some("1"), "{page}");
+    assert_eq!(series("form", "accept").as_deref(), Some("1"), "{page}");
+    gateway.shutdown().await;
+
+    let text = std::fs::read_to_string(&audit).unwrap();
+    assert!(
+        !text.contains("marker-8c1d"),
+        "an answer's content in digest mode: {text}"
+    );
+    let records: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let input: Vec<&Value> = records.iter().filter(|r| r["kind"] == "input").collect();
+    assert_eq!(input.len(), 2, "{text}");
+    let asked_record = input.iter().find(|r| r["event"] == "input_asked").unwrap();
+    assert_eq!(asked_record["v"], 3);
+    assert_eq!(asked_record["round"], 1);
+    assert_eq!(asked_record["tenant"], "acme");
+    assert_eq!(asked_record["tool"], "py__book_table");
+    assert_eq!(asked_record["server"], "py");
+    assert!(
+        asked_record["definition_hash"].is_string(),
+        "{asked_record}"
+    );
+    assert!(asked_record.get("arguments").is_none(), "{asked_record}");
+    assert_eq!(asked_record["input"][0]["id"], id.as_str());
+    assert_eq!(asked_record["input"][0]["kind"], "form");
+    let answered = input
+        .iter()
+        .find(|r| r["event"] == "input_answered")
+        .unwrap();
+    assert_eq!(answered["round"], 1);
+    assert_eq!(answered["input"][0]["action"], "accept");
+    let content = &answered["input"][0]["content"];
+    assert!(content["bytes"].as_u64() > Some(0), "{content}");
+    assert!(
+        content["hmac_sha256"].is_string() && content.get("value").is_none(),
+        "{content}"
+    );
+    // Both calls have their own record: the first ended with questions.
+    let calls = records.iter().filter(|r| r["kind"] == "call").count();
+    assert_eq!(calls, 2, "{text}");
+}
