@@ -704,3 +704,44 @@ async fn rounds_are_audited_without_their_answers_and_counted() {
     let calls = records.iter().filter(|r| r["kind"] == "call").count();
     assert_eq!(calls, 2, "{text}");
 }
+
+#[tokio::test]
+async fn a_python_worker_without_an_mcp_library_answers_a_form() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = InputServer::start(Transport::Stdio, dir.path()).await;
+    let gateway = TestGateway::start(&config(&server, ""), &[]).await;
+    let mut client = gateway.client().await;
+    listed(&mut client, TOKEN, "py__book_table").await;
+    let output = tokio::time::timeout(
+        Duration::from_secs(60),
+        tokio::process::Command::new(python())
+            .arg(fixture("python/input_worker.py"))
+            .arg("--addr")
+            .arg(gateway.addr.to_string())
+            .args([
+                "py__book_table",
+                r#"{"restaurant": "Chez Rust"}"#,
+                r#"{"party_size": 2, "confirm": false}"#,
+            ])
+            .env("TOOLGATE_TOKEN", TOKEN)
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("the worker finishes in time")
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let result: Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(result["rounds"], 1, "{result}");
+    assert_eq!(
+        result["text"],
+        "booked Chez Rust: party_size=2 date=2026-12-24 confirm=false"
+    );
+    assert_eq!(result["mcp_imported"], false);
+    gateway.shutdown().await;
+}
