@@ -677,7 +677,9 @@ mod tests {
             action: Action::Accept,
             content: Some(json!({"party_size": 2})),
         };
-        let responses = retry.responses(&[accept.clone()], &roots).unwrap();
+        let responses = retry
+            .responses(std::slice::from_ref(&accept), &roots)
+            .unwrap();
         assert_eq!(responses["q"]["action"], "accept");
         assert_eq!(responses["q"]["content"]["party_size"], 2);
         assert_eq!(responses["r"]["roots"][0]["uri"], "file:///work");

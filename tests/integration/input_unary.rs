@@ -88,7 +88,7 @@ impl InputServer {
 }
 
 /// Two tenants with the same server (`py`), a `py_short` whose states
-/// expire at once, `extra` at the top.
+/// expire at once and a `py_one` of one round, `extra` at the top.
 fn config(server: &InputServer, extra: &str) -> String {
     let entry = |name: &str, input: &str| {
         format!(
@@ -97,9 +97,10 @@ fn config(server: &InputServer, extra: &str) -> String {
         )
     };
     let servers = format!(
-        "{}{}",
+        "{}{}{}",
         entry("py", ""),
-        entry("py_short", "        input: { state_ttl: 1ms }\n")
+        entry("py_short", "        input: { state_ttl: 1ms }\n"),
+        entry("py_one", "        input: { max_rounds: 1 }\n")
     );
     format!(
         "{extra}tenants:\n  - name: acme\n    tokens: [{TOKEN}]\n    servers:\n{servers}  - name: \
@@ -743,5 +744,65 @@ async fn a_python_worker_without_an_mcp_library_answers_a_form() {
         "booked Chez Rust: party_size=2 date=2026-12-24 confirm=false"
     );
     assert_eq!(result["mcp_imported"], false);
+    gateway.shutdown().await;
+}
+
+/// Answers the first question of `asked` only (`name` or `colour`).
+fn first_only(asked: &pb::InputRequired) -> Vec<pb::InputResponse> {
+    let request = &asked.requests[0];
+    let Some(pb::input_request::Kind::Form(form)) = &request.kind else {
+        panic!("{request:?}")
+    };
+    let schema: Value = serde_json::from_str(&form.requested_schema_json).unwrap();
+    let field = schema["properties"]
+        .as_object()
+        .and_then(|p| p.keys().next().cloned())
+        .unwrap();
+    let content = serde_json::json!({ field: "x" }).to_string();
+    vec![answer(&request.id, pb::InputAction::Accept, &content)]
+}
+
+#[tokio::test]
+async fn a_question_left_unanswered_is_asked_again_within_max_rounds() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = InputServer::start(Transport::Stdio, dir.path()).await;
+    let gateway = TestGateway::start(&config(&server, ""), &[]).await;
+    let mut client = gateway.client().await;
+    listed(&mut client, TOKEN, "py_one__two_questions").await;
+
+    // Round 2 of `py`: the question not answered in round 1.
+    let two = call("py__two_questions", "");
+    let first = questions(unary(&mut client, TOKEN, two.clone()).await.unwrap());
+    assert_eq!(first.requests.len(), 2, "{first:?}");
+    let second = questions(
+        unary(
+            &mut client,
+            TOKEN,
+            retry(two.clone(), &first, first_only(&first)),
+        )
+        .await
+        .unwrap(),
+    );
+    assert_eq!(second.requests.len(), 1, "{second:?}");
+    assert_ne!(second.request_state, first.request_state);
+    let done = unary(&mut client, TOKEN, retry(two, &second, first_only(&second)))
+        .await
+        .unwrap();
+    assert!(
+        done.text.starts_with("name=") && done.text.contains("colour="),
+        "{done:?}"
+    );
+
+    // `py_one` allows one round: the second is not handed out.
+    let one = call("py_one__two_questions", "");
+    let first = questions(unary(&mut client, TOKEN, one.clone()).await.unwrap());
+    let status = unary(&mut client, TOKEN, retry(one, &first, first_only(&first)))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    assert_eq!(reason(&status), "INPUT_ROUNDS_EXCEEDED");
+    let info = status.get_details_error_info().unwrap();
+    assert_eq!(info.metadata["limit"], "servers[].input.max_rounds");
+    assert_eq!(info.metadata["limit_value"], "1");
     gateway.shutdown().await;
 }
