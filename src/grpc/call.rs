@@ -266,6 +266,24 @@ async fn invoke(
     // `audit.required`: a place for the call's record, before anything is
     // sent (the record of a call whose caller goes away included).
     audited.admit(idempotent).await?;
+    // A retry's answers are on record before they leave.
+    let (round, answered) = match retry {
+        Some(retry) => {
+            audited
+                .input_answered(
+                    &retry.answers,
+                    (&binding.server, &binding.definition_hash),
+                    retry.state.round,
+                    |id| retry.state.kind_of(id).map(input_state::Kind::as_str),
+                    || tenant.redactor(),
+                )
+                .await?;
+            count_answers(&context.metrics, &binding, &retry);
+            let next = retry.state.round + 1;
+            (next, Some((retry.responses, retry.state.server_state)))
+        }
+        None => (1, None),
+    };
     let (remaining, timeout) = target.timeout(server, context.caller_deadline, context.started)?;
     let upstream_started = Instant::now();
     routing.sent = true;
@@ -281,41 +299,13 @@ async fn invoke(
     call.accepts = questions::accepts(request.accepts_input.as_ref()).and(allowed);
     call.accepts_task = request.accepts_task && server.input.tasks;
     call.asker = context.asker;
-    let round = match retry {
-        Some(retry) => {
-            audited
-                .input_answered(
-                    &retry.answers,
-                    (&binding.server, &binding.definition_hash),
-                    retry.state.round,
-                    |id| retry.state.kind_of(id).map(input_state::Kind::as_str),
-                    || tenant.redactor(),
-                )
-                .await?;
-            count_answers(&context.metrics, &binding, &retry);
-            call.input_responses = Some(retry.responses);
-            call.request_state = retry.state.server_state;
-            retry.state.round + 1
-        }
-        None => 1,
-    };
+    if let Some((responses, state)) = answered {
+        call.input_responses = Some(responses);
+        call.request_state = state;
+    }
     let result = session.call(&call).await;
     tool_series.upstream_finished(upstream_started.elapsed().as_secs_f64());
-    if let Err(UpstreamError::MissingCapability { required, .. }) = &result
-        && let Some(kinds) = input_kinds(required)
-    {
-        // The server would have asked, had the call opted in.
-        for kind in &kinds {
-            context
-                .metrics
-                .input_round(&tenant.name, &tool.server, name, kind, "not_accepted");
-        }
-        return Err(CallError::InputNotAccepted {
-            server: tool.server.clone(),
-            tool: name.to_owned(),
-            kinds,
-        });
-    }
+    let result = not_accepted(result, &context.metrics, &binding)?;
     match target.answer(result, remaining, server, context.started, routing)? {
         CallOutcome::Complete(result) => target.response(result),
         CallOutcome::InputRequired(asked) => {
@@ -994,6 +984,32 @@ fn definition_changed(tool: &CatalogTool, viewer: &Viewer<'_>, catalog: &Catalog
         current_version: viewer.version(catalog).into_owned(),
         current_hash: tool.definition_hash.clone(),
     }
+}
+
+/// `INPUT_NOT_ACCEPTED` for a `-32021` refusal naming only kinds of
+/// question (the server would have asked, had the call opted in); any
+/// other result as it is.
+fn not_accepted<T>(
+    result: Result<T, UpstreamError>,
+    metrics: &Metrics,
+    binding: &input_state::Binding,
+) -> Result<Result<T, UpstreamError>, CallError> {
+    let kinds = match &result {
+        Err(UpstreamError::MissingCapability { required, .. }) => input_kinds(required),
+        _ => None,
+    };
+    let Some(kinds) = kinds else {
+        return Ok(result);
+    };
+    for kind in &kinds {
+        let b = binding;
+        metrics.input_round(&b.tenant, &b.server, &b.exposed_name, kind, "not_accepted");
+    }
+    Err(CallError::InputNotAccepted {
+        server: binding.server.clone(),
+        tool: binding.exposed_name.clone(),
+        kinds,
+    })
 }
 
 /// The kinds of question `required` names (a `-32021` refusal), when it
