@@ -806,3 +806,96 @@ async fn a_question_left_unanswered_is_asked_again_within_max_rounds() {
     assert_eq!(info.metadata["limit_value"], "1");
     gateway.shutdown().await;
 }
+
+#[tokio::test]
+async fn url_and_sampling_questions_and_a_kind_the_call_did_not_accept() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = InputServer::start(Transport::Stdio, dir.path()).await;
+    let gateway = TestGateway::start(&config(&server, ""), &[]).await;
+    let mut client = gateway.client().await;
+    listed(&mut client, TOKEN, "py__open_link").await;
+    let with =
+        |name: &str, arguments: &str, accepts: pb::InputCapabilities| pb::InvokeToolRequest {
+            accepts_input: Some(accepts),
+            ..call(name, arguments)
+        };
+
+    // A URL to open: accepted without content.
+    let link = with(
+        "py__open_link",
+        r#"{"url": "https://example.com/consent"}"#,
+        pb::InputCapabilities {
+            url: true,
+            ..Default::default()
+        },
+    );
+    let asked = questions(unary(&mut client, TOKEN, link.clone()).await.unwrap());
+    let Some(pb::input_request::Kind::Url(url)) = &asked.requests[0].kind else {
+        panic!("{asked:?}")
+    };
+    assert_eq!(url.url, "https://example.com/consent");
+    assert_eq!(url.message, "Open the link to continue");
+    let id = asked.requests[0].id.clone();
+    let done = unary(
+        &mut client,
+        TOKEN,
+        retry(link, &asked, vec![answer(&id, pb::InputAction::Accept, "")]),
+    )
+    .await
+    .unwrap();
+    assert_eq!(done.text, "accept");
+
+    // A completion for the worker's model.
+    let summary = with(
+        "py__summarise",
+        r#"{"text": "a long text"}"#,
+        pb::InputCapabilities {
+            sampling: true,
+            ..Default::default()
+        },
+    );
+    let asked = questions(unary(&mut client, TOKEN, summary.clone()).await.unwrap());
+    let Some(pb::input_request::Kind::Sampling(sampling)) = &asked.requests[0].kind else {
+        panic!("{asked:?}")
+    };
+    let params: Value = serde_json::from_str(&sampling.params_json).unwrap();
+    assert_eq!(
+        params["messages"][0]["content"]["text"],
+        "Summarise: a long text"
+    );
+    assert_eq!(params["maxTokens"], 100);
+    let id = asked.requests[0].id.clone();
+    let reply = r#"{"model": "worker-model", "role": "assistant", "content": {"type": "text", "text": "short"}}"#;
+    let done = unary(
+        &mut client,
+        TOKEN,
+        retry(
+            summary,
+            &asked,
+            vec![answer(&id, pb::InputAction::Accept, reply)],
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(done.text, "short");
+
+    // The server asks a URL of a call that accepts forms only: refused,
+    // the question never reaches the worker.
+    let link = with(
+        "py__open_link",
+        r#"{"url": "https://example.com/consent"}"#,
+        pb::InputCapabilities {
+            form: true,
+            ..Default::default()
+        },
+    );
+    let status = unary(&mut client, TOKEN, link).await.unwrap_err();
+    assert_eq!(status.code(), Code::FailedPrecondition, "{status:?}");
+    assert_eq!(reason(&status), "INPUT_NOT_ACCEPTED");
+    assert_eq!(
+        status.get_details_error_info().unwrap().metadata["kinds"],
+        "url"
+    );
+    assert_eq!(server.calls("open_link"), 3);
+    gateway.shutdown().await;
+}
