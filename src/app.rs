@@ -75,9 +75,8 @@ pub struct OpenedState {
 /// # Errors
 /// The URL or a key is malformed (never echoing either).
 pub fn open_state(config: &Config) -> Result<Option<OpenedState>, AppError> {
-    let servers = || config.tenants.iter().flat_map(|t| &t.servers);
-    let uses_oauth = servers().any(|s| s.oauth.is_some());
-    let may_ask = servers().any(|s| {
+    let uses_oauth = uses_oauth(config);
+    let may_ask = config.tenants.iter().flat_map(|t| &t.servers).any(|s| {
         let input = &s.input;
         input.form || input.url || input.sampling || input.tasks
     });
@@ -109,7 +108,18 @@ pub fn open_state(config: &Config) -> Result<Option<OpenedState>, AppError> {
 /// # Errors
 /// The URL or a key is malformed (never echoing either).
 pub fn open_oauth(config: &Config) -> Result<Option<crate::registry::OAuthContext>, AppError> {
+    if !uses_oauth(config) {
+        return Ok(None);
+    }
     Ok(oauth_context(config, open_state(config)?.as_ref()))
+}
+
+/// Whether some server uses OAuth.
+fn uses_oauth(config: &Config) -> bool {
+    config
+        .tenants
+        .iter()
+        .any(|t| t.servers.iter().any(|s| s.oauth.is_some()))
 }
 
 /// What OAuth servers share, over the opened state store; `None` when no
@@ -118,11 +128,7 @@ fn oauth_context(
     config: &Config,
     state: Option<&OpenedState>,
 ) -> Option<crate::registry::OAuthContext> {
-    let uses_oauth = config
-        .tenants
-        .iter()
-        .any(|t| t.servers.iter().any(|s| s.oauth.is_some()));
-    let state = state.filter(|_| uses_oauth)?.store.clone();
+    let state = state.filter(|_| uses_oauth(config))?.store.clone();
     Some(crate::registry::OAuthContext {
         store: Arc::new(crate::credentials::StateOAuthStore::new(state.clone())),
         state,
