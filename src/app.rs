@@ -54,6 +54,53 @@ pub enum AppError {
     Approvals(#[from] crate::approvals::ApprovalsError),
 }
 
+/// The state store and the keys that seal its values and the
+/// `request_state` of rounds of questions.
+#[derive(Debug, Clone)]
+pub struct OpenedState {
+    /// The store (connected on first use).
+    pub store: crate::state::StateStore,
+    /// `state.keys`, or one random key of this process when none are
+    /// configured (and no server uses OAuth, which requires them).
+    pub keys: crate::state::KeyRing,
+}
+
+/// Opens the state store and its keys when a server uses OAuth, or may
+/// put questions to workers or run tasks (`servers[].input`). The store
+/// connects lazily, so a gateway that never uses it creates no file, and
+/// a store that is down at start fails only the calls that need it.
+/// Without `state.keys`, a random key of this process seals (logged at
+/// INFO): a `request_state` then opens only at this process.
+///
+/// # Errors
+/// The URL or a key is malformed (never echoing either).
+pub fn open_state(config: &Config) -> Result<Option<OpenedState>, AppError> {
+    let uses_oauth = uses_oauth(config);
+    let may_ask = config.tenants.iter().flat_map(|t| &t.servers).any(|s| {
+        let input = &s.input;
+        input.form || input.url || input.sampling || input.tasks
+    });
+    if !uses_oauth && !may_ask {
+        return Ok(None);
+    }
+    let keys = if config.state.keys.is_empty() && !uses_oauth {
+        tracing::info!(
+            "state.keys is not set: the request_state of questions to workers is sealed with a \
+             random key of this process; a retry that reaches another replica, or this one after \
+             a restart, gets REQUEST_STATE_KEY_RETIRED (set state.keys on every replica to share it)"
+        );
+        crate::state::KeyRing::ephemeral()
+    } else {
+        let keys: Vec<&str> = config.state.keys.iter().map(|k| k.expose()).collect();
+        crate::state::KeyRing::from_base64(&keys)
+            .map_err(|e| AppError::State(format!("state.keys: {e}")))?
+    };
+    let store = crate::state::StateStore::open_lazy(config.state.url(), keys.clone())
+        .map_err(|e| AppError::State(format!("state.url: {e}")))?;
+    tracing::info!(backend = ?store.backend(), "state store configured");
+    Ok(Some(OpenedState { store, keys }))
+}
+
 /// Opens the state store when a server uses OAuth (a gateway without one
 /// needs no store and creates no file). The store connects lazily: a
 /// store that is down at start fails only the calls that need it.
@@ -61,25 +108,33 @@ pub enum AppError {
 /// # Errors
 /// The URL or a key is malformed (never echoing either).
 pub fn open_oauth(config: &Config) -> Result<Option<crate::registry::OAuthContext>, AppError> {
-    let uses_oauth = config
-        .tenants
-        .iter()
-        .any(|t| t.servers.iter().any(|s| s.oauth.is_some()));
-    if !uses_oauth {
+    if !uses_oauth(config) {
         return Ok(None);
     }
-    let keys: Vec<&str> = config.state.keys.iter().map(|k| k.expose()).collect();
-    let keys = crate::state::KeyRing::from_base64(&keys)
-        .map_err(|e| AppError::State(format!("state.keys: {e}")))?;
-    let state = crate::state::StateStore::open_lazy(config.state.url(), keys)
-        .map_err(|e| AppError::State(format!("state.url: {e}")))?;
-    tracing::info!(backend = ?state.backend(), "state store configured");
-    Ok(Some(crate::registry::OAuthContext {
+    Ok(oauth_context(config, open_state(config)?.as_ref()))
+}
+
+/// Whether some server uses OAuth.
+fn uses_oauth(config: &Config) -> bool {
+    config
+        .tenants
+        .iter()
+        .any(|t| t.servers.iter().any(|s| s.oauth.is_some()))
+}
+
+/// What OAuth servers share, over the opened state store; `None` when no
+/// server uses OAuth.
+fn oauth_context(
+    config: &Config,
+    state: Option<&OpenedState>,
+) -> Option<crate::registry::OAuthContext> {
+    let state = state.filter(|_| uses_oauth(config))?.store.clone();
+    Some(crate::registry::OAuthContext {
         store: Arc::new(crate::credentials::StateOAuthStore::new(state.clone())),
         state,
         listener: config.oauth.clone(),
         audit: crate::audit::Audit::disabled(),
-    }))
+    })
 }
 
 /// The two stages of stopping: `drain` starts the graceful sequence;
@@ -199,18 +254,23 @@ pub async fn run_with_reload(
     let stop_metrics = start_metrics(config.metrics_listen, &metrics).await?;
     config.log_warnings();
     let audit = start_audit(&config, env.as_ref(), &metrics);
-    let oauth = open_oauth(&config)?.map(|context| crate::registry::OAuthContext {
-        audit: audit.clone(),
-        ..context
-    });
+    let state = open_state(&config)?;
+    let oauth =
+        oauth_context(&config, state.as_ref()).map(|context| crate::registry::OAuthContext {
+            audit: audit.clone(),
+            ..context
+        });
     let (registry, stop_approvals) = start_registry(&config, env, &metrics, &oauth)?;
     let stop_consent = start_consent(&config, &oauth, &registry).await?;
     let (config, tenant_count) = without_tenants(config);
     let stop_reload = start_reload(reload, &config, &registry, &metrics);
     let abort = CancellationToken::new();
     let drain = Arc::new(Drain::default());
-    let gateway =
+    let mut gateway =
         Gateway::new(abort.clone(), metrics.clone(), drain.clone()).with_audit(audit.clone());
+    if let Some(state) = &state {
+        gateway = gateway.with_request_keys(state.keys.clone());
+    }
     let (health, health_service) = tonic_health::server::health_reporter();
     set_health(&health, tonic_health::ServingStatus::Serving).await;
     let stop_accepting = CancellationToken::new();
@@ -248,7 +308,7 @@ pub async fn run_with_reload(
         consent: stop_consent,
         metrics: stop_metrics,
     };
-    close(background, &registry, oauth.as_ref()).await;
+    close(background, &registry, state.as_ref()).await;
     tracing::info!("toolgate stopped");
     result.map_err(AppError::from)
 }
@@ -558,19 +618,15 @@ struct Background {
 /// Step 5 of the shutdown: the watchers stop, every upstream session
 /// closes, then the consent listener, the state store and the metrics
 /// listener.
-async fn close(
-    background: Background,
-    registry: &Registry,
-    oauth: Option<&crate::registry::OAuthContext>,
-) {
+async fn close(background: Background, registry: &Registry, state: Option<&OpenedState>) {
     background.reload.cancel();
     background.approvals.cancel();
     // 5. Close every upstream session.
     tracing::info!("closing upstream sessions");
     registry.shutdown().await;
     background.consent.cancel();
-    if let Some(context) = oauth {
-        context.state.close().await;
+    if let Some(state) = state {
+        state.store.close().await;
     }
     background.metrics.cancel();
 }

@@ -46,8 +46,8 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 
 pub use digest::DigestKey;
 pub use record::{
-    ArgumentsRecord, CallerRecord, Outcome, Record, RecordKind, SCHEMA_VERSION, code_name,
-    error_outcome, millis, now,
+    ArgumentsRecord, CallerRecord, InputItem, Outcome, Record, RecordKind, SCHEMA_VERSION,
+    code_name, error_outcome, millis, now,
 };
 pub use refusals::{Reached, Refusal, RefusalLayer, Refusals};
 

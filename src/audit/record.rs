@@ -13,7 +13,9 @@ use serde::{Deserialize, Serialize};
 /// The version of the record schema (`"v"` in every record). Version 2:
 /// the arguments' digest is an HMAC (`arguments.hmac_sha256`, with
 /// `arguments.key_id`) instead of a plain SHA-256 (`arguments.sha256`).
-pub const SCHEMA_VERSION: u32 = 2;
+/// Version 3: records of kind `input` (questions handed to a worker, its
+/// answers), with `round` and `input`.
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// What a record is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -28,6 +30,10 @@ pub enum RecordKind {
     /// An upstream OAuth authorization event of a (tenant, subject,
     /// server).
     Authorization,
+    /// A round of a server's questions handed to a call's worker
+    /// (`event: input_asked`), or the worker's answers to one
+    /// (`input_answered`).
+    Input,
 }
 
 /// How a call or event ended.
@@ -131,6 +137,24 @@ impl ArgumentsRecord {
     }
 }
 
+/// One question handed to a worker, or its answer, in an `input` record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InputItem {
+    /// The question's id (the server's key).
+    pub id: String,
+    /// `form`, `url` or `sampling` (`unknown` for an answer to no question
+    /// of the round, which is refused).
+    pub kind: String,
+    /// Answers only: `accept`, `decline` or `cancel`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<String>,
+    /// Answers only, with content: what the record keeps of
+    /// `content_json`, as of arguments (`audit.arguments`: a keyed digest,
+    /// nothing, or the redacted value).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<ArgumentsRecord>,
+}
+
 /// One audit record: a JSON object on one line. Fields that do not apply
 /// are left out (see `docs/governance.md`, "Audit trail", for when each is
 /// present).
@@ -181,6 +205,12 @@ pub struct Record {
     /// `consent_failed`, `authorization_required`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub event: Option<String>,
+    /// `input` records: the round of questions (1 for the first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub round: Option<u32>,
+    /// `input` records: the questions asked, or the answers given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<Vec<InputItem>>,
     /// How it ended.
     pub outcome: Outcome,
     /// Whether the request was handed to the upstream server (calls only):
@@ -224,6 +254,8 @@ impl Record {
             definition_hash: None,
             arguments: None,
             event: None,
+            round: None,
+            input: None,
             outcome,
             sent: None,
             code: None,

@@ -11,14 +11,15 @@ use tracing::Instrument;
 use super::call_audit::{AuditedCall, Progress};
 use super::listing::{self, Viewer};
 use super::{
-    Gateway, LIST_SETTLE_WAIT, caller_timeout, convert, deadline_margin, parse_arguments,
-    questions, status,
+    Gateway, LIST_SETTLE_WAIT, caller_timeout, convert, deadline_margin, input_state,
+    parse_arguments, questions, status,
 };
 use crate::catalog::{Catalog, CatalogTool, ServerState, ServerStatus};
 use crate::config::ServerConfig;
 use crate::grpc::error::{CallError, MAX_TOOL_NAME, Pin, quoted};
 use crate::pb;
 use crate::registry::{Resolved, SessionUnavailable, Tenant, Unresolved};
+use crate::telemetry::Metrics;
 use crate::telemetry::metrics::{TenantCalls, ToolCalls};
 use crate::telemetry::trace;
 use crate::upstream::{CallOutcome, CallRequest, InputKinds, InputSink, Session, UpstreamError};
@@ -74,6 +75,8 @@ pub(crate) async fn run_call(
     let _in_flight = series.in_flight();
     let mut routing = Routing::default();
     let context = CallContext {
+        keys: gateway.request_keys.clone(),
+        metrics: gateway.metrics.clone(),
         caller_deadline,
         started,
         inherited_trace,
@@ -138,6 +141,7 @@ fn record_outcome(
 ) {
     let (outcome, code) = match result {
         Ok(r) if r.is_error => ("tool_error", tonic::Code::Ok),
+        Ok(r) if r.input_required.is_some() => ("input_required", tonic::Code::Ok),
         Ok(_) => ("ok", tonic::Code::Ok),
         Err(e) => {
             let (code, reason) = status::classify(e);
@@ -168,6 +172,10 @@ fn record_outcome(
 
 /// What a call brings from its RPC.
 struct CallContext {
+    /// The keys that seal and open `request_state`.
+    keys: crate::state::KeyRing,
+    /// Where input rounds are counted.
+    metrics: Arc<Metrics>,
     caller_deadline: Option<Duration>,
     started: Instant,
     inherited_trace: Vec<(String, String)>,
@@ -233,6 +241,19 @@ async fn invoke(
     check_pins(&tenant, &catalog, tool, request, &viewer)?;
     let arguments = arguments(&tenant, name, request)?;
     let server = tenant.server(tool.server_index);
+    let binding = input_state::Binding {
+        tenant: tenant.name.clone(),
+        subject: context.subject.key().to_owned(),
+        server: tool.server.clone(),
+        upstream_tool: tool.upstream_name.clone(),
+        exposed_name: name.to_owned(),
+        definition_hash: tool.definition_hash.clone(),
+        args_sha256: input_state::arguments_digest(&arguments),
+    };
+    // A retry's state and answers are checked before anything is sent.
+    let retry = open_retry(&context, &tenant, server, request, &binding, || {
+        definition_changed(tool, &viewer, &catalog)
+    })?;
     let _server_slot = server_slot(&tenant, tool).await?;
     let target = Target {
         tenant: &tenant,
@@ -245,6 +266,24 @@ async fn invoke(
     // `audit.required`: a place for the call's record, before anything is
     // sent (the record of a call whose caller goes away included).
     audited.admit(idempotent).await?;
+    // A retry's answers are on record before they leave.
+    let (round, answered) = match retry {
+        Some(retry) => {
+            audited
+                .input_answered(
+                    &retry.answers,
+                    (&binding.server, &binding.definition_hash),
+                    retry.state.round,
+                    |id| retry.state.kind_of(id).map(input_state::Kind::as_str),
+                    || tenant.redactor(),
+                )
+                .await?;
+            count_answers(&context.metrics, &binding, &retry);
+            let next = retry.state.round + 1;
+            (next, Some((retry.responses, retry.state.server_state)))
+        }
+        None => (1, None),
+    };
     let (remaining, timeout) = target.timeout(server, context.caller_deadline, context.started)?;
     let upstream_started = Instant::now();
     routing.sent = true;
@@ -260,12 +299,29 @@ async fn invoke(
     call.accepts = questions::accepts(request.accepts_input.as_ref()).and(allowed);
     call.accepts_task = request.accepts_task && server.input.tasks;
     call.asker = context.asker;
+    if let Some((responses, state)) = answered {
+        call.input_responses = Some(responses);
+        call.request_state = state;
+    }
     let result = session.call(&call).await;
     tool_series.upstream_finished(upstream_started.elapsed().as_secs_f64());
+    let result = not_accepted(result, &context.metrics, &binding)?;
     match target.answer(result, remaining, server, context.started, routing)? {
         CallOutcome::Complete(result) => target.response(result),
-        CallOutcome::InputRequired(_) => {
-            Err(target.upstream(UpstreamError::Unsupported("client input")))
+        CallOutcome::InputRequired(asked) => {
+            let round = Questions {
+                keys: &context.keys,
+                metrics: &context.metrics,
+                binding: &binding,
+                server,
+                accepts: call.accepts,
+                number: round,
+            };
+            let message = target.questions(asked, &round, audited)?;
+            target.sized(pb::InvokeToolResponse {
+                input_required: Some(message),
+                ..pb::InvokeToolResponse::default()
+            })
         }
         CallOutcome::Task(_) => {
             Err(target.upstream(UpstreamError::Unsupported("a long-running task")))
@@ -567,6 +623,68 @@ impl Target<'_> {
     fn response(&self, result: CallToolResult) -> Result<pb::InvokeToolResponse, CallError> {
         let response = convert::invoke_response(result)
             .map_err(|e| self.upstream(UpstreamError::Protocol(e.to_string())))?;
+        self.sized(response)
+    }
+
+    /// A round of questions for the worker: `INPUT_NOT_ACCEPTED` when the
+    /// call did not opt in to every kind asked, else the questions with
+    /// the sealed state of this round (counted and audited).
+    fn questions(
+        &self,
+        asked: rmcp::model::InputRequiredResult,
+        round: &Questions<'_>,
+        audited: &AuditedCall,
+    ) -> Result<pb::InputRequired, CallError> {
+        let kinds_of =
+            |ids: &[input_state::AskedId]| ids.iter().map(|a| a.kind.as_str()).collect::<Vec<_>>();
+        let questions = input_state::round(
+            asked,
+            round.accepts,
+            |kinds| {
+                for kind in &kinds {
+                    round.count(kind, "not_accepted");
+                }
+                CallError::InputNotAccepted {
+                    server: self.tool.server.clone(),
+                    tool: self.name.to_owned(),
+                    kinds,
+                }
+            },
+            |reason| self.upstream(UpstreamError::Protocol(reason)),
+        )?;
+        let limit = round.server.input.max_rounds;
+        if round.number > limit {
+            for kind in kinds_of(&questions.ids) {
+                round.count(kind, "rounds_exceeded");
+            }
+            return Err(CallError::InputRoundsExceeded {
+                server: self.tool.server.clone(),
+                tool: self.name.to_owned(),
+                limit,
+            });
+        }
+        let state = input_state::seal(
+            round.keys,
+            round.binding,
+            &questions,
+            round.number,
+            round.server.input.state_ttl,
+            std::time::SystemTime::now(),
+        );
+        for kind in kinds_of(&questions.ids) {
+            round.count(kind, "asked");
+        }
+        let b = round.binding;
+        audited.input_asked(
+            &questions.asked,
+            (&b.server, &b.definition_hash),
+            round.number,
+        );
+        Ok(questions::input_required(&questions.asked, state))
+    }
+
+    /// `response`, unless it is over `limits.max_message_bytes`.
+    fn sized(&self, response: pb::InvokeToolResponse) -> Result<pb::InvokeToolResponse, CallError> {
         let size = prost::Message::encoded_len(&response);
         let limit = self.tenant.limits().max_message_bytes;
         if size > limit {
@@ -747,4 +865,165 @@ fn permitted(viewer: &Viewer<'_>, catalog: &Catalog, tool: &CatalogTool) -> Resu
             tool: tool.name.clone(),
         })
     }
+}
+
+/// A round of questions being handed out.
+struct Questions<'a> {
+    keys: &'a crate::state::KeyRing,
+    metrics: &'a Metrics,
+    binding: &'a input_state::Binding,
+    server: &'a ServerConfig,
+    accepts: InputKinds,
+    /// Its number (1 for the first).
+    number: u32,
+}
+
+impl Questions<'_> {
+    fn count(&self, kind: &str, outcome: &str) {
+        let b = self.binding;
+        self.metrics
+            .input_round(&b.tenant, &b.server, &b.exposed_name, kind, outcome);
+    }
+}
+
+/// A retry checked: its state opened, its answers as `inputResponses`.
+struct CheckedRetry {
+    state: input_state::Retry,
+    answers: Vec<crate::upstream::Answer>,
+    responses: rmcp::model::InputResponses,
+}
+
+/// A retry's `request_state` opened and checked, and its answers turned
+/// into the server's `inputResponses`: all before anything is sent.
+/// `None` for a call that is no retry.
+///
+/// # Errors
+/// One of the answers or the state is refused (each with its reason);
+/// answers without a state, or a state without answers.
+fn open_retry(
+    context: &CallContext,
+    tenant: &Tenant,
+    server: &ServerConfig,
+    request: &pb::InvokeToolRequest,
+    binding: &input_state::Binding,
+    definition_changed: impl FnOnce() -> CallError,
+) -> Result<Option<CheckedRetry>, CallError> {
+    let invalid = |reason: &str| CallError::InputResponseInvalid {
+        reason: reason.to_owned(),
+    };
+    match (
+        request.request_state.is_empty(),
+        request.input_responses.is_empty(),
+    ) {
+        (true, true) => return Ok(None),
+        (true, false) => {
+            return Err(invalid(
+                "input_responses without request_state: pass back the request_state of the \
+                 InputRequired being answered",
+            ));
+        }
+        (false, true) => {
+            return Err(invalid(
+                "request_state without input_responses: answer the questions it came with",
+            ));
+        }
+        (false, false) => {}
+    }
+    let state = input_state::open(
+        &context.keys,
+        &request.request_state,
+        binding,
+        std::time::SystemTime::now(),
+        definition_changed,
+    )?;
+    let answers = questions::answers(&request.input_responses, tenant.limits().max_argument_bytes)?;
+    let responses = state.responses(&answers, &server.roots)?;
+    let limit = server.input.max_rounds;
+    if state.round > limit {
+        return Err(CallError::InputRoundsExceeded {
+            server: binding.server.clone(),
+            tool: binding.exposed_name.clone(),
+            limit,
+        });
+    }
+    Ok(Some(CheckedRetry {
+        state,
+        answers,
+        responses,
+    }))
+}
+
+/// Counts the answers of a retry, by kind and action.
+fn count_answers(metrics: &Metrics, binding: &input_state::Binding, retry: &CheckedRetry) {
+    for answer in &retry.answers {
+        let kind = retry
+            .state
+            .kind_of(&answer.id)
+            .map_or("unknown", input_state::Kind::as_str);
+        metrics.input_round(
+            &binding.tenant,
+            &binding.server,
+            &binding.exposed_name,
+            kind,
+            answer.action.as_str(),
+        );
+    }
+}
+
+/// `TOOL_DEFINITION_CHANGED` for a retry whose state was handed out for
+/// an earlier definition of `tool`.
+fn definition_changed(tool: &CatalogTool, viewer: &Viewer<'_>, catalog: &Catalog) -> CallError {
+    CallError::PlanOutdated {
+        tool: tool.name.clone(),
+        pin: Pin::DefinitionChanged,
+        detail: format!(
+            "the definition of `{}` changed since its request_state was handed out: call again \
+             without request_state and input_responses",
+            tool.name
+        ),
+        current_version: viewer.version(catalog).into_owned(),
+        current_hash: tool.definition_hash.clone(),
+    }
+}
+
+/// `INPUT_NOT_ACCEPTED` for a `-32021` refusal naming only kinds of
+/// question (the server would have asked, had the call opted in); any
+/// other result as it is.
+fn not_accepted<T>(
+    result: Result<T, UpstreamError>,
+    metrics: &Metrics,
+    binding: &input_state::Binding,
+) -> Result<Result<T, UpstreamError>, CallError> {
+    let kinds = match &result {
+        Err(UpstreamError::MissingCapability { required, .. }) => input_kinds(required),
+        _ => None,
+    };
+    let Some(kinds) = kinds else {
+        return Ok(result);
+    };
+    for kind in &kinds {
+        let b = binding;
+        metrics.input_round(&b.tenant, &b.server, &b.exposed_name, kind, "not_accepted");
+    }
+    Err(CallError::InputNotAccepted {
+        server: binding.server.clone(),
+        tool: binding.exposed_name.clone(),
+        kinds,
+    })
+}
+
+/// The kinds of question `required` names (a `-32021` refusal), when it
+/// names only kinds a worker can opt in to (roots: when none are
+/// configured, a call cannot provide them either).
+fn input_kinds(required: &[String]) -> Option<Vec<&'static str>> {
+    required
+        .iter()
+        .map(|name| match name.as_str() {
+            "form" => Some("form"),
+            "url" => Some("url"),
+            "sampling" => Some("sampling"),
+            "roots" => Some("roots"),
+            _ => None,
+        })
+        .collect()
 }

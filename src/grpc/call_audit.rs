@@ -12,7 +12,8 @@ use tonic::Request;
 
 use super::status;
 use crate::audit::{
-    Audit, AuditSlot, CallerRecord, Outcome, Record, RecordKind, code_name, error_outcome,
+    Audit, AuditSlot, CallerRecord, InputItem, Outcome, Record, RecordKind, code_name,
+    error_outcome,
 };
 use crate::grpc::error::{CallError, quoted};
 use crate::pb;
@@ -134,6 +135,91 @@ impl AuditedCall {
                 self.no_room = true;
                 Err(refused)
             }
+        }
+    }
+
+    /// An `input` record of this call (`event`) to `tool` (its server and
+    /// definition hash), from what is known of the call now; `None` when
+    /// the trail is disabled.
+    fn input_record(
+        &self,
+        event: &str,
+        tool: (&str, &str),
+        round: u32,
+        items: Vec<InputItem>,
+    ) -> Option<Record> {
+        let mut record = self.record.as_ref()?.clone();
+        record.server = Some(tool.0.to_owned());
+        record.definition_hash = Some(tool.1.to_owned());
+        record.time = crate::audit::now();
+        record.kind = RecordKind::Input;
+        record.outcome = Outcome::Ok;
+        record.event = Some(event.to_owned());
+        record.round = Some(round);
+        record.input = Some(items);
+        record.arguments = None;
+        Some(record)
+    }
+
+    /// Records a round of questions handed to the worker (queued: the
+    /// call's own record, written before the response leaves, says the
+    /// call ended with questions).
+    pub(super) fn input_asked(
+        &self,
+        asked: &[crate::upstream::Asked],
+        tool: (&str, &str),
+        round: u32,
+    ) {
+        let items = asked
+            .iter()
+            .map(|a| InputItem {
+                id: a.id.clone(),
+                kind: a.question.kind().as_str().to_owned(),
+                action: None,
+                content: None,
+            })
+            .collect();
+        if let Some(record) = self.input_record("input_asked", tool, round, items) {
+            self.audit.enqueue(record);
+        }
+    }
+
+    /// Records the worker's answers to round `round` before they are sent
+    /// upstream, each answer's content kept as `audit.arguments` keeps
+    /// arguments. Waits for the record; with `audit.required`, a record
+    /// that cannot be written refuses the retry (nothing sent).
+    ///
+    /// # Errors
+    /// `AUDIT_UNAVAILABLE` (nothing sent).
+    pub(super) async fn input_answered(
+        &self,
+        answers: &[crate::upstream::Answer],
+        tool: (&str, &str),
+        round: u32,
+        kind_of: impl Fn(&str) -> Option<&'static str>,
+        redactor: impl Fn() -> std::sync::Arc<crate::credentials::Redactor>,
+    ) -> Result<(), CallError> {
+        let items = answers
+            .iter()
+            .map(|a| InputItem {
+                id: a.id.clone(),
+                kind: kind_of(&a.id).unwrap_or("unknown").to_owned(),
+                action: Some(a.action.as_str().to_owned()),
+                content: a
+                    .content
+                    .as_ref()
+                    .and_then(|c| self.audit.arguments(&c.to_string(), &redactor)),
+            })
+            .collect();
+        let Some(record) = self.input_record("input_answered", tool, round, items) else {
+            return Ok(());
+        };
+        match self.audit.write(record).await {
+            Err(_) if self.audit.is_required() => Err(CallError::AuditUnavailable {
+                sent: false,
+                idempotent: false,
+            }),
+            _ => Ok(()),
         }
     }
 

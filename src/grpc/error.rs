@@ -172,6 +172,42 @@ pub enum CallError {
         /// What is wrong, naming the response's id.
         reason: String,
     },
+    /// The server asked questions of a kind the call did not opt in to
+    /// (`accepts_input`), or that its server's `input` does not allow:
+    /// the call ends here, nothing is answered on the worker's behalf.
+    #[error("tool `{tool}` on server `{server}` asks for input of kind {} that this call does not accept: set accepts_input ({}) to answer it, where the server's `input` allows it", .kinds.join(", "), .kinds.join(", "))]
+    InputNotAccepted {
+        /// The server.
+        server: String,
+        /// The exposed tool name.
+        tool: String,
+        /// The kinds asked and not accepted (`form`, `url`, `sampling`,
+        /// `roots`).
+        kinds: Vec<&'static str>,
+    },
+    /// A `request_state` was refused; nothing was sent upstream.
+    #[error("request_state refused: {detail}")]
+    RequestStateRefused {
+        /// The exposed tool name.
+        tool: String,
+        /// Which check refused it.
+        refusal: StateRefusal,
+        /// What did not match, in words (no value of the state).
+        detail: String,
+    },
+    /// The call took more rounds of questions than its server's
+    /// `input.max_rounds` allows.
+    #[error(
+        "tool `{tool}` on server `{server}` asked more than {limit} rounds of questions (servers[].input.max_rounds)"
+    )]
+    InputRoundsExceeded {
+        /// The server.
+        server: String,
+        /// The exposed tool name.
+        tool: String,
+        /// The configured bound.
+        limit: u32,
+    },
     /// A ListTools/WatchTools/SearchTools filter is malformed.
     #[error("invalid filter: {0}")]
     InvalidFilter(String),
@@ -252,6 +288,22 @@ fn shed_message(shed: &crate::registry::limits::Shed, server: Option<&str>) -> S
             server.unwrap_or("?")
         ),
     }
+}
+
+/// Why a `request_state` was refused (each has its own reason).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StateRefusal {
+    /// Not a state toolgate made: malformed, or altered.
+    Invalid,
+    /// Sealed with a key this gateway does not have (rotated out, or
+    /// another replica's per-process key).
+    KeyRetired,
+    /// Another tenant's or another subject's.
+    Foreign,
+    /// Made for another server, tool or arguments.
+    OtherCall,
+    /// Past its `input.state_ttl`.
+    Expired,
 }
 
 /// What moved under a caller's plan.

@@ -11,6 +11,7 @@ mod consent;
 pub mod convert;
 pub mod drain;
 pub mod error;
+mod input_state;
 mod listing;
 mod questions;
 pub mod reply;
@@ -63,6 +64,9 @@ pub struct Gateway {
     drain: Arc<drain::Drain>,
     /// Where each call's record goes (disabled unless `audit:` is set).
     audit: crate::audit::Audit,
+    /// Seal and open the `request_state` of rounds of questions: the
+    /// state store's keys, or one random key of this process.
+    request_keys: crate::state::KeyRing,
 }
 
 impl Gateway {
@@ -74,7 +78,16 @@ impl Gateway {
             metrics,
             drain,
             audit: crate::audit::Audit::disabled(),
+            request_keys: crate::state::KeyRing::ephemeral(),
         }
+    }
+
+    /// The service sealing `request_state` with `keys` (the state store's
+    /// `state.keys`, shared by replicas) instead of a key of its own.
+    #[must_use]
+    pub fn with_request_keys(mut self, keys: crate::state::KeyRing) -> Self {
+        self.request_keys = keys;
+        self
     }
 
     /// The service writing a record of each call to `audit`.

@@ -68,6 +68,18 @@ pub fn classify(error: &CallError) -> (Code, &'static str) {
         }
         CallError::InvalidFilter(_) => (Code::InvalidArgument, "INVALID_FILTER"),
         CallError::InputResponseInvalid { .. } => (Code::InvalidArgument, "INPUT_RESPONSE_INVALID"),
+        CallError::InputNotAccepted { .. } => (Code::FailedPrecondition, "INPUT_NOT_ACCEPTED"),
+        CallError::InputRoundsExceeded { .. } => (Code::ResourceExhausted, "INPUT_ROUNDS_EXCEEDED"),
+        CallError::RequestStateRefused { refusal, .. } => {
+            use crate::grpc::error::StateRefusal;
+            match refusal {
+                StateRefusal::Invalid => (Code::InvalidArgument, "REQUEST_STATE_INVALID"),
+                StateRefusal::KeyRetired => (Code::FailedPrecondition, "REQUEST_STATE_KEY_RETIRED"),
+                StateRefusal::Foreign => (Code::InvalidArgument, "REQUEST_STATE_FOREIGN"),
+                StateRefusal::OtherCall => (Code::InvalidArgument, "REQUEST_STATE_OTHER_CALL"),
+                StateRefusal::Expired => (Code::FailedPrecondition, "REQUEST_STATE_EXPIRED"),
+            }
+        }
         CallError::PlanOutdated { pin, .. } => (
             Code::FailedPrecondition,
             match pin {
@@ -159,6 +171,10 @@ fn classify_upstream(error: &UpstreamError, idempotent: bool) -> (Code, &'static
         UpstreamError::Timeout(_) => (Code::DeadlineExceeded, "UPSTREAM_TIMEOUT"),
         UpstreamError::Protocol(_) => (Code::Internal, "UPSTREAM_PROTOCOL_ERROR"),
         UpstreamError::Unsupported(_) => (Code::Unimplemented, "UPSTREAM_UNSUPPORTED"),
+        // Capabilities the worker can give are INPUT_NOT_ACCEPTED (see
+        // `call.rs`); any other (an extension toolgate does not declare)
+        // is the server's own error, as before.
+        UpstreamError::MissingCapability { .. } => (Code::Unknown, "UPSTREAM_ERROR"),
         UpstreamError::JsonRpc { code, .. } => match *code {
             jsonrpc::INVALID_PARAMS => (Code::InvalidArgument, "UPSTREAM_INVALID_PARAMS"),
             jsonrpc::METHOD_NOT_FOUND => (Code::Unimplemented, "UPSTREAM_METHOD_NOT_FOUND"),
@@ -290,6 +306,13 @@ fn metadata(error: &CallError) -> HashMap<String, String> {
             if let UpstreamError::JsonRpc { code, .. } = error {
                 metadata.insert("jsonrpc_code".to_owned(), code.to_string());
             }
+            if let UpstreamError::MissingCapability { required, .. } = error {
+                metadata.insert(
+                    "jsonrpc_code".to_owned(),
+                    crate::upstream::MISSING_REQUIRED_CLIENT_CAPABILITY.to_string(),
+                );
+                metadata.insert("required_capabilities".to_owned(), required.join(","));
+            }
             if let UpstreamError::TooLarge(max) = error {
                 metadata.insert("limit".to_owned(), "limits.max_result_bytes".to_owned());
                 metadata.insert("limit_value".to_owned(), max.to_string());
@@ -309,6 +332,30 @@ fn metadata(error: &CallError) -> HashMap<String, String> {
             if !current_hash.is_empty() {
                 metadata.insert("current_definition_hash".to_owned(), current_hash.clone());
             }
+        }
+        CallError::InputNotAccepted {
+            server,
+            tool,
+            kinds,
+        } => {
+            metadata.insert("server".to_owned(), server.clone());
+            metadata.insert("tool".to_owned(), tool.clone());
+            metadata.insert("kinds".to_owned(), kinds.join(","));
+            metadata.insert("field".to_owned(), "accepts_input".to_owned());
+        }
+        CallError::InputRoundsExceeded {
+            server,
+            tool,
+            limit,
+        } => {
+            metadata.insert("server".to_owned(), server.clone());
+            metadata.insert("tool".to_owned(), tool.clone());
+            metadata.insert("limit".to_owned(), "servers[].input.max_rounds".to_owned());
+            metadata.insert("limit_value".to_owned(), limit.to_string());
+        }
+        CallError::RequestStateRefused { tool, .. } => {
+            metadata.insert("tool".to_owned(), tool.clone());
+            metadata.insert("field".to_owned(), "request_state".to_owned());
         }
         CallError::Token(
             crate::callers::TokenError::KeyUnknown { issuer }

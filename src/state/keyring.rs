@@ -176,6 +176,13 @@ impl KeyRing {
         KeyRing::new(raw)
     }
 
+    /// A ring of one random key, for this process only: what it seals no
+    /// other process (and no later run) can open.
+    pub fn ephemeral() -> KeyRing {
+        let key: [u8; 32] = Aes256Gcm::generate_key(&mut OsRng).into();
+        KeyRing::new(vec![key]).expect("one key is a valid ring")
+    }
+
     /// The ids of the keys, the sealing key first.
     pub fn key_ids(&self) -> Vec<KeyId> {
         self.keys.iter().map(|k| k.id).collect()

@@ -101,9 +101,10 @@ impl ClientKey {
     }
 }
 
-/// Associated data binding a sealed value to its table and row: a label, then
-/// each key field length-prefixed so that no two keys share an encoding.
-pub(super) fn aad(kind: &str, fields: &[&str]) -> Vec<u8> {
+/// Associated data binding a sealed value to its table and row (or, for a
+/// value kept outside the store, to its use): a label, then each key field
+/// length-prefixed so that no two keys share an encoding.
+pub fn aad(kind: &str, fields: &[&str]) -> Vec<u8> {
     let mut out = Vec::from(b"toolgate-state-v1\0".as_slice());
     out.extend_from_slice(kind.as_bytes());
     out.push(0);

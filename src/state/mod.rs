@@ -53,7 +53,7 @@ mod rekey;
 pub use connect::{ACQUIRE_TIMEOUT, Backend, DEFAULT_URL};
 pub use error::{Record, StateError};
 pub use keyring::{KeyError, KeyId, KeyRing, OpenError};
-pub use keys::{ClientKey, TokenKey};
+pub use keys::{ClientKey, TokenKey, aad};
 pub use migrate::MIGRATION_LOCK_KEY;
 pub use rekey::Rekeyed;
 

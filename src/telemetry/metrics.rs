@@ -78,6 +78,16 @@ struct AuditLabels {
     reason: String,
 }
 
+/// A question of a round, or an answer to one.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct InputRoundLabels {
+    tenant: String,
+    server: String,
+    tool: String,
+    kind: String,
+    outcome: String,
+}
+
 /// A tenant.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct TenantLabels {
@@ -108,6 +118,7 @@ pub struct Metrics {
     callbacks_unmatched: Family<OutcomeLabels, Counter>,
     tools_withheld: Family<ServerLabels, Gauge>,
     audit_failures: Family<AuditLabels, Counter>,
+    input_rounds: Family<InputRoundLabels, Counter>,
 }
 
 /// An outcome.
@@ -168,6 +179,14 @@ impl Metrics {
              consent_completed, consent_failed, and failures by reason (authorization_required, \
              store_unavailable, token_failed)",
             oauth.clone(),
+        );
+        let input_rounds = Family::<InputRoundLabels, Counter>::default();
+        registry.register(
+            "toolgate_input_rounds",
+            "Questions of servers handed to workers and their answers (2026-07-28 rounds of \
+             InvokeTool and InvokeToolStream), by tenant, server, tool, kind (form, url, sampling, \
+             roots) and outcome (asked, not_accepted, rounds_exceeded; accept, decline, cancel)",
+            input_rounds.clone(),
         );
         let callbacks_unmatched = Family::<OutcomeLabels, Counter>::default();
         registry.register(
@@ -240,7 +259,23 @@ impl Metrics {
             callbacks_unmatched,
             audit_failures,
             tools_withheld,
+            input_rounds,
         }
+    }
+
+    /// Counts a question of `kind` in a round of `tenant`'s `tool`, or an
+    /// answer to one (`toolgate_input_rounds_total`). Never an id: the
+    /// label set stays bounded by the configuration and the catalog.
+    pub fn input_round(&self, tenant: &str, server: &str, tool: &str, kind: &str, outcome: &str) {
+        self.input_rounds
+            .get_or_create(&InputRoundLabels {
+                tenant: tenant.to_owned(),
+                server: server.to_owned(),
+                tool: tool.to_owned(),
+                kind: kind.to_owned(),
+                outcome: outcome.to_owned(),
+            })
+            .inc();
     }
 
     /// Shows `toolgate_audit_failures_total` at 0 for each reason, so

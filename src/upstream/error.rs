@@ -106,6 +106,19 @@ pub enum UpstreamError {
         /// callers only where they can act on it).
         message: String,
     },
+    /// The server refused the request for want of client capabilities it
+    /// needs (`-32021`, SEP-2133): elicitation or sampling the call's
+    /// worker did not opt in to, or an extension. The tool did not get to
+    /// ask anything.
+    #[error("the server requires client capabilities not declared for this call: {}", .required.join(", "))]
+    MissingCapability {
+        /// What it named in `data.requiredCapabilities`: `form`, `url`,
+        /// `sampling`, `roots`, or an extension's id; `unknown` when it
+        /// named nothing toolgate knows.
+        required: Vec<String>,
+        /// The server's message, redacted and bounded.
+        message: String,
+    },
     /// The server answered something the protocol does not allow here
     /// (its text redacted and bounded).
     #[error("unexpected answer: {0}")]
@@ -132,6 +145,12 @@ impl UpstreamError {
             // The stdio transport's answer for a result over the limit.
             E::McpError(data) if super::stdio::too_large_limit(&data).is_some() => {
                 UpstreamError::TooLarge(super::stdio::too_large_limit(&data).unwrap_or_default())
+            }
+            E::McpError(data) if data.code.0 == MISSING_REQUIRED_CLIENT_CAPABILITY => {
+                UpstreamError::MissingCapability {
+                    required: required_capabilities(data.data.as_ref()),
+                    message: redaction.upstream_text(&data.message),
+                }
             }
             E::McpError(data) => UpstreamError::JsonRpc {
                 code: data.code.0,
@@ -267,5 +286,76 @@ pub(crate) fn root_cause(error: &(dyn std::error::Error + 'static)) -> String {
         } else {
             return current.to_string();
         }
+    }
+}
+
+/// The JSON-RPC code of a request refused for want of a client capability
+/// (SEP-2133).
+pub const MISSING_REQUIRED_CLIENT_CAPABILITY: i32 = -32021;
+
+/// The capabilities a `-32021` error's `data.requiredCapabilities` names,
+/// in toolgate's words (`form`, `url`, `sampling`, `roots`, extension ids).
+fn required_capabilities(data: Option<&serde_json::Value>) -> Vec<String> {
+    let mut required = Vec::new();
+    let Some(caps) = data
+        .and_then(|d| d.get("requiredCapabilities"))
+        .and_then(serde_json::Value::as_object)
+    else {
+        return vec!["unknown".to_owned()];
+    };
+    if let Some(elicitation) = caps.get("elicitation") {
+        let has = |mode: &str| elicitation.get(mode).is_some();
+        // A bare `elicitation: {}` means form (as before modes existed).
+        if has("form") || !has("url") {
+            required.push("form".to_owned());
+        }
+        if has("url") {
+            required.push("url".to_owned());
+        }
+    }
+    for kind in ["sampling", "roots"] {
+        if caps.contains_key(kind) {
+            required.push(kind.to_owned());
+        }
+    }
+    if let Some(extensions) = caps
+        .get("extensions")
+        .and_then(serde_json::Value::as_object)
+    {
+        required.extend(extensions.keys().cloned());
+    }
+    if required.is_empty() {
+        required.push("unknown".to_owned());
+    }
+    required
+}
+
+#[cfg(test)]
+mod missing_capability_tests {
+    use super::required_capabilities;
+    use serde_json::json;
+
+    #[test]
+    fn the_required_capabilities_are_named() {
+        let named = |data| required_capabilities(Some(&data));
+        assert_eq!(
+            named(json!({"requiredCapabilities": {"elicitation": {"form": {}}}})),
+            ["form"]
+        );
+        assert_eq!(
+            named(json!({"requiredCapabilities": {"elicitation": {}}})),
+            ["form"]
+        );
+        assert_eq!(
+            named(json!({"requiredCapabilities": {"elicitation": {"url": {}}, "sampling": {}}})),
+            ["url", "sampling"]
+        );
+        assert_eq!(
+            named(
+                json!({"requiredCapabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}}})
+            ),
+            ["io.modelcontextprotocol/tasks"]
+        );
+        assert_eq!(required_capabilities(None), ["unknown"]);
     }
 }

@@ -3,6 +3,7 @@
 //! and cancellation, and close.
 
 mod bearer;
+mod capabilities;
 mod error;
 mod handler;
 mod http;
@@ -25,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 pub use bearer::Bearer;
-pub use error::UpstreamError;
+pub use error::{MISSING_REQUIRED_CLIENT_CAPABILITY, UpstreamError};
 pub(crate) use handler::accept_with_defaults;
 pub(crate) use http::layer as http_layer;
 pub use input::{
@@ -563,11 +564,15 @@ impl Session {
             params.meta = Some(meta);
         }
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let options = match self.call_meta(call) {
+            Some(meta) => PeerRequestOptions::no_options().with_meta(meta),
+            None => PeerRequestOptions::no_options(),
+        };
         let mut ended = self.end.clone();
         let response = async {
             let handle = self
                 .peer
-                .send_request_with_option(request, PeerRequestOptions::no_options())
+                .send_request_with_option(request, options)
                 .await
                 .map_err(|e| self.classify(e, false))?;
             // From here on, leaving early (timeout, caller gone, session
@@ -612,6 +617,22 @@ impl Session {
                 "an unknown kind of tools/call result".to_owned(),
             )),
         }
+    }
+
+    /// The per-request `_meta` of `call` beyond what rmcp puts in every
+    /// request: on a session of protocol 2026-07-28 or later, the client
+    /// capabilities the call declares ([`capabilities::capabilities_meta`]);
+    /// nothing on older sessions, which declared theirs at `initialize`.
+    fn call_meta(&self, call: &CallRequest) -> Option<rmcp::model::RequestMetaObject> {
+        let stateless = self
+            .peer
+            .peer_info()
+            .is_some_and(|info| !info.protocol_version.has_initialize());
+        if !stateless {
+            return None;
+        }
+        let session = rmcp::ClientHandler::get_info(&self.client).capabilities;
+        capabilities::capabilities_meta(call, &session)
     }
 
     /// Maps a request error (its upstream text redacted and bounded). A

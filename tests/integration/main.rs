@@ -16,6 +16,7 @@ mod docs;
 mod fixtures;
 mod fuzz_corpus;
 mod hostile;
+mod input_unary;
 mod invoke;
 mod jwt;
 mod lazy;
