@@ -47,9 +47,20 @@ fn rand_suffix() -> u64 {
 }
 
 #[tokio::test]
-async fn call_answers_questions_from_an_input_file_in_both_eras() {
+async fn call_answers_questions_from_an_input_file_on_a_2025_11_25_server() {
+    answers_from_a_file("initialize").await;
+}
+
+#[tokio::test]
+async fn call_answers_questions_from_an_input_file_on_a_2026_07_28_server() {
+    answers_from_a_file("discover").await;
+}
+
+/// Forms (one, two, declined), a URL, sampling, a question the file does
+/// not answer, and no answerer at all, against input_server.py.
+async fn answers_from_a_file(lifecycle: &str) {
     let dir = tempfile::tempdir().unwrap();
-    for lifecycle in ["initialize", "discover"] {
+    {
         let gateway = gateway("ask", "input_server.py", lifecycle, "").await;
         let addr = gateway.addr.to_string();
         let era = |what: &str| format!("{lifecycle}: {what}");
