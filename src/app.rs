@@ -54,8 +54,9 @@ pub enum AppError {
     Approvals(#[from] crate::approvals::ApprovalsError),
 }
 
-/// Opens the state store when a server uses OAuth (a gateway without one
-/// needs no store and creates no file). The store connects lazily: a
+/// Opens the state store when a server uses OAuth or may run tasks
+/// (`servers[].input.tasks`; a gateway with neither needs no store; the
+/// store creates no file before its first use). The store connects lazily: a
 /// store that is down at start fails only the calls that need it.
 ///
 /// # Errors
@@ -65,12 +66,23 @@ pub fn open_oauth(config: &Config) -> Result<Option<crate::registry::OAuthContex
         .tenants
         .iter()
         .any(|t| t.servers.iter().any(|s| s.oauth.is_some()));
-    if !uses_oauth {
+    // Tasks (SEP-2663) a worker follows are kept in the store too.
+    let uses_tasks = config
+        .tenants
+        .iter()
+        .any(|t| t.servers.iter().any(|s| s.input.tasks));
+    if !uses_oauth && !uses_tasks {
         return Ok(None);
     }
-    let keys: Vec<&str> = config.state.keys.iter().map(|k| k.expose()).collect();
-    let keys = crate::state::KeyRing::from_base64(&keys)
-        .map_err(|e| AppError::State(format!("state.keys: {e}")))?;
+    let keys = if config.state.keys.is_empty() {
+        // Tasks only, no keys configured: a key of this process (its tasks
+        // are followed at this replica only; documented).
+        crate::state::KeyRing::new(vec![process_key()])
+    } else {
+        let keys: Vec<&str> = config.state.keys.iter().map(|k| k.expose()).collect();
+        crate::state::KeyRing::from_base64(&keys)
+    }
+    .map_err(|e| AppError::State(format!("state.keys: {e}")))?;
     let state = crate::state::StateStore::open_lazy(config.state.url(), keys)
         .map_err(|e| AppError::State(format!("state.url: {e}")))?;
     tracing::info!(backend = ?state.backend(), "state store configured");
@@ -80,6 +92,14 @@ pub fn open_oauth(config: &Config) -> Result<Option<crate::registry::OAuthContex
         listener: config.oauth.clone(),
         audit: crate::audit::Audit::disabled(),
     }))
+}
+
+/// A random key for a state store opened without `state.keys`.
+fn process_key() -> [u8; 32] {
+    let mut key = [0u8; 32];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut key)
+        .expect("the system's random source works");
+    key
 }
 
 /// The two stages of stopping: `drain` starts the graceful sequence;

@@ -28,6 +28,9 @@ pub enum RecordKind {
     /// An upstream OAuth authorization event of a (tenant, subject,
     /// server).
     Authorization,
+    /// An event of a task (SEP-2663) a worker follows: `task_created`,
+    /// `task_updated`, `task_completed`, `task_failed`, `task_cancelled`.
+    Task,
 }
 
 /// How a call or event ended.
@@ -181,6 +184,10 @@ pub struct Record {
     /// `consent_failed`, `authorization_required`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub event: Option<String>,
+    /// A task's record: the first 16 hex digits of the SHA-256 of its
+    /// task id (never the id).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<String>,
     /// How it ended.
     pub outcome: Outcome,
     /// Whether the request was handed to the upstream server (calls only):
@@ -224,6 +231,7 @@ impl Record {
             definition_hash: None,
             arguments: None,
             event: None,
+            task: None,
             outcome,
             sent: None,
             code: None,

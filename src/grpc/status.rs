@@ -68,6 +68,10 @@ pub fn classify(error: &CallError) -> (Code, &'static str) {
         }
         CallError::InvalidFilter(_) => (Code::InvalidArgument, "INVALID_FILTER"),
         CallError::InputResponseInvalid { .. } => (Code::InvalidArgument, "INPUT_RESPONSE_INVALID"),
+        CallError::TaskNotFound => (Code::NotFound, "TASK_NOT_FOUND"),
+        CallError::TaskFinished { .. } => (Code::FailedPrecondition, "TASK_FINISHED"),
+        CallError::TaskElsewhere { .. } => (Code::Unavailable, "TASK_ELSEWHERE"),
+        CallError::TaskLimit { .. } => (Code::ResourceExhausted, "TASK_LIMIT"),
         CallError::PlanOutdated { pin, .. } => (
             Code::FailedPrecondition,
             match pin {
@@ -159,6 +163,11 @@ fn classify_upstream(error: &UpstreamError, idempotent: bool) -> (Code, &'static
         UpstreamError::Timeout(_) => (Code::DeadlineExceeded, "UPSTREAM_TIMEOUT"),
         UpstreamError::Protocol(_) => (Code::Internal, "UPSTREAM_PROTOCOL_ERROR"),
         UpstreamError::Unsupported(_) => (Code::Unimplemented, "UPSTREAM_UNSUPPORTED"),
+        UpstreamError::TasksRequired => (Code::FailedPrecondition, "TASK_REQUIRED"),
+        UpstreamError::TaskCancelled => (Code::Aborted, "TASK_CANCELLED"),
+        UpstreamError::InputRequiresInteractive(_) => {
+            (Code::FailedPrecondition, "INPUT_REQUIRES_INTERACTIVE")
+        }
         UpstreamError::JsonRpc { code, .. } => match *code {
             jsonrpc::INVALID_PARAMS => (Code::InvalidArgument, "UPSTREAM_INVALID_PARAMS"),
             jsonrpc::METHOD_NOT_FOUND => (Code::Unimplemented, "UPSTREAM_METHOD_NOT_FOUND"),
@@ -327,7 +336,16 @@ fn metadata(error: &CallError) -> HashMap<String, String> {
         | CallError::ConsentCodeInvalid
         | CallError::ConsentStoreUnavailable(_)
         | CallError::InvalidFilter(_)
-        | CallError::InputResponseInvalid { .. } => {}
+        | CallError::InputResponseInvalid { .. }
+        | CallError::TaskNotFound
+        | CallError::TaskFinished { .. } => {}
+        CallError::TaskElsewhere { server } => {
+            metadata.insert("server".to_owned(), server.clone());
+        }
+        CallError::TaskLimit { server, limit } => {
+            metadata.insert("server".to_owned(), server.clone());
+            metadata.insert("limit_value".to_owned(), limit.to_string());
+        }
     }
     metadata
 }

@@ -375,6 +375,10 @@ pub struct CallRequest {
     pub accepts: InputKinds,
     /// The worker follows a task itself.
     pub accepts_task: bool,
+    /// The server's tools may run as tasks (`servers[].input.tasks`): a
+    /// call refused for want of the tasks extension is sent again with it
+    /// declared, and followed by toolgate when the worker does not.
+    pub tasks_allowed: bool,
     /// A 2026-07-28 retry: the answers to the previous round.
     pub input_responses: Option<InputResponses>,
     /// A 2026-07-28 retry: the server's own `requestState`, echoed.
@@ -399,6 +403,7 @@ impl CallRequest {
             progress: None,
             accepts: InputKinds::default(),
             accepts_task: false,
+            tasks_allowed: false,
             input_responses: None,
             request_state: None,
             asker: None,

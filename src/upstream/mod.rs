@@ -8,6 +8,7 @@ mod handler;
 mod http;
 pub mod input;
 mod stdio;
+pub mod tasks;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -508,24 +509,60 @@ impl Session {
     /// # Errors
     /// The session is closed, the transport fails, the server answers a
     /// JSON-RPC error or something unsupported, or the timeout passes.
+    ///
+    /// Tasks (SEP-2663): a call whose worker follows tasks itself
+    /// (`accepts_task`) declares the tasks extension and may end in
+    /// [`CallOutcome::Task`]. Any other call that the server refuses for
+    /// want of the extension (`-32021`: the tool did not run) is sent once
+    /// more with it declared when `tasks_allowed`, and a task it becomes is
+    /// followed here to its end within `timeout` ([`Session::follow`]).
     pub async fn call(&self, request: &CallRequest) -> Result<CallOutcome, UpstreamError> {
+        let deadline = tokio::time::Instant::now() + request.timeout;
+        let declare = request.accepts_task;
+        let outcome = match self.call_authorized(request, declare).await {
+            Err(UpstreamError::TasksRequired) if !declare && request.tasks_allowed => {
+                let mut retry = request.clone();
+                retry.timeout = deadline.saturating_duration_since(tokio::time::Instant::now());
+                if retry.timeout.is_zero() {
+                    return Err(UpstreamError::Timeout(request.timeout));
+                }
+                self.call_authorized(&retry, true).await
+            }
+            other => other,
+        }?;
+        match outcome {
+            CallOutcome::Task(created) if !request.accepts_task => self
+                .follow(created, request, deadline)
+                .await
+                .map(CallOutcome::Complete),
+            other => Ok(other),
+        }
+    }
+
+    /// One call with the current credentials: a fresh token before the
+    /// call; a refused one (the request did not run) is renewed once and
+    /// the call resent. `tasks`: declare the tasks extension.
+    async fn call_authorized(
+        &self,
+        request: &CallRequest,
+        tasks: bool,
+    ) -> Result<CallOutcome, UpstreamError> {
         let Some(bearer) = &self.bearer else {
-            return self.call_once(request).await;
+            return self.call_once(request, tasks).await;
         };
-        // A fresh token before the call; a refused one (the request did
-        // not run) is renewed once and the call resent.
         bearer.refresh().await?;
-        match self.call_once(request).await {
+        match self.call_once(request, tasks).await {
             Err(UpstreamError::AuthRejected { challenge }) => {
                 bearer.refused(challenge.as_deref()).await?;
-                self.call_once(request).await
+                self.call_once(request, tasks).await
             }
             other => other,
         }
     }
 
-    /// One `tools/call` request with the current credentials.
-    async fn call_once(&self, call: &CallRequest) -> Result<CallOutcome, UpstreamError> {
+    /// One `tools/call` request with the current credentials; `tasks`:
+    /// with the tasks extension declared in its `_meta`.
+    async fn call_once(&self, call: &CallRequest, tasks: bool) -> Result<CallOutcome, UpstreamError> {
         let tool = call.tool.as_str();
         let timeout = call.timeout;
         if self.is_ended() {
@@ -563,11 +600,17 @@ impl Session {
             params.meta = Some(meta);
         }
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        // Per-request client capabilities (2026-07-28 `_meta`): the tasks
+        // extension when the call may become a task.
+        let mut options = PeerRequestOptions::no_options();
+        if tasks {
+            options = options.with_meta(self.tasks_meta());
+        }
         let mut ended = self.end.clone();
         let response = async {
             let handle = self
                 .peer
-                .send_request_with_option(request, PeerRequestOptions::no_options())
+                .send_request_with_option(request, options)
                 .await
                 .map_err(|e| self.classify(e, false))?;
             // From here on, leaving early (timeout, caller gone, session
