@@ -407,7 +407,15 @@ impl Audit {
     /// `subject`, `server`, `tool`) without waiting. `task` is the hash
     /// prefix of the task id, never the id; `subject` is empty for the
     /// tenant itself.
-    pub fn task(&self, tenant: &str, subject: &str, server: &str, tool: &str, event: &str, task: &str) {
+    pub fn task(
+        &self,
+        tenant: &str,
+        subject: &str,
+        server: &str,
+        tool: &str,
+        event: &str,
+        task: &str,
+    ) {
         if self.0.is_none() {
             return;
         }

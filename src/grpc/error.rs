@@ -185,13 +185,17 @@ pub enum CallError {
     },
     /// The task runs in a stdio server's process at another replica of the
     /// gateway, which alone can reach it.
-    #[error("the task runs in stdio server `{server}` at another replica of the gateway, which alone can reach it")]
+    #[error(
+        "the task runs in stdio server `{server}` at another replica of the gateway, which alone can reach it"
+    )]
     TaskElsewhere {
         /// The server.
         server: String,
     },
     /// The tenant has as many open tasks as it may.
-    #[error("the tenant has {limit} open tasks, the most it may have: wait for some to end or expire")]
+    #[error(
+        "the tenant has {limit} open tasks, the most it may have: wait for some to end or expire"
+    )]
     TaskLimit {
         /// The server whose call became a task.
         server: String,

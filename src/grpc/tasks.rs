@@ -280,8 +280,13 @@ pub(super) async fn update(
         reason: e.to_string(),
     };
     let mut inputs = crate::upstream::tasks::roots_responses(requests);
-    for (question, answer) in crate::upstream::input::match_answers(&asked, &answers).map_err(invalid)? {
-        if let Some(value) = answer.to_input_response(&question.question).map_err(invalid)? {
+    for (question, answer) in
+        crate::upstream::input::match_answers(&asked, &answers).map_err(invalid)?
+    {
+        if let Some(value) = answer
+            .to_input_response(&question.question)
+            .map_err(invalid)?
+        {
             inputs.insert(question.id.clone(), value);
         }
     }

@@ -117,7 +117,9 @@ pub enum UpstreamError {
     /// The server runs the tool only as a task and refused the call because
     /// the tasks extension (`io.modelcontextprotocol/tasks`, SEP-2663) was
     /// not declared (JSON-RPC `-32021`): the tool did not run.
-    #[error("the server runs this tool only as a task, and the tasks extension could not be declared for it")]
+    #[error(
+        "the server runs this tool only as a task, and the tasks extension could not be declared for it"
+    )]
     TasksRequired,
     /// The task the call became was cancelled on the server.
     #[error("the server cancelled the task")]
@@ -125,7 +127,9 @@ pub enum UpstreamError {
     /// A task the gateway followed needs answers, and the call's worker
     /// cannot give any (only `InvokeToolInteractive` can): the task was
     /// cancelled.
-    #[error("the task asks for {0} input, which only InvokeToolInteractive can answer; the task was cancelled")]
+    #[error(
+        "the task asks for {0} input, which only InvokeToolInteractive can answer; the task was cancelled"
+    )]
     InputRequiresInteractive(&'static str),
 }
 
@@ -146,7 +150,9 @@ impl UpstreamError {
             E::McpError(data) if super::stdio::too_large_limit(&data).is_some() => {
                 UpstreamError::TooLarge(super::stdio::too_large_limit(&data).unwrap_or_default())
             }
-            E::McpError(data) if super::tasks::requires_tasks(&data) => UpstreamError::TasksRequired,
+            E::McpError(data) if super::tasks::requires_tasks(&data) => {
+                UpstreamError::TasksRequired
+            }
             E::McpError(data) => UpstreamError::JsonRpc {
                 code: data.code.0,
                 message: redaction.upstream_text(&data.message),

@@ -562,7 +562,11 @@ impl Session {
 
     /// One `tools/call` request with the current credentials; `tasks`:
     /// with the tasks extension declared in its `_meta`.
-    async fn call_once(&self, call: &CallRequest, tasks: bool) -> Result<CallOutcome, UpstreamError> {
+    async fn call_once(
+        &self,
+        call: &CallRequest,
+        tasks: bool,
+    ) -> Result<CallOutcome, UpstreamError> {
         let tool = call.tool.as_str();
         let timeout = call.timeout;
         if self.is_ended() {

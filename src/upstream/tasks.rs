@@ -95,7 +95,8 @@ impl Session {
         task_id: &str,
         timeout: Duration,
     ) -> Result<DetailedTask, UpstreamError> {
-        let request = ClientRequest::GetTaskRequest(GetTaskRequest::new(GetTaskParams::new(task_id)));
+        let request =
+            ClientRequest::GetTaskRequest(GetTaskRequest::new(GetTaskParams::new(task_id)));
         match self.task_request(request, "tasks/get", timeout).await? {
             ServerResult::GetTaskResult(result) => Ok(result.task),
             _ => Err(UpstreamError::Protocol(
@@ -143,9 +144,11 @@ impl Session {
     /// # Errors
     /// [`UpstreamError::Protocol`] when `result` is not a `CallToolResult`.
     pub fn task_result(&self, result: JsonObject) -> Result<CallToolResult, UpstreamError> {
-        let mut result: CallToolResult = serde_json::from_value(Value::Object(result))
-            .map_err(|e| {
-                UpstreamError::Protocol(format!("a completed task's result is not a tool result: {e}"))
+        let mut result: CallToolResult =
+            serde_json::from_value(Value::Object(result)).map_err(|e| {
+                UpstreamError::Protocol(format!(
+                    "a completed task's result is not a tool result: {e}"
+                ))
             })?;
         if self.redact_results {
             super::redact_result(&mut result, &self.redaction);
@@ -185,7 +188,10 @@ impl Session {
             return self.task_request_once(request, method, timeout).await;
         };
         bearer.refresh().await?;
-        match self.task_request_once(request.clone(), method, timeout).await {
+        match self
+            .task_request_once(request.clone(), method, timeout)
+            .await
+        {
             Err(UpstreamError::AuthRejected { challenge }) => {
                 bearer.refused(challenge.as_deref()).await?;
                 self.task_request_once(request, method, timeout).await
@@ -371,11 +377,13 @@ async fn ask(
         Ok(Ok(answers)) => answers,
     };
     let mut responses = roots_responses(requests);
-    let invalid = |e: super::AnswerError| {
-        Some(UpstreamError::Protocol(format!("the worker's answer: {e}")))
-    };
+    let invalid =
+        |e: super::AnswerError| Some(UpstreamError::Protocol(format!("the worker's answer: {e}")));
     for (question, answer) in super::input::match_answers(&asked, &answers).map_err(invalid)? {
-        if let Some(value) = answer.to_input_response(&question.question).map_err(invalid)? {
+        if let Some(value) = answer
+            .to_input_response(&question.question)
+            .map_err(invalid)?
+        {
             responses.insert(question.id.clone(), value);
         }
     }

@@ -11,9 +11,9 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::common::*;
+use tonic::transport::Channel;
 use toolgate::pb;
 use toolgate::pb::tool_gateway_client::ToolGatewayClient;
-use tonic::transport::Channel;
 
 const TOKEN: &str = "tasks-acme-token";
 const OTHER_TENANT: &str = "tasks-globex-token";
@@ -75,7 +75,10 @@ impl Fixture {
                 let guard = ChildGuard(child);
                 // fastmcp takes seconds to import on a busy machine.
                 let started = Instant::now();
-                while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
+                while tokio::net::TcpStream::connect(("127.0.0.1", port))
+                    .await
+                    .is_err()
+                {
                     assert!(
                         started.elapsed() < Duration::from_secs(60),
                         "the tasks server never listened on {port}"
@@ -209,7 +212,10 @@ async fn start_task(
         .await
         .unwrap_or_else(|s| panic!("{name}: {s:?}"))
         .into_inner();
-    assert!(response.text.is_empty() && response.content.is_empty(), "{response:?}");
+    assert!(
+        response.text.is_empty() && response.content.is_empty(),
+        "{response:?}"
+    );
     let task = *response.task.expect("the call answers a task at once");
     assert!(task.task_id.starts_with("tgt_"), "{task:?}");
     assert_eq!(task.task_id.len(), 26, "{task:?}");
@@ -269,9 +275,14 @@ async fn a_task_tool_answers_a_worker_that_sets_nothing() {
         let gateway = TestGateway::start(&fixture.yaml(None, ""), &[]).await;
         let mut client = gateway.client().await;
         wait_listed(&mut client, TOKEN).await;
-        let response = invoke(&mut client, TOKEN, "tasks__slow_report", r#"{"seconds": 0.5}"#)
-            .await
-            .unwrap_or_else(|s| panic!("{reach:?}: {s:?}"));
+        let response = invoke(
+            &mut client,
+            TOKEN,
+            "tasks__slow_report",
+            r#"{"seconds": 0.5}"#,
+        )
+        .await
+        .unwrap_or_else(|s| panic!("{reach:?}: {s:?}"));
         assert_eq!(response.text, "report ready after 0.5 s", "{reach:?}");
         assert!(response.task.is_none(), "{reach:?}");
         let requests = fixture.requests();
@@ -317,8 +328,16 @@ async fn a_caller_deadline_shorter_than_the_task_cancels_it_upstream() {
             ))
             .await
             .expect_err("the task outlives the deadline");
-        assert_eq!(status.code(), tonic::Code::DeadlineExceeded, "{reach:?}: {status:?}");
-        assert_eq!(reason(&status), "DEADLINE_EXCEEDED", "{reach:?}: {status:?}");
+        assert_eq!(
+            status.code(),
+            tonic::Code::DeadlineExceeded,
+            "{reach:?}: {status:?}"
+        );
+        assert_eq!(
+            reason(&status),
+            "DEADLINE_EXCEEDED",
+            "{reach:?}: {status:?}"
+        );
         fixture
             .wait_for("tasks/cancel", |l| l["method"] == "tasks/cancel")
             .await;
@@ -343,9 +362,18 @@ async fn a_worker_that_accepts_tasks_follows_one_to_its_result() {
         let gateway = TestGateway::start(&yaml, &[]).await;
         let mut client = gateway.client().await;
         wait_listed(&mut client, TOKEN).await;
-        let task = start_task(&mut client, None, "tasks__slow_report", r#"{"seconds": 0.5}"#).await;
+        let task = start_task(
+            &mut client,
+            None,
+            "tasks__slow_report",
+            r#"{"seconds": 0.5}"#,
+        )
+        .await;
         assert_eq!(task.status, pb::TaskStatus::Working as i32, "{task:?}");
-        assert_eq!(task.poll_interval_ms, 250, "100 ms raised to toolgate's floor");
+        assert_eq!(
+            task.poll_interval_ms, 250,
+            "100 ms raised to toolgate's floor"
+        );
         assert!(task.expires_at_unix_ms > 0);
         // The call declared the extension at once: one tools/call.
         assert_eq!(
@@ -365,7 +393,11 @@ async fn a_worker_that_accepts_tasks_follows_one_to_its_result() {
             let series = format!(
                 "toolgate_tasks_total{{tenant=\"acme\",server=\"tasks\",tool=\"tasks__slow_report\",event=\"{event}\"}}"
             );
-            assert_eq!(sample(&page, &series).as_deref(), Some("1"), "{series}: {page}");
+            assert_eq!(
+                sample(&page, &series).as_deref(),
+                Some("1"),
+                "{series}: {page}"
+            );
         }
         assert!(!page.contains(&task.task_id));
         gateway.shutdown().await;
@@ -392,7 +424,13 @@ async fn a_task_that_asks_is_answered_with_update_task_and_one_that_fails_is_fai
     let mut client = gateway.client().await;
     wait_listed(&mut client, TOKEN).await;
 
-    let task = start_task(&mut client, None, "tasks__ask_then_finish", r#"{"topic": "tea"}"#).await;
+    let task = start_task(
+        &mut client,
+        None,
+        "tasks__ask_then_finish",
+        r#"{"topic": "tea"}"#,
+    )
+    .await;
     let asking = until(&mut client, &task.task_id, pb::TaskStatus::InputRequired).await;
     let asked = asking.input_required.expect("the question");
     assert_eq!(asked.requests.len(), 1, "{asked:?}");
@@ -445,10 +483,19 @@ async fn a_task_that_asks_is_answered_with_update_task_and_one_that_fails_is_fai
 
     // A worker that sets nothing cannot answer: the followed task is
     // cancelled and the call refused, naming InvokeToolInteractive.
-    let refused = invoke(&mut client, TOKEN, "tasks__ask_then_finish", r#"{"topic": "x"}"#)
-        .await
-        .expect_err("nobody answers");
-    assert_eq!(refused.code(), tonic::Code::FailedPrecondition, "{refused:?}");
+    let refused = invoke(
+        &mut client,
+        TOKEN,
+        "tasks__ask_then_finish",
+        r#"{"topic": "x"}"#,
+    )
+    .await
+    .expect_err("nobody answers");
+    assert_eq!(
+        refused.code(),
+        tonic::Code::FailedPrecondition,
+        "{refused:?}"
+    );
     assert_eq!(reason(&refused), "INPUT_REQUIRES_INTERACTIVE");
     // And one that fails is the server's error.
     let failed = invoke(&mut client, TOKEN, "tasks__fails", r#"{"message": "boom"}"#)
@@ -467,7 +514,13 @@ async fn cancel_task_cancels_it_at_the_server() {
     let gateway = TestGateway::start(&fixture.yaml(None, ""), &[]).await;
     let mut client = gateway.client().await;
     wait_listed(&mut client, TOKEN).await;
-    let task = start_task(&mut client, None, "tasks__slow_report", r#"{"seconds": 30}"#).await;
+    let task = start_task(
+        &mut client,
+        None,
+        "tasks__slow_report",
+        r#"{"seconds": 30}"#,
+    )
+    .await;
     let cancelled = client
         .cancel_task(authed(
             TOKEN,
@@ -493,18 +546,39 @@ async fn task_ids_of_other_callers_forged_or_expired_are_not_found() {
     let mut client = gateway.client().await;
     wait_listed(&mut client, TOKEN).await;
     wait_listed(&mut client, OTHER_TENANT).await;
-    let task = start_task(&mut client, Some("alice"), "tasks__slow_report", r#"{"seconds": 30}"#).await;
+    let task = start_task(
+        &mut client,
+        Some("alice"),
+        "tasks__slow_report",
+        r#"{"seconds": 30}"#,
+    )
+    .await;
     let id = task.task_id.as_str();
     // Alice sees her task.
     get_task(&mut client, TOKEN, Some("alice"), id)
         .await
         .expect("the caller's own task");
-    assert_not_found(get_task(&mut client, OTHER_TENANT, Some("alice"), id).await, "another tenant");
-    assert_not_found(get_task(&mut client, TOKEN, Some("bob"), id).await, "another subject");
-    assert_not_found(get_task(&mut client, TOKEN, None, id).await, "the tenant itself");
+    assert_not_found(
+        get_task(&mut client, OTHER_TENANT, Some("alice"), id).await,
+        "another tenant",
+    );
+    assert_not_found(
+        get_task(&mut client, TOKEN, Some("bob"), id).await,
+        "another subject",
+    );
+    assert_not_found(
+        get_task(&mut client, TOKEN, None, id).await,
+        "the tenant itself",
+    );
     let forged = format!("tgt_{}", "A".repeat(22));
-    assert_not_found(get_task(&mut client, TOKEN, Some("alice"), &forged).await, "a forged id");
-    assert_not_found(get_task(&mut client, TOKEN, Some("alice"), "nope").await, "a malformed id");
+    assert_not_found(
+        get_task(&mut client, TOKEN, Some("alice"), &forged).await,
+        "a forged id",
+    );
+    assert_not_found(
+        get_task(&mut client, TOKEN, Some("alice"), "nope").await,
+        "a malformed id",
+    );
     let cancel_foreign = client
         .cancel_task(request(
             OTHER_TENANT,
@@ -520,7 +594,10 @@ async fn task_ids_of_other_callers_forged_or_expired_are_not_found() {
     // Nothing reached the server for those: one tools/call, one tasks/get.
     let requests = fixture.requests();
     assert_eq!(
-        requests.iter().filter(|(m, _)| m.starts_with("tasks/")).count(),
+        requests
+            .iter()
+            .filter(|(m, _)| m.starts_with("tasks/"))
+            .count(),
         1,
         "{requests:?}"
     );
@@ -587,7 +664,13 @@ async fn a_task_is_followed_at_another_gateway_under_its_policy() {
     wait_listed(&mut first, TOKEN).await;
     wait_listed(&mut second, TOKEN).await;
 
-    let task = start_task(&mut first, None, "tasks__slow_report", r#"{"seconds": 0.5}"#).await;
+    let task = start_task(
+        &mut first,
+        None,
+        "tasks__slow_report",
+        r#"{"seconds": 0.5}"#,
+    )
+    .await;
     let done = until(&mut second, &task.task_id, pb::TaskStatus::Completed).await;
     assert_eq!(done.result.unwrap().text, "report ready after 0.5 s");
 
