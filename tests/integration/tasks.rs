@@ -685,3 +685,71 @@ async fn a_task_is_followed_at_another_gateway_under_its_policy() {
     assert_eq!(reason(&denied), "TOOL_NOT_PERMITTED");
     drop(processes);
 }
+
+/// A followed task's questions go to the call's asker (what
+/// `InvokeToolInteractive` sets) and its answers back with `tasks/update`:
+/// `Session::call` on a session of its own, over stdio.
+#[tokio::test]
+async fn a_followed_task_asks_the_calls_asker_and_is_answered_with_tasks_update() {
+    use toolgate::upstream::{Action, Answer, CallOutcome, CallRequest, Question};
+    let fixture = Fixture::start(Reach::Stdio).await;
+    let env: std::collections::HashMap<String, String> =
+        std::iter::once(("PATH".to_owned(), std::env::var("PATH").unwrap_or_default())).collect();
+    let config = toolgate::config::Config::from_yaml(
+        &fixture.yaml(None, ""),
+        "test.yaml",
+        std::path::Path::new("."),
+        &env,
+    )
+    .unwrap();
+    let server = &config.tenants[0].servers[0];
+    let label = toolgate::upstream::Label {
+        tenant: "acme".to_owned(),
+        server: server.name.clone(),
+    };
+    let redactor: toolgate::credentials::SharedRedactor =
+        std::sync::Arc::new(arc_swap::ArcSwap::from_pointee(Default::default()));
+    let connected = toolgate::upstream::connect(server, &label, &env, 1 << 20, &redactor)
+        .await
+        .unwrap();
+    let session = connected.session;
+
+    let (asker, mut rounds) = tokio::sync::mpsc::channel::<toolgate::upstream::Round>(1);
+    let worker = tokio::spawn(async move {
+        let round = rounds.recv().await.expect("one round of questions");
+        assert_eq!(round.asked.len(), 1, "{:?}", round.asked);
+        let asked = &round.asked[0];
+        let Question::Form { message, .. } = &asked.question else {
+            panic!("a form: {asked:?}");
+        };
+        assert_eq!(message, "Your answer about tea?");
+        round
+            .reply
+            .send(vec![Answer {
+                id: asked.id.clone(),
+                action: Action::Accept,
+                content: Some(serde_json::json!({"answer": "green"})),
+            }])
+            .unwrap();
+    });
+    let mut arguments = serde_json::Map::new();
+    arguments.insert("topic".to_owned(), "tea".into());
+    let mut call = CallRequest::new("ask_then_finish", arguments, Duration::from_secs(20));
+    call.tasks_allowed = true;
+    call.asker = Some(asker);
+    let outcome = session.call(&call).await.unwrap();
+    worker.await.unwrap();
+    let CallOutcome::Complete(result) = outcome else {
+        panic!("the followed task's result: {outcome:?}");
+    };
+    let text = result.content[0].as_text().map(|t| t.text.clone());
+    assert_eq!(text.as_deref(), Some("tea: green"));
+    assert!(
+        fixture
+            .requests()
+            .contains(&("tasks/update".to_owned(), true)),
+        "{:?}",
+        fixture.requests()
+    );
+    session.close().await;
+}
