@@ -294,7 +294,7 @@ pub(super) async fn update(
         .session
         .update_task(&found.stored.upstream_id, inputs, found.timeout)
         .await
-        .map_err(|e| call::task_failure(&found.tool, rpc.subject, e))?;
+        .map_err(|e| upstream_failure(&found.tool, rpc.subject, e))?;
     rpc.events
         .record(&rpc.tenant.name, &found.task_id, &found.stored, "updated");
     let task = found.upstream_get(rpc).await?;
@@ -313,7 +313,7 @@ pub(super) async fn cancel(rpc: &TaskCall<'_>, task_id: &str) -> Result<pb::Task
         .session
         .cancel_task(&found.stored.upstream_id, found.timeout)
         .await
-        .map_err(|e| call::task_failure(&found.tool, rpc.subject, e))?;
+        .map_err(|e| upstream_failure(&found.tool, rpc.subject, e))?;
     let task = found.upstream_get(rpc).await?;
     found.observe(rpc, &task).await;
     found.to_pb(&task, rpc)
@@ -380,7 +380,7 @@ impl Found {
         self.session
             .get_task(&self.stored.upstream_id, self.timeout)
             .await
-            .map_err(|e| call::task_failure(&self.tool, rpc.subject, e))
+            .map_err(|e| upstream_failure(&self.tool, rpc.subject, e))
     }
 
     /// Notes a change of status: the row, the metric and the record (a
@@ -455,6 +455,16 @@ impl Found {
             });
         }
         Ok(out)
+    }
+}
+
+/// The status of a failed `tasks/*` request: a task the server no
+/// longer knows (`-32602`: expired there, or its stdio child restarted) is
+/// `TASK_NOT_FOUND`; anything else as for a call.
+fn upstream_failure(tool: &CatalogTool, subject: &Subject, error: UpstreamError) -> CallError {
+    match error {
+        UpstreamError::JsonRpc { code: -32602, .. } => CallError::TaskNotFound,
+        error => call::task_failure(tool, subject, error),
     }
 }
 
