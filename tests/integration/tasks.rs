@@ -186,10 +186,15 @@ fn call(name: &str, arguments: &str, accepts_task: bool) -> pb::InvokeToolReques
 
 /// Waits (at most 30 s) until `token`'s catalog lists `tasks__echo`.
 async fn wait_listed(client: &mut ToolGatewayClient<Channel>, token: &str) {
+    wait_listed_tool(client, token, "tasks__echo").await;
+}
+
+/// Waits (at most 30 s) until `token`'s catalog lists `tool`.
+async fn wait_listed_tool(client: &mut ToolGatewayClient<Channel>, token: &str, tool: &str) {
     let started = Instant::now();
     loop {
         let listing = list(client, token).await;
-        if names(&listing).iter().any(|n| n == "tasks__echo") {
+        if names(&listing).iter().any(|n| n == tool) {
             return;
         }
         assert!(
@@ -625,13 +630,19 @@ async fn task_ids_of_other_callers_forged_or_expired_are_not_found() {
 }
 
 /// Two `toolgate serve` processes on one PostgreSQL store with the same
-/// `state.keys`, one HTTP tasks server: a task started at one is followed
-/// at the other, whose stricter policy (denying `tasks__fails`) applies to
-/// the tasks of that tool.
+/// `state.keys`, an HTTP tasks server and a stdio one (`local`): a task of
+/// the HTTP server started at one is followed at the other, whose stricter
+/// policy (denying `tasks__fails`) applies to the tasks of that tool; a
+/// stdio server's task is reachable only where its child runs
+/// (`TASK_ELSEWHERE` at the other).
 #[tokio::test]
 async fn a_task_is_followed_at_another_gateway_under_its_policy() {
     let pg = PgCluster::start();
-    let fixture = Fixture::start(Reach::Http).await;
+    let mut fixture = Fixture::start(Reach::Http).await;
+    let local = Fixture::start(Reach::Stdio).await;
+    fixture
+        .server
+        .push_str(&local.server.replace("name: tasks", "name: local"));
     let state = format!(
         "state:\n  url: \"{}\"\n  keys: [\"{STATE_KEY}\"]\n",
         pg.url()
@@ -683,6 +694,19 @@ async fn a_task_is_followed_at_another_gateway_under_its_policy() {
         .expect_err("the second gateway's policy denies the tool");
     assert_eq!(denied.code(), tonic::Code::PermissionDenied, "{denied:?}");
     assert_eq!(reason(&denied), "TOOL_NOT_PERMITTED");
+
+    wait_listed_tool(&mut first, TOKEN, "local__echo").await;
+    wait_listed_tool(&mut second, TOKEN, "local__echo").await;
+    let child = start_task(&mut first, None, "local__slow_report", r#"{"seconds": 30}"#).await;
+    let elsewhere = get_task(&mut second, TOKEN, None, &child.task_id)
+        .await
+        .expect_err("the task lives in the first gateway's child");
+    assert_eq!(elsewhere.code(), tonic::Code::Unavailable, "{elsewhere:?}");
+    assert_eq!(reason(&elsewhere), "TASK_ELSEWHERE");
+    let here = get_task(&mut first, TOKEN, None, &child.task_id)
+        .await
+        .expect("reachable where it runs");
+    assert_eq!(here.status, pb::TaskStatus::Working as i32, "{here:?}");
     drop(processes);
 }
 
