@@ -708,6 +708,55 @@ async fn a_task_is_followed_at_another_gateway_under_its_policy() {
         .expect("reachable where it runs");
     assert_eq!(here.status, pb::TaskStatus::Working as i32, "{here:?}");
     drop(processes);
+
+    // Neither toolgate's ids nor the servers' reach the INFO logs.
+    let mut ids: Vec<String> = [&task, &failing, &child]
+        .iter()
+        .map(|t| t.task_id.clone())
+        .collect();
+    for log in [&fixture, &local] {
+        ids.extend(
+            log.lines()
+                .iter()
+                .filter_map(|l| l["taskId"].as_str().map(str::to_owned)),
+        );
+    }
+    assert!(ids.len() > 3, "{ids:?}");
+    for index in 0..2 {
+        let log = std::fs::read_to_string(fixture.dir.path().join(format!("gateway{index}.log")))
+            .unwrap();
+        for id in &ids {
+            assert!(!log.contains(id.as_str()), "{id} in gateway{index}.log");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_server_without_input_tasks_never_gets_the_extension() {
+    let fixture = Fixture::with_input(Reach::Http, "          tasks: false\n").await;
+    let gateway = TestGateway::start(&fixture.yaml(None, ""), &[]).await;
+    let mut client = gateway.client().await;
+    wait_listed(&mut client, TOKEN).await;
+    for accepts_task in [false, true] {
+        let status = client
+            .invoke_tool(authed(
+                TOKEN,
+                call("tasks__slow_report", r#"{"seconds": 0.5}"#, accepts_task),
+            ))
+            .await
+            .expect_err("the tool runs only as a task");
+        assert_eq!(status.code(), tonic::Code::FailedPrecondition, "{status:?}");
+        assert_eq!(reason(&status), "TASK_REQUIRED", "{status:?}");
+    }
+    // Sent once each, never with the extension.
+    assert_eq!(
+        fixture.requests(),
+        [
+            ("tools/call".to_owned(), false),
+            ("tools/call".to_owned(), false)
+        ]
+    );
+    gateway.shutdown().await;
 }
 
 /// A followed task's questions go to the call's asker (what
