@@ -826,3 +826,52 @@ async fn a_followed_task_asks_the_calls_asker_and_is_answered_with_tasks_update(
     );
     session.close().await;
 }
+
+/// A tenant with 1000 open tasks gets no more: the call that became a task
+/// is `TASK_LIMIT`, and the server's task is cancelled.
+#[tokio::test]
+async fn a_tenant_has_at_most_1000_open_tasks() {
+    let fixture = Fixture::start(Reach::Http).await;
+    let url = format!("sqlite://{}/state.db", fixture.dir.path().display());
+    let store = toolgate::state::StateStore::connect(
+        &url,
+        toolgate::state::KeyRing::new(vec![[7; 32]]).unwrap(),
+    )
+    .await
+    .unwrap();
+    let far = 4_102_444_800_000; // 2100-01-01
+    for index in 0..1000 {
+        store
+            .put_task(&format!("tgt_filler{index}"), "acme", b"{}", far)
+            .await
+            .unwrap();
+    }
+    store.close().await;
+    let gateway = TestGateway::start(&fixture.yaml(None, ""), &[]).await;
+    let mut client = gateway.client().await;
+    wait_listed(&mut client, TOKEN).await;
+    let status = client
+        .invoke_tool(authed(
+            TOKEN,
+            call("tasks__slow_report", r#"{"seconds": 30}"#, true),
+        ))
+        .await
+        .expect_err("over the limit");
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+    assert_eq!(reason(&status), "TASK_LIMIT");
+    fixture
+        .wait_for("tasks/cancel", |l| l["method"] == "tasks/cancel")
+        .await;
+    // Another tenant is not held back.
+    wait_listed(&mut client, OTHER_TENANT).await;
+    let other = client
+        .invoke_tool(authed(
+            OTHER_TENANT,
+            call("tasks__slow_report", r#"{"seconds": 0.5}"#, true),
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(other.task.is_some());
+    gateway.shutdown().await;
+}
