@@ -229,8 +229,12 @@ pub async fn run_with_reload(
     let stop_reload = start_reload(reload, &config, &registry, &metrics);
     let abort = CancellationToken::new();
     let drain = Arc::new(Drain::default());
-    let gateway =
+    let mut gateway =
         Gateway::new(abort.clone(), metrics.clone(), drain.clone()).with_audit(audit.clone());
+    if let Some(context) = &oauth {
+        // Opened when a server uses OAuth or may run tasks.
+        gateway = gateway.with_task_store(context.state.clone());
+    }
     let (health, health_service) = tonic_health::server::health_reporter();
     set_health(&health, tonic_health::ServingStatus::Serving).await;
     let stop_accepting = CancellationToken::new();

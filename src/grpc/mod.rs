@@ -64,6 +64,9 @@ pub struct Gateway {
     drain: Arc<drain::Drain>,
     /// Where each call's record goes (disabled unless `audit:` is set).
     audit: crate::audit::Audit,
+    /// Where tasks handed to workers are kept (`None`: no state store is
+    /// open, and no call may become a task of a worker's).
+    task_store: Option<crate::state::StateStore>,
 }
 
 impl Gateway {
@@ -75,7 +78,15 @@ impl Gateway {
             metrics,
             drain,
             audit: crate::audit::Audit::disabled(),
+            task_store: None,
         }
+    }
+
+    /// The service keeping tasks handed to workers in `store`.
+    #[must_use]
+    pub fn with_task_store(mut self, store: crate::state::StateStore) -> Self {
+        self.task_store = Some(store);
+        self
     }
 
     /// The service writing a record of each call to `audit`.

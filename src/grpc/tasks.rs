@@ -50,17 +50,19 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 /// This process, for the tasks of stdio servers (which only it reaches).
 static REPLICA: LazyLock<String> = LazyLock::new(|| random_id(""));
 
-/// Where task events go.
+/// Where tasks are kept, and where their events go.
 #[derive(Debug, Clone)]
 pub(crate) struct Events {
+    store: Option<StateStore>,
     metrics: Arc<Metrics>,
     audit: crate::audit::Audit,
 }
 
 impl Events {
-    /// The gateway's metrics and audit trail.
+    /// The gateway's task store, metrics and audit trail.
     pub(crate) fn of(gateway: &Gateway) -> Self {
         Self {
+            store: gateway.task_store.clone(),
             metrics: gateway.metrics.clone(),
             audit: gateway.audit.clone(),
         }
@@ -170,12 +172,15 @@ async fn keep(
         server,
         tool,
         subject,
-        ..
+        events,
     } = *started;
-    let state = store(tenant).ok_or_else(|| CallError::StateUnavailable {
-        server: server.name.clone(),
-        reason: "no state store is open for tasks: restart the gateway".to_owned(),
-    })?;
+    let state = events
+        .store
+        .clone()
+        .ok_or_else(|| CallError::StateUnavailable {
+            server: server.name.clone(),
+            reason: "no state store is open for tasks: restart the gateway".to_owned(),
+        })?;
     let unavailable = |e: StateError| state_failure(&server.name, &e);
     if state.count_tasks(&tenant.name).await.map_err(unavailable)? >= MAX_OPEN_TASKS {
         return Err(CallError::TaskLimit {
@@ -325,7 +330,7 @@ async fn find(rpc: &TaskCall<'_>, task_id: &str) -> Result<Found, CallError> {
     if !well_formed(task_id) {
         return Err(CallError::TaskNotFound);
     }
-    let Some(state) = store(rpc.tenant) else {
+    let Some(state) = rpc.events.store.clone() else {
         return Err(CallError::TaskNotFound);
     };
     let row = state
@@ -466,11 +471,6 @@ fn upstream_failure(tool: &CatalogTool, subject: &Subject, error: UpstreamError)
         UpstreamError::JsonRpc { code: -32602, .. } => CallError::TaskNotFound,
         error => call::task_failure(tool, subject, error),
     }
-}
-
-/// The state store, when one is open.
-fn store(tenant: &Tenant) -> Option<StateStore> {
-    tenant.oauth_context().map(|context| context.state.clone())
 }
 
 /// The status of a state store failure.

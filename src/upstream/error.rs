@@ -124,13 +124,13 @@ pub enum UpstreamError {
     /// The task the call became was cancelled on the server.
     #[error("the server cancelled the task")]
     TaskCancelled,
-    /// A task the gateway followed needs answers, and the call's worker
-    /// cannot give any (only `InvokeToolInteractive` can): the task was
-    /// cancelled.
-    #[error(
-        "the task asks for {0} input, which only InvokeToolInteractive can answer; the task was cancelled"
-    )]
-    InputRequiresInteractive(&'static str),
+    /// The server asked the call's worker a question it opted in to, and
+    /// only `InvokeToolInteractive` can carry it: the call was cancelled
+    /// upstream and the server's request refused. (Tasks: a task toolgate
+    /// followed went `input_required` for a call without an asker; the
+    /// task was cancelled.)
+    #[error("the server asked a {} question, which reaches a worker only over InvokeToolInteractive; the call was cancelled", .0.as_str())]
+    InputRequiresInteractive(super::QuestionKind),
 }
 
 impl UpstreamError {

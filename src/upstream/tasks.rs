@@ -296,22 +296,25 @@ impl Session {
                 }
                 TaskPayload::InputRequired { input_requests } => {
                     let asked = asked(&input_requests);
-                    let Some(asker) = &call.asker else {
-                        // Dropping `cancel` sends tasks/cancel.
-                        let kind = asked
-                            .first()
-                            .map_or("client", |a| a.question.kind().as_str());
-                        return Err(UpstreamError::InputRequiresInteractive(kind));
-                    };
                     rounds += 1;
                     if rounds > MAX_TASK_ROUNDS {
                         return Err(UpstreamError::Protocol(format!(
                             "the task asked more than {MAX_TASK_ROUNDS} rounds of questions"
                         )));
                     }
-                    let responses = ask(asker, asked, &input_requests, deadline)
-                        .await
-                        .map_err(|e| e.unwrap_or_else(timed_out))?;
+                    let responses = match (asked.first(), &call.asker) {
+                        // Roots only: toolgate answers them itself.
+                        (None, _) => roots_responses(&input_requests),
+                        (Some(first), None) => {
+                            // Dropping `cancel` sends tasks/cancel.
+                            return Err(UpstreamError::InputRequiresInteractive(
+                                first.question.kind(),
+                            ));
+                        }
+                        (Some(_), Some(asker)) => ask(asker, asked, &input_requests, deadline)
+                            .await
+                            .map_err(|e| e.unwrap_or_else(timed_out))?,
+                    };
                     let remaining = deadline.saturating_duration_since(Instant::now());
                     match self.update_task(&task_id, responses, remaining).await {
                         Err(UpstreamError::Timeout(_)) => return Err(timed_out()),
@@ -360,7 +363,8 @@ async fn ask(
     requests: &rmcp::model::InputRequests,
     deadline: Instant,
 ) -> Result<InputResponses, Option<UpstreamError>> {
-    let gone = || Some(UpstreamError::InputRequiresInteractive("client"));
+    let kind = asked.first().map(|a| a.question.kind());
+    let gone = || kind.map(UpstreamError::InputRequiresInteractive);
     let (reply, answers) = tokio::sync::oneshot::channel();
     let round = Round {
         asked: asked.clone(),
