@@ -379,6 +379,10 @@ pub struct CallRequest {
     /// call refused for want of the tasks extension is sent again with it
     /// declared, and followed by toolgate when the worker does not.
     pub tasks_allowed: bool,
+    /// Declare the tasks extension for this call although the worker does
+    /// not follow tasks itself (set by toolgate when it resends a call the
+    /// server refused for want of it, and then follows the task).
+    pub declare_tasks: bool,
     /// A 2026-07-28 retry: the answers to the previous round.
     pub input_responses: Option<InputResponses>,
     /// A 2026-07-28 retry: the server's own `requestState`, echoed.
@@ -404,6 +408,7 @@ impl CallRequest {
             accepts: InputKinds::default(),
             accepts_task: false,
             tasks_allowed: false,
+            declare_tasks: false,
             input_responses: None,
             request_state: None,
             asker: None,

@@ -518,15 +518,19 @@ impl Session {
     /// followed here to its end within `timeout` ([`Session::follow`]).
     pub async fn call(&self, request: &CallRequest) -> Result<CallOutcome, UpstreamError> {
         let deadline = tokio::time::Instant::now() + request.timeout;
-        let declare = request.accepts_task;
-        let outcome = match self.call_authorized(request, declare).await {
-            Err(UpstreamError::TasksRequired) if !declare && request.tasks_allowed => {
+        let outcome = match self.call_authorized(request).await {
+            // The tool did not run: send it once more, declaring the
+            // extension, and follow the task it becomes.
+            Err(UpstreamError::TasksRequired)
+                if !request.accepts_task && !request.declare_tasks && request.tasks_allowed =>
+            {
                 let mut retry = request.clone();
+                retry.declare_tasks = true;
                 retry.timeout = deadline.saturating_duration_since(tokio::time::Instant::now());
                 if retry.timeout.is_zero() {
                     return Err(UpstreamError::Timeout(request.timeout));
                 }
-                self.call_authorized(&retry, true).await
+                self.call_authorized(&retry).await
             }
             other => other,
         }?;
@@ -541,32 +545,23 @@ impl Session {
 
     /// One call with the current credentials: a fresh token before the
     /// call; a refused one (the request did not run) is renewed once and
-    /// the call resent. `tasks`: declare the tasks extension.
-    async fn call_authorized(
-        &self,
-        request: &CallRequest,
-        tasks: bool,
-    ) -> Result<CallOutcome, UpstreamError> {
+    /// the call resent.
+    async fn call_authorized(&self, request: &CallRequest) -> Result<CallOutcome, UpstreamError> {
         let Some(bearer) = &self.bearer else {
-            return self.call_once(request, tasks).await;
+            return self.call_once(request).await;
         };
         bearer.refresh().await?;
-        match self.call_once(request, tasks).await {
+        match self.call_once(request).await {
             Err(UpstreamError::AuthRejected { challenge }) => {
                 bearer.refused(challenge.as_deref()).await?;
-                self.call_once(request, tasks).await
+                self.call_once(request).await
             }
             other => other,
         }
     }
 
-    /// One `tools/call` request with the current credentials; `tasks`:
-    /// with the tasks extension declared in its `_meta`.
-    async fn call_once(
-        &self,
-        call: &CallRequest,
-        tasks: bool,
-    ) -> Result<CallOutcome, UpstreamError> {
+    /// One `tools/call` request with the current credentials.
+    async fn call_once(&self, call: &CallRequest) -> Result<CallOutcome, UpstreamError> {
         let tool = call.tool.as_str();
         let timeout = call.timeout;
         if self.is_ended() {
@@ -607,7 +602,7 @@ impl Session {
         // Per-request client capabilities (2026-07-28 `_meta`): the tasks
         // extension when the call may become a task.
         let mut options = PeerRequestOptions::no_options();
-        if tasks {
+        if call.accepts_task || call.declare_tasks {
             options = options.with_meta(self.tasks_meta());
         }
         let mut ended = self.end.clone();
