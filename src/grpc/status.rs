@@ -80,6 +80,10 @@ pub fn classify(error: &CallError) -> (Code, &'static str) {
                 StateRefusal::Expired => (Code::FailedPrecondition, "REQUEST_STATE_EXPIRED"),
             }
         }
+        CallError::TaskNotFound => (Code::NotFound, "TASK_NOT_FOUND"),
+        CallError::TaskFinished { .. } => (Code::FailedPrecondition, "TASK_FINISHED"),
+        CallError::TaskElsewhere { .. } => (Code::Unavailable, "TASK_ELSEWHERE"),
+        CallError::TaskLimit { .. } => (Code::ResourceExhausted, "TASK_LIMIT"),
         CallError::PlanOutdated { pin, .. } => (
             Code::FailedPrecondition,
             match pin {
@@ -175,6 +179,11 @@ fn classify_upstream(error: &UpstreamError, idempotent: bool) -> (Code, &'static
         // `call.rs`); any other (an extension toolgate does not declare)
         // is the server's own error, as before.
         UpstreamError::MissingCapability { .. } => (Code::Unknown, "UPSTREAM_ERROR"),
+        UpstreamError::TasksRequired => (Code::FailedPrecondition, "TASK_REQUIRED"),
+        UpstreamError::TaskCancelled => (Code::Aborted, "TASK_CANCELLED"),
+        UpstreamError::InputRequiresInteractive(_) => {
+            (Code::FailedPrecondition, "INPUT_REQUIRES_INTERACTIVE")
+        }
         UpstreamError::JsonRpc { code, .. } => match *code {
             jsonrpc::INVALID_PARAMS => (Code::InvalidArgument, "UPSTREAM_INVALID_PARAMS"),
             jsonrpc::METHOD_NOT_FOUND => (Code::Unimplemented, "UPSTREAM_METHOD_NOT_FOUND"),
@@ -374,7 +383,16 @@ fn metadata(error: &CallError) -> HashMap<String, String> {
         | CallError::ConsentCodeInvalid
         | CallError::ConsentStoreUnavailable(_)
         | CallError::InvalidFilter(_)
-        | CallError::InputResponseInvalid { .. } => {}
+        | CallError::InputResponseInvalid { .. }
+        | CallError::TaskNotFound
+        | CallError::TaskFinished { .. } => {}
+        CallError::TaskElsewhere { server } => {
+            metadata.insert("server".to_owned(), server.clone());
+        }
+        CallError::TaskLimit { server, limit } => {
+            metadata.insert("server".to_owned(), server.clone());
+            metadata.insert("limit_value".to_owned(), limit.to_string());
+        }
     }
     metadata
 }

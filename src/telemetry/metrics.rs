@@ -14,6 +14,7 @@
 //! | `toolgate_config_reloads_total` | counter | result |
 //! | `toolgate_oauth_events_total` | counter | tenant, server, event |
 //! | `toolgate_oauth_callbacks_unmatched_total` | counter | outcome |
+//! | `toolgate_tasks_total` | counter | tenant, server, tool, event |
 //! | `toolgate_tools_withheld` | gauge | tenant, server |
 //! | `toolgate_audit_failures_total` | counter | reason |
 
@@ -72,6 +73,15 @@ struct OAuthLabels {
     event: String,
 }
 
+/// An event of a task (SEP-2663): never its id.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TaskLabels {
+    tenant: String,
+    server: String,
+    tool: String,
+    event: String,
+}
+
 /// Why an audit record was not written.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct AuditLabels {
@@ -115,6 +125,7 @@ pub struct Metrics {
     sessions_lost: Family<ServerLabels, Counter>,
     reloads: Family<ReloadLabels, Counter>,
     oauth: Family<OAuthLabels, Counter>,
+    tasks: Family<TaskLabels, Counter>,
     callbacks_unmatched: Family<OutcomeLabels, Counter>,
     tools_withheld: Family<ServerLabels, Gauge>,
     audit_failures: Family<AuditLabels, Counter>,
@@ -159,6 +170,13 @@ impl Metrics {
         let reconnects = Family::<ServerLabels, Counter>::default();
         let reloads = Family::<ReloadLabels, Counter>::default();
         let oauth = Family::<OAuthLabels, Counter>::default();
+        let tasks = Family::<TaskLabels, Counter>::default();
+        registry.register(
+            "toolgate_tasks",
+            "Events of tasks (SEP-2663) by tenant, server, tool and event: created (a call \
+             with accepts_task became a task), updated, completed, failed, cancelled",
+            tasks.clone(),
+        );
         let tools_withheld = Family::<ServerLabels, Gauge>::default();
         registry.register(
             "toolgate_tools_withheld",
@@ -256,6 +274,7 @@ impl Metrics {
             sessions_lost,
             reloads,
             oauth,
+            tasks,
             callbacks_unmatched,
             audit_failures,
             tools_withheld,
@@ -315,6 +334,19 @@ impl Metrics {
             .get_or_create(&OAuthLabels {
                 tenant: tenant.to_owned(),
                 server: server.to_owned(),
+                event: event.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Counts an event of a task of `tenant`'s `server` and `tool`
+    /// (`toolgate_tasks_total`; never a task id).
+    pub fn task_event(&self, tenant: &str, server: &str, tool: &str, event: &str) {
+        self.tasks
+            .get_or_create(&TaskLabels {
+                tenant: tenant.to_owned(),
+                server: server.to_owned(),
+                tool: tool.to_owned(),
                 event: event.to_owned(),
             })
             .inc();

@@ -9,6 +9,7 @@ mod handler;
 mod http;
 pub mod input;
 mod stdio;
+pub mod tasks;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -509,12 +510,47 @@ impl Session {
     /// # Errors
     /// The session is closed, the transport fails, the server answers a
     /// JSON-RPC error or something unsupported, or the timeout passes.
+    ///
+    /// Tasks (SEP-2663): a call whose worker follows tasks itself
+    /// (`accepts_task`) declares the tasks extension and may end in
+    /// [`CallOutcome::Task`]. Any other call that the server refuses for
+    /// want of the extension (`-32021`: the tool did not run) is sent once
+    /// more with it declared when `tasks_allowed`, and a task it becomes is
+    /// followed here to its end within `timeout` ([`Session::follow`]).
     pub async fn call(&self, request: &CallRequest) -> Result<CallOutcome, UpstreamError> {
+        let deadline = tokio::time::Instant::now() + request.timeout;
+        let outcome = match self.call_authorized(request).await {
+            // The tool did not run: send it once more, declaring the
+            // extension, and follow the task it becomes.
+            Err(UpstreamError::TasksRequired)
+                if !request.accepts_task && !request.declare_tasks && request.tasks_allowed =>
+            {
+                let mut retry = request.clone();
+                retry.declare_tasks = true;
+                retry.timeout = deadline.saturating_duration_since(tokio::time::Instant::now());
+                if retry.timeout.is_zero() {
+                    return Err(UpstreamError::Timeout(request.timeout));
+                }
+                self.call_authorized(&retry).await
+            }
+            other => other,
+        }?;
+        match outcome {
+            CallOutcome::Task(created) if !request.accepts_task => self
+                .follow(created, request, deadline)
+                .await
+                .map(CallOutcome::Complete),
+            other => Ok(other),
+        }
+    }
+
+    /// One call with the current credentials: a fresh token before the
+    /// call; a refused one (the request did not run) is renewed once and
+    /// the call resent.
+    async fn call_authorized(&self, request: &CallRequest) -> Result<CallOutcome, UpstreamError> {
         let Some(bearer) = &self.bearer else {
             return self.call_once(request).await;
         };
-        // A fresh token before the call; a refused one (the request did
-        // not run) is renewed once and the call resent.
         bearer.refresh().await?;
         match self.call_once(request).await {
             Err(UpstreamError::AuthRejected { challenge }) => {

@@ -32,6 +32,7 @@ mod routing;
 mod search;
 mod state;
 mod subjects;
+mod tasks;
 mod third_party;
 mod tls;
 mod worker_api;
