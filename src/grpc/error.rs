@@ -172,6 +172,10 @@ pub enum CallError {
         /// What is wrong, naming the response's id.
         reason: String,
     },
+    /// The first message of an `InvokeToolInteractive` stream is not the
+    /// call (or the stream ended before it).
+    #[error("the first message of InvokeToolInteractive must carry the call (`call`): {0}")]
+    InteractiveFirstMessage(&'static str),
     /// A ListTools/WatchTools/SearchTools filter is malformed.
     #[error("invalid filter: {0}")]
     InvalidFilter(String),

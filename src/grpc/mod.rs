@@ -8,6 +8,7 @@ mod auth_layer;
 mod call;
 mod call_audit;
 mod consent;
+mod interactive;
 pub mod convert;
 pub mod drain;
 pub mod error;
@@ -220,10 +221,9 @@ impl server::tool_gateway_server::ToolGateway for Gateway {
         &self,
         request: Request<tonic::Streaming<pb::InteractiveRequest>>,
     ) -> Result<Response<Self::InvokeToolInteractiveStream>, Status> {
-        self.tenant(&request)?;
-        Err(Status::unimplemented(
-            "InvokeToolInteractive is not served yet",
-        ))
+        interactive::start(self.clone(), request)
+            .await
+            .map(Response::new)
     }
 
     async fn get_task(

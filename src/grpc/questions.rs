@@ -2,10 +2,6 @@
 //! messages: [`Asked`] questions become `InputRequired`, `InputResponse`s
 //! become [`Answer`]s (checked before anything is sent upstream).
 
-// The input rounds (unary retries, InvokeToolInteractive, tasks) are
-// landing on this module next.
-#![allow(dead_code)]
-
 use crate::grpc::error::CallError;
 use crate::pb;
 use crate::upstream::{Action, Answer, Asked, InputKinds, Question};
