@@ -255,7 +255,12 @@ mod tests {
                 "{refused}"
             );
         }
-        take_answer(&mut pending, &response("b", pb::InputAction::Cancel, ""), 1024).unwrap();
+        take_answer(
+            &mut pending,
+            &response("b", pb::InputAction::Cancel, ""),
+            1024,
+        )
+        .unwrap();
         let answers = answered.try_recv().expect("the round went back");
         assert_eq!(answers.len(), 2);
         assert!(pending.is_empty());

@@ -170,9 +170,7 @@ fn classify_upstream(error: &UpstreamError, idempotent: bool) -> (Code, &'static
             (Code::FailedPrecondition, "INPUT_REQUIRES_INTERACTIVE")
         }
         UpstreamError::InputAnswerTimeout(_) => (Code::DeadlineExceeded, "INPUT_ANSWER_TIMEOUT"),
-        UpstreamError::InputRoundsExceeded(_) => {
-            (Code::ResourceExhausted, "INPUT_ROUNDS_EXCEEDED")
-        }
+        UpstreamError::InputRoundsExceeded(_) => (Code::ResourceExhausted, "INPUT_ROUNDS_EXCEEDED"),
         UpstreamError::InputAbandoned => (Code::Cancelled, "INPUT_ABANDONED"),
         UpstreamError::JsonRpc { code, .. } => match *code {
             jsonrpc::INVALID_PARAMS => (Code::InvalidArgument, "UPSTREAM_INVALID_PARAMS"),

@@ -17,10 +17,9 @@ use std::time::Duration;
 
 use rmcp::model::{
     ClientCapabilities, ClientConfig, CreateMessageRequestParams, CreateMessageResult,
-    ElicitRequestParams, ElicitResult, ElicitationCapability, ErrorCode,
-    FormElicitationCapability, Implementation, ListRootsResult, ProgressNotificationParam,
-    ProgressToken, ProtocolVersion, RootsCapabilities, SamplingCapability,
-    UrlElicitationCapability,
+    ElicitRequestParams, ElicitResult, ElicitationCapability, ErrorCode, FormElicitationCapability,
+    Implementation, ListRootsResult, ProgressNotificationParam, ProgressToken, ProtocolVersion,
+    RootsCapabilities, SamplingCapability, UrlElicitationCapability,
 };
 use rmcp::service::{InboundStreamOrigin, NotificationContext, RequestContext, RoleClient};
 use tokio::sync::mpsc;
@@ -317,7 +316,8 @@ impl GatewayClient {
             () = self.ties.ended(tied.key) => Err(Unanswered::Gone),
             () = context.ct.cancelled() => Err(Unanswered::Gone),
         };
-        let unanswered = |why: &str| refuse("unanswered", INVALID_REQUEST, format!("toolgate: {why}"));
+        let unanswered =
+            |why: &str| refuse("unanswered", INVALID_REQUEST, format!("toolgate: {why}"));
         match answered {
             Ok(answers) => answers
                 .into_iter()

@@ -590,7 +590,10 @@ impl Session {
         let response = async {
             // In flight from before the send, for tying the server's
             // questions to this call (`ties.rs`).
-            let mut tie = self.client.ties().register(call.accepts, call.asker.clone());
+            let mut tie = self
+                .client
+                .ties()
+                .register(call.accepts, call.asker.clone());
             let handle = self
                 .peer
                 .send_request_with_option(request, PeerRequestOptions::no_options())
