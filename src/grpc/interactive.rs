@@ -58,8 +58,21 @@ pub(super) async fn start(
         }
     };
     let request = Request::from_parts(metadata, extensions, call);
+    // The caller's deadline holds even while the upstream timeout stands
+    // still for the worker's answers. A little after the point where the
+    // call answers DEADLINE_EXCEEDED itself, so that it does when nothing
+    // was asked.
+    let deadline = super::caller_timeout(&request)
+        .map(|t| tokio::time::Instant::now() + t.saturating_sub(super::deadline_margin(t) / 2));
     let (out, events) = mpsc::channel(16);
-    tokio::spawn(relay(gateway, request, inbound, out, max_content_bytes));
+    let relay = Relay {
+        gateway,
+        inbound,
+        out,
+        max_content_bytes,
+        deadline,
+    };
+    tokio::spawn(relay.run(request));
     Ok(Box::pin(ReceiverStream::new(events)))
 }
 
@@ -70,87 +83,120 @@ struct Pending {
     reply: tokio::sync::oneshot::Sender<Vec<Answer>>,
 }
 
-/// Runs the call and relays its events and the worker's answers until the
-/// result is out, the worker goes away, or an answer is refused.
-async fn relay(
+/// One stream's relay between its call and its worker.
+struct Relay {
     gateway: Gateway,
-    request: Request<pb::InvokeToolRequest>,
-    mut inbound: Streaming<pb::InteractiveRequest>,
+    inbound: Streaming<pb::InteractiveRequest>,
     out: mpsc::Sender<Result<pb::InvokeToolEvent, Status>>,
     max_content_bytes: usize,
-) {
-    let (progress_sink, mut progress) = mpsc::channel(PROGRESS_BUFFER);
-    let (asker, mut rounds) = mpsc::channel::<Round>(ROUNDS_BUFFER);
-    let sinks = call::Sinks {
-        progress: Some(progress_sink),
-        asker: Some(asker),
-    };
-    let call = call::run_call(&gateway, request, sinks);
-    tokio::pin!(call);
-    let mut thinning = Thinning::default();
-    let mut pending: Vec<Pending> = Vec::new();
-    let mut inbound_open = true;
-    // Every `return` below drops the call: the upstream request is
-    // cancelled, pending questions are answered with an error upstream.
-    loop {
-        tokio::select! {
-            // The result first: nothing is relayed after it.
-            biased;
-            result = &mut call => {
-                let event = result.map(|response| pb::InvokeToolEvent {
-                    event: Some(pb::invoke_tool_event::Event::Result(response)),
-                });
-                let _ = out.send(event).await;
-                return;
+    /// The caller's deadline, when it set one.
+    deadline: Option<tokio::time::Instant>,
+}
+
+impl Relay {
+    /// Runs the call and relays its events and the worker's answers until the
+    /// result is out, the worker goes away, the caller's deadline passes, or an
+    /// answer is refused.
+    async fn run(self, request: Request<pb::InvokeToolRequest>) {
+        let Relay {
+            gateway,
+            mut inbound,
+            out,
+            max_content_bytes,
+            deadline,
+        } = self;
+        let tool = request.get_ref().name.clone();
+        let started = std::time::Instant::now();
+        let deadline_passed = async {
+            match deadline {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
             }
-            () = out.closed() => return,
-            Some(update) = progress.recv() => {
-                let Some(event) = thinning.admit(update) else { continue };
-                if out.send(Ok(event)).await.is_err() {
+        };
+        tokio::pin!(deadline_passed);
+        let (progress_sink, mut progress) = mpsc::channel(PROGRESS_BUFFER);
+        let (asker, mut rounds) = mpsc::channel::<Round>(ROUNDS_BUFFER);
+        let sinks = call::Sinks {
+            progress: Some(progress_sink),
+            asker: Some(asker),
+        };
+        let call = call::run_call(&gateway, request, sinks);
+        tokio::pin!(call);
+        let mut thinning = Thinning::default();
+        let mut pending: Vec<Pending> = Vec::new();
+        let mut inbound_open = true;
+        // Every `return` below drops the call: the upstream request is
+        // cancelled, pending questions are answered with an error upstream.
+        loop {
+            tokio::select! {
+                // The result first: nothing is relayed after it.
+                biased;
+                result = &mut call => {
+                    let event = result.map(|response| pb::InvokeToolEvent {
+                        event: Some(pb::invoke_tool_event::Event::Result(response)),
+                    });
+                    let _ = out.send(event).await;
                     return;
                 }
-            }
-            Some(Round { asked, reply }) = rounds.recv() => {
-                if !inbound_open {
-                    // The worker can no longer answer.
+                () = out.closed() => return,
+                () = &mut deadline_passed => {
+                    let passed = CallError::DeadlineExceeded {
+                        server: String::new(),
+                        tool,
+                        after: started.elapsed(),
+                        sent: true,
+                    };
+                    let _ = out.send(Err(passed.into())).await;
                     return;
                 }
-                let event = pb::InvokeToolEvent {
-                    event: Some(pb::invoke_tool_event::Event::InputRequired(
-                        questions::input_required(&asked, String::new()),
-                    )),
-                };
-                pending.push(Pending { asked, answers: Vec::new(), reply });
-                if out.send(Ok(event)).await.is_err() {
-                    return;
+                Some(update) = progress.recv() => {
+                    let Some(event) = thinning.admit(update) else { continue };
+                    if out.send(Ok(event)).await.is_err() {
+                        return;
+                    }
                 }
-            }
-            message = inbound.message(), if inbound_open => match message {
-                Ok(Some(pb::InteractiveRequest {
-                    message: Some(pb::interactive_request::Message::InputResponse(response)),
-                })) => {
-                    if let Err(refused) = take_answer(&mut pending, &response, max_content_bytes) {
+                Some(Round { asked, reply }) = rounds.recv() => {
+                    if !inbound_open {
+                        // The worker can no longer answer.
+                        return;
+                    }
+                    let event = pb::InvokeToolEvent {
+                        event: Some(pb::invoke_tool_event::Event::InputRequired(
+                            questions::input_required(&asked, String::new()),
+                        )),
+                    };
+                    pending.push(Pending { asked, answers: Vec::new(), reply });
+                    if out.send(Ok(event)).await.is_err() {
+                        return;
+                    }
+                }
+                message = inbound.message(), if inbound_open => match message {
+                    Ok(Some(pb::InteractiveRequest {
+                        message: Some(pb::interactive_request::Message::InputResponse(response)),
+                    })) => {
+                        if let Err(refused) = take_answer(&mut pending, &response, max_content_bytes) {
+                            let _ = out.send(Err(refused.into())).await;
+                            return;
+                        }
+                    }
+                    Ok(Some(_)) => {
+                        let refused = CallError::InputResponseInvalid {
+                            reason: "after the first message, every message must carry `input_response`".to_owned(),
+                        };
                         let _ = out.send(Err(refused.into())).await;
                         return;
                     }
-                }
-                Ok(Some(_)) => {
-                    let refused = CallError::InputResponseInvalid {
-                        reason: "after the first message, every message must carry `input_response`".to_owned(),
-                    };
-                    let _ = out.send(Err(refused.into())).await;
-                    return;
-                }
-                Ok(None) => {
-                    inbound_open = false;
-                    pending.retain(|p| !p.reply.is_closed());
-                    if !pending.is_empty() {
-                        return;
+                    Ok(None) => {
+                        inbound_open = false;
+                        pending.retain(|p| !p.reply.is_closed());
+                        if !pending.is_empty() {
+                            return;
+                        }
                     }
-                }
-                // The stream broke: the worker is gone.
-                Err(_) => return,
-            },
+                    // The stream broke: the worker is gone.
+                    Err(_) => return,
+                },
+            }
         }
     }
 }

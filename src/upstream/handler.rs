@@ -311,11 +311,14 @@ impl GatewayClient {
             id: tied.id.clone(),
             question,
         }];
+        // The call's upstream timeout stands still while the worker thinks.
+        let waiting = self.ties.waiting(tied.key);
         let answered = tokio::select! {
             answered = ties::ask(&asker, asked, input.answer_timeout) => answered,
             () = self.ties.ended(tied.key) => Err(Unanswered::Gone),
             () = context.ct.cancelled() => Err(Unanswered::Gone),
         };
+        drop(waiting);
         let unanswered =
             |why: &str| refuse("unanswered", INVALID_REQUEST, format!("toolgate: {why}"));
         match answered {

@@ -600,6 +600,7 @@ impl Session {
                 .await
                 .map_err(|e| self.classify(e, false))?;
             tie.keyed(handle.id.clone(), handle.progress_token.clone());
+            let waited = tie.waited();
             // From here on, leaving early (timeout, caller gone, session
             // lost) tells the server with `notifications/cancelled`.
             let mut cancel = CancelOnDrop {
@@ -611,7 +612,7 @@ impl Session {
                 .clone()
                 .map(|sink| self.client.track(handle.progress_token.clone(), sink));
             let result = tokio::select! {
-                result = tokio::time::timeout(timeout, handle.await_response()) => match result {
+                result = ties::within(timeout, &waited, handle.await_response()) => match result {
                     Ok(result) => result.map_err(|e| self.classify(e, true)),
                     Err(_) => Err(UpstreamError::Timeout(timeout)),
                 },

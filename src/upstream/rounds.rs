@@ -41,7 +41,9 @@ pub(super) async fn drive(
 ) -> Result<CallOutcome, UpstreamError> {
     let questions = session.client.questions();
     let max_rounds = questions.input.max_rounds;
-    let deadline = tokio::time::Instant::now() + request.timeout;
+    // Time spent waiting for the worker's answers does not count (the
+    // caller's own deadline is kept by the RPC).
+    let mut deadline = tokio::time::Instant::now() + request.timeout;
     let mut request = Cow::Borrowed(request);
     let mut rounds: u32 = 0;
     let mut state_only: u32 = 0;
@@ -70,13 +72,12 @@ pub(super) async fn drive(
         }
         if !plan.asked.is_empty() {
             let asker = request.asker.as_ref().expect("planned with an asker");
-            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            let wait = questions.input.answer_timeout.min(left);
-            let answers = match ties::ask(asker, plan.asked.clone(), wait).await {
+            let asking = tokio::time::Instant::now();
+            let answered =
+                ties::ask(asker, plan.asked.clone(), questions.input.answer_timeout).await;
+            deadline += asking.elapsed();
+            let answers = match answered {
                 Ok(answers) => answers,
-                Err(Unanswered::Timeout) if wait < questions.input.answer_timeout => {
-                    return Err(UpstreamError::Timeout(request.timeout));
-                }
                 Err(Unanswered::Timeout) => {
                     return Err(UpstreamError::InputAnswerTimeout(
                         questions.input.answer_timeout,

@@ -48,6 +48,12 @@ struct Entry {
     asker: Option<InputSink>,
     /// Questions asked so far (their ids are `q1`, `q2`, ...).
     asked: u32,
+    /// Time spent waiting for the worker's answers, which pauses the
+    /// call's upstream timeout: the questions waiting now, since when, and
+    /// the time of those answered.
+    waiting: u32,
+    waiting_since: Option<std::time::Instant>,
+    paused: Duration,
     /// Ends the call early (taken once).
     interrupt: Option<oneshot::Sender<Interrupt>>,
 }
@@ -92,6 +98,14 @@ impl Registration {
         self.ties.changed.notify_waiters();
     }
 
+    /// The clock of the time the call waits for its worker's answers.
+    pub(super) fn waited(&self) -> Waited {
+        Waited {
+            ties: self.ties.clone(),
+            key: self.key,
+        }
+    }
+
     /// Resolves when a question ended the call (never otherwise).
     pub(super) async fn interrupted(&mut self) -> Interrupt {
         match self.interrupt.take() {
@@ -113,6 +127,46 @@ impl Drop for Registration {
             .entries
             .remove(&self.key);
         self.ties.changed.notify_waiters();
+    }
+}
+
+/// How long one call has waited for its worker's answers.
+#[derive(Debug)]
+pub(super) struct Waited {
+    ties: Ties,
+    key: u64,
+}
+
+impl Waited {
+    /// The time waited so far (a wait going on included).
+    pub(super) fn so_far(&self) -> Duration {
+        let calls = self.ties.calls.lock().expect("ties lock");
+        calls.entries.get(&self.key).map_or(Duration::ZERO, |e| {
+            e.paused
+                + e.waiting_since
+                    .map_or(Duration::ZERO, |since| since.elapsed())
+        })
+    }
+}
+
+/// A call waiting for its worker's answers; dropping it ends the wait.
+#[derive(Debug)]
+pub(super) struct Waiting {
+    ties: Ties,
+    key: u64,
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        let mut calls = self.ties.calls.lock().expect("ties lock");
+        if let Some(entry) = calls.entries.get_mut(&self.key) {
+            entry.waiting = entry.waiting.saturating_sub(1);
+            if entry.waiting == 0
+                && let Some(since) = entry.waiting_since.take()
+            {
+                entry.paused += since.elapsed();
+            }
+        }
     }
 }
 
@@ -160,6 +214,9 @@ impl Ties {
                     accepts,
                     asker,
                     asked: 0,
+                    waiting: 0,
+                    waiting_since: None,
+                    paused: Duration::ZERO,
                     interrupt: Some(sender),
                 },
             );
@@ -217,6 +274,20 @@ impl Ties {
                     in_flight: self.in_flight(),
                 });
             }
+        }
+    }
+
+    /// Marks call `key` waiting for its worker until the guard drops.
+    pub(super) fn waiting(&self, key: u64) -> Waiting {
+        if let Some(entry) = self.calls.lock().expect("ties lock").entries.get_mut(&key) {
+            entry.waiting += 1;
+            entry
+                .waiting_since
+                .get_or_insert_with(std::time::Instant::now);
+        }
+        Waiting {
+            ties: self.clone(),
+            key,
         }
     }
 
@@ -294,6 +365,30 @@ fn decide(
     match (keys.next(), keys.next()) {
         (Some(key), None) => Decision::Tied(*key),
         _ => Decision::Refuse,
+    }
+}
+
+/// Runs `future` for at most `timeout`, not counting the time the call
+/// waits for its worker's answers (the caller's own deadline is
+/// kept by the RPC: `InvokeToolInteractive` ends the call at it).
+///
+/// # Errors
+/// The time ran out.
+pub(super) async fn within<F: std::future::Future>(
+    timeout: Duration,
+    waited: &Waited,
+    future: F,
+) -> Result<F::Output, tokio::time::error::Elapsed> {
+    let started = tokio::time::Instant::now();
+    tokio::pin!(future);
+    loop {
+        let deadline = started + timeout + waited.so_far();
+        match tokio::time::timeout_at(deadline, &mut future).await {
+            Ok(output) => return Ok(output),
+            Err(elapsed) if started + timeout + waited.so_far() <= deadline => return Err(elapsed),
+            // The worker was asked meanwhile: the deadline moved.
+            Err(_) => {}
+        }
     }
 }
 

@@ -115,6 +115,25 @@ impl Worked {
 async fn interactive(
     client: &mut ToolGatewayClient<Channel>,
     request: pb::InvokeToolRequest,
+    answer: impl FnMut(&pb::InputRequest) -> Option<pb::InputResponse>,
+) -> Worked {
+    interactive_paced(client, request, Pace::default(), answer).await
+}
+
+/// How a worker loop takes its time.
+#[derive(Default, Clone, Copy)]
+struct Pace {
+    /// Thinking time before each answer.
+    think: Duration,
+    /// The call's gRPC deadline.
+    deadline: Option<Duration>,
+}
+
+/// [`interactive`], thinking before each answer, with a deadline.
+async fn interactive_paced(
+    client: &mut ToolGatewayClient<Channel>,
+    request: pb::InvokeToolRequest,
+    pace: Pace,
     mut answer: impl FnMut(&pb::InputRequest) -> Option<pb::InputResponse>,
 ) -> Worked {
     let (tx, rx) = mpsc::channel(8);
@@ -124,9 +143,11 @@ async fn interactive(
     .await
     .unwrap();
     let mut asked = Vec::new();
-    let events = client
-        .invoke_tool_interactive(authed(TOKEN, ReceiverStream::new(rx)))
-        .await;
+    let mut stream = authed(TOKEN, ReceiverStream::new(rx));
+    if let Some(deadline) = pace.deadline {
+        stream.set_timeout(deadline);
+    }
+    let events = client.invoke_tool_interactive(stream).await;
     let mut events = match events {
         Ok(events) => events.into_inner(),
         Err(status) => {
@@ -163,15 +184,19 @@ async fn interactive(
                 for request in input.requests {
                     let reply = answer(&request);
                     asked.push(request);
+                    tokio::time::sleep(pace.think).await;
                     match (reply, &tx) {
-                        (Some(reply), Some(sender)) => sender
-                            .send(pb::InteractiveRequest {
-                                message: Some(pb::interactive_request::Message::InputResponse(
-                                    reply,
-                                )),
-                            })
-                            .await
-                            .unwrap(),
+                        (Some(reply), Some(sender)) => {
+                            // The call may have ended meanwhile (its status
+                            // follows).
+                            let _ = sender
+                                .send(pb::InteractiveRequest {
+                                    message: Some(pb::interactive_request::Message::InputResponse(
+                                        reply,
+                                    )),
+                                })
+                                .await;
+                        }
                         _ => {
                             // The worker goes away mid-question.
                             drop(tx.take());
@@ -599,5 +624,55 @@ async fn server_everything_asks_when_declared_and_sees_the_roots() {
         .await
         .expect("get-roots-list");
     assert!(roots.text.contains("file:///srv/project"), "{}", roots.text);
+    gateway.shutdown().await;
+}
+
+/// Time spent waiting for the worker's answers does not count against the
+/// server's `call_timeout`; the caller's own deadline still holds. Both
+/// eras.
+#[tokio::test]
+async fn waiting_for_answers_pauses_the_upstream_timeout_not_the_deadline() {
+    let dir = tempfile::tempdir().unwrap();
+    let short = "        call_timeout: 1s\n";
+    let yaml = config(&[
+        stdio_server(
+            "py",
+            "initialize",
+            &temp_log(&dir, "py"),
+            &format!("{short}{DECLARED}"),
+        ),
+        stdio_server(
+            "py26",
+            "discover",
+            &temp_log(&dir, "py26"),
+            &format!("{short}{DECLARED}"),
+        ),
+    ]);
+    let gateway = TestGateway::start(&yaml, &[]).await;
+    let mut client = gateway.client().await;
+    for server in ["py", "py26"] {
+        let booking = call(
+            &format!("{server}__book_table"),
+            json!({"restaurant": "Slow"}),
+            Some(every_kind()),
+        );
+        let thinking = Pace {
+            think: Duration::from_millis(1500),
+            deadline: None,
+        };
+        let booked = interactive_paced(&mut client, booking.clone(), thinking, accept_all).await;
+        assert!(booked.text().starts_with("booked Slow"), "{server}");
+        let hurried = Pace {
+            think: Duration::from_millis(2500),
+            deadline: Some(Duration::from_millis(1500)),
+        };
+        let late = interactive_paced(&mut client, booking, hurried, accept_all).await;
+        let status = late.result.expect_err("the caller's deadline");
+        assert_eq!(
+            status.code(),
+            tonic::Code::DeadlineExceeded,
+            "{server}: {status:?}"
+        );
+    }
     gateway.shutdown().await;
 }
