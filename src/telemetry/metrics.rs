@@ -237,8 +237,9 @@ impl Metrics {
             "Questions of servers (elicitation, sampling) answered with an error instead of \
              reaching a worker, by reason (untied: no single call could be named; not_opted_in: \
              the call's worker does not answer that kind; needs_interactive: it does, but only \
-             over InvokeToolInteractive; too_large: over 64 KiB; unanswered: the worker gave no \
-             answer in time or went away)",
+             over InvokeToolInteractive; too_large: over 64 KiB; rounds_exceeded: more questions for \
+             one call than input.max_rounds; unanswered: the worker gave no answer in time or \
+             went away)",
             input_refused.clone(),
         );
         Metrics {

@@ -293,6 +293,20 @@ impl GatewayClient {
                 ),
             ));
         }
+        if tied.number > input.max_rounds {
+            tracing::warn!(tenant = %label.tenant, server = %label.server, method, max_rounds = input.max_rounds, "the server asked one call more questions than input.max_rounds; the call is cancelled");
+            self.ties
+                .interrupt(tied.key, Interrupt::RoundsExceeded(input.max_rounds));
+            let _ = tokio::time::timeout(END_WAIT, self.ties.ended(tied.key)).await;
+            return Err(refuse(
+                "rounds_exceeded",
+                INVALID_REQUEST,
+                format!(
+                    "toolgate: more than {} questions for one call",
+                    input.max_rounds
+                ),
+            ));
+        }
         let Some(asker) = tied.asker else {
             // Opted in, but only InvokeToolInteractive can carry the
             // question: the call ends (cancelled upstream) first.

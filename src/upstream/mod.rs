@@ -624,7 +624,8 @@ impl Session {
                 Err(UpstreamError::Timeout(_)
                     | UpstreamError::Lost
                     | UpstreamError::InputRequiresInteractive(_)
-                    | UpstreamError::InputAnswerTimeout(_))
+                    | UpstreamError::InputAnswerTimeout(_)
+                    | UpstreamError::InputRoundsExceeded(_))
             ) {
                 cancel.id = None;
             }

@@ -66,6 +66,8 @@ pub(super) enum Interrupt {
     NeedsInteractive(QuestionKind),
     /// The worker did not answer within `input.answer_timeout`.
     AnswerTimeout(Duration),
+    /// The server asked more than `input.max_rounds` questions.
+    RoundsExceeded(u32),
 }
 
 impl From<Interrupt> for super::UpstreamError {
@@ -73,6 +75,7 @@ impl From<Interrupt> for super::UpstreamError {
         match interrupt {
             Interrupt::NeedsInteractive(kind) => Self::InputRequiresInteractive(kind),
             Interrupt::AnswerTimeout(after) => Self::InputAnswerTimeout(after),
+            Interrupt::RoundsExceeded(max) => Self::InputRoundsExceeded(max),
         }
     }
 }
@@ -181,6 +184,8 @@ pub(super) struct Tied {
     pub(super) asker: Option<InputSink>,
     /// The id of this question for the worker (`q<n>`).
     pub(super) id: String,
+    /// How many questions the call has been asked, this one included.
+    pub(super) number: u32,
 }
 
 /// A server request no call could be tied to.
@@ -259,6 +264,7 @@ impl Ties {
                             accepts: entry.accepts,
                             asker: entry.asker.clone(),
                             id: format!("q{}", entry.asked),
+                            number: entry.asked,
                         });
                     }
                     Decision::Refuse => {

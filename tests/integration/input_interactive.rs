@@ -676,3 +676,26 @@ async fn waiting_for_answers_pauses_the_upstream_timeout_not_the_deadline() {
     }
     gateway.shutdown().await;
 }
+
+/// More questions for one call than `input.max_rounds`: the extra question
+/// is refused upstream and the call ends RESOURCE_EXHAUSTED.
+#[tokio::test]
+async fn questions_beyond_max_rounds_end_the_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = temp_log(&dir, "py");
+    let input = "        input:\n          declare_on_session: true\n          max_rounds: 1\n";
+    let gateway = TestGateway::start(
+        &config(&[stdio_server("py", "initialize", &log, input)]),
+        &[],
+    )
+    .await;
+    let mut client = gateway.client().await;
+    let two = call("py__two_questions", json!({}), Some(every_kind()));
+    let worked = interactive(&mut client, two, accept_all).await;
+    assert_eq!(worked.asked.len(), 1, "{:?}", worked.asked);
+    let status = worked.result.expect_err("refused");
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+    assert_eq!(reason(&status), "INPUT_ROUNDS_EXCEEDED");
+    wait_for_line(&log, "cancelled", |l| l["event"] == "cancelled").await;
+    gateway.shutdown().await;
+}
