@@ -699,3 +699,49 @@ async fn questions_beyond_max_rounds_end_the_call() {
     wait_for_line(&log, "cancelled", |l| l["event"] == "cancelled").await;
     gateway.shutdown().await;
 }
+
+/// A Python worker that imports no MCP library (grpcio and the toolgate
+/// proto only) answers a form question over InvokeToolInteractive, against
+/// servers of both revisions.
+#[tokio::test]
+async fn a_python_worker_without_mcp_answers_both_eras() {
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = config(&[
+        stdio_server("py", "initialize", &temp_log(&dir, "py"), DECLARED),
+        stdio_server("py26", "discover", &temp_log(&dir, "py26"), DECLARED),
+    ]);
+    let gateway = TestGateway::start(&yaml, &[]).await;
+    for server in ["py", "py26"] {
+        let output = tokio::process::Command::new(python())
+            .arg(fixture("python/grpc_client.py"))
+            .arg("--addr")
+            .arg(gateway.addr.to_string())
+            .arg("interactive")
+            .arg(format!("{server}__book_table"))
+            .arg(r#"{"restaurant": "Chez Rust"}"#)
+            .arg("--fill")
+            .arg(r#"{"party_size": 2, "confirm": true}"#)
+            .env("TOOLGATE_TOKEN", TOKEN)
+            .kill_on_drop(true)
+            .output();
+        let output = tokio::time::timeout(Duration::from_secs(60), output)
+            .await
+            .expect("the worker finishes")
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let printed: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
+            panic!(
+                "no JSON ({e}): {stdout}\n{}",
+                String::from_utf8_lossy(&output.stderr)
+            )
+        });
+        assert_eq!(output.status.code(), Some(0), "{server}: {printed}");
+        assert_eq!(printed["asked"][0]["kind"], "form", "{server}: {printed}");
+        assert_eq!(
+            printed["result"]["text"],
+            "booked Chez Rust: party_size=2 date=2026-12-24 confirm=true",
+            "{server}: {printed}"
+        );
+    }
+    gateway.shutdown().await;
+}
