@@ -156,3 +156,75 @@ fn plan(input: &InputRequiredResult, request: &CallRequest) -> Result<Option<Pla
     }
     Ok(Some(Plan { roots, asked }))
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::upstream::input::InputKinds;
+
+    fn round(requests: serde_json::Value) -> InputRequiredResult {
+        serde_json::from_value(json!({
+            "resultType": "input_required",
+            "inputRequests": requests,
+            "requestState": "s",
+        }))
+        .expect("an input_required result")
+    }
+
+    fn form() -> serde_json::Value {
+        json!({"method": "elicitation/create", "params": {
+            "mode": "form", "message": "Name?",
+            "requestedSchema": {"type": "object", "properties": {"name": {"type": "string"}}}
+        }})
+    }
+
+    fn roots() -> serde_json::Value {
+        json!({"method": "roots/list"})
+    }
+
+    fn request(asker: bool, form: bool) -> CallRequest {
+        let mut request = CallRequest::new("t", Default::default(), Duration::from_secs(1));
+        request.accepts = InputKinds {
+            form,
+            ..InputKinds::default()
+        };
+        request.asker = asker.then(|| tokio::sync::mpsc::channel(1).0);
+        request
+    }
+
+    #[test]
+    fn roots_and_state_only_rounds_are_answered_for_every_call() {
+        let plain = request(false, false);
+        let plan = plan(&round(json!({"r": roots()})), &plain)
+            .unwrap()
+            .expect("roots only");
+        assert_eq!(plan.roots, ["r"]);
+        assert!(plan.asked.is_empty());
+        let state_only: InputRequiredResult =
+            serde_json::from_value(json!({"resultType": "input_required", "requestState": "s"}))
+                .unwrap();
+        assert!(plan_is_some(&state_only, &plain));
+    }
+
+    fn plan_is_some(input: &InputRequiredResult, request: &CallRequest) -> bool {
+        plan(input, request).unwrap().is_some()
+    }
+
+    #[test]
+    fn questions_go_to_a_worker_on_a_stream_that_answers_every_kind() {
+        let mixed = round(json!({"r": roots(), "q": form()}));
+        // Asked of the worker: every non-roots question, under the server's key.
+        let asked = plan(&mixed, &request(true, true)).unwrap().expect("asked");
+        assert_eq!(asked.roots, ["r"]);
+        assert_eq!(asked.asked.len(), 1);
+        assert_eq!(asked.asked[0].id, "q");
+        // No stream, or not that kind: the caller gets the round.
+        assert!(!plan_is_some(&mixed, &request(false, true)));
+        assert!(!plan_is_some(&mixed, &request(true, false)));
+        // A key too long to pass on is the server's error.
+        let long = round(json!({"k".repeat(129): form()}));
+        assert!(plan(&long, &request(true, true)).is_err());
+    }
+}
