@@ -238,6 +238,10 @@ pub enum CallError {
         /// The most open tasks a tenant may have.
         limit: u64,
     },
+    /// The first message of an `InvokeToolInteractive` stream is not the
+    /// call (or the stream ended before it).
+    #[error("the first message of InvokeToolInteractive must carry the call (`call`): {0}")]
+    InteractiveFirstMessage(&'static str),
     /// A ListTools/WatchTools/SearchTools filter is malformed.
     #[error("invalid filter: {0}")]
     InvalidFilter(String),

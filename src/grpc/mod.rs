@@ -12,6 +12,7 @@ pub mod convert;
 pub mod drain;
 pub mod error;
 mod input_state;
+mod interactive;
 mod listing;
 mod questions;
 pub mod reply;
@@ -265,10 +266,9 @@ impl server::tool_gateway_server::ToolGateway for Gateway {
         &self,
         request: Request<tonic::Streaming<pb::InteractiveRequest>>,
     ) -> Result<Response<Self::InvokeToolInteractiveStream>, Status> {
-        self.tenant(&request)?;
-        Err(Status::unimplemented(
-            "InvokeToolInteractive is not served yet",
-        ))
+        interactive::start(self.clone(), request)
+            .await
+            .map(Response::new)
     }
 
     async fn get_task(

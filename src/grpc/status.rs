@@ -18,6 +18,10 @@ use crate::upstream::{UpstreamError, truncate};
 /// The `ErrorInfo.domain` of every toolgate error.
 pub const DOMAIN: &str = "toolgate";
 
+/// The RPC that carries a server's questions to a worker (named in the
+/// metadata of INPUT_REQUIRES_INTERACTIVE).
+const INTERACTIVE_RPC: &str = "toolgate.v1.ToolGateway/InvokeToolInteractive";
+
 /// How long a client should wait before retrying an unavailable server.
 const RETRY_DELAY: Duration = Duration::from_secs(1);
 
@@ -84,6 +88,9 @@ pub fn classify(error: &CallError) -> (Code, &'static str) {
         CallError::TaskFinished { .. } => (Code::FailedPrecondition, "TASK_FINISHED"),
         CallError::TaskElsewhere { .. } => (Code::Unavailable, "TASK_ELSEWHERE"),
         CallError::TaskLimit { .. } => (Code::ResourceExhausted, "TASK_LIMIT"),
+        CallError::InteractiveFirstMessage(_) => {
+            (Code::InvalidArgument, "INTERACTIVE_FIRST_MESSAGE")
+        }
         CallError::PlanOutdated { pin, .. } => (
             Code::FailedPrecondition,
             match pin {
@@ -184,6 +191,9 @@ fn classify_upstream(error: &UpstreamError, idempotent: bool) -> (Code, &'static
         UpstreamError::InputRequiresInteractive(_) => {
             (Code::FailedPrecondition, "INPUT_REQUIRES_INTERACTIVE")
         }
+        UpstreamError::InputAnswerTimeout(_) => (Code::DeadlineExceeded, "INPUT_ANSWER_TIMEOUT"),
+        UpstreamError::InputRoundsExceeded(_) => (Code::ResourceExhausted, "INPUT_ROUNDS_EXCEEDED"),
+        UpstreamError::InputAbandoned => (Code::Cancelled, "INPUT_ABANDONED"),
         UpstreamError::JsonRpc { code, .. } => match *code {
             jsonrpc::INVALID_PARAMS => (Code::InvalidArgument, "UPSTREAM_INVALID_PARAMS"),
             jsonrpc::METHOD_NOT_FOUND => (Code::Unimplemented, "UPSTREAM_METHOD_NOT_FOUND"),
@@ -326,6 +336,27 @@ fn metadata(error: &CallError) -> HashMap<String, String> {
                 metadata.insert("limit".to_owned(), "limits.max_result_bytes".to_owned());
                 metadata.insert("limit_value".to_owned(), max.to_string());
             }
+            match error {
+                UpstreamError::InputRequiresInteractive(kind) => {
+                    metadata.insert("rpc".to_owned(), INTERACTIVE_RPC.to_owned());
+                    metadata.insert("kind".to_owned(), kind.as_str().to_owned());
+                }
+                UpstreamError::InputAnswerTimeout(after) => {
+                    metadata.insert(
+                        "limit".to_owned(),
+                        "servers[].input.answer_timeout".to_owned(),
+                    );
+                    metadata.insert(
+                        "limit_value".to_owned(),
+                        humantime::format_duration(*after).to_string(),
+                    );
+                }
+                UpstreamError::InputRoundsExceeded(max) => {
+                    metadata.insert("limit".to_owned(), "servers[].input.max_rounds".to_owned());
+                    metadata.insert("limit_value".to_owned(), max.to_string());
+                }
+                _ => {}
+            }
         }
         CallError::PlanOutdated {
             tool,
@@ -385,7 +416,8 @@ fn metadata(error: &CallError) -> HashMap<String, String> {
         | CallError::InvalidFilter(_)
         | CallError::InputResponseInvalid { .. }
         | CallError::TaskNotFound
-        | CallError::TaskFinished { .. } => {}
+        | CallError::TaskFinished { .. }
+        | CallError::InteractiveFirstMessage(_) => {}
         CallError::TaskElsewhere { server } => {
             metadata.insert("server".to_owned(), server.clone());
         }

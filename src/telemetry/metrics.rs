@@ -130,6 +130,15 @@ pub struct Metrics {
     tools_withheld: Family<ServerLabels, Gauge>,
     audit_failures: Family<AuditLabels, Counter>,
     input_rounds: Family<InputRoundLabels, Counter>,
+    input_refused: Family<RefusedLabels, Counter>,
+}
+
+/// A server's question refused upstream.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RefusedLabels {
+    tenant: String,
+    server: String,
+    reason: String,
 }
 
 /// An outcome.
@@ -259,8 +268,20 @@ impl Metrics {
             "Upstream sessions that ended on their own (child exit, connection lost)",
             sessions_lost.clone(),
         );
+        let input_refused = Family::<RefusedLabels, Counter>::default();
+        registry.register(
+            "toolgate_input_refused",
+            "Questions of servers (elicitation, sampling) answered with an error instead of \
+             reaching a worker, by reason (untied: no single call could be named; not_opted_in: \
+             the call's worker does not answer that kind; needs_interactive: it does, but only \
+             over InvokeToolInteractive; too_large: over 64 KiB; rounds_exceeded: more questions for \
+             one call than input.max_rounds; unanswered: the worker gave no answer in time or \
+             went away)",
+            input_refused.clone(),
+        );
         Metrics {
             registry,
+            input_refused,
             call_families: calls::CallFamilies {
                 calls,
                 call_duration,
@@ -397,6 +418,16 @@ impl Metrics {
                 result: if applied { "applied" } else { "invalid" }.to_owned(),
             })
             .inc();
+    }
+
+    /// Records a server's question refused upstream, by `reason`.
+    pub fn input_refused(&self, tenant: &str, server: &str, reason: &str) {
+        let labels = RefusedLabels {
+            tenant: tenant.to_owned(),
+            server: server.to_owned(),
+            reason: reason.to_owned(),
+        };
+        self.input_refused.get_or_create(&labels).inc();
     }
 
     /// Records that a session ended on its own.

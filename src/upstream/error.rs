@@ -123,6 +123,23 @@ pub enum UpstreamError {
     /// (its text redacted and bounded).
     #[error("unexpected answer: {0}")]
     Protocol(String),
+    /// The server asked the call's worker a question it opted in to, and
+    /// only `InvokeToolInteractive` can carry it: the call was cancelled
+    /// upstream and the server's request refused. (Tasks: a task toolgate
+    /// followed went `input_required` for a call without an asker; the
+    /// task was cancelled.)
+    #[error("the server asked a {} question, which reaches a worker only over InvokeToolInteractive; the call was cancelled", .0.as_str())]
+    InputRequiresInteractive(super::QuestionKind),
+    /// The worker did not answer a question within
+    /// `servers[].input.answer_timeout`: the call was cancelled.
+    #[error("the worker did not answer the server's question within {} (servers[].input.answer_timeout); the call was cancelled", humantime::format_duration(*.0))]
+    InputAnswerTimeout(Duration),
+    /// The server kept asking beyond `servers[].input.max_rounds`.
+    #[error("the server asked more than {0} rounds of questions (servers[].input.max_rounds)")]
+    InputRoundsExceeded(u32),
+    /// The worker went away while it was asked (its stream closed).
+    #[error("the worker went away while the server's question was pending")]
+    InputAbandoned,
     /// The server asked for client input (elicitation, sampling) or started
     /// a task, which the gateway cannot provide or follow.
     #[error("the server asked for {0}, which the gateway does not support")]
@@ -137,13 +154,6 @@ pub enum UpstreamError {
     /// The task the call became was cancelled on the server.
     #[error("the server cancelled the task")]
     TaskCancelled,
-    /// The server asked the call's worker a question it opted in to, and
-    /// only `InvokeToolInteractive` can carry it: the call was cancelled
-    /// upstream and the server's request refused. (Tasks: a task toolgate
-    /// followed went `input_required` for a call without an asker; the
-    /// task was cancelled.)
-    #[error("the server asked a {} question, which reaches a worker only over InvokeToolInteractive; the call was cancelled", .0.as_str())]
-    InputRequiresInteractive(super::QuestionKind),
 }
 
 impl UpstreamError {

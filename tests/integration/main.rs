@@ -15,6 +15,7 @@ mod docs;
 mod fixtures;
 mod fuzz_corpus;
 mod hostile;
+mod input_interactive;
 mod input_unary;
 mod invoke;
 mod jwt;
