@@ -87,7 +87,8 @@ pub fn open_state(config: &Config) -> Result<Option<OpenedState>, AppError> {
         tracing::info!(
             "state.keys is not set: the request_state of questions to workers is sealed with a \
              random key of this process; a retry that reaches another replica, or this one after \
-             a restart, gets REQUEST_STATE_KEY_RETIRED (set state.keys on every replica to share it)"
+             a restart, gets REQUEST_STATE_KEY_RETIRED, and tasks handed to workers are followed \
+             at this process only (set state.keys on every replica to share them)"
         );
         crate::state::KeyRing::ephemeral()
     } else {
@@ -269,7 +270,9 @@ pub async fn run_with_reload(
     let mut gateway =
         Gateway::new(abort.clone(), metrics.clone(), drain.clone()).with_audit(audit.clone());
     if let Some(state) = &state {
-        gateway = gateway.with_request_keys(state.keys.clone());
+        gateway = gateway
+            .with_request_keys(state.keys.clone())
+            .with_task_store(state.store.clone());
     }
     let (health, health_service) = tonic_health::server::health_reporter();
     set_health(&health, tonic_health::ServingStatus::Serving).await;

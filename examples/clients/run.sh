@@ -113,6 +113,7 @@ tenants:
       - name: ask
         command: ["$PY", "$ROOT/tests/fixtures/python/input_server.py"]
         lifecycle: initialize
+        input: { declare_on_session: true }   # 2025-11-25 declares elicitation once, at initialize
       - name: modern
         command: ["$PY", "$ROOT/tests/fixtures/python/input_server.py"]
         lifecycle: discover

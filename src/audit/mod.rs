@@ -402,6 +402,38 @@ impl Audit {
         self.authorization_from(tenant, subject, server, event, reason, None);
     }
 
+    /// Records an event of a task (`task_created`, `task_updated`,
+    /// `task_completed`, `task_failed`, `task_cancelled`) of (`tenant`,
+    /// `subject`, `server`, `tool`) without waiting. `task` is the hash
+    /// prefix of the task id, never the id; `subject` is empty for the
+    /// tenant itself.
+    pub fn task(
+        &self,
+        tenant: &str,
+        subject: &str,
+        server: &str,
+        tool: &str,
+        event: &str,
+        task: &str,
+    ) {
+        if self.0.is_none() {
+            return;
+        }
+        let outcome = match event {
+            "task_failed" => record::Outcome::Failed,
+            "task_cancelled" => record::Outcome::Cancelled,
+            _ => record::Outcome::Ok,
+        };
+        let mut record = Record::new(record::RecordKind::Task, outcome);
+        record.tenant = Some(tenant.to_owned());
+        record.subject = (!subject.is_empty()).then(|| subject.to_owned());
+        record.server = Some(server.to_owned());
+        record.tool = Some(tool.to_owned());
+        record.event = Some(event.to_owned());
+        record.task = Some(task.to_owned());
+        self.enqueue(record);
+    }
+
     /// [`Audit::authorization`] with the address of the peer that caused
     /// the event (the consent listener's callbacks).
     pub fn authorization_from(

@@ -34,6 +34,9 @@ pub enum RecordKind {
     /// (`event: input_asked`), or the worker's answers to one
     /// (`input_answered`).
     Input,
+    /// An event of a task (SEP-2663) a worker follows: `task_created`,
+    /// `task_updated`, `task_completed`, `task_failed`, `task_cancelled`.
+    Task,
 }
 
 /// How a call or event ended.
@@ -211,6 +214,10 @@ pub struct Record {
     /// `input` records: the questions asked, or the answers given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input: Option<Vec<InputItem>>,
+    /// A task's record: the first 16 hex digits of the SHA-256 of its
+    /// task id (never the id).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<String>,
     /// How it ended.
     pub outcome: Outcome,
     /// Whether the request was handed to the upstream server (calls only):
@@ -256,6 +263,7 @@ impl Record {
             event: None,
             round: None,
             input: None,
+            task: None,
             outcome,
             sent: None,
             code: None,

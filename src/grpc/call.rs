@@ -84,6 +84,7 @@ pub(crate) async fn run_call(
         asker,
         subject,
         caller,
+        task_events: super::tasks::Events::of(gateway),
     };
     let call = async {
         tokio::select! {
@@ -186,6 +187,8 @@ struct CallContext {
     subject: crate::callers::Subject,
     /// Who is calling: the tenant's policy reads its claims.
     caller: crate::callers::Caller,
+    /// Where a task's events go (metrics, audit).
+    task_events: super::tasks::Events,
 }
 
 /// How far a call got, for metrics, logs and the shutdown status.
@@ -298,6 +301,7 @@ async fn invoke(
     };
     call.accepts = questions::accepts(request.accepts_input.as_ref()).and(allowed);
     call.accepts_task = request.accepts_task && server.input.tasks;
+    call.tasks_allowed = server.input.tasks;
     call.asker = context.asker;
     if let Some((responses, state)) = answered {
         call.input_responses = Some(responses);
@@ -323,10 +327,92 @@ async fn invoke(
                 ..pb::InvokeToolResponse::default()
             })
         }
-        CallOutcome::Task(_) => {
-            Err(target.upstream(UpstreamError::Unsupported("a long-running task")))
+        // Only a call with accepts_task ends here (Session::call follows
+        // any other task itself): the worker gets toolgate's task.
+        CallOutcome::Task(created) => {
+            let started = super::tasks::Started {
+                tenant: &tenant,
+                server,
+                tool,
+                subject: &context.subject,
+                events: &context.task_events,
+            };
+            let task = super::tasks::start(&started, &session, created).await?;
+            Ok(pb::InvokeToolResponse {
+                task: Some(Box::new(task)),
+                ..Default::default()
+            })
         }
     }
+}
+
+/// The tenant's catalog as a task RPC on tool `name` uses it: the tool in
+/// it, approved, and permitted to this caller by the tenant's policy,
+/// checked as a call is (the same refusals).
+///
+/// # Errors
+/// The tool is not permitted, withheld, its server down, or gone.
+pub(super) async fn task_tool(
+    authenticated: &Arc<Tenant>,
+    name: &str,
+    caller: &crate::callers::Caller,
+    subject: &crate::callers::Subject,
+) -> Result<Resolved, CallError> {
+    let resolved = resolve(authenticated, name, None).await?;
+    let viewer = Viewer {
+        policy: resolved.tenant.policy().map(AsRef::as_ref),
+        caller,
+        subject,
+    };
+    match resolved.catalog.get(name) {
+        Some(tool) => permitted(&viewer, &resolved.catalog, tool)?,
+        None => {
+            let request = pb::InvokeToolRequest {
+                name: name.to_owned(),
+                ..Default::default()
+            };
+            let mut routing = Routing::default();
+            return Err(not_routable(
+                &resolved.tenant,
+                &resolved.catalog,
+                &request,
+                &viewer,
+                &mut routing,
+            )
+            .await);
+        }
+    }
+    Ok(resolved)
+}
+
+/// The session a task RPC on `tool` uses: the tenant's, or for a per-user
+/// server the subject's own, as for a call.
+///
+/// # Errors
+/// As a call's session.
+pub(super) async fn task_session(
+    tenant: &Tenant,
+    tool: &CatalogTool,
+    subject: &crate::callers::Subject,
+) -> Result<Arc<Session>, CallError> {
+    Target {
+        tenant,
+        tool,
+        name: &tool.name,
+        subject,
+        idempotent: false,
+    }
+    .session()
+    .await
+}
+
+/// The status of an upstream failure of a task RPC on `tool`.
+pub(super) fn task_failure(
+    tool: &CatalogTool,
+    subject: &crate::callers::Subject,
+    error: UpstreamError,
+) -> CallError {
+    upstream_failure(tool, &tool.name, subject, error, false)
 }
 
 /// Refuses a tool name that is empty or too long.

@@ -208,6 +208,40 @@ pub enum CallError {
         /// The configured bound.
         limit: u32,
     },
+    /// GetTask/UpdateTask/CancelTask: no task of this caller has this id
+    /// (unknown, expired, malformed, or another tenant's or subject's: one
+    /// answer for all, so that ids cannot be probed).
+    #[error("no such task: unknown, expired, or not this caller's")]
+    TaskNotFound,
+    /// UpdateTask on a task that has finished.
+    #[error("the task has ended ({status}): it takes no more answers")]
+    TaskFinished {
+        /// How it ended (`completed`, `failed`, `cancelled`).
+        status: &'static str,
+    },
+    /// The task runs in a stdio server's process at another replica of the
+    /// gateway, which alone can reach it.
+    #[error(
+        "the task runs in stdio server `{server}` at another replica of the gateway, which alone can reach it"
+    )]
+    TaskElsewhere {
+        /// The server.
+        server: String,
+    },
+    /// The tenant has as many open tasks as it may.
+    #[error(
+        "the tenant has {limit} open tasks, the most it may have: wait for some to end or expire"
+    )]
+    TaskLimit {
+        /// The server whose call became a task.
+        server: String,
+        /// The most open tasks a tenant may have.
+        limit: u64,
+    },
+    /// The first message of an `InvokeToolInteractive` stream is not the
+    /// call (or the stream ended before it).
+    #[error("the first message of InvokeToolInteractive must carry the call (`call`): {0}")]
+    InteractiveFirstMessage(&'static str),
     /// A ListTools/WatchTools/SearchTools filter is malformed.
     #[error("invalid filter: {0}")]
     InvalidFilter(String),

@@ -12,11 +12,13 @@ pub mod convert;
 pub mod drain;
 pub mod error;
 mod input_state;
+mod interactive;
 mod listing;
 mod questions;
 pub mod reply;
 pub mod status;
 mod stream;
+mod tasks;
 
 pub use auth_layer::{AuthLayer, AuthService};
 
@@ -67,6 +69,9 @@ pub struct Gateway {
     /// Seal and open the `request_state` of rounds of questions: the
     /// state store's keys, or one random key of this process.
     request_keys: crate::state::KeyRing,
+    /// Where tasks handed to workers are kept (`None`: no state store is
+    /// open, and no call may become a task of a worker's).
+    task_store: Option<crate::state::StateStore>,
 }
 
 impl Gateway {
@@ -79,7 +84,15 @@ impl Gateway {
             drain,
             audit: crate::audit::Audit::disabled(),
             request_keys: crate::state::KeyRing::ephemeral(),
+            task_store: None,
         }
+    }
+
+    /// The service keeping tasks handed to workers in `store`.
+    #[must_use]
+    pub fn with_task_store(mut self, store: crate::state::StateStore) -> Self {
+        self.task_store = Some(store);
+        self
     }
 
     /// The service sealing `request_state` with `keys` (the state store's
@@ -127,6 +140,26 @@ impl Gateway {
             .check_rate()
             .map_err(|shed| Status::from(CallError::Shed(shed, None)))?;
         Ok((tenant, busy))
+    }
+}
+
+impl Gateway {
+    /// What a task RPC brings: the caller, and its deadline (less the
+    /// margin to answer in).
+    fn task_call<'a, T>(
+        &self,
+        tenant: &'a Arc<Tenant>,
+        caller: &'a crate::callers::Caller,
+        subject: &'a crate::callers::Subject,
+        request: &Request<T>,
+    ) -> tasks::TaskCall<'a> {
+        tasks::TaskCall {
+            tenant,
+            caller,
+            subject,
+            deadline: caller_timeout(request).map(|t| t.saturating_sub(deadline_margin(t))),
+            events: tasks::Events::of(self),
+        }
     }
 }
 
@@ -233,34 +266,52 @@ impl server::tool_gateway_server::ToolGateway for Gateway {
         &self,
         request: Request<tonic::Streaming<pb::InteractiveRequest>>,
     ) -> Result<Response<Self::InvokeToolInteractiveStream>, Status> {
-        self.tenant(&request)?;
-        Err(Status::unimplemented(
-            "InvokeToolInteractive is not served yet",
-        ))
+        interactive::start(self.clone(), request)
+            .await
+            .map(Response::new)
     }
 
     async fn get_task(
         &self,
         request: Request<pb::GetTaskRequest>,
     ) -> Result<Response<pb::Task>, Status> {
-        self.listing_tenant(&request)?;
-        Err(Status::unimplemented("GetTask is not served yet"))
+        let (tenant, _busy) = self.listing_tenant(&request)?;
+        let (caller, subject) = caller_of(&request);
+        let rpc = self.task_call(&tenant, &caller, &subject, &request);
+        tasks::get(&rpc, &request.get_ref().task_id)
+            .instrument(rpc_span("GetTask", &tenant.name))
+            .await
+            .map(Response::new)
+            .map_err(Status::from)
     }
 
     async fn update_task(
         &self,
         request: Request<pb::UpdateTaskRequest>,
     ) -> Result<Response<pb::Task>, Status> {
-        self.listing_tenant(&request)?;
-        Err(Status::unimplemented("UpdateTask is not served yet"))
+        let (tenant, _busy) = self.listing_tenant(&request)?;
+        let (caller, subject) = caller_of(&request);
+        let rpc = self.task_call(&tenant, &caller, &subject, &request);
+        let request = request.get_ref();
+        tasks::update(&rpc, &request.task_id, &request.input_responses)
+            .instrument(rpc_span("UpdateTask", &tenant.name))
+            .await
+            .map(Response::new)
+            .map_err(Status::from)
     }
 
     async fn cancel_task(
         &self,
         request: Request<pb::CancelTaskRequest>,
     ) -> Result<Response<pb::Task>, Status> {
-        self.listing_tenant(&request)?;
-        Err(Status::unimplemented("CancelTask is not served yet"))
+        let (tenant, _busy) = self.listing_tenant(&request)?;
+        let (caller, subject) = caller_of(&request);
+        let rpc = self.task_call(&tenant, &caller, &subject, &request);
+        tasks::cancel(&rpc, &request.get_ref().task_id)
+            .instrument(rpc_span("CancelTask", &tenant.name))
+            .await
+            .map(Response::new)
+            .map_err(Status::from)
     }
 
     type WatchToolsStream = EventStream<reply::ListToolsReply>;

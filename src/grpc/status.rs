@@ -18,6 +18,10 @@ use crate::upstream::{UpstreamError, truncate};
 /// The `ErrorInfo.domain` of every toolgate error.
 pub const DOMAIN: &str = "toolgate";
 
+/// The RPC that carries a server's questions to a worker (named in the
+/// metadata of INPUT_REQUIRES_INTERACTIVE).
+const INTERACTIVE_RPC: &str = "toolgate.v1.ToolGateway/InvokeToolInteractive";
+
 /// How long a client should wait before retrying an unavailable server.
 const RETRY_DELAY: Duration = Duration::from_secs(1);
 
@@ -79,6 +83,13 @@ pub fn classify(error: &CallError) -> (Code, &'static str) {
                 StateRefusal::OtherCall => (Code::InvalidArgument, "REQUEST_STATE_OTHER_CALL"),
                 StateRefusal::Expired => (Code::FailedPrecondition, "REQUEST_STATE_EXPIRED"),
             }
+        }
+        CallError::TaskNotFound => (Code::NotFound, "TASK_NOT_FOUND"),
+        CallError::TaskFinished { .. } => (Code::FailedPrecondition, "TASK_FINISHED"),
+        CallError::TaskElsewhere { .. } => (Code::Unavailable, "TASK_ELSEWHERE"),
+        CallError::TaskLimit { .. } => (Code::ResourceExhausted, "TASK_LIMIT"),
+        CallError::InteractiveFirstMessage(_) => {
+            (Code::InvalidArgument, "INTERACTIVE_FIRST_MESSAGE")
         }
         CallError::PlanOutdated { pin, .. } => (
             Code::FailedPrecondition,
@@ -175,6 +186,14 @@ fn classify_upstream(error: &UpstreamError, idempotent: bool) -> (Code, &'static
         // `call.rs`); any other (an extension toolgate does not declare)
         // is the server's own error, as before.
         UpstreamError::MissingCapability { .. } => (Code::Unknown, "UPSTREAM_ERROR"),
+        UpstreamError::TasksRequired => (Code::FailedPrecondition, "TASK_REQUIRED"),
+        UpstreamError::TaskCancelled => (Code::Aborted, "TASK_CANCELLED"),
+        UpstreamError::InputRequiresInteractive(_) => {
+            (Code::FailedPrecondition, "INPUT_REQUIRES_INTERACTIVE")
+        }
+        UpstreamError::InputAnswerTimeout(_) => (Code::DeadlineExceeded, "INPUT_ANSWER_TIMEOUT"),
+        UpstreamError::InputRoundsExceeded(_) => (Code::ResourceExhausted, "INPUT_ROUNDS_EXCEEDED"),
+        UpstreamError::InputAbandoned => (Code::Cancelled, "INPUT_ABANDONED"),
         UpstreamError::JsonRpc { code, .. } => match *code {
             jsonrpc::INVALID_PARAMS => (Code::InvalidArgument, "UPSTREAM_INVALID_PARAMS"),
             jsonrpc::METHOD_NOT_FOUND => (Code::Unimplemented, "UPSTREAM_METHOD_NOT_FOUND"),
@@ -317,6 +336,27 @@ fn metadata(error: &CallError) -> HashMap<String, String> {
                 metadata.insert("limit".to_owned(), "limits.max_result_bytes".to_owned());
                 metadata.insert("limit_value".to_owned(), max.to_string());
             }
+            match error {
+                UpstreamError::InputRequiresInteractive(kind) => {
+                    metadata.insert("rpc".to_owned(), INTERACTIVE_RPC.to_owned());
+                    metadata.insert("kind".to_owned(), kind.as_str().to_owned());
+                }
+                UpstreamError::InputAnswerTimeout(after) => {
+                    metadata.insert(
+                        "limit".to_owned(),
+                        "servers[].input.answer_timeout".to_owned(),
+                    );
+                    metadata.insert(
+                        "limit_value".to_owned(),
+                        humantime::format_duration(*after).to_string(),
+                    );
+                }
+                UpstreamError::InputRoundsExceeded(max) => {
+                    metadata.insert("limit".to_owned(), "servers[].input.max_rounds".to_owned());
+                    metadata.insert("limit_value".to_owned(), max.to_string());
+                }
+                _ => {}
+            }
         }
         CallError::PlanOutdated {
             tool,
@@ -374,7 +414,17 @@ fn metadata(error: &CallError) -> HashMap<String, String> {
         | CallError::ConsentCodeInvalid
         | CallError::ConsentStoreUnavailable(_)
         | CallError::InvalidFilter(_)
-        | CallError::InputResponseInvalid { .. } => {}
+        | CallError::InputResponseInvalid { .. }
+        | CallError::TaskNotFound
+        | CallError::TaskFinished { .. }
+        | CallError::InteractiveFirstMessage(_) => {}
+        CallError::TaskElsewhere { server } => {
+            metadata.insert("server".to_owned(), server.clone());
+        }
+        CallError::TaskLimit { server, limit } => {
+            metadata.insert("server".to_owned(), server.clone());
+            metadata.insert("limit_value".to_owned(), limit.to_string());
+        }
     }
     metadata
 }

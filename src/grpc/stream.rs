@@ -24,7 +24,7 @@ const PROGRESS_INTERVAL: Duration = Duration::from_millis(50);
 
 /// Progress notifications buffered per call; when the caller reads too
 /// slowly, newer ones are dropped (the relay thins them anyway).
-const PROGRESS_BUFFER: usize = 64;
+pub(super) const PROGRESS_BUFFER: usize = 64;
 
 /// Runs the call in its own task and streams its progress, then its
 /// result. When the caller cancels the stream, the task stops and the
@@ -42,8 +42,7 @@ pub(super) fn invoke_with_progress(
         };
         let call = call::run_call(&gateway, request, sinks);
         tokio::pin!(call);
-        let mut last_value = f64::NEG_INFINITY;
-        let mut last_sent: Option<Instant> = None;
+        let mut thinning = Thinning::default();
         loop {
             tokio::select! {
                 // The result first: no progress is relayed after it.
@@ -57,22 +56,7 @@ pub(super) fn invoke_with_progress(
                 }
                 () = out.closed() => return, // the caller went away: dropping `call` cancels upstream
                 Some(update) = progress.recv() => {
-                    // Non-increasing progress breaks the protocol's promise;
-                    // too frequent updates are thinned out.
-                    if update.progress <= last_value
-                        || last_sent.is_some_and(|t| t.elapsed() < PROGRESS_INTERVAL)
-                    {
-                        continue;
-                    }
-                    last_value = update.progress;
-                    last_sent = Some(Instant::now());
-                    let event = pb::InvokeToolEvent {
-                        event: Some(pb::invoke_tool_event::Event::Progress(pb::Progress {
-                            progress: update.progress,
-                            total: update.total,
-                            message: update.message.unwrap_or_default(),
-                        })),
-                    };
+                    let Some(event) = thinning.admit(update) else { continue };
                     if out.send(Ok(event)).await.is_err() {
                         return;
                     }
@@ -81,6 +65,49 @@ pub(super) fn invoke_with_progress(
         }
     });
     Box::pin(ReceiverStream::new(rx))
+}
+
+/// The progress relay's filter: non-increasing progress breaks the
+/// protocol's promise and is dropped; updates closer together than
+/// [`PROGRESS_INTERVAL`] are thinned out.
+#[derive(Debug)]
+pub(super) struct Thinning {
+    last_value: f64,
+    last_sent: Option<Instant>,
+}
+
+impl Default for Thinning {
+    fn default() -> Self {
+        Self {
+            last_value: f64::NEG_INFINITY,
+            last_sent: None,
+        }
+    }
+}
+
+impl Thinning {
+    /// The event of `update`, or `None` when it is dropped.
+    pub(super) fn admit(
+        &mut self,
+        update: rmcp::model::ProgressNotificationParam,
+    ) -> Option<pb::InvokeToolEvent> {
+        if update.progress <= self.last_value
+            || self
+                .last_sent
+                .is_some_and(|t| t.elapsed() < PROGRESS_INTERVAL)
+        {
+            return None;
+        }
+        self.last_value = update.progress;
+        self.last_sent = Some(Instant::now());
+        Some(pb::InvokeToolEvent {
+            event: Some(pb::invoke_tool_event::Event::Progress(pb::Progress {
+                progress: update.progress,
+                total: update.total,
+                message: update.message.unwrap_or_default(),
+            })),
+        })
+    }
 }
 
 /// What a watcher last sent of one server: its state, its tool count and

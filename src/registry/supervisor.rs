@@ -142,7 +142,12 @@ impl Supervisor {
     /// server, with the token [`super::oauth`] says lists its tools.
     async fn connect(&self, label: &Label) -> Result<upstream::Connected, Attempt> {
         let server = &self.slot.config;
-        let connect = |options| {
+        let connect = |options: upstream::SessionOptions| {
+            // The session counts the questions of its server it refuses.
+            let options = upstream::SessionOptions {
+                metrics: Some(self.metrics.clone()),
+                ..options
+            };
             upstream::connect_with(
                 server,
                 label,

@@ -17,6 +17,8 @@ pub enum Record {
     Pending,
     /// A consent held until its application confirms it.
     Held,
+    /// A task (SEP-2663) a worker follows.
+    Task,
 }
 
 impl std::fmt::Display for Record {
@@ -26,6 +28,7 @@ impl std::fmt::Display for Record {
             Record::Client => "OAuth client",
             Record::Pending => "pending authorization",
             Record::Held => "held consent",
+            Record::Task => "task",
         })
     }
 }

@@ -125,6 +125,11 @@ pub(super) fn held_aad(code: &str) -> Vec<u8> {
     aad("held", &[code])
 }
 
+/// The associated data of the task `task_id` of `tenant`.
+pub(super) fn task_aad(task_id: &str, tenant: &str) -> Vec<u8> {
+    aad("task", &[task_id, tenant])
+}
+
 /// The hash under which the pending flow of `state` (or the consent held
 /// under a code) is stored.
 pub(super) fn state_hash(state: &str) -> String {

@@ -49,6 +49,7 @@ mod keys;
 mod migrate;
 mod once;
 mod rekey;
+mod tasks;
 
 pub use connect::{ACQUIRE_TIMEOUT, Backend, DEFAULT_URL};
 pub use error::{Record, StateError};

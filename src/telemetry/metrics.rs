@@ -14,6 +14,7 @@
 //! | `toolgate_config_reloads_total` | counter | result |
 //! | `toolgate_oauth_events_total` | counter | tenant, server, event |
 //! | `toolgate_oauth_callbacks_unmatched_total` | counter | outcome |
+//! | `toolgate_tasks_total` | counter | tenant, server, tool, event |
 //! | `toolgate_tools_withheld` | gauge | tenant, server |
 //! | `toolgate_audit_failures_total` | counter | reason |
 
@@ -72,6 +73,15 @@ struct OAuthLabels {
     event: String,
 }
 
+/// An event of a task (SEP-2663): never its id.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TaskLabels {
+    tenant: String,
+    server: String,
+    tool: String,
+    event: String,
+}
+
 /// Why an audit record was not written.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct AuditLabels {
@@ -115,10 +125,20 @@ pub struct Metrics {
     sessions_lost: Family<ServerLabels, Counter>,
     reloads: Family<ReloadLabels, Counter>,
     oauth: Family<OAuthLabels, Counter>,
+    tasks: Family<TaskLabels, Counter>,
     callbacks_unmatched: Family<OutcomeLabels, Counter>,
     tools_withheld: Family<ServerLabels, Gauge>,
     audit_failures: Family<AuditLabels, Counter>,
     input_rounds: Family<InputRoundLabels, Counter>,
+    input_refused: Family<RefusedLabels, Counter>,
+}
+
+/// A server's question refused upstream.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RefusedLabels {
+    tenant: String,
+    server: String,
+    reason: String,
 }
 
 /// An outcome.
@@ -159,6 +179,13 @@ impl Metrics {
         let reconnects = Family::<ServerLabels, Counter>::default();
         let reloads = Family::<ReloadLabels, Counter>::default();
         let oauth = Family::<OAuthLabels, Counter>::default();
+        let tasks = Family::<TaskLabels, Counter>::default();
+        registry.register(
+            "toolgate_tasks",
+            "Events of tasks (SEP-2663) by tenant, server, tool and event: created (a call \
+             with accepts_task became a task), updated, completed, failed, cancelled",
+            tasks.clone(),
+        );
         let tools_withheld = Family::<ServerLabels, Gauge>::default();
         registry.register(
             "toolgate_tools_withheld",
@@ -241,8 +268,20 @@ impl Metrics {
             "Upstream sessions that ended on their own (child exit, connection lost)",
             sessions_lost.clone(),
         );
+        let input_refused = Family::<RefusedLabels, Counter>::default();
+        registry.register(
+            "toolgate_input_refused",
+            "Questions of servers (elicitation, sampling) answered with an error instead of \
+             reaching a worker, by reason (untied: no single call could be named; not_opted_in: \
+             the call's worker does not answer that kind; needs_interactive: it does, but only \
+             over InvokeToolInteractive; too_large: over 64 KiB; rounds_exceeded: more questions for \
+             one call than input.max_rounds; unanswered: the worker gave no answer in time or \
+             went away)",
+            input_refused.clone(),
+        );
         Metrics {
             registry,
+            input_refused,
             call_families: calls::CallFamilies {
                 calls,
                 call_duration,
@@ -256,6 +295,7 @@ impl Metrics {
             sessions_lost,
             reloads,
             oauth,
+            tasks,
             callbacks_unmatched,
             audit_failures,
             tools_withheld,
@@ -320,6 +360,19 @@ impl Metrics {
             .inc();
     }
 
+    /// Counts an event of a task of `tenant`'s `server` and `tool`
+    /// (`toolgate_tasks_total`; never a task id).
+    pub fn task_event(&self, tenant: &str, server: &str, tool: &str, event: &str) {
+        self.tasks
+            .get_or_create(&TaskLabels {
+                tenant: tenant.to_owned(),
+                server: server.to_owned(),
+                tool: tool.to_owned(),
+                event: event.to_owned(),
+            })
+            .inc();
+    }
+
     /// Counts a callback that completed no pending flow, by `outcome`
     /// (`recorded` or `limited`: `toolgate_oauth_callbacks_unmatched_total`).
     pub fn callback_unmatched(&self, outcome: &str) {
@@ -365,6 +418,16 @@ impl Metrics {
                 result: if applied { "applied" } else { "invalid" }.to_owned(),
             })
             .inc();
+    }
+
+    /// Records a server's question refused upstream, by `reason`.
+    pub fn input_refused(&self, tenant: &str, server: &str, reason: &str) {
+        let labels = RefusedLabels {
+            tenant: tenant.to_owned(),
+            server: server.to_owned(),
+            reason: reason.to_owned(),
+        };
+        self.input_refused.get_or_create(&labels).inc();
     }
 
     /// Records that a session ended on its own.

@@ -12,8 +12,8 @@
 #![allow(deprecated)] // sampling: deprecated by SEP-2577, still spoken.
 
 use rmcp::model::{
-    ClientCapabilities, ElicitationCapability, FormElicitationCapability, RequestMetaObject,
-    SamplingCapability, UrlElicitationCapability,
+    ClientCapabilities, ElicitationCapability, FormElicitationCapability, JsonObject,
+    RequestMetaObject, SamplingCapability, TASKS_EXTENSION_ID, UrlElicitationCapability,
 };
 
 use super::input::CallRequest;
@@ -26,8 +26,8 @@ use super::input::CallRequest;
 ///
 /// So a call that opted in to nothing never advertises elicitation or
 /// sampling, even on a session that declares them itself. Other
-/// capabilities (roots, extensions) are the session's; what else a call
-/// declares for itself (the tasks extension) belongs here too.
+/// capabilities (roots, other extensions) are the session's; the tasks
+/// extension is added when the call may become a task.
 pub(super) fn capabilities_meta(
     call: &CallRequest,
     session: &ClientCapabilities,
@@ -43,6 +43,15 @@ pub(super) fn capabilities_meta(
     }
     capabilities.elicitation = (accepts.form || accepts.url).then_some(elicitation);
     capabilities.sampling = accepts.sampling.then(SamplingCapability::default);
+    // The tasks extension (SEP-2663) when the call may become a task: its
+    // worker follows tasks, or toolgate resends a call the server refused
+    // for want of it.
+    if call.accepts_task || call.declare_tasks {
+        capabilities
+            .extensions
+            .get_or_insert_with(Default::default)
+            .insert(TASKS_EXTENSION_ID.to_owned(), JsonObject::new());
+    }
     if capabilities == *session {
         return None;
     }

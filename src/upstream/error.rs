@@ -123,10 +123,37 @@ pub enum UpstreamError {
     /// (its text redacted and bounded).
     #[error("unexpected answer: {0}")]
     Protocol(String),
+    /// The server asked the call's worker a question it opted in to, and
+    /// only `InvokeToolInteractive` can carry it: the call was cancelled
+    /// upstream and the server's request refused. (Tasks: a task toolgate
+    /// followed went `input_required` for a call without an asker; the
+    /// task was cancelled.)
+    #[error("the server asked a {} question, which reaches a worker only over InvokeToolInteractive; the call was cancelled", .0.as_str())]
+    InputRequiresInteractive(super::QuestionKind),
+    /// The worker did not answer a question within
+    /// `servers[].input.answer_timeout`: the call was cancelled.
+    #[error("the worker did not answer the server's question within {} (servers[].input.answer_timeout); the call was cancelled", humantime::format_duration(*.0))]
+    InputAnswerTimeout(Duration),
+    /// The server kept asking beyond `servers[].input.max_rounds`.
+    #[error("the server asked more than {0} rounds of questions (servers[].input.max_rounds)")]
+    InputRoundsExceeded(u32),
+    /// The worker went away while it was asked (its stream closed).
+    #[error("the worker went away while the server's question was pending")]
+    InputAbandoned,
     /// The server asked for client input (elicitation, sampling) or started
     /// a task, which the gateway cannot provide or follow.
     #[error("the server asked for {0}, which the gateway does not support")]
     Unsupported(&'static str),
+    /// The server runs the tool only as a task and refused the call because
+    /// the tasks extension (`io.modelcontextprotocol/tasks`, SEP-2663) was
+    /// not declared (JSON-RPC `-32021`): the tool did not run.
+    #[error(
+        "the server runs this tool only as a task, and the tasks extension could not be declared for it"
+    )]
+    TasksRequired,
+    /// The task the call became was cancelled on the server.
+    #[error("the server cancelled the task")]
+    TaskCancelled,
 }
 
 impl UpstreamError {
@@ -145,6 +172,9 @@ impl UpstreamError {
             // The stdio transport's answer for a result over the limit.
             E::McpError(data) if super::stdio::too_large_limit(&data).is_some() => {
                 UpstreamError::TooLarge(super::stdio::too_large_limit(&data).unwrap_or_default())
+            }
+            E::McpError(data) if super::tasks::requires_tasks(&data) => {
+                UpstreamError::TasksRequired
             }
             E::McpError(data) if data.code.0 == MISSING_REQUIRED_CLIENT_CAPABILITY => {
                 UpstreamError::MissingCapability {

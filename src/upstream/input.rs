@@ -375,6 +375,14 @@ pub struct CallRequest {
     pub accepts: InputKinds,
     /// The worker follows a task itself.
     pub accepts_task: bool,
+    /// The server's tools may run as tasks (`servers[].input.tasks`): a
+    /// call refused for want of the tasks extension is sent again with it
+    /// declared, and followed by toolgate when the worker does not.
+    pub tasks_allowed: bool,
+    /// Declare the tasks extension for this call although the worker does
+    /// not follow tasks itself (set by toolgate when it resends a call the
+    /// server refused for want of it, and then follows the task).
+    pub declare_tasks: bool,
     /// A 2026-07-28 retry: the answers to the previous round.
     pub input_responses: Option<InputResponses>,
     /// A 2026-07-28 retry: the server's own `requestState`, echoed.
@@ -399,6 +407,8 @@ impl CallRequest {
             progress: None,
             accepts: InputKinds::default(),
             accepts_task: false,
+            tasks_allowed: false,
+            declare_tasks: false,
             input_responses: None,
             request_state: None,
             asker: None,

@@ -8,7 +8,10 @@ mod error;
 mod handler;
 mod http;
 pub mod input;
+mod rounds;
 mod stdio;
+pub mod tasks;
+mod ties;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -27,7 +30,7 @@ use tracing::Instrument;
 
 pub use bearer::Bearer;
 pub use error::{MISSING_REQUIRED_CLIENT_CAPABILITY, UpstreamError};
-pub(crate) use handler::accept_with_defaults;
+pub(crate) use handler::ElicitationAnswerer;
 pub(crate) use http::layer as http_layer;
 pub use input::{
     Action, Answer, AnswerError, Asked, CallOutcome, CallRequest, InputKinds, InputSink, Question,
@@ -114,9 +117,12 @@ pub async fn connect(
 /// `toolgate conformance-client`. The default is the gateway's.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct SessionOptions {
-    /// Declare form elicitation and accept every elicitation with its
-    /// schema's defaults.
-    pub(crate) elicitation_defaults: bool,
+    /// Declare form elicitation and answer every elicitation with this
+    /// (`toolgate conformance-client` only: the gateway never answers on
+    /// anyone's behalf).
+    pub(crate) elicitation_answerer: Option<ElicitationAnswerer>,
+    /// Where the session counts the server's questions it refuses.
+    pub(crate) metrics: Option<Arc<crate::telemetry::Metrics>>,
     /// The `protocolVersion` of `initialize`, instead of rmcp's default
     /// (its newest version, 2026-07-28 in rmcp 3.11, which itself has no
     /// `initialize`).
@@ -321,6 +327,7 @@ impl Connecting<'_> {
         let handshake = |e: rmcp::service::ClientInitializeError| {
             UpstreamError::Handshake(describe_init_error(&e, url, redaction))
         };
+        let client = || self.client();
         match &server.transport {
             Transport::Stdio { command, cwd, env } => {
                 let (transport, group) = stdio::spawn(
@@ -332,7 +339,7 @@ impl Connecting<'_> {
                     max_result_bytes,
                     redactor,
                 )?;
-                match serve(transport, lifecycle, cancel, options, redaction).await {
+                match serve(transport, lifecycle, cancel, options, client()).await {
                     Ok(service) => Ok((service, Some(group))),
                     Err(e) => {
                         // The child of a failed handshake is stopped in the
@@ -356,7 +363,7 @@ impl Connecting<'_> {
                 };
                 let Some(bearer) = &options.bearer else {
                     let transport = transport(None)?;
-                    let service = serve(transport, lifecycle, cancel, options, redaction)
+                    let service = serve(transport, lifecycle, cancel, options, client())
                         .await
                         .map_err(handshake)?;
                     return Ok((service, None));
@@ -367,7 +374,7 @@ impl Connecting<'_> {
                 let mut renewed = false;
                 loop {
                     let transport = transport(Some(bearer.clone()))?;
-                    match serve(transport, lifecycle, cancel, options, redaction).await {
+                    match serve(transport, lifecycle, cancel, options, client()).await {
                         Ok(service) => return Ok((service, None)),
                         Err(e) if e.auth_challenge().is_some() || e.is_authorization_required() => {
                             let challenge = e.auth_challenge().map(str::to_owned);
@@ -387,14 +394,30 @@ impl Connecting<'_> {
     }
 }
 
-/// Runs the MCP lifecycle of `lifecycle` over `transport`; progress
-/// messages the server sends are redacted with `redaction`.
+impl Connecting<'_> {
+    /// The client side of a new session: progress redacted with the
+    /// session's redaction; the server's `input` and `roots` (and, with
+    /// `input.declare_on_session`, the kinds of question it may ask
+    /// declared at `initialize`).
+    fn client(&self) -> handler::GatewayClient {
+        let questions = handler::Questions {
+            label: self.label.clone(),
+            input: self.server.input.clone(),
+            roots: handler::roots(&self.server.roots),
+            metrics: self.options.metrics.clone(),
+            answerer: self.options.elicitation_answerer,
+        };
+        handler::GatewayClient::new(self.redaction.clone(), questions)
+    }
+}
+
+/// Runs the MCP lifecycle of `lifecycle` over `transport` with `client`.
 async fn serve<T, E, A>(
     transport: T,
     lifecycle: Lifecycle,
     cancel: &CancellationToken,
     options: &SessionOptions,
-    redaction: &Redaction,
+    client: handler::GatewayClient,
 ) -> Result<Service, rmcp::service::ClientInitializeError>
 where
     T: rmcp::transport::IntoTransport<RoleClient, E, A>,
@@ -406,10 +429,6 @@ where
         },
         Lifecycle::Initialize | Lifecycle::Auto => rmcp::service::ClientLifecycleMode::Initialize,
     };
-    let mut client = handler::GatewayClient::new(redaction.clone());
-    if options.elicitation_defaults {
-        client = client.with_elicitation_defaults();
-    }
     // `initialize` asks for the newest version that still has it (rmcp's
     // default is its newest version, 2026-07-28, which has no `initialize`,
     // and strict servers refuse it).
@@ -417,7 +436,7 @@ where
         .initialize_version
         .clone()
         .unwrap_or(rmcp::model::ProtocolVersion::LATEST_WITH_INITIALIZE);
-    client = client.with_initialize_version(version);
+    let client = client.with_initialize_version(version);
     rmcp::service::serve_client_with_lifecycle_and_ct(client, transport, mode, cancel.clone()).await
 }
 
@@ -509,12 +528,47 @@ impl Session {
     /// # Errors
     /// The session is closed, the transport fails, the server answers a
     /// JSON-RPC error or something unsupported, or the timeout passes.
+    ///
+    /// Tasks (SEP-2663): a call whose worker follows tasks itself
+    /// (`accepts_task`) declares the tasks extension and may end in
+    /// [`CallOutcome::Task`]. Any other call that the server refuses for
+    /// want of the extension (`-32021`: the tool did not run) is sent once
+    /// more with it declared when `tasks_allowed`, and a task it becomes is
+    /// followed here to its end within `timeout` ([`Session::follow`]).
     pub async fn call(&self, request: &CallRequest) -> Result<CallOutcome, UpstreamError> {
+        let deadline = tokio::time::Instant::now() + request.timeout;
+        let outcome = match rounds::drive(self, request).await {
+            // The tool did not run: send it once more, declaring the
+            // extension, and follow the task it becomes.
+            Err(UpstreamError::TasksRequired)
+                if !request.accepts_task && !request.declare_tasks && request.tasks_allowed =>
+            {
+                let mut retry = request.clone();
+                retry.declare_tasks = true;
+                retry.timeout = deadline.saturating_duration_since(tokio::time::Instant::now());
+                if retry.timeout.is_zero() {
+                    return Err(UpstreamError::Timeout(request.timeout));
+                }
+                rounds::drive(self, &retry).await
+            }
+            other => other,
+        }?;
+        match outcome {
+            CallOutcome::Task(created) if !request.accepts_task => self
+                .follow(created, request, deadline)
+                .await
+                .map(CallOutcome::Complete),
+            other => Ok(other),
+        }
+    }
+
+    /// One call with the current credentials: a fresh token before the
+    /// call; a refused one (the request did not run) is renewed once and
+    /// the call resent.
+    async fn call_authorized(&self, request: &CallRequest) -> Result<CallOutcome, UpstreamError> {
         let Some(bearer) = &self.bearer else {
             return self.call_once(request).await;
         };
-        // A fresh token before the call; a refused one (the request did
-        // not run) is renewed once and the call resent.
         bearer.refresh().await?;
         match self.call_once(request).await {
             Err(UpstreamError::AuthRejected { challenge }) => {
@@ -570,11 +624,19 @@ impl Session {
         };
         let mut ended = self.end.clone();
         let response = async {
+            // In flight from before the send, for tying the server's
+            // questions to this call (`ties.rs`).
+            let mut tie = self
+                .client
+                .ties()
+                .register(call.accepts, call.asker.clone());
             let handle = self
                 .peer
                 .send_request_with_option(request, options)
                 .await
                 .map_err(|e| self.classify(e, false))?;
+            tie.keyed(handle.id.clone(), handle.progress_token.clone());
+            let waited = tie.waited();
             // From here on, leaving early (timeout, caller gone, session
             // lost) tells the server with `notifications/cancelled`.
             let mut cancel = CancelOnDrop {
@@ -586,15 +648,20 @@ impl Session {
                 .clone()
                 .map(|sink| self.client.track(handle.progress_token.clone(), sink));
             let result = tokio::select! {
-                result = tokio::time::timeout(timeout, handle.await_response()) => match result {
+                result = ties::within(timeout, &waited, handle.await_response()) => match result {
                     Ok(result) => result.map_err(|e| self.classify(e, true)),
                     Err(_) => Err(UpstreamError::Timeout(timeout)),
                 },
                 _ = ended.wait_for(|end| *end >= End::Ended) => Err(UpstreamError::Lost),
+                interrupt = tie.interrupted() => Err(interrupt.into()),
             };
             if !matches!(
                 result,
-                Err(UpstreamError::Timeout(_)) | Err(UpstreamError::Lost)
+                Err(UpstreamError::Timeout(_)
+                    | UpstreamError::Lost
+                    | UpstreamError::InputRequiresInteractive(_)
+                    | UpstreamError::InputAnswerTimeout(_)
+                    | UpstreamError::InputRoundsExceeded(_))
             ) {
                 cancel.id = None;
             }

@@ -61,7 +61,14 @@ async fn call_answers_questions_from_an_input_file_on_a_2026_07_28_server() {
 async fn answers_from_a_file(lifecycle: &str) {
     let dir = tempfile::tempdir().unwrap();
     {
-        let gateway = gateway("ask", "input_server.py", lifecycle, "").await;
+        // 2025-11-25 declares elicitation and sampling once, at initialize.
+        let gateway = gateway(
+            "ask",
+            "input_server.py",
+            lifecycle,
+            "        input: {declare_on_session: true}\n",
+        )
+        .await;
         let addr = gateway.addr.to_string();
         let era = |what: &str| format!("{lifecycle}: {what}");
 

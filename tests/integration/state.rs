@@ -62,6 +62,77 @@ async fn behaves(url: &str) {
     oauth_store_keeps_the_first_save_of_a_race(url).await;
     older_version_put_back_does_not_open(url).await;
     concurrent_puts_each_get_a_version(url).await;
+    tasks_are_bound_to_their_id_and_tenant(url).await;
+}
+
+/// A task row opens for its id and tenant only, holds no live id, and is
+/// gone once expired; a row copied to another id does not open.
+async fn tasks_are_bound_to_their_id_and_tenant(url: &str) {
+    let s = store(url, &[K1]).await;
+    let far = 4_102_444_800_000; // 2100-01-01
+    s.put_task("tgt_first", "tasks-acme", b"alice's task", far)
+        .await
+        .unwrap();
+    assert_eq!(
+        s.get_task("tgt_first", "tasks-acme").await.unwrap(),
+        Some((b"alice's task".to_vec(), far))
+    );
+    assert_eq!(s.get_task("tgt_first", "tasks-globex").await.unwrap(), None);
+    assert_eq!(s.get_task("tgt_other", "tasks-acme").await.unwrap(), None);
+    assert_eq!(s.count_tasks("tasks-acme").await.unwrap(), 1);
+    assert!(
+        s.replace_task("tgt_first", "tasks-acme", b"done")
+            .await
+            .unwrap()
+    );
+    assert!(
+        !s.replace_task("tgt_first", "tasks-globex", b"x")
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        s.get_task("tgt_first", "tasks-acme").await.unwrap(),
+        Some((b"done".to_vec(), far))
+    );
+    // The table never holds the id, only its SHA-256.
+    let hash = |id: &str| -> String {
+        use sha2::Digest as _;
+        sha2::Sha256::digest(id.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    };
+    let pool = raw(url).await;
+    let rows =
+        sqlx::query("SELECT task_hash, sealed FROM toolgate_tasks WHERE tenant = 'tasks-acme'")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].get::<String, _>(0), hash("tgt_first"));
+    let first_sealed: Vec<u8> = rows[0].get(1);
+    // A sealed value moved to another id's row does not open.
+    s.put_task("tgt_second", "tasks-acme", b"bob's task", far)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE toolgate_tasks SET sealed = $1 WHERE task_hash = $2")
+        .bind(first_sealed)
+        .bind(hash("tgt_second"))
+        .execute(&pool)
+        .await
+        .unwrap();
+    pool.close().await;
+    assert!(matches!(
+        s.get_task("tgt_second", "tasks-acme").await,
+        Err(StateError::Decrypt { .. })
+    ));
+    // Expired: not returned, purged.
+    s.put_task("tgt_old", "tasks-acme", b"old", 1)
+        .await
+        .unwrap();
+    assert_eq!(s.get_task("tgt_old", "tasks-acme").await.unwrap(), None);
+    assert!(s.purge_expired_tasks().await.unwrap() >= 1);
+    s.close().await;
 }
 
 async fn round_trip_and_isolation(url: &str) {
@@ -675,7 +746,7 @@ async fn rows_before_versions_are_resealed_once(url: &str) {
     assert_eq!(migrations_applied(url).await, [1, 2]);
 
     let s = store(url, &[K1]).await;
-    assert_eq!(migrations_applied(url).await, [1, 2, 3, 4]);
+    assert_eq!(migrations_applied(url).await, [1, 2, 3, 4, 5]);
     assert_eq!(
         s.get_token(&alice).await.unwrap().unwrap(),
         Versioned {
@@ -709,7 +780,7 @@ async fn rows_before_versions_are_resealed_once(url: &str) {
     s.close().await;
     let restarted = store(url, &[K1]).await;
     assert_tampered(restarted.get_token(&alice).await);
-    assert_eq!(migrations_applied(url).await, [1, 2, 3, 4]);
+    assert_eq!(migrations_applied(url).await, [1, 2, 3, 4, 5]);
     restarted.close().await;
 }
 
@@ -739,7 +810,7 @@ async fn concurrent_starts_migrate_once(dir: &std::path::Path, pg: Option<&PgClu
         }
         assert_eq!(
             migrations_applied(&url).await,
-            [1, 2, 3, 4],
+            [1, 2, 3, 4, 5],
             "round {round}"
         );
         let key = TokenKey::new("starts", "alice", "github");

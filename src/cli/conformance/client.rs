@@ -12,7 +12,7 @@ use rmcp::model::{
 };
 use serde_json::{Value, json};
 
-use crate::upstream::{self, CallOutcome, CallRequest, Session};
+use crate::upstream::{CallOutcome, CallRequest, Session};
 
 /// Bound on each tool call (the suite gives a whole scenario 20 s by default).
 const CALL_TIMEOUT: Duration = Duration::from_secs(15);
@@ -204,7 +204,7 @@ fn answer(input: InputRequiredResult) -> anyhow::Result<(Option<InputResponses>,
     for (key, request) in requests {
         let response = match request {
             InputRequest::Elicitation(request) => {
-                serde_json::to_value(upstream::accept_with_defaults(&request.params))?
+                serde_json::to_value(super::defaults::accept_with_defaults(&request.params))?
             }
             InputRequest::ListRoots(_) => json!({ "roots": [] }),
             InputRequest::CreateMessage(_) => {

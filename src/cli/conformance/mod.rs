@@ -23,6 +23,7 @@
 //! ([`crate::credentials::oauth`]): see [`oauth`].
 
 mod client;
+mod defaults;
 mod flow;
 mod oauth;
 
@@ -111,7 +112,7 @@ pub async fn run(url: &str) -> anyhow::Result<()> {
         max_result_bytes,
         &crate::credentials::Redactor::default().shared(),
         SessionOptions {
-            elicitation_defaults: true,
+            elicitation_answerer: Some(defaults::accept_with_defaults),
             initialize_version: (!stateless).then(|| initialize_version(&scenario)),
             ..SessionOptions::default()
         },
