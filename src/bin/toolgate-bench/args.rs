@@ -84,8 +84,12 @@ pub(crate) enum Cmd {
         tls: Option<PathBuf>,
     },
     /// (internal) the bare tonic floor server.
-    /// (internal) the asking server (one question, one task), stdio.
-    AskServer,
+    /// (internal) the asking server (one question, one task): stdio, or
+    /// HTTP with --http PORT.
+    AskServer {
+        #[arg(long)]
+        http: Option<u16>,
+    },
     /// (internal) the bare tonic floor server.
     EchoServer {
         port: u16,

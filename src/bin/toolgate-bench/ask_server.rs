@@ -164,6 +164,26 @@ impl rmcp::ServerHandler for AskServer {
     }
 }
 
+/// Serves Streamable HTTP (`/mcp`) on 127.0.0.1:`port` until killed.
+pub async fn serve_http(port: u16) -> anyhow::Result<()> {
+    use axum::serve::ListenerExt;
+    use rmcp::transport::streamable_http_server::{
+        StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
+    };
+    let service = StreamableHttpService::new(
+        || Ok(AskServer::default()),
+        LocalSessionManager::default().into(),
+        StreamableHttpServerConfig::default(),
+    );
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await?
+        .tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
+    axum::serve(listener, axum::Router::new().nest_service("/mcp", service)).await?;
+    Ok(())
+}
+
 /// Serves over stdio until stdin closes.
 pub async fn serve_stdio() -> anyhow::Result<()> {
     use rmcp::ServiceExt;

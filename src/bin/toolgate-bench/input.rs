@@ -1,7 +1,8 @@
 //! A call that asks one question, and a call that becomes a task, against
 //! the plain call, through one gateway in front of the benchmark's asking
-//! server ([`super::ask_server`]) twice: as a 2025-11-25 server (`old`,
-//! `initialize`: the question is an `elicitation/create` while the call is
+//! server ([`super::ask_server`], Streamable HTTP) configured twice: as a
+//! 2025-11-25 server (`old`, `initialize`: the question is an
+//! `elicitation/create` on the call's POST stream while the call is
 //! pending) and as a 2026-07-28 server (`new`, `discover`: an
 //! `input_required` result, the call sent again with the answer). Each path
 //! is measured sequentially, interleaved over rounds: p50, and the gateway's
@@ -21,7 +22,7 @@ use std::time::Instant;
 use anyhow::Context as _;
 use toolgate::pb;
 
-use super::harness::{Proc, authed, exe, gateway, grpc};
+use super::harness::{Proc, authed, exe, free_port, gateway, grpc, spawn, wait_port};
 use super::measure::{cpu_seconds, median};
 
 type Client = pb::tool_gateway_client::ToolGatewayClient<tonic::transport::Channel>;
@@ -224,9 +225,14 @@ async fn run(client: &mut Client, gateway: &Proc, path: Path) -> anyhow::Result<
 /// # Errors
 /// When the gateway does not start, or any path fails (a wrong answer too).
 pub async fn report(rounds: usize) -> anyhow::Result<()> {
-    let me = exe().display().to_string();
+    let upstream_port = free_port();
+    let mut command = std::process::Command::new(exe());
+    command.args(["ask-server", "--http", &upstream_port.to_string()]);
+    let upstream = spawn(command);
+    wait_port(upstream_port).await;
+    let url = format!("http://127.0.0.1:{upstream_port}/mcp");
     let servers = format!(
-        "      - name: old\n        command: [\"{me}\", \"ask-server\"]\n        lifecycle: initialize\n        input: {{declare_on_session: true}}\n      - name: new\n        command: [\"{me}\", \"ask-server\"]\n        lifecycle: discover\n"
+        "      - name: old\n        url: \"{url}\"\n        lifecycle: initialize\n        input: {{declare_on_session: true}}\n      - name: new\n        url: \"{url}\"\n        lifecycle: discover\n"
     );
     let (proc, port) = gateway(&servers).await;
     let mut client = grpc(port).await;
@@ -269,6 +275,7 @@ pub async fn report(rounds: usize) -> anyhow::Result<()> {
         }
     }
     drop(proc);
+    drop(upstream);
     let p50: Vec<f64> = p50.into_iter().map(median).collect();
     let cpu: Vec<f64> = cpu.into_iter().map(median).collect();
     let fmt = super::report::fmt;

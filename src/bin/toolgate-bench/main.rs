@@ -52,7 +52,8 @@ async fn main() -> anyhow::Result<()> {
             tools,
             tls: None,
         }) => return upstream::serve_http(*port, *tools).await,
-        Some(Cmd::AskServer) => return ask_server::serve_stdio().await,
+        Some(Cmd::AskServer { http: None }) => return ask_server::serve_stdio().await,
+        Some(Cmd::AskServer { http: Some(port) }) => return ask_server::serve_http(*port).await,
         Some(Cmd::EchoServer { port, list_file }) => {
             return floor::serve(*port, list_file.as_deref()).await;
         }
