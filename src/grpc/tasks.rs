@@ -15,7 +15,7 @@
 //! started it: another replica answers `TASK_ELSEWHERE` (UNAVAILABLE).
 
 use std::sync::{Arc, LazyLock};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use base64::Engine as _;
 use rmcp::model::CreateTaskResult;
@@ -193,7 +193,8 @@ async fn keep(
         .ttl_ms
         .map_or(server.input.task_ttl, Duration::from_millis)
         .min(server.input.task_ttl);
-    let expires_at_ms = now_ms().saturating_add(i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX));
+    let expires_at_ms =
+        crate::state::now_ms().saturating_add(i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX));
     let stored = Stored {
         subject: subject.key().to_owned(),
         server: server.name.clone(),
@@ -543,13 +544,6 @@ fn status_name(status: TaskStatus) -> &'static str {
 fn poll_ms(poll_interval_ms: Option<u64>) -> u32 {
     let interval = crate::upstream::tasks::poll_interval(poll_interval_ms);
     u32::try_from(interval.as_millis()).unwrap_or(u32::MAX)
-}
-
-fn now_ms() -> i64 {
-    let since = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
 }
 
 #[cfg(test)]

@@ -496,7 +496,8 @@ pub(super) fn open_token(
         })
 }
 
-fn now_ms() -> i64 {
+/// Now, as Unix time in milliseconds (the stores' expiry column).
+pub(crate) fn now_ms() -> i64 {
     let since = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default();
