@@ -102,6 +102,8 @@ cat >"$TMP/config.yaml" <<EOF
 listen: "$ADDR"
 shutdown_delay: "0s"
 shutdown_grace: "2s"
+state:
+  url: "sqlite://$TMP/examples-state.db"   # the tasks handed to workers; not in the working directory
 tenants:
   - name: examples
     tokens: ["$TOKEN"]

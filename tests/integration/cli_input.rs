@@ -13,11 +13,19 @@ use crate::common::*;
 const TOKEN: &str = "cli-token";
 
 /// A gateway with one server `NAME` running `script` over stdio with
-/// `lifecycle`.
-async fn gateway(name: &str, script: &str, lifecycle: &str, env: &str) -> TestGateway {
+/// `lifecycle` and the server lines `extra`; its state store (tasks) in
+/// `dir`, not the working directory.
+async fn gateway(
+    dir: &std::path::Path,
+    name: &str,
+    script: &str,
+    lifecycle: &str,
+    extra: &str,
+) -> TestGateway {
     TestGateway::start(
         &format!(
-            "tenants:\n  - name: acme\n    tokens: [{TOKEN}]\n    servers:\n      - name: {name}\n        command: [\"{}\", \"{}\"]\n        lifecycle: {lifecycle}\n{env}",
+            "state:\n  url: \"sqlite://{}/state.db\"\ntenants:\n  - name: acme\n    tokens: [{TOKEN}]\n    servers:\n      - name: {name}\n        command: [\"{}\", \"{}\"]\n        lifecycle: {lifecycle}\n{extra}",
+            dir.display(),
             python().display(),
             fixture(&format!("python/{script}")).display()
         ),
@@ -63,6 +71,7 @@ async fn answers_from_a_file(lifecycle: &str) {
     {
         // 2025-11-25 declares elicitation and sampling once, at initialize.
         let gateway = gateway(
+            dir.path(),
             "ask",
             "input_server.py",
             lifecycle,
@@ -189,6 +198,7 @@ async fn call_follows_a_task_answers_it_and_cancels_it_on_ctrl_c() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("tasks.log");
     let gateway = gateway(
+        dir.path(),
         "tasks",
         "tasks_server.py",
         "discover",

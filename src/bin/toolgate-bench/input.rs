@@ -22,7 +22,7 @@ use std::time::Instant;
 use anyhow::Context as _;
 use toolgate::pb;
 
-use super::harness::{Proc, authed, exe, free_port, gateway, grpc, spawn, wait_port};
+use super::harness::{Proc, authed, exe, free_port, gateway_with, grpc, spawn, wait_port};
 use super::measure::{cpu_seconds, median};
 
 type Client = pb::tool_gateway_client::ToolGatewayClient<tonic::transport::Channel>;
@@ -234,7 +234,10 @@ pub async fn report(rounds: usize) -> anyhow::Result<()> {
     let servers = format!(
         "      - name: old\n        url: \"{url}\"\n        lifecycle: initialize\n        input: {{declare_on_session: true}}\n      - name: new\n        url: \"{url}\"\n        lifecycle: discover\n"
     );
-    let (proc, port) = gateway(&servers).await;
+    // The task records in the gateway's own temporary directory.
+    let state =
+        |dir: &std::path::Path| format!("state:\n  url: \"sqlite://{}/state.db\"\n", dir.display());
+    let (proc, port) = gateway_with(state, &servers).await;
     let mut client = grpc(port).await;
     // Every path once, which also waits for both servers. A path the
     // gateway does not serve (UNIMPLEMENTED: an RPC of a later release) is
