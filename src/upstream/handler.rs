@@ -264,8 +264,7 @@ impl GatewayClient {
             ));
         }
         let origin = context.extensions.get::<InboundStreamOrigin>();
-        let token = context.meta.get_progress_token();
-        let tied = match self.ties.tie(origin, token.as_ref()).await {
+        let tied = match self.ties.tie(origin).await {
             Ok(tied) => tied,
             Err(untied) => {
                 tracing::warn!(

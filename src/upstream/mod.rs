@@ -635,7 +635,7 @@ impl Session {
                 .send_request_with_option(request, options)
                 .await
                 .map_err(|e| self.classify(e, false))?;
-            tie.keyed(handle.id.clone(), handle.progress_token.clone());
+            tie.keyed(handle.id.clone());
             let waited = tie.waited();
             // From here on, leaving early (timeout, caller gone, session
             // lost) tells the server with `notifications/cancelled`.

@@ -5,17 +5,22 @@
 //! Every `tools/call` registers before it is sent (so "exactly one call in
 //! flight" is exact) with the kinds of question its worker answers and,
 //! for `InvokeToolInteractive`, where questions go; it is keyed by its
-//! request id and progress token once the send returns. A server's request
-//! is tied, in this order, by (1) the HTTP response stream it arrived on
-//! ([`InboundStreamOrigin::OutboundRequest`]), (2) a `progressToken` in its
-//! `_meta` equal to a call's, (3) exactly one call in flight on the
-//! session. Anything else is refused: never guessed.
+//! request id once the send returns. A server's request is tied, in this
+//! order, by (1) the HTTP response stream it arrived on
+//! ([`InboundStreamOrigin::OutboundRequest`]), (2) exactly one call in
+//! flight on the session. Anything else is refused: never guessed.
+//!
+//! A `progressToken` in the `_meta` of the server's request names nothing
+//! here: a request's progress token belongs to the side that sent the
+//! request, so the server's token on its `elicitation/create` is the
+//! server's own (rmcp servers number every request they send), and may
+//! equal the token of an unrelated call of ours.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rmcp::model::{ProgressToken, RequestId};
+use rmcp::model::RequestId;
 use rmcp::service::InboundStreamOrigin;
 use tokio::sync::{Notify, oneshot};
 
@@ -43,7 +48,6 @@ struct Calls {
 struct Entry {
     /// Set once the send returned.
     request_id: Option<RequestId>,
-    progress_token: Option<ProgressToken>,
     accepts: InputKinds,
     asker: Option<InputSink>,
     /// Questions asked so far (their ids are `q1`, `q2`, ...).
@@ -89,13 +93,12 @@ pub(super) struct Registration {
 }
 
 impl Registration {
-    /// Records the request id and progress token of the sent call.
-    pub(super) fn keyed(&self, id: RequestId, token: ProgressToken) {
+    /// Records the request id of the sent call.
+    pub(super) fn keyed(&self, id: RequestId) {
         {
             let mut calls = self.ties.calls.lock().expect("ties lock");
             if let Some(entry) = calls.entries.get_mut(&self.key) {
                 entry.request_id = Some(id);
-                entry.progress_token = Some(token);
             }
         }
         self.ties.changed.notify_waiters();
@@ -215,7 +218,6 @@ impl Ties {
                 key,
                 Entry {
                     request_id: None,
-                    progress_token: None,
                     accepts,
                     asker,
                     asked: 0,
@@ -243,11 +245,7 @@ impl Ties {
     /// The call a server request belongs to, by the rules of the module
     /// documentation; waits at most [`TIE_WAIT`] for a call that is not
     /// keyed yet.
-    pub(super) async fn tie(
-        &self,
-        origin: Option<&InboundStreamOrigin>,
-        token: Option<&ProgressToken>,
-    ) -> Result<Tied, Untied> {
+    pub(super) async fn tie(&self, origin: Option<&InboundStreamOrigin>) -> Result<Tied, Untied> {
         let deadline = tokio::time::Instant::now() + TIE_WAIT;
         loop {
             let changed = self.changed.notified();
@@ -255,7 +253,7 @@ impl Ties {
             changed.as_mut().enable();
             {
                 let mut calls = self.calls.lock().expect("ties lock");
-                match decide(&calls, origin, token) {
+                match decide(&calls, origin) {
                     Decision::Tied(key) => {
                         let entry = calls.entries.get_mut(&key).expect("decided on an entry");
                         entry.asked += 1;
@@ -331,42 +329,27 @@ impl Ties {
     }
 }
 
-fn decide(
-    calls: &Calls,
-    origin: Option<&InboundStreamOrigin>,
-    token: Option<&ProgressToken>,
-) -> Decision {
-    let pending = calls.entries.values().any(|e| e.request_id.is_none());
-    let named = |found: Option<u64>| match found {
-        Some(key) => Decision::Tied(key),
-        None if pending => Decision::Wait,
-        None => Decision::Refuse,
-    };
+fn decide(calls: &Calls, origin: Option<&InboundStreamOrigin>) -> Decision {
     // (1) The POST response stream it arrived on names the call.
     if let Some(InboundStreamOrigin::OutboundRequest(id)) = origin {
-        return named(
-            calls
-                .entries
-                .iter()
-                .find(|(_, e)| e.request_id.as_ref() == Some(id))
-                .map(|(k, _)| *k),
-        );
-    }
-    // (2) Its progress token is a call's.
-    if let Some(token) = token {
-        return named(
-            calls
-                .entries
-                .iter()
-                .find(|(_, e)| e.progress_token.as_ref() == Some(token))
-                .map(|(k, _)| *k),
-        );
+        let found = calls
+            .entries
+            .iter()
+            .find(|(_, e)| e.request_id.as_ref() == Some(id))
+            .map(|(k, _)| *k);
+        let pending = calls.entries.values().any(|e| e.request_id.is_none());
+        return match found {
+            Some(key) => Decision::Tied(key),
+            None if pending => Decision::Wait,
+            None => Decision::Refuse,
+        };
     }
     // The server sent it on its standalone stream: it is no call's.
     if matches!(origin, Some(InboundStreamOrigin::Unassociated)) {
         return Decision::Refuse;
     }
-    // (3) Exactly one call in flight.
+    // (2) Exactly one call in flight (whatever progress token the
+    // server's request carries: that token is the server's own).
     let mut keys = calls.entries.keys();
     match (keys.next(), keys.next()) {
         (Some(key), None) => Decision::Tied(*key),
@@ -451,20 +434,16 @@ mod tests {
         NumberOrString::Number(n)
     }
 
-    fn token(n: i64) -> ProgressToken {
-        ProgressToken(NumberOrString::Number(n))
-    }
-
     #[tokio::test]
     async fn one_call_in_flight_takes_an_unnamed_request() {
         let ties = Ties::default();
         let call = ties.register(InputKinds::default(), None);
-        let tied = ties.tie(None, None).await.expect("the only call");
+        let tied = ties.tie(None).await.expect("the only call");
         assert_eq!(tied.key, call.key);
         assert_eq!(tied.id, "q1");
-        assert_eq!(ties.tie(None, None).await.unwrap().id, "q2");
+        assert_eq!(ties.tie(None).await.unwrap().id, "q2");
         drop(call);
-        assert_eq!(ties.tie(None, None).await.unwrap_err().in_flight, 0);
+        assert_eq!(ties.tie(None).await.unwrap_err().in_flight, 0);
     }
 
     #[tokio::test]
@@ -472,20 +451,22 @@ mod tests {
         let ties = Ties::default();
         let first = ties.register(InputKinds::default(), None);
         let second = ties.register(InputKinds::default(), None);
-        first.keyed(id(1), token(10));
-        second.keyed(id(2), token(20));
-        assert_eq!(ties.tie(None, None).await.unwrap_err().in_flight, 2);
+        first.keyed(id(1));
+        second.keyed(id(2));
+        assert_eq!(ties.tie(None).await.unwrap_err().in_flight, 2);
         let by_stream = ties
-            .tie(Some(&InboundStreamOrigin::OutboundRequest(id(2))), None)
+            .tie(Some(&InboundStreamOrigin::OutboundRequest(id(2))))
             .await
             .unwrap();
         assert_eq!(by_stream.key, second.key);
-        let by_token = ties.tie(None, Some(&token(10))).await.unwrap();
-        assert_eq!(by_token.key, first.key);
-        // A name that is no call's is refused, never given to another.
-        assert!(ties.tie(None, Some(&token(30))).await.is_err());
+        // A stream that is no call's is refused, never given to another.
         assert!(
-            ties.tie(Some(&InboundStreamOrigin::Unassociated), None)
+            ties.tie(Some(&InboundStreamOrigin::OutboundRequest(id(3))))
+                .await
+                .is_err()
+        );
+        assert!(
+            ties.tie(Some(&InboundStreamOrigin::Unassociated))
                 .await
                 .is_err()
         );
@@ -497,19 +478,19 @@ mod tests {
         let call = ties.register(InputKinds::default(), None);
         let _other = {
             let other = ties.register(InputKinds::default(), None);
-            other.keyed(id(9), token(90));
+            other.keyed(id(9));
             other
         };
         let waiting = {
             let ties = ties.clone();
             tokio::spawn(async move {
-                ties.tie(Some(&InboundStreamOrigin::OutboundRequest(id(1))), None)
+                ties.tie(Some(&InboundStreamOrigin::OutboundRequest(id(1))))
                     .await
                     .map(|t| t.key)
             })
         };
         tokio::task::yield_now().await;
-        call.keyed(id(1), token(10));
+        call.keyed(id(1));
         assert_eq!(waiting.await.unwrap().unwrap(), call.key);
     }
 

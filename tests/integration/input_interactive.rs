@@ -482,6 +482,93 @@ async fn two_calls_on_one_stdio_session_never_swap_questions() {
     gateway.shutdown().await;
 }
 
+/// A server's question carries the server's own `progressToken` (a
+/// request's token belongs to the side that sent it; rmcp servers number
+/// every request they send): with one call in flight the question is its
+/// call's whatever the token, and a token equal to another call's never
+/// takes the question to that call's worker.
+#[tokio::test]
+async fn a_progress_token_on_a_question_names_no_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = temp_log(&dir, "py");
+    let rmcp_server = format!(
+        "      - name: rs\n        command: [\"{}\", \"ask-server\"]\n        lifecycle: initialize\n{DECLARED}",
+        env!("CARGO_BIN_EXE_toolgate-bench"),
+    );
+    let gateway = TestGateway::start(
+        &config(&[
+            stdio_server("py", "initialize", &log, DECLARED),
+            rmcp_server,
+        ]),
+        &[],
+    )
+    .await;
+    let mut client = gateway.client().await;
+    let answer = |worker: &'static str| {
+        move |request: &pb::InputRequest| {
+            Some(response(
+                &request.id,
+                pb::InputAction::Accept,
+                json!({"answer": worker}),
+            ))
+        }
+    };
+    // An rmcp server over stdio, one call in flight: its question (with
+    // rmcp's counter token) is answered.
+    let rmcp = interactive(
+        &mut client,
+        call("rs__ask", json!({}), Some(every_kind())),
+        answer("rmcp"),
+    )
+    .await;
+    assert_eq!(rmcp.asked.len(), 1, "{:?}", rmcp.result);
+    assert_eq!(rmcp.text(), "answered Accept");
+    // The Python SDK with a token that is no call's: answered.
+    let alone = interactive(
+        &mut client,
+        call(
+            "py__token_question",
+            json!({"hold_ms": 0, "borrow": false}),
+            Some(every_kind()),
+        ),
+        answer("alone"),
+    )
+    .await;
+    assert_eq!(alone.asked.len(), 1, "{:?}", alone.result);
+    assert_eq!(alone.text(), "answer=alone");
+    // Two calls in flight, the question carrying the held call's token:
+    // refused upstream, never put to the held call's worker.
+    let mut held_client = gateway.client().await;
+    let held = interactive(
+        &mut held_client,
+        call(
+            "py__token_question",
+            json!({"hold_ms": 1500, "borrow": false}),
+            Some(every_kind()),
+        ),
+        answer("held"),
+    );
+    let asking = interactive(
+        &mut client,
+        call(
+            "py__token_question",
+            json!({"hold_ms": 0, "borrow": true}),
+            Some(every_kind()),
+        ),
+        answer("asking"),
+    );
+    let (held, asking) = tokio::join!(held, asking);
+    assert!(held.asked.is_empty(), "{:?}", held.asked);
+    assert_eq!(held.text(), "held");
+    assert!(asking.asked.is_empty(), "{:?}", asking.asked);
+    assert!(
+        asking.result.as_ref().map_or(true, |r| r.is_error),
+        "{:?}",
+        asking.result
+    );
+    gateway.shutdown().await;
+}
+
 /// A worker that closes its stream mid-question cancels the call upstream
 /// and leaves nothing behind (the next call is alone on the session again,
 /// so its question is tied).
