@@ -11,7 +11,7 @@ use tracing::Instrument;
 use super::call_audit::{AuditedCall, Progress};
 use super::listing::{self, Viewer};
 use super::{
-    Gateway, LIST_SETTLE_WAIT, caller_timeout, convert, deadline_margin, input_state,
+    Gateway, LIST_SETTLE_WAIT, caller_timeout, convert, deadline_margin, input_relay, input_state,
     parse_arguments, questions, status,
 };
 use crate::catalog::{Catalog, CatalogTool, ServerState, ServerStatus};
@@ -51,13 +51,12 @@ pub(crate) async fn run_call(
     let Sinks { progress, asker } = sinks;
     let (tenant, _busy) = gateway.tenant(&request)?;
     let started = Instant::now();
-    let mut audited = AuditedCall::new(
-        &gateway.audit,
-        &request,
-        &tenant,
-        progress.is_some(),
-        started,
-    );
+    let rpc = match (&progress, &asker) {
+        (_, Some(_)) => "InvokeToolInteractive",
+        (Some(_), None) => "InvokeToolStream",
+        (None, None) => "InvokeTool",
+    };
+    let mut audited = AuditedCall::new(&gateway.audit, &request, &tenant, rpc, started);
     let series = gateway.metrics.calls(&tenant.name);
     let Some(_call) = gateway.drain.enter() else {
         series.tool("", "").finished("DRAINING", 0.0);
@@ -302,12 +301,31 @@ async fn invoke(
     call.accepts = questions::accepts(request.accepts_input.as_ref()).and(allowed);
     call.accepts_task = request.accepts_task && server.input.tasks;
     call.tasks_allowed = server.input.tasks;
-    call.asker = context.asker;
     if let Some((responses, state)) = answered {
         call.input_responses = Some(responses);
         call.request_state = state;
     }
-    let result = session.call(&call).await;
+    let result = match context.asker {
+        // Every round put to the worker goes through the relay, on record.
+        Some(worker) => {
+            let (asker, rounds) = input_relay::channel();
+            call.asker = Some(asker);
+            let relay = input_relay::Relay {
+                audited: &*audited,
+                metrics: &context.metrics,
+                binding: &binding,
+                redactor: || tenant.redactor(),
+                era: input_relay::era(&session),
+                first: round,
+                idempotent,
+            };
+            tokio::select! {
+                result = session.call(&call) => result,
+                refused = relay.run(rounds, worker) => return Err(refused),
+            }
+        }
+        None => session.call(&call).await,
+    };
     tool_series.upstream_finished(upstream_started.elapsed().as_secs_f64());
     let result = not_accepted(result, &context.metrics, &binding)?;
     match target.answer(result, remaining, server, context.started, routing)? {
@@ -721,6 +739,25 @@ impl Target<'_> {
         round: &Questions<'_>,
         audited: &AuditedCall,
     ) -> Result<pb::InputRequired, CallError> {
+        let span = input_relay::round_span("2026-07-28", round.number);
+        let handed = span.in_scope(|| self.hand_out(asked, round, audited));
+        span.record(
+            "outcome",
+            match &handed {
+                Ok(_) => "asked",
+                Err(e) => status::classify(e).1,
+            },
+        );
+        handed
+    }
+
+    /// [`Target::questions`], in the round's span.
+    fn hand_out(
+        &self,
+        asked: rmcp::model::InputRequiredResult,
+        round: &Questions<'_>,
+        audited: &AuditedCall,
+    ) -> Result<pb::InputRequired, CallError> {
         let kinds_of =
             |ids: &[input_state::AskedId]| ids.iter().map(|a| a.kind.as_str()).collect::<Vec<_>>();
         let questions = input_state::round(
@@ -738,6 +775,7 @@ impl Target<'_> {
             },
             |reason| self.upstream(UpstreamError::Protocol(reason)),
         )?;
+        tracing::Span::current().record("kinds", kinds_of(&questions.ids).join(","));
         let limit = round.server.input.max_rounds;
         if round.number > limit {
             for kind in kinds_of(&questions.ids) {

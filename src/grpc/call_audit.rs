@@ -58,25 +58,19 @@ impl Progress<'static> {
 }
 
 impl AuditedCall {
-    /// The record of `request` by `tenant` (an `InvokeToolStream` call
-    /// when `stream`), started at `started`.
+    /// The record of `request` by `tenant` made with `rpc`
+    /// (`InvokeTool`, `InvokeToolStream`, `InvokeToolInteractive`),
+    /// started at `started`.
     pub(super) fn new(
         audit: &Audit,
         request: &Request<pb::InvokeToolRequest>,
         tenant: &Tenant,
-        stream: bool,
+        rpc: &str,
         started: Instant,
     ) -> Self {
         let record = audit.is_enabled().then(|| {
             let mut record = Record::new(RecordKind::Call, Outcome::Cancelled);
-            record.rpc = Some(
-                if stream {
-                    "InvokeToolStream"
-                } else {
-                    "InvokeTool"
-                }
-                .to_owned(),
-            );
+            record.rpc = Some(rpc.to_owned());
             record.tenant = Some(tenant.name.clone());
             record.subject = request
                 .extensions()

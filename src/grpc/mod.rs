@@ -11,6 +11,7 @@ mod consent;
 pub mod convert;
 pub mod drain;
 pub mod error;
+mod input_relay;
 mod input_state;
 mod interactive;
 mod listing;

@@ -569,6 +569,127 @@ async fn a_progress_token_on_a_question_names_no_call() {
     gateway.shutdown().await;
 }
 
+/// Every round an interactive call puts to its worker is on record, both
+/// eras: `input_asked` and `input_answered` records with their round,
+/// kinds and actions (the answer's content as a digest only), counted in
+/// `toolgate_input_rounds_total`.
+#[tokio::test]
+async fn interactive_rounds_are_audited_and_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let audit = dir.path().join("audit.jsonl");
+    let metrics_port = free_port();
+    let yaml = format!(
+        "metrics:\n  listen: \"127.0.0.1:{metrics_port}\"\naudit:\n  path: \"{}\"\n{}",
+        audit.display(),
+        config(&[
+            stdio_server("py", "initialize", &temp_log(&dir, "py"), DECLARED),
+            stdio_server("py26", "discover", &temp_log(&dir, "py26"), DECLARED),
+        ])
+    );
+    let gateway = TestGateway::start(&yaml, &[]).await;
+    let mut client = gateway.client().await;
+    let answer = |request: &pb::InputRequest| {
+        let Some(pb::input_request::Kind::Form(form)) = &request.kind else {
+            panic!("a form: {request:?}");
+        };
+        let content = if form.requested_schema_json.contains("colour") {
+            json!({"colour": "blue"})
+        } else {
+            json!({"name": "marker-5e1f"})
+        };
+        Some(response(&request.id, pb::InputAction::Accept, content))
+    };
+    for server in ["py", "py26"] {
+        let two = call(
+            &format!("{server}__two_questions"),
+            json!({}),
+            Some(every_kind()),
+        );
+        let worked = interactive(&mut client, two, answer).await;
+        assert_eq!(worked.text(), "name=marker-5e1f colour=blue", "{server}");
+    }
+    let page = scrape(metrics_port).await;
+    for server in ["py", "py26"] {
+        for outcome in ["asked", "accept"] {
+            let series = format!(
+                "toolgate_input_rounds_total{{tenant=\"acme\",server=\"{server}\",tool=\"{server}__two_questions\",kind=\"form\",outcome=\"{outcome}\"}}"
+            );
+            assert_eq!(
+                sample(&page, &series).as_deref(),
+                Some("2"),
+                "{series}: {page}"
+            );
+        }
+    }
+    gateway.shutdown().await;
+
+    let text = std::fs::read_to_string(&audit).unwrap();
+    assert!(
+        !text.contains("marker-5e1f"),
+        "an answer's content in digest mode: {text}"
+    );
+    let records: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let rounds = |server: &str, event: &str| -> Vec<(u64, Vec<(String, String)>)> {
+        let mut rounds: Vec<_> = records
+            .iter()
+            .filter(|r| r["kind"] == "input" && r["server"] == server && r["event"] == event)
+            .map(|r| {
+                assert_eq!(r["rpc"], "InvokeToolInteractive", "{r}");
+                assert_eq!(r["tool"], format!("{server}__two_questions"), "{r}");
+                assert!(r.get("arguments").is_none(), "{r}");
+                let items = r["input"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|i| {
+                        if event == "input_answered" {
+                            let content = &i["content"];
+                            assert!(
+                                content["hmac_sha256"].is_string()
+                                    && content.get("value").is_none(),
+                                "{content}"
+                            );
+                        }
+                        (
+                            i["kind"].as_str().unwrap().to_owned(),
+                            i["action"].as_str().unwrap_or("").to_owned(),
+                        )
+                    })
+                    .collect();
+                (r["round"].as_u64().unwrap(), items)
+            })
+            .collect();
+        rounds.sort();
+        rounds
+    };
+    let form = |action: &str| ("form".to_owned(), action.to_owned());
+    // 2025-11-25: one elicitation/create per round.
+    assert_eq!(
+        rounds("py", "input_asked"),
+        [(1, vec![form("")]), (2, vec![form("")])],
+        "{text}"
+    );
+    assert_eq!(
+        rounds("py", "input_answered"),
+        [(1, vec![form("accept")]), (2, vec![form("accept")])],
+        "{text}"
+    );
+    // 2026-07-28: both questions in one input_required round.
+    assert_eq!(
+        rounds("py26", "input_asked"),
+        [(1, vec![form(""), form("")])],
+        "{text}"
+    );
+    assert_eq!(
+        rounds("py26", "input_answered"),
+        [(1, vec![form("accept"), form("accept")])],
+        "{text}"
+    );
+}
+
 /// A worker that closes its stream mid-question cancels the call upstream
 /// and leaves nothing behind (the next call is alone on the session again,
 /// so its question is tied).
