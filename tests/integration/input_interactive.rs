@@ -690,6 +690,105 @@ async fn interactive_rounds_are_audited_and_counted() {
     );
 }
 
+/// Every round put to a worker has a `toolgate.input_round` span, both
+/// eras, interactive and unary, exported over OTLP.
+#[tokio::test]
+async fn each_round_has_a_span() {
+    let (receiver, otlp_port) = crate::ops::Receiver::serve().await;
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config_path = dir.path().join("toolgate.yaml");
+    std::fs::write(
+        &config_path,
+        format!(
+            "listen: \"127.0.0.1:{port}\"\nshutdown_delay: \"1ms\"\n{}",
+            config(&[
+                stdio_server("py", "initialize", &temp_log(&dir, "py"), DECLARED),
+                stdio_server("py26", "discover", &temp_log(&dir, "py26"), DECLARED),
+            ])
+        ),
+    )
+    .unwrap();
+    let _gateway = ChildGuard(
+        std::process::Command::new(toolgate_bin())
+            .args(["serve", "--config"])
+            .arg(&config_path)
+            .env(
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+                format!("http://127.0.0.1:{otlp_port}"),
+            )
+            .env("OTEL_SERVICE_NAME", "toolgate-test")
+            .env("OTEL_BSP_SCHEDULE_DELAY", "100")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for_port(port).await;
+    let mut client = client_at(port).await;
+    for server in ["py", "py26"] {
+        let two = call(
+            &format!("{server}__two_questions"),
+            json!({}),
+            Some(every_kind()),
+        );
+        let worked = interactive(&mut client, two, accept_all).await;
+        assert_eq!(worked.text(), "name=my name colour=my colour", "{server}");
+    }
+    let unary = client
+        .invoke_tool(authed(
+            TOKEN,
+            call("py26__two_questions", json!({}), Some(every_kind())),
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(unary.input_required.is_some(), "{unary:?}");
+
+    let attribute = |span: &opentelemetry_proto::tonic::trace::v1::Span, key: &str| {
+        use opentelemetry_proto::tonic::common::v1::any_value::Value as V;
+        match span
+            .attributes
+            .iter()
+            .find(|a| a.key == key)
+            .and_then(|a| a.value.clone())
+            .and_then(|v| v.value)
+        {
+            Some(V::StringValue(s)) => s,
+            Some(V::IntValue(i)) => i.to_string(),
+            other => format!("{other:?}"),
+        }
+    };
+    let mut seen = Vec::new();
+    for _ in 0..200 {
+        seen = receiver
+            .spans
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|s| s.name == "toolgate.input_round")
+            .map(|s| ["era", "round", "kinds", "outcome"].map(|key| attribute(s, key)))
+            .collect::<Vec<_>>();
+        if seen.len() >= 4 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    seen.sort();
+    let row = |era: &str, round: &str, kinds: &str, outcome: &str| {
+        [era, round, kinds, outcome].map(str::to_owned)
+    };
+    assert_eq!(
+        seen,
+        [
+            row("2025-11-25", "1", "form", "answered"),
+            row("2025-11-25", "2", "form", "answered"),
+            row("2026-07-28", "1", "form,form", "answered"),
+            row("2026-07-28", "1", "form,form", "asked"),
+        ]
+    );
+}
+
 /// A worker that closes its stream mid-question cancels the call upstream
 /// and leaves nothing behind (the next call is alone on the session again,
 /// so its question is tied).

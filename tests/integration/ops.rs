@@ -196,8 +196,23 @@ async fn metrics_parse_with_prometheus_and_move_with_calls() {
 
 /// An OTLP trace receiver: a tonic server of the collector's TraceService.
 #[derive(Clone, Default)]
-struct Receiver {
-    spans: Arc<Mutex<Vec<Span>>>,
+pub(crate) struct Receiver {
+    pub(crate) spans: Arc<Mutex<Vec<Span>>>,
+}
+
+impl Receiver {
+    /// A receiver serving on a free loopback port, and that port.
+    pub(crate) async fn serve() -> (Self, u16) {
+        let receiver = Receiver::default();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(TraceServiceServer::new(receiver.clone()))
+                .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+        );
+        (receiver, port)
+    }
 }
 
 #[tonic::async_trait]
@@ -222,15 +237,7 @@ fn hex(bytes: &[u8]) -> String {
 
 #[tokio::test]
 async fn traces_continue_the_callers_trace_and_go_upstream() {
-    let receiver = Receiver::default();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let otlp_port = listener.local_addr().unwrap().port();
-    let service = TraceServiceServer::new(receiver.clone());
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(service)
-            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
-    );
+    let (receiver, otlp_port) = Receiver::serve().await;
 
     let server = serve_mcp(TestServer::new(&["echo"])).await;
     let dir = tempfile::tempdir().unwrap();
