@@ -11,8 +11,8 @@ use tracing::Instrument;
 use super::call_audit::{AuditedCall, Progress};
 use super::listing::{self, Viewer};
 use super::{
-    Gateway, LIST_SETTLE_WAIT, caller_timeout, convert, deadline_margin, input_relay, input_state,
-    parse_arguments, questions, status,
+    Gateway, LIST_SETTLE_WAIT, caller_timeout, convert, deadline_margin, input_relay, input_round,
+    input_state, parse_arguments, questions, status,
 };
 use crate::catalog::{Catalog, CatalogTool, ServerState, ServerStatus};
 use crate::config::ServerConfig;
@@ -253,8 +253,8 @@ async fn invoke(
         args_sha256: input_state::arguments_digest(&arguments),
     };
     // A retry's state and answers are checked before anything is sent.
-    let retry = open_retry(&context, &tenant, server, request, &binding, || {
-        definition_changed(tool, &viewer, &catalog)
+    let retry = input_round::open_retry(&context.keys, &tenant, server, request, &binding, || {
+        input_round::definition_changed(tool, &viewer, &catalog)
     })?;
     let _server_slot = server_slot(&tenant, tool).await?;
     let target = Target {
@@ -269,23 +269,8 @@ async fn invoke(
     // sent (the record of a call whose caller goes away included).
     audited.admit(idempotent).await?;
     // A retry's answers are on record before they leave.
-    let (round, answered) = match retry {
-        Some(retry) => {
-            audited
-                .input_answered(
-                    &retry.answers,
-                    (&binding.server, &binding.definition_hash),
-                    retry.state.round,
-                    |id| retry.state.kind_of(id).map(input_state::Kind::as_str),
-                    || tenant.redactor(),
-                )
-                .await?;
-            count_answers(&context.metrics, &binding, &retry);
-            let next = retry.state.round + 1;
-            (next, Some((retry.responses, retry.state.server_state)))
-        }
-        None => (1, None),
-    };
+    let (round, answered) =
+        input_round::answered(retry, audited, &context.metrics, &binding, &tenant).await?;
     let (remaining, timeout) = target.timeout(server, context.caller_deadline, context.started)?;
     let upstream_started = Instant::now();
     routing.sent = true;
@@ -305,33 +290,23 @@ async fn invoke(
         call.input_responses = Some(responses);
         call.request_state = state;
     }
-    let result = match context.asker {
-        // Every round put to the worker goes through the relay, on record.
-        Some(worker) => {
-            let (asker, rounds) = input_relay::channel();
-            call.asker = Some(asker);
-            let relay = input_relay::Relay {
-                audited: &*audited,
-                metrics: &context.metrics,
-                binding: &binding,
-                redactor: || tenant.redactor(),
-                era: input_relay::era(&session),
-                first: round,
-                idempotent,
-            };
-            tokio::select! {
-                result = session.call(&call) => result,
-                refused = relay.run(rounds, worker) => return Err(refused),
-            }
-        }
-        None => session.call(&call).await,
+    // Every round put to the worker goes through the relay, on record.
+    let relay = input_relay::Relay {
+        audited: &*audited,
+        metrics: &context.metrics,
+        binding: &binding,
+        redactor: || tenant.redactor(),
+        era: input_relay::era(&session),
+        first: round,
+        idempotent,
     };
+    let result = relay.call(&session, &mut call, context.asker).await?;
     tool_series.upstream_finished(upstream_started.elapsed().as_secs_f64());
-    let result = not_accepted(result, &context.metrics, &binding)?;
+    let result = input_round::not_accepted(result, &context.metrics, &binding)?;
     match target.answer(result, remaining, server, context.started, routing)? {
         CallOutcome::Complete(result) => target.response(result),
         CallOutcome::InputRequired(asked) => {
-            let round = Questions {
+            let round = input_round::Questions {
                 keys: &context.keys,
                 metrics: &context.metrics,
                 binding: &binding,
@@ -339,7 +314,9 @@ async fn invoke(
                 accepts: call.accepts,
                 number: round,
             };
-            let message = target.questions(asked, &round, audited)?;
+            let message = round.hand_out(asked, audited, |reason| {
+                target.upstream(UpstreamError::Protocol(reason))
+            })?;
             target.sized(pb::InvokeToolResponse {
                 input_required: Some(message),
                 ..pb::InvokeToolResponse::default()
@@ -730,83 +707,6 @@ impl Target<'_> {
         self.sized(response)
     }
 
-    /// A round of questions for the worker: `INPUT_NOT_ACCEPTED` when the
-    /// call did not opt in to every kind asked, else the questions with
-    /// the sealed state of this round (counted and audited).
-    fn questions(
-        &self,
-        asked: rmcp::model::InputRequiredResult,
-        round: &Questions<'_>,
-        audited: &AuditedCall,
-    ) -> Result<pb::InputRequired, CallError> {
-        let span = input_relay::round_span("2026-07-28", round.number);
-        let handed = span.in_scope(|| self.hand_out(asked, round, audited));
-        span.record(
-            "outcome",
-            match &handed {
-                Ok(_) => "asked",
-                Err(e) => status::classify(e).1,
-            },
-        );
-        handed
-    }
-
-    /// [`Target::questions`], in the round's span.
-    fn hand_out(
-        &self,
-        asked: rmcp::model::InputRequiredResult,
-        round: &Questions<'_>,
-        audited: &AuditedCall,
-    ) -> Result<pb::InputRequired, CallError> {
-        let kinds_of =
-            |ids: &[input_state::AskedId]| ids.iter().map(|a| a.kind.as_str()).collect::<Vec<_>>();
-        let questions = input_state::round(
-            asked,
-            round.accepts,
-            |kinds| {
-                for kind in &kinds {
-                    round.count(kind, "not_accepted");
-                }
-                CallError::InputNotAccepted {
-                    server: self.tool.server.clone(),
-                    tool: self.name.to_owned(),
-                    kinds,
-                }
-            },
-            |reason| self.upstream(UpstreamError::Protocol(reason)),
-        )?;
-        tracing::Span::current().record("kinds", kinds_of(&questions.ids).join(","));
-        let limit = round.server.input.max_rounds;
-        if round.number > limit {
-            for kind in kinds_of(&questions.ids) {
-                round.count(kind, "rounds_exceeded");
-            }
-            return Err(CallError::InputRoundsExceeded {
-                server: self.tool.server.clone(),
-                tool: self.name.to_owned(),
-                limit,
-            });
-        }
-        let state = input_state::seal(
-            round.keys,
-            round.binding,
-            &questions,
-            round.number,
-            round.server.input.state_ttl,
-            std::time::SystemTime::now(),
-        );
-        for kind in kinds_of(&questions.ids) {
-            round.count(kind, "asked");
-        }
-        let b = round.binding;
-        audited.input_asked(
-            &questions.asked,
-            (&b.server, &b.definition_hash),
-            round.number,
-        );
-        Ok(questions::input_required(&questions.asked, state))
-    }
-
     /// `response`, unless it is over `limits.max_message_bytes`.
     fn sized(&self, response: pb::InvokeToolResponse) -> Result<pb::InvokeToolResponse, CallError> {
         let size = prost::Message::encoded_len(&response);
@@ -989,165 +889,4 @@ fn permitted(viewer: &Viewer<'_>, catalog: &Catalog, tool: &CatalogTool) -> Resu
             tool: tool.name.clone(),
         })
     }
-}
-
-/// A round of questions being handed out.
-struct Questions<'a> {
-    keys: &'a crate::state::KeyRing,
-    metrics: &'a Metrics,
-    binding: &'a input_state::Binding,
-    server: &'a ServerConfig,
-    accepts: InputKinds,
-    /// Its number (1 for the first).
-    number: u32,
-}
-
-impl Questions<'_> {
-    fn count(&self, kind: &str, outcome: &str) {
-        let b = self.binding;
-        self.metrics
-            .input_round(&b.tenant, &b.server, &b.exposed_name, kind, outcome);
-    }
-}
-
-/// A retry checked: its state opened, its answers as `inputResponses`.
-struct CheckedRetry {
-    state: input_state::Retry,
-    answers: Vec<crate::upstream::Answer>,
-    responses: rmcp::model::InputResponses,
-}
-
-/// A retry's `request_state` opened and checked, and its answers turned
-/// into the server's `inputResponses`: all before anything is sent.
-/// `None` for a call that is no retry.
-///
-/// # Errors
-/// One of the answers or the state is refused (each with its reason);
-/// answers without a state, or a state without answers.
-fn open_retry(
-    context: &CallContext,
-    tenant: &Tenant,
-    server: &ServerConfig,
-    request: &pb::InvokeToolRequest,
-    binding: &input_state::Binding,
-    definition_changed: impl FnOnce() -> CallError,
-) -> Result<Option<CheckedRetry>, CallError> {
-    let invalid = |reason: &str| CallError::InputResponseInvalid {
-        reason: reason.to_owned(),
-    };
-    match (
-        request.request_state.is_empty(),
-        request.input_responses.is_empty(),
-    ) {
-        (true, true) => return Ok(None),
-        (true, false) => {
-            return Err(invalid(
-                "input_responses without request_state: pass back the request_state of the \
-                 InputRequired being answered",
-            ));
-        }
-        (false, true) => {
-            return Err(invalid(
-                "request_state without input_responses: answer the questions it came with",
-            ));
-        }
-        (false, false) => {}
-    }
-    let state = input_state::open(
-        &context.keys,
-        &request.request_state,
-        binding,
-        std::time::SystemTime::now(),
-        definition_changed,
-    )?;
-    let answers = questions::answers(&request.input_responses, tenant.limits().max_argument_bytes)?;
-    let responses = state.responses(&answers, &server.roots)?;
-    let limit = server.input.max_rounds;
-    if state.round > limit {
-        return Err(CallError::InputRoundsExceeded {
-            server: binding.server.clone(),
-            tool: binding.exposed_name.clone(),
-            limit,
-        });
-    }
-    Ok(Some(CheckedRetry {
-        state,
-        answers,
-        responses,
-    }))
-}
-
-/// Counts the answers of a retry, by kind and action.
-fn count_answers(metrics: &Metrics, binding: &input_state::Binding, retry: &CheckedRetry) {
-    for answer in &retry.answers {
-        let kind = retry
-            .state
-            .kind_of(&answer.id)
-            .map_or("unknown", input_state::Kind::as_str);
-        metrics.input_round(
-            &binding.tenant,
-            &binding.server,
-            &binding.exposed_name,
-            kind,
-            answer.action.as_str(),
-        );
-    }
-}
-
-/// `TOOL_DEFINITION_CHANGED` for a retry whose state was handed out for
-/// an earlier definition of `tool`.
-fn definition_changed(tool: &CatalogTool, viewer: &Viewer<'_>, catalog: &Catalog) -> CallError {
-    CallError::PlanOutdated {
-        tool: tool.name.clone(),
-        pin: Pin::DefinitionChanged,
-        detail: format!(
-            "the definition of `{}` changed since its request_state was handed out: call again \
-             without request_state and input_responses",
-            tool.name
-        ),
-        current_version: viewer.version(catalog).into_owned(),
-        current_hash: tool.definition_hash.clone(),
-    }
-}
-
-/// `INPUT_NOT_ACCEPTED` for a `-32021` refusal naming only kinds of
-/// question (the server would have asked, had the call opted in); any
-/// other result as it is.
-fn not_accepted<T>(
-    result: Result<T, UpstreamError>,
-    metrics: &Metrics,
-    binding: &input_state::Binding,
-) -> Result<Result<T, UpstreamError>, CallError> {
-    let kinds = match &result {
-        Err(UpstreamError::MissingCapability { required, .. }) => input_kinds(required),
-        _ => None,
-    };
-    let Some(kinds) = kinds else {
-        return Ok(result);
-    };
-    for kind in &kinds {
-        let b = binding;
-        metrics.input_round(&b.tenant, &b.server, &b.exposed_name, kind, "not_accepted");
-    }
-    Err(CallError::InputNotAccepted {
-        server: binding.server.clone(),
-        tool: binding.exposed_name.clone(),
-        kinds,
-    })
-}
-
-/// The kinds of question `required` names (a `-32021` refusal), when it
-/// names only kinds a worker can opt in to (roots: when none are
-/// configured, a call cannot provide them either).
-fn input_kinds(required: &[String]) -> Option<Vec<&'static str>> {
-    required
-        .iter()
-        .map(|name| match name.as_str() {
-            "form" => Some("form"),
-            "url" => Some("url"),
-            "sampling" => Some("sampling"),
-            "roots" => Some("roots"),
-            _ => None,
-        })
-        .collect()
 }

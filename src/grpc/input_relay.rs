@@ -23,7 +23,7 @@ use super::input_state::Binding;
 use crate::credentials::Redactor;
 use crate::grpc::error::CallError;
 use crate::telemetry::Metrics;
-use crate::upstream::{Answer, InputSink, Round};
+use crate::upstream::{Answer, CallOutcome, CallRequest, InputSink, Round, Session, UpstreamError};
 
 /// Rounds buffered between the upstream call and the relay.
 const BUFFER: usize = 4;
@@ -42,7 +42,7 @@ pub(super) fn round_span(era: &'static str, round: u32) -> tracing::Span {
 }
 
 /// The protocol revision of a session's questions, as spans name it.
-pub(super) fn era(session: &crate::upstream::Session) -> &'static str {
+pub(super) fn era(session: &Session) -> &'static str {
     let stateless = session
         .peer()
         .peer_info()
@@ -74,11 +74,34 @@ pub(super) struct Relay<'a, R> {
 
 /// A forwarding asker for the upstream call and the rounds it will carry;
 /// [`Relay::run`] them to the worker.
-pub(super) fn channel() -> (InputSink, mpsc::Receiver<Round>) {
+fn channel() -> (InputSink, mpsc::Receiver<Round>) {
     mpsc::channel(BUFFER)
 }
 
 impl<R: Fn() -> std::sync::Arc<Redactor>> Relay<'_, R> {
+    /// Runs `call` on `session`; when it has a `worker` to ask, every
+    /// round goes to it through this relay.
+    ///
+    /// # Errors
+    /// An answer could not be recorded under `audit.required` (the call
+    /// is dropped: cancelled upstream).
+    pub(super) async fn call(
+        &self,
+        session: &Session,
+        call: &mut CallRequest,
+        worker: Option<InputSink>,
+    ) -> Result<Result<CallOutcome, UpstreamError>, CallError> {
+        let Some(worker) = worker else {
+            return Ok(session.call(call).await);
+        };
+        let (asker, rounds) = channel();
+        call.asker = Some(asker);
+        tokio::select! {
+            result = session.call(call) => Ok(result),
+            refused = self.run(rounds, worker) => Err(refused),
+        }
+    }
+
     /// Forwards every round of `rounds` to `worker`, on record. Runs
     /// beside the upstream call, which ends it; returns only when an
     /// answer could not be recorded under `audit.required` (the answers

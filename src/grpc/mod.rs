@@ -12,6 +12,7 @@ pub mod convert;
 pub mod drain;
 pub mod error;
 mod input_relay;
+mod input_round;
 mod input_state;
 mod interactive;
 mod listing;
