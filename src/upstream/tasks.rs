@@ -28,8 +28,10 @@ use super::input::{Asked, CallRequest, Question, Round};
 use super::{End, Session, UpstreamError};
 
 /// The shortest wait between two `tasks/get` of a followed task, whatever
-/// the server's `pollIntervalMs`.
-pub const MIN_POLL: Duration = Duration::from_millis(250);
+/// the server's `pollIntervalMs`: low enough that a task done at once costs
+/// little more than a call, high enough that a server suggesting 0 or 1 ms
+/// is not polled in a loop.
+pub const MIN_POLL: Duration = Duration::from_millis(50);
 
 /// The longest wait between two `tasks/get` of a followed task.
 pub const MAX_POLL: Duration = Duration::from_secs(30);
@@ -434,7 +436,11 @@ mod tests {
 
     #[test]
     fn poll_interval_is_clamped() {
-        assert_eq!(poll_interval(Some(100)), MIN_POLL);
+        // The server's interval is honoured down to the 50 ms floor.
+        assert_eq!(poll_interval(Some(100)), Duration::from_millis(100));
+        assert_eq!(poll_interval(Some(60)), Duration::from_millis(60));
+        assert_eq!(poll_interval(Some(1)), Duration::from_millis(50));
+        assert_eq!(poll_interval(Some(0)), MIN_POLL);
         assert_eq!(poll_interval(Some(2_000)), Duration::from_secs(2));
         assert_eq!(poll_interval(Some(3_600_000)), MAX_POLL);
         assert_eq!(poll_interval(None), DEFAULT_POLL);

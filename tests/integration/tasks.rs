@@ -376,8 +376,8 @@ async fn a_worker_that_accepts_tasks_follows_one_to_its_result() {
         .await;
         assert_eq!(task.status, pb::TaskStatus::Working as i32, "{task:?}");
         assert_eq!(
-            task.poll_interval_ms, 250,
-            "100 ms raised to toolgate's floor"
+            task.poll_interval_ms, 100,
+            "the server's 100 ms, above toolgate's 50 ms floor"
         );
         assert!(task.expires_at_unix_ms > 0);
         // The call declared the extension at once: one tools/call.
