@@ -177,6 +177,23 @@ pub async fn list(client: &mut ToolGatewayClient<Channel>, token: &str) -> pb::L
         .into_inner()
 }
 
+/// Lists as `token` until its catalog holds `tool` (its server connects
+/// in the background, slowly on a loaded machine), at most 30 s.
+pub async fn wait_listed(client: &mut ToolGatewayClient<Channel>, token: &str, tool: &str) {
+    let started = std::time::Instant::now();
+    loop {
+        let listing = list(client, token).await;
+        if names(&listing).iter().any(|n| n == tool) {
+            return;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(30),
+            "{tool} never listed: {listing:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
 /// Invokes `name` with `args` as the tenant that `token` selects.
 pub async fn invoke(
     client: &mut ToolGatewayClient<Channel>,

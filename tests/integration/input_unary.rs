@@ -9,7 +9,7 @@
 //! (and one that does not share them says so).
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 use tonic::Code;
@@ -203,18 +203,6 @@ fn form_id(asked: &pb::InputRequired, message: &str) -> String {
     request.id.clone()
 }
 
-/// Waits (bounded) until `name` is listed for `token`.
-async fn listed(client: &mut ToolGatewayClient<Channel>, token: &str, name: &str) {
-    let started = Instant::now();
-    while !names(&list(client, token).await).iter().any(|n| n == name) {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "{name} never listed"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 const ACCEPTED: &str = r#"{"party_size": 4, "confirm": true}"#;
 
 #[tokio::test]
@@ -224,7 +212,7 @@ async fn a_form_round_trip_over_stdio_and_http_unary_and_streamed() {
         let server = InputServer::start(transport, dir.path()).await;
         let gateway = TestGateway::start(&config(&server, ""), &[]).await;
         let mut client = gateway.client().await;
-        listed(&mut client, TOKEN, "py__book_table").await;
+        wait_listed(&mut client, TOKEN, "py__book_table").await;
         let book = call("py__book_table", r#"{"restaurant": "Chez Rust"}"#);
 
         // Unary: accepted.
@@ -315,7 +303,7 @@ async fn a_call_that_did_not_opt_in_is_refused_not_answered() {
     let server = InputServer::start(Transport::Stdio, dir.path()).await;
     let gateway = TestGateway::start(&config(&server, ""), &[]).await;
     let mut client = gateway.client().await;
-    listed(&mut client, TOKEN, "py__book_table").await;
+    wait_listed(&mut client, TOKEN, "py__book_table").await;
     for accepts in [
         None,
         Some(pb::InputCapabilities {
@@ -349,8 +337,8 @@ async fn refused_states_and_answers_send_nothing_upstream() {
     let server = InputServer::start(Transport::Stdio, dir.path()).await;
     let gateway = TestGateway::start(&config(&server, ""), &[]).await;
     let mut client = gateway.client().await;
-    listed(&mut client, TOKEN, "py__book_table").await;
-    listed(&mut client, OTHER_TOKEN, "py__book_table").await;
+    wait_listed(&mut client, TOKEN, "py__book_table").await;
+    wait_listed(&mut client, OTHER_TOKEN, "py__book_table").await;
     let book = call("py__book_table", r#"{"restaurant": "Chez Rust"}"#);
     let asked = questions(unary(&mut client, TOKEN, book.clone()).await.unwrap());
     let id = form_id(&asked, "Book a table at Chez Rust?");
@@ -569,8 +557,8 @@ async fn a_retry_reaches_another_gateway_sharing_the_store_and_keys() {
     let second = TestGateway::start(&config(&server, &shared), &env).await;
     let mut one = first.client().await;
     let mut two = second.client().await;
-    listed(&mut one, TOKEN, "py__book_table").await;
-    listed(&mut two, TOKEN, "py__book_table").await;
+    wait_listed(&mut one, TOKEN, "py__book_table").await;
+    wait_listed(&mut two, TOKEN, "py__book_table").await;
     let book = call("py__book_table", r#"{"restaurant": "Chez Rust"}"#);
     let asked = questions(unary(&mut one, TOKEN, book.clone()).await.unwrap());
     let id = form_id(&asked, "Book a table at Chez Rust?");
@@ -601,8 +589,8 @@ async fn without_shared_keys_another_gateway_says_the_key_is_retired() {
     let second = TestGateway::start(&config(&server, ""), &[]).await;
     let mut one = first.client().await;
     let mut two = second.client().await;
-    listed(&mut one, TOKEN, "py__book_table").await;
-    listed(&mut two, TOKEN, "py__book_table").await;
+    wait_listed(&mut one, TOKEN, "py__book_table").await;
+    wait_listed(&mut two, TOKEN, "py__book_table").await;
     let book = call("py__book_table", r#"{"restaurant": "Chez Rust"}"#);
     let asked = questions(unary(&mut one, TOKEN, book.clone()).await.unwrap());
     let id = form_id(&asked, "Book a table at Chez Rust?");
@@ -636,7 +624,7 @@ async fn rounds_are_audited_without_their_answers_and_counted() {
     );
     let gateway = TestGateway::start(&config(&server, &extra), &[]).await;
     let mut client = gateway.client().await;
-    listed(&mut client, TOKEN, "py__book_table").await;
+    wait_listed(&mut client, TOKEN, "py__book_table").await;
     let book = call("py__book_table", r#"{"restaurant": "Chez Rust"}"#);
     let asked = questions(unary(&mut client, TOKEN, book.clone()).await.unwrap());
     let id = form_id(&asked, "Book a table at Chez Rust?");
@@ -712,7 +700,7 @@ async fn a_python_worker_without_an_mcp_library_answers_a_form() {
     let server = InputServer::start(Transport::Stdio, dir.path()).await;
     let gateway = TestGateway::start(&config(&server, ""), &[]).await;
     let mut client = gateway.client().await;
-    listed(&mut client, TOKEN, "py__book_table").await;
+    wait_listed(&mut client, TOKEN, "py__book_table").await;
     let output = tokio::time::timeout(
         Duration::from_secs(60),
         tokio::process::Command::new(python())
@@ -768,7 +756,7 @@ async fn a_question_left_unanswered_is_asked_again_within_max_rounds() {
     let server = InputServer::start(Transport::Stdio, dir.path()).await;
     let gateway = TestGateway::start(&config(&server, ""), &[]).await;
     let mut client = gateway.client().await;
-    listed(&mut client, TOKEN, "py_one__two_questions").await;
+    wait_listed(&mut client, TOKEN, "py_one__two_questions").await;
 
     // Round 2 of `py`: the question not answered in round 1.
     let two = call("py__two_questions", "");
@@ -813,7 +801,7 @@ async fn url_and_sampling_questions_and_a_kind_the_call_did_not_accept() {
     let server = InputServer::start(Transport::Stdio, dir.path()).await;
     let gateway = TestGateway::start(&config(&server, ""), &[]).await;
     let mut client = gateway.client().await;
-    listed(&mut client, TOKEN, "py__open_link").await;
+    wait_listed(&mut client, TOKEN, "py__open_link").await;
     let with =
         |name: &str, arguments: &str, accepts: pb::InputCapabilities| pb::InvokeToolRequest {
             accepts_input: Some(accepts),

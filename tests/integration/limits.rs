@@ -276,6 +276,8 @@ async fn an_http_server_restart_is_recovered() {
     )
     .await;
     let mut client = gateway.client().await;
+    // The first connect may be slow under load: wait for the tool.
+    wait_listed(&mut client, TOKEN, "t__echo").await;
     assert_eq!(
         invoke(&mut client, TOKEN, "t__echo", r#"{"text":"before"}"#)
             .await

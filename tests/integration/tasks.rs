@@ -185,24 +185,8 @@ fn call(name: &str, arguments: &str, accepts_task: bool) -> pb::InvokeToolReques
 }
 
 /// Waits (at most 30 s) until `token`'s catalog lists `tasks__echo`.
-async fn wait_listed(client: &mut ToolGatewayClient<Channel>, token: &str) {
-    wait_listed_tool(client, token, "tasks__echo").await;
-}
-
-/// Waits (at most 30 s) until `token`'s catalog lists `tool`.
-async fn wait_listed_tool(client: &mut ToolGatewayClient<Channel>, token: &str, tool: &str) {
-    let started = Instant::now();
-    loop {
-        let listing = list(client, token).await;
-        if names(&listing).iter().any(|n| n == tool) {
-            return;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "the tasks server never listed: {listing:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+async fn wait_tasks_listed(client: &mut ToolGatewayClient<Channel>, token: &str) {
+    wait_listed(client, token, "tasks__echo").await;
 }
 
 /// Starts a task of `name` as acme (accepts_task) and returns it.
@@ -279,7 +263,7 @@ async fn a_task_tool_answers_a_worker_that_sets_nothing() {
         let fixture = Fixture::start(reach).await;
         let gateway = TestGateway::start(&fixture.yaml(None, ""), &[]).await;
         let mut client = gateway.client().await;
-        wait_listed(&mut client, TOKEN).await;
+        wait_tasks_listed(&mut client, TOKEN).await;
         let response = invoke(
             &mut client,
             TOKEN,
@@ -323,7 +307,7 @@ async fn a_caller_deadline_shorter_than_the_task_cancels_it_upstream() {
         let fixture = Fixture::start(reach).await;
         let gateway = TestGateway::start(&fixture.yaml(None, ""), &[]).await;
         let mut client = gateway.client().await;
-        wait_listed(&mut client, TOKEN).await;
+        wait_tasks_listed(&mut client, TOKEN).await;
         let status = client
             .invoke_tool(request(
                 TOKEN,
@@ -366,7 +350,7 @@ async fn a_worker_that_accepts_tasks_follows_one_to_its_result() {
         );
         let gateway = TestGateway::start(&yaml, &[]).await;
         let mut client = gateway.client().await;
-        wait_listed(&mut client, TOKEN).await;
+        wait_tasks_listed(&mut client, TOKEN).await;
         let task = start_task(
             &mut client,
             None,
@@ -427,7 +411,7 @@ async fn a_task_that_asks_is_answered_with_update_task_and_one_that_fails_is_fai
     let fixture = Fixture::start(Reach::Http).await;
     let gateway = TestGateway::start(&fixture.yaml(None, ""), &[]).await;
     let mut client = gateway.client().await;
-    wait_listed(&mut client, TOKEN).await;
+    wait_tasks_listed(&mut client, TOKEN).await;
 
     let task = start_task(
         &mut client,
@@ -518,7 +502,7 @@ async fn cancel_task_cancels_it_at_the_server() {
     let fixture = Fixture::start(Reach::Stdio).await;
     let gateway = TestGateway::start(&fixture.yaml(None, ""), &[]).await;
     let mut client = gateway.client().await;
-    wait_listed(&mut client, TOKEN).await;
+    wait_tasks_listed(&mut client, TOKEN).await;
     let task = start_task(
         &mut client,
         None,
@@ -549,8 +533,8 @@ async fn task_ids_of_other_callers_forged_or_expired_are_not_found() {
     let fixture = Fixture::with_input(Reach::Http, "          task_ttl: 3s\n").await;
     let gateway = TestGateway::start(&fixture.yaml(None, ""), &[]).await;
     let mut client = gateway.client().await;
-    wait_listed(&mut client, TOKEN).await;
-    wait_listed(&mut client, OTHER_TENANT).await;
+    wait_tasks_listed(&mut client, TOKEN).await;
+    wait_tasks_listed(&mut client, OTHER_TENANT).await;
     let task = start_task(
         &mut client,
         Some("alice"),
@@ -672,8 +656,8 @@ async fn a_task_is_followed_at_another_gateway_under_its_policy() {
     }
     let mut first = client_at(ports[0]).await;
     let mut second = client_at(ports[1]).await;
-    wait_listed(&mut first, TOKEN).await;
-    wait_listed(&mut second, TOKEN).await;
+    wait_tasks_listed(&mut first, TOKEN).await;
+    wait_tasks_listed(&mut second, TOKEN).await;
 
     let task = start_task(
         &mut first,
@@ -695,8 +679,8 @@ async fn a_task_is_followed_at_another_gateway_under_its_policy() {
     assert_eq!(denied.code(), tonic::Code::PermissionDenied, "{denied:?}");
     assert_eq!(reason(&denied), "TOOL_NOT_PERMITTED");
 
-    wait_listed_tool(&mut first, TOKEN, "local__echo").await;
-    wait_listed_tool(&mut second, TOKEN, "local__echo").await;
+    wait_listed(&mut first, TOKEN, "local__echo").await;
+    wait_listed(&mut second, TOKEN, "local__echo").await;
     let child = start_task(&mut first, None, "local__slow_report", r#"{"seconds": 30}"#).await;
     let elsewhere = get_task(&mut second, TOKEN, None, &child.task_id)
         .await
@@ -736,7 +720,7 @@ async fn a_server_without_input_tasks_never_gets_the_extension() {
     let fixture = Fixture::with_input(Reach::Http, "          tasks: false\n").await;
     let gateway = TestGateway::start(&fixture.yaml(None, ""), &[]).await;
     let mut client = gateway.client().await;
-    wait_listed(&mut client, TOKEN).await;
+    wait_tasks_listed(&mut client, TOKEN).await;
     for accepts_task in [false, true] {
         let status = client
             .invoke_tool(authed(
@@ -849,7 +833,7 @@ async fn a_tenant_has_at_most_1000_open_tasks() {
     store.close().await;
     let gateway = TestGateway::start(&fixture.yaml(None, ""), &[]).await;
     let mut client = gateway.client().await;
-    wait_listed(&mut client, TOKEN).await;
+    wait_tasks_listed(&mut client, TOKEN).await;
     let status = client
         .invoke_tool(authed(
             TOKEN,
@@ -863,7 +847,7 @@ async fn a_tenant_has_at_most_1000_open_tasks() {
         .wait_for("tasks/cancel", |l| l["method"] == "tasks/cancel")
         .await;
     // Another tenant is not held back.
-    wait_listed(&mut client, OTHER_TENANT).await;
+    wait_tasks_listed(&mut client, OTHER_TENANT).await;
     let other = client
         .invoke_tool(authed(
             OTHER_TENANT,
