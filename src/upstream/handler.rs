@@ -363,12 +363,14 @@ impl rmcp::ClientHandler for GatewayClient {
         if let Some(answerer) = self.questions.answerer {
             return Ok(answerer(&request));
         }
-        let Some(question) = Question::from_elicitation(&request) else {
+        let Some(mut question) = Question::from_elicitation(&request) else {
             return Err(rmcp::ErrorData::invalid_params(
                 "toolgate: an elicitation mode it does not know",
                 None,
             ));
         };
+        // Questions reach workers: no credential in them.
+        question.redact(&self.redaction);
         let answer = self
             .ask("elicitation/create", question.clone(), &context)
             .await?;
@@ -382,7 +384,8 @@ impl rmcp::ClientHandler for GatewayClient {
         params: CreateMessageRequestParams,
         context: RequestContext<RoleClient>,
     ) -> Result<CreateMessageResult, rmcp::ErrorData> {
-        let question = Question::from_sampling(&params);
+        let mut question = Question::from_sampling(&params);
+        question.redact(&self.redaction);
         let answer = self
             .ask("sampling/createMessage", question, &context)
             .await?;

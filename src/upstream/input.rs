@@ -122,6 +122,28 @@ impl Question {
         }
     }
 
+    /// Takes every configured credential and live token out of the
+    /// question's texts (message, URL, schema, sampling params): a server
+    /// that echoes one back never hands it to a worker.
+    pub(crate) fn redact(&mut self, redaction: &crate::credentials::Redaction) {
+        match self {
+            Self::Form { message, schema } => {
+                redaction.redact_in_place(message);
+                redaction.redact_json(schema);
+            }
+            Self::Url {
+                message,
+                url,
+                elicitation_id,
+            } => {
+                redaction.redact_in_place(message);
+                redaction.redact_in_place(url);
+                redaction.redact_in_place(elicitation_id);
+            }
+            Self::Sampling { params } => redaction.redact_json(params),
+        }
+    }
+
     /// The question of an `elicitation/create` request; `None` for a
     /// mode toolgate does not know.
     #[must_use]
@@ -320,6 +342,33 @@ impl Answer {
             reason: reason.to_owned(),
         }
     }
+}
+
+/// Takes every configured credential and live token out of the requests
+/// of an `input_required` result or of a task that asks (each request's
+/// texts, as [`Question::redact`]). A request that no longer parses once
+/// redacted (a credential was a value the protocol constrains) is
+/// dropped: the server asks again or fails.
+pub(crate) fn redact_requests(
+    requests: &mut rmcp::model::InputRequests,
+    redaction: &crate::credentials::Redaction,
+) {
+    if redaction.is_empty() {
+        return;
+    }
+    requests.retain(|_, request| {
+        let Ok(mut value) = serde_json::to_value(&*request) else {
+            return false;
+        };
+        redaction.redact_json(&mut value);
+        match serde_json::from_value(value) {
+            Ok(redacted) => {
+                *request = redacted;
+                true
+            }
+            Err(_) => false,
+        }
+    });
 }
 
 /// Matches `answers` to the questions `asked`: every answer names a

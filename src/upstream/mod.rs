@@ -676,7 +676,13 @@ impl Session {
                 }
                 Ok(CallOutcome::Complete(result))
             }
-            ServerResult::InputRequiredResult(asked) => Ok(CallOutcome::InputRequired(asked)),
+            ServerResult::InputRequiredResult(mut asked) => {
+                // Questions reach workers: no credential in them.
+                if let Some(requests) = &mut asked.input_requests {
+                    input::redact_requests(requests, &self.redaction);
+                }
+                Ok(CallOutcome::InputRequired(asked))
+            }
             ServerResult::CreateTaskResult(task) => Ok(CallOutcome::Task(task)),
             // A result without content (some servers answer `{}`).
             ServerResult::EmptyResult(_) => Ok(CallOutcome::Complete(CallToolResult::default())),

@@ -100,7 +100,15 @@ impl Session {
         let request =
             ClientRequest::GetTaskRequest(GetTaskRequest::new(GetTaskParams::new(task_id)));
         match self.task_request(request, "tasks/get", timeout).await? {
-            ServerResult::GetTaskResult(result) => Ok(result.task),
+            ServerResult::GetTaskResult(mut result) => {
+                // A task's questions reach workers: no credential in them.
+                if let rmcp::model::TaskPayload::InputRequired { input_requests } =
+                    &mut result.task.payload
+                {
+                    super::input::redact_requests(input_requests, &self.redaction);
+                }
+                Ok(result.task)
+            }
             _ => Err(UpstreamError::Protocol(
                 "an answer to tasks/get that is not a task".to_owned(),
             )),

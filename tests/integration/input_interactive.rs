@@ -1052,3 +1052,66 @@ async fn a_python_worker_without_mcp_answers_both_eras() {
     }
     gateway.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_question_never_carries_a_credential() {
+    // The server echoes a credential of the gateway's (here the tenant's
+    // token, as a tool argument) in its question's message and URL: the
+    // worker gets `[redacted]`, in both eras, interactive and unary.
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = config(&[
+        stdio_server("py", "initialize", &temp_log(&dir, "py"), DECLARED),
+        stdio_server("py26", "discover", &temp_log(&dir, "py26"), DECLARED),
+    ]);
+    let gateway = TestGateway::start(&yaml, &[]).await;
+    let mut client = gateway.client().await;
+    for server in ["py", "py26"] {
+        wait_listed(&mut client, TOKEN, &format!("{server}__book_table")).await;
+        let booking = call(
+            &format!("{server}__book_table"),
+            json!({"restaurant": TOKEN}),
+            Some(every_kind()),
+        );
+        let booked = interactive(&mut client, booking, act(pb::InputAction::Decline)).await;
+        let Some(pb::input_request::Kind::Form(form)) = &booked.asked[0].kind else {
+            panic!("{server}: a form: {:?}", booked.asked);
+        };
+        assert_eq!(form.message, "Book a table at [redacted]?", "{server}");
+        let link = call(
+            &format!("{server}__open_link"),
+            json!({"url": format!("https://example.com/pay?key={TOKEN}")}),
+            Some(every_kind()),
+        );
+        let opened = interactive(&mut client, link, act(pb::InputAction::Decline)).await;
+        let Some(pb::input_request::Kind::Url(url)) = &opened.asked[0].kind else {
+            panic!("{server}: a URL: {:?}", opened.asked);
+        };
+        assert_eq!(
+            url.url, "https://example.com/pay?key=[redacted]",
+            "{server}"
+        );
+        for worked in [&booked, &opened] {
+            assert!(!format!("{:?}", worked.asked).contains(TOKEN), "{server}");
+        }
+    }
+    // Unary, 2026-07-28: the round handed out is redacted too.
+    let asked = client
+        .invoke_tool(authed(
+            TOKEN,
+            call(
+                "py26__book_table",
+                json!({"restaurant": TOKEN}),
+                Some(every_kind()),
+            ),
+        ))
+        .await
+        .expect("a round of questions")
+        .into_inner();
+    let questions = asked.input_required.expect("input_required");
+    let Some(pb::input_request::Kind::Form(form)) = &questions.requests[0].kind else {
+        panic!("a form: {questions:?}");
+    };
+    assert_eq!(form.message, "Book a table at [redacted]?");
+    assert!(!format!("{questions:?}").contains(TOKEN));
+    gateway.shutdown().await;
+}
