@@ -543,73 +543,55 @@ async fn refused_states_and_answers_send_nothing_upstream() {
     gateway.shutdown().await;
 }
 
+/// Two gateways in front of one HTTP input server, each started with
+/// `state` (and `env`): round 1 of `book_table` at the first, the answer at
+/// the second. Returns the retry's result and the server's call count.
+async fn retry_at_the_other_gateway(
+    state: &str,
+    env: &[(&str, &str)],
+) -> (Result<pb::InvokeToolResponse, tonic::Status>, usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let server = InputServer::start(Transport::Http, dir.path()).await;
+    let first = TestGateway::start(&config(&server, state), env).await;
+    let second = TestGateway::start(&config(&server, state), env).await;
+    let mut one = first.client().await;
+    let mut two = second.client().await;
+    wait_listed(&mut one, TOKEN, "py__book_table").await;
+    wait_listed(&mut two, TOKEN, "py__book_table").await;
+    let book = call("py__book_table", r#"{"restaurant": "Chez Rust"}"#);
+    let asked = questions(unary(&mut one, TOKEN, book.clone()).await.unwrap());
+    let id = form_id(&asked, "Book a table at Chez Rust?");
+    let answers = vec![answer(&id, pb::InputAction::Accept, ACCEPTED)];
+    let result = unary(&mut two, TOKEN, retry(book, &asked, answers)).await;
+    let calls = server.calls("book_table");
+    first.shutdown().await;
+    second.shutdown().await;
+    (result, calls)
+}
+
 #[tokio::test]
 async fn a_retry_reaches_another_gateway_sharing_the_store_and_keys() {
-    let dir = tempfile::tempdir().unwrap();
     let pg = PgCluster::start();
-    let server = InputServer::start(Transport::Http, dir.path()).await;
     let shared = format!(
         "state:\n  url: \"{}\"\n  keys: [{{ env: STATE_KEY }}]\n",
         pg.url()
     );
-    let env = [("STATE_KEY", STATE_KEY)];
-    let first = TestGateway::start(&config(&server, &shared), &env).await;
-    let second = TestGateway::start(&config(&server, &shared), &env).await;
-    let mut one = first.client().await;
-    let mut two = second.client().await;
-    wait_listed(&mut one, TOKEN, "py__book_table").await;
-    wait_listed(&mut two, TOKEN, "py__book_table").await;
-    let book = call("py__book_table", r#"{"restaurant": "Chez Rust"}"#);
-    let asked = questions(unary(&mut one, TOKEN, book.clone()).await.unwrap());
-    let id = form_id(&asked, "Book a table at Chez Rust?");
-    let done = unary(
-        &mut two,
-        TOKEN,
-        retry(
-            book,
-            &asked,
-            vec![answer(&id, pb::InputAction::Accept, ACCEPTED)],
-        ),
-    )
-    .await
-    .unwrap();
+    let (done, calls) = retry_at_the_other_gateway(&shared, &[("STATE_KEY", STATE_KEY)]).await;
     assert_eq!(
-        done.text,
+        done.unwrap().text,
         "booked Chez Rust: party_size=4 date=2026-12-24 confirm=true"
     );
-    first.shutdown().await;
-    second.shutdown().await;
+    assert_eq!(calls, 2);
 }
 
 #[tokio::test]
 async fn without_shared_keys_another_gateway_says_the_key_is_retired() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = InputServer::start(Transport::Http, dir.path()).await;
-    let first = TestGateway::start(&config(&server, ""), &[]).await;
-    let second = TestGateway::start(&config(&server, ""), &[]).await;
-    let mut one = first.client().await;
-    let mut two = second.client().await;
-    wait_listed(&mut one, TOKEN, "py__book_table").await;
-    wait_listed(&mut two, TOKEN, "py__book_table").await;
-    let book = call("py__book_table", r#"{"restaurant": "Chez Rust"}"#);
-    let asked = questions(unary(&mut one, TOKEN, book.clone()).await.unwrap());
-    let id = form_id(&asked, "Book a table at Chez Rust?");
-    let status = unary(
-        &mut two,
-        TOKEN,
-        retry(
-            book,
-            &asked,
-            vec![answer(&id, pb::InputAction::Accept, ACCEPTED)],
-        ),
-    )
-    .await
-    .unwrap_err();
+    let (retried, calls) = retry_at_the_other_gateway("", &[]).await;
+    let status = retried.unwrap_err();
     assert_eq!(status.code(), Code::FailedPrecondition, "{status:?}");
     assert_eq!(reason(&status), "REQUEST_STATE_KEY_RETIRED");
-    assert_eq!(server.calls("book_table"), 1);
-    first.shutdown().await;
-    second.shutdown().await;
+    // Refused before anything was sent: the server saw round 1 only.
+    assert_eq!(calls, 1);
 }
 
 #[tokio::test]
