@@ -50,7 +50,7 @@ pub fn convert(data: &[u8]) {
         .iter()
         .filter(|b| !matches!(b, rmcp::model::ContentBlock::Text(_)))
         .count();
-    if let Ok(response) = crate::grpc::convert::invoke_response(result) {
+    if let Ok(response) = crate::grpc::convert::invoke_response(result, "fuzz") {
         assert_eq!(response.content.len(), blocks);
         assert!(!response.text.is_empty());
         if non_text > 0 {

@@ -14,8 +14,10 @@ use serde::{Deserialize, Serialize};
 /// the arguments' digest is an HMAC (`arguments.hmac_sha256`, with
 /// `arguments.key_id`) instead of a plain SHA-256 (`arguments.sha256`).
 /// Version 3: records of kind `input` (questions handed to a worker, its
-/// answers), with `round` and `input`.
-pub const SCHEMA_VERSION: u32 = 3;
+/// answers), with `round` and `input`. Version 4: records of
+/// `ReadResource`, `GetPrompt`, `Complete` and `WatchResource`, with `uri`,
+/// `prompt`, `uri_template` and `bytes`.
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// What a record is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -194,9 +196,25 @@ pub struct Record {
     /// note of the length).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool: Option<String>,
-    /// The server the name resolved to (or whose namespace it is in).
+    /// The server the name resolved to (or whose namespace it is in; the
+    /// server a resource RPC named).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server: Option<String>,
+    /// `ReadResource`, `WatchResource`: the resource's URI (credentials
+    /// redacted; at most 1,024 characters, then a note of the length).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uri: Option<String>,
+    /// `GetPrompt`, and `Complete` of a prompt's argument: the exposed
+    /// prompt name the caller asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<String>,
+    /// `Complete` of a resource template's argument: the URI template.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uri_template: Option<String>,
+    /// `ReadResource`, `GetPrompt`: the size of what was handed out (the
+    /// encoded response, in bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
     /// The definition hash of the tool that was resolved.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub definition_hash: Option<String>,
@@ -258,6 +276,10 @@ impl Record {
             peer: None,
             tool: None,
             server: None,
+            uri: None,
+            prompt: None,
+            uri_template: None,
+            bytes: None,
             definition_hash: None,
             arguments: None,
             event: None,

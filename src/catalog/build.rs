@@ -118,6 +118,9 @@ impl Catalog {
                 state,
                 tool_count: u32::try_from(server_tools.len()).unwrap_or(u32::MAX),
                 withheld,
+                prompt_count: 0,
+                withheld_prompts: Vec::new(),
+                prompts_error: None,
             });
             tools.append(&mut server_tools);
         }
@@ -139,6 +142,9 @@ impl Catalog {
             down_routes,
             namespaced: inputs.iter().map(|input| !input.bare).collect(),
             version,
+            prompts: Vec::new(),
+            prompt_index: HashMap::new(),
+            prompts_version: String::new(),
             stamp: 0,
         }
     }

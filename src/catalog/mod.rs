@@ -12,6 +12,7 @@
 mod build;
 mod hash;
 pub mod lint;
+pub mod prompts;
 mod search;
 
 use std::collections::HashMap;
@@ -21,6 +22,7 @@ use crate::config::ToolFilter;
 use crate::config::names;
 
 pub use hash::version_of;
+pub use prompts::{CatalogPrompt, PromptArgument, WithheldPrompt};
 
 /// What one server contributes to a catalog build.
 #[derive(Debug)]
@@ -100,6 +102,13 @@ pub struct ServerStatus {
     /// Tools it lists whose definitions are not approved (`definitions:
     /// approved`): not exposed, sorted by name.
     pub withheld: Vec<WithheldTool>,
+    /// How many prompts it contributes.
+    pub prompt_count: u32,
+    /// Prompts it lists whose definitions are not approved, sorted by name.
+    pub withheld_prompts: Vec<prompts::WithheldPrompt>,
+    /// Why its prompts are refused while its tools are not (a failed or
+    /// oversized `prompts/list`, a name another server claims).
+    pub prompts_error: Option<String>,
 }
 
 /// A tool withheld because its definition is not approved: new, or
@@ -185,6 +194,12 @@ pub struct Catalog {
     /// not `bare`).
     namespaced: Box<[bool]>,
     version: String,
+    /// Every exposed prompt, sorted by name.
+    prompts: Vec<prompts::CatalogPrompt>,
+    /// Exposed prompt name → position in `prompts`.
+    prompt_index: HashMap<String, usize>,
+    /// The content-derived version of the prompts.
+    prompts_version: String,
     /// Which tenant object built the snapshot (its server indices index
     /// that object's servers); 0 for none.
     stamp: u64,
@@ -323,6 +338,28 @@ impl Catalog {
     /// removed or changed.
     pub fn version(&self) -> &str {
         &self.version
+    }
+
+    /// Every exposed prompt, sorted by name.
+    pub fn prompts(&self) -> &[prompts::CatalogPrompt] {
+        &self.prompts
+    }
+
+    /// The prompt exposed as `name`, if any.
+    pub fn prompt(&self, name: &str) -> Option<&prompts::CatalogPrompt> {
+        self.prompt_index.get(name).map(|&i| &self.prompts[i])
+    }
+
+    /// The position of the prompt exposed as `name` in
+    /// [`Catalog::prompts`].
+    pub fn prompt_position(&self, name: &str) -> Option<usize> {
+        self.prompt_index.get(name).copied()
+    }
+
+    /// The content-derived version of the prompts: changes exactly when a
+    /// prompt is added, removed or changed.
+    pub fn prompts_version(&self) -> &str {
+        &self.prompts_version
     }
 }
 

@@ -126,6 +126,15 @@ pub struct Limits {
     pub max_schema_depth: usize,
     /// Longest tool description, in characters.
     pub max_description_chars: usize,
+    /// Most prompts one server may list.
+    pub max_prompts_per_server: usize,
+    /// Most resources and resource templates one server may list.
+    pub max_resources_per_server: usize,
+    /// Largest resource list of one server kept in memory (the bytes of
+    /// its URIs, names, titles, descriptions and MIME types).
+    pub max_resource_list_bytes: usize,
+    /// Most `WatchResource` streams one tenant may have open.
+    pub max_watches: usize,
 }
 
 impl Default for Limits {
@@ -138,6 +147,10 @@ impl Default for Limits {
             max_schema_bytes: 256 << 10,
             max_schema_depth: 32,
             max_description_chars: 16_384,
+            max_prompts_per_server: 10_000,
+            max_resources_per_server: 10_000,
+            max_resource_list_bytes: 8 << 20,
+            max_watches: 256,
         }
     }
 }

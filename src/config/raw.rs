@@ -92,6 +92,10 @@ pub(crate) struct RawLimits {
     pub(crate) max_schema_bytes: Option<usize>,
     pub(crate) max_schema_depth: Option<usize>,
     pub(crate) max_description_chars: Option<usize>,
+    pub(crate) max_prompts_per_server: Option<usize>,
+    pub(crate) max_resources_per_server: Option<usize>,
+    pub(crate) max_resource_list_bytes: Option<usize>,
+    pub(crate) max_watches: Option<usize>,
 }
 
 /// Replica-wide session settings.

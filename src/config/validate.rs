@@ -189,6 +189,25 @@ fn limits(errors: &mut Errors, raw: RawLimits) -> Limits {
             raw.max_description_chars,
             d.max_description_chars,
         ),
+        max_prompts_per_server: at_least_one(
+            errors,
+            "limits.max_prompts_per_server",
+            raw.max_prompts_per_server,
+            d.max_prompts_per_server,
+        ),
+        max_resources_per_server: at_least_one(
+            errors,
+            "limits.max_resources_per_server",
+            raw.max_resources_per_server,
+            d.max_resources_per_server,
+        ),
+        max_resource_list_bytes: at_least_one(
+            errors,
+            "limits.max_resource_list_bytes",
+            raw.max_resource_list_bytes,
+            d.max_resource_list_bytes,
+        ),
+        max_watches: at_least_one(errors, "limits.max_watches", raw.max_watches, d.max_watches),
     }
 }
 

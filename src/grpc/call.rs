@@ -473,7 +473,7 @@ async fn not_routable(
         routing.server_name = Some(server.name.clone());
         return CallError::DefinitionNotApproved {
             server: server.name.clone(),
-            tool: name.to_owned(),
+            tool: (name.to_owned()).into(),
             definition_hash: withheld.tool.definition_hash.clone(),
             approved_hash: withheld.approved_hash.clone(),
         };
@@ -517,7 +517,7 @@ async fn server_down(
             Err(error) => token_failure(&server.name, name, subject, error),
             Ok(_) => CallError::ServerUnavailable {
                 server: server.name.clone(),
-                tool: name.to_owned(),
+                tool: (name.to_owned()).into(),
                 reason: "the server's tools are being listed after a first authorization"
                     .to_owned(),
             },
@@ -525,7 +525,7 @@ async fn server_down(
     }
     CallError::ServerUnavailable {
         server: server.name.clone(),
-        tool: name.to_owned(),
+        tool: (name.to_owned()).into(),
         reason: match &server.state {
             ServerState::Failed(reason) => reason.clone(),
             _ => "still connecting".to_owned(),
@@ -560,7 +560,7 @@ fn arguments(
     let max_arguments = tenant.limits().max_argument_bytes;
     if request.arguments_json.len() > max_arguments {
         return Err(CallError::ArgumentsTooLarge {
-            tool: name.to_owned(),
+            tool: (name.to_owned()).into(),
             size: request.arguments_json.len(),
             limit: max_arguments,
         });
@@ -625,7 +625,7 @@ impl Target<'_> {
                 .session(index)
                 .map_err(|e| CallError::ServerUnavailable {
                     server: self.tool.server.clone(),
-                    tool: self.name.to_owned(),
+                    tool: (self.name.to_owned()).into(),
                     reason: match e {
                         SessionUnavailable::Connecting => "still connecting".to_owned(),
                         SessionUnavailable::Down(reason) => reason,
@@ -649,7 +649,7 @@ impl Target<'_> {
             // DEADLINE_EXCEEDED: nothing is sent.
             return Err(CallError::DeadlineExceeded {
                 server: self.tool.server.clone(),
-                tool: self.name.to_owned(),
+                tool: (self.name.to_owned()).into(),
                 after: started.elapsed(),
                 sent: false,
             });
@@ -677,7 +677,7 @@ impl Target<'_> {
             {
                 Err(CallError::DeadlineExceeded {
                     server: self.tool.server.clone(),
-                    tool: self.name.to_owned(),
+                    tool: (self.name.to_owned()).into(),
                     after: started.elapsed(),
                     sent: true,
                 })
@@ -702,7 +702,7 @@ impl Target<'_> {
 
     /// The gRPC response to the upstream's answer, within the size limit.
     fn response(&self, result: CallToolResult) -> Result<pb::InvokeToolResponse, CallError> {
-        let response = convert::invoke_response(result)
+        let response = convert::invoke_response(result, &self.tool.server)
             .map_err(|e| self.upstream(UpstreamError::Protocol(e.to_string())))?;
         self.sized(response)
     }
@@ -714,7 +714,7 @@ impl Target<'_> {
         if size > limit {
             return Err(CallError::ResponseTooLarge {
                 server: self.tool.server.clone(),
-                tool: self.name.to_owned(),
+                tool: (self.name.to_owned()).into(),
                 size,
                 limit,
             });
@@ -737,7 +737,7 @@ fn upstream_failure(
         error if error.is_credential_failure() => token_failure(&tool.server, name, subject, error),
         error => CallError::Upstream {
             server: tool.server.clone(),
-            tool: name.to_owned(),
+            tool: (name.to_owned()).into(),
             error,
             idempotent,
         },
@@ -757,7 +757,7 @@ fn token_failure(
     match error {
         UpstreamError::AuthorizationRequired { url } => CallError::AuthorizationRequired {
             server: server.to_owned(),
-            tool: tool.to_owned(),
+            tool: (tool.to_owned()).into(),
             subject: subject.key().to_owned(),
             url,
         },
@@ -767,7 +767,7 @@ fn token_failure(
         },
         error => CallError::Upstream {
             server: server.to_owned(),
-            tool: tool.to_owned(),
+            tool: (tool.to_owned()).into(),
             error,
             idempotent: false,
         },

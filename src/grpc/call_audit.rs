@@ -68,6 +68,32 @@ impl AuditedCall {
         rpc: &str,
         started: Instant,
     ) -> Self {
+        let mut audited = Self::of(
+            audit,
+            request,
+            tenant,
+            rpc,
+            started,
+            &request.get_ref().arguments_json,
+        );
+        audited.describe(|record| {
+            record.tool = Some(quoted(&request.get_ref().name).into_owned());
+        });
+        audited
+    }
+
+    /// The record of any ToolGateway `request` by `tenant` made with `rpc`
+    /// (`ReadResource`, `GetPrompt`, ...), with the digest of
+    /// `arguments_json` (empty: none), started at `started`. What it is
+    /// about (`uri`, `prompt`, ...) is set with [`AuditedCall::describe`].
+    pub(super) fn of<T>(
+        audit: &Audit,
+        request: &Request<T>,
+        tenant: &Tenant,
+        rpc: &str,
+        started: Instant,
+        arguments_json: &str,
+    ) -> Self {
         let record = audit.is_enabled().then(|| {
             let mut record = Record::new(RecordKind::Call, Outcome::Cancelled);
             record.rpc = Some(rpc.to_owned());
@@ -81,9 +107,9 @@ impl AuditedCall {
                 .get::<crate::callers::Caller>()
                 .map(|caller| CallerRecord::from(&caller.identity));
             record.peer = request.remote_addr().map(|a| a.to_string());
-            record.tool = Some(quoted(&request.get_ref().name).into_owned());
-            record.arguments =
-                audit.arguments(&request.get_ref().arguments_json, || tenant.redactor());
+            if !arguments_json.is_empty() {
+                record.arguments = audit.arguments(arguments_json, || tenant.redactor());
+            }
             record.trace_id = request
                 .metadata()
                 .get("traceparent")
@@ -97,6 +123,14 @@ impl AuditedCall {
             slot: None,
             no_room: false,
             started,
+        }
+    }
+
+    /// Sets what the record is about (`tool`, `uri`, `prompt`,
+    /// `uri_template`); nothing when the trail is disabled.
+    pub(super) fn describe(&mut self, describe: impl FnOnce(&mut Record)) {
+        if let Some(record) = &mut self.record {
+            describe(record);
         }
     }
 
@@ -230,9 +264,9 @@ impl AuditedCall {
     /// be written: `AUDIT_UNAVAILABLE`, in doubt (UNKNOWN) when the request
     /// was sent to a tool that is not idempotent. A call that was not sent
     /// keeps its own status: it served nothing.
-    pub(super) async fn finish(
+    pub(super) async fn finish<T: Audited>(
         mut self,
-        result: &Result<pb::InvokeToolResponse, CallError>,
+        result: &Result<T, CallError>,
         progress: Progress<'_>,
     ) -> Option<CallError> {
         let mut record = self.record.take()?;
@@ -244,11 +278,12 @@ impl AuditedCall {
         record.sent = Some(sent);
         match result {
             Ok(response) => {
-                record.outcome = if response.is_error {
+                record.outcome = if response.is_error() {
                     Outcome::ToolError
                 } else {
                     Outcome::Ok
                 };
+                record.bytes = response.bytes();
                 record.code = Some(code_name(tonic::Code::Ok).to_owned());
             }
             Err(error) => {
@@ -276,7 +311,7 @@ impl AuditedCall {
         };
         (written.is_err() && self.audit.is_required() && sent).then(|| {
             tracing::error!(
-                outcome = ?result.as_ref().map(|r| r.is_error).map_err(|e| status::classify(e).1),
+                outcome = ?result.as_ref().map(Audited::is_error).map_err(|e| status::classify(e).1),
                 "the call's audit record cannot be written and audit.required is set: the result is withheld"
             );
             CallError::AuditUnavailable {
@@ -305,3 +340,38 @@ impl Drop for AuditedCall {
         }
     }
 }
+
+/// What a record keeps of a successful response.
+pub(super) trait Audited {
+    /// A tool that ran and reported failure (`outcome: tool_error`).
+    fn is_error(&self) -> bool {
+        false
+    }
+
+    /// The size handed out (`bytes`), for reads and prompts.
+    fn bytes(&self) -> Option<u64> {
+        None
+    }
+}
+
+impl Audited for pb::InvokeToolResponse {
+    fn is_error(&self) -> bool {
+        self.is_error
+    }
+}
+
+impl Audited for pb::ReadResourceResponse {
+    fn bytes(&self) -> Option<u64> {
+        Some(prost::Message::encoded_len(self) as u64)
+    }
+}
+
+impl Audited for pb::GetPromptResponse {
+    fn bytes(&self) -> Option<u64> {
+        Some(prost::Message::encoded_len(self) as u64)
+    }
+}
+
+impl Audited for pb::CompleteResponse {}
+
+impl Audited for () {}

@@ -34,6 +34,7 @@ pub fn server_statuses(catalog: &Catalog) -> Vec<pb::ServerStatus> {
                 state: state.into(),
                 authorization_url: String::new(),
                 withheld_tools: s.withheld.iter().map(|w| w.tool.name.clone()).collect(),
+                ..Default::default()
             }
         })
         .collect()
@@ -70,12 +71,16 @@ pub struct InvalidContent {
     what: &'static str,
 }
 
-/// Converts a tool result. Binary data arrives base64-encoded and is
-/// carried as raw bytes.
+/// Converts a tool result of `server`. Binary data arrives base64-encoded
+/// and is carried as raw bytes; resource links and embedded resources
+/// carry `server`, so that a worker reads them with `ReadResource`.
 ///
 /// # Errors
 /// An image, audio or blob whose data is not valid base64.
-pub fn invoke_response(result: CallToolResult) -> Result<pb::InvokeToolResponse, InvalidContent> {
+pub fn invoke_response(
+    result: CallToolResult,
+    server: &str,
+) -> Result<pb::InvokeToolResponse, InvalidContent> {
     let mut texts: Vec<&str> = Vec::new();
     let mut omitted = 0usize;
     for block in &result.content {
@@ -107,7 +112,7 @@ pub fn invoke_response(result: CallToolResult) -> Result<pb::InvokeToolResponse,
     let content = result
         .content
         .into_iter()
-        .map(content)
+        .map(|block| content(block, server))
         .collect::<Result<Vec<_>, _>>()?;
     Ok(pb::InvokeToolResponse {
         is_error: result.is_error.unwrap_or(false),
@@ -118,13 +123,22 @@ pub fn invoke_response(result: CallToolResult) -> Result<pb::InvokeToolResponse,
     })
 }
 
-fn decode(data: &str, what: &'static str) -> Result<Vec<u8>, InvalidContent> {
+/// Decodes base64 `data` (a blob, an image) of `what`.
+///
+/// # Errors
+/// The data is not valid base64.
+pub fn decode(data: &str, what: &'static str) -> Result<Vec<u8>, InvalidContent> {
     STANDARD
         .decode(data.trim())
         .map_err(|_| InvalidContent { what })
 }
 
-fn content(block: ContentBlock) -> Result<pb::Content, InvalidContent> {
+/// Converts one content block of `server` (a tool result's, a prompt
+/// message's).
+///
+/// # Errors
+/// An image, audio or blob whose data is not valid base64.
+pub fn content(block: ContentBlock, server: &str) -> Result<pb::Content, InvalidContent> {
     use pb::content::Kind;
     let kind = match block {
         ContentBlock::Text(t) => Kind::Text(pb::TextContent { text: t.text }),
@@ -143,6 +157,7 @@ fn content(block: ContentBlock) -> Result<pb::Content, InvalidContent> {
             description: r.description.unwrap_or_default(),
             mime_type: r.mime_type.unwrap_or_default(),
             size: r.size,
+            server: server.to_owned(),
         }),
         ContentBlock::Resource(r) => Kind::Resource(match r.resource {
             ResourceContents::TextResourceContents {
@@ -154,6 +169,7 @@ fn content(block: ContentBlock) -> Result<pb::Content, InvalidContent> {
                 uri,
                 mime_type: mime_type.unwrap_or_default(),
                 contents: Some(pb::embedded_resource::Contents::Text(text)),
+                server: server.to_owned(),
             },
             ResourceContents::BlobResourceContents {
                 uri,
@@ -167,6 +183,7 @@ fn content(block: ContentBlock) -> Result<pb::Content, InvalidContent> {
                     &blob,
                     "a resource blob",
                 )?)),
+                server: server.to_owned(),
             },
             other => pb::EmbeddedResource {
                 uri: String::new(),
@@ -174,6 +191,7 @@ fn content(block: ContentBlock) -> Result<pb::Content, InvalidContent> {
                 contents: Some(pb::embedded_resource::Contents::Text(
                     serde_json::to_string(&other).unwrap_or_default(),
                 )),
+                server: server.to_owned(),
             },
         }),
         // Content kinds added to MCP after this gateway was built are
@@ -198,7 +216,7 @@ mod tests {
             Content::image(STANDARD.encode([1u8, 2, 3]), "image/png"),
             Content::text("second"),
         ]);
-        let response = invoke_response(result).unwrap();
+        let response = invoke_response(result, "s").unwrap();
         assert_eq!(
             response.text,
             "first\nsecond\n[1 non-text content block(s) omitted]"
@@ -216,7 +234,7 @@ mod tests {
         let result =
             CallToolResult::success(vec![Content::image(STANDARD.encode([0u8]), "image/png")]);
         assert_eq!(
-            invoke_response(result).unwrap().text,
+            invoke_response(result, "s").unwrap().text,
             "[1 non-text content block(s) omitted]"
         );
     }
@@ -224,14 +242,32 @@ mod tests {
     #[test]
     fn invalid_base64_is_refused() {
         let result = CallToolResult::success(vec![Content::image("%%%", "image/png")]);
-        assert!(invoke_response(result).is_err());
+        assert!(invoke_response(result, "s").is_err());
     }
 
     #[test]
     fn errors_keep_their_text() {
         let result = CallToolResult::error(vec![Content::text("boom")]);
-        let response = invoke_response(result).unwrap();
+        let response = invoke_response(result, "s").unwrap();
         assert!(response.is_error);
         assert_eq!(response.text, "boom");
+    }
+
+    #[test]
+    fn links_and_embedded_resources_name_their_server() {
+        let link = rmcp::model::Resource::new("file:///a.txt", "a");
+        let result = CallToolResult::success(vec![
+            Content::resource_link(link),
+            Content::embedded_text("file:///b.txt", "b"),
+        ]);
+        let response = invoke_response(result, "files").unwrap();
+        let Some(pb::content::Kind::ResourceLink(link)) = &response.content[0].kind else {
+            panic!("expected a link");
+        };
+        assert_eq!(link.server, "files");
+        let Some(pb::content::Kind::Resource(embedded)) = &response.content[1].kind else {
+            panic!("expected an embedded resource");
+        };
+        assert_eq!(embedded.server, "files");
     }
 }

@@ -25,12 +25,12 @@ pub enum CallError {
     /// The name is a tool of a `definitions: approved` server whose current
     /// definition is not approved (new, or changed since approved): it is
     /// withheld until an operator approves it.
-    #[error("tool `{tool}` of server `{server}` is withheld: its definition (hash {definition_hash}) {} and awaits approval (`toolgate approve`)", if .approved_hash.is_some() { "changed since it was approved" } else { "was never approved" })]
+    #[error("{tool} of server `{server}` is withheld: its definition (hash {definition_hash}) {} and awaits approval (`toolgate approve`)", if .approved_hash.is_some() { "changed since it was approved" } else { "was never approved" })]
     DefinitionNotApproved {
         /// The server.
         server: String,
-        /// The exposed tool name.
-        tool: String,
+        /// What the request named (a tool, a prompt, a resource).
+        tool: Target,
         /// The tool's current definition hash.
         definition_hash: String,
         /// The approved hash, when the tool changed since its approval.
@@ -55,8 +55,8 @@ pub enum CallError {
     AuthorizationRequired {
         /// The server.
         server: String,
-        /// The exposed tool name.
-        tool: String,
+        /// What the request named (a tool, a prompt, a resource).
+        tool: Target,
         /// The subject's key (empty for the tenant itself); never put in the message.
         subject: String,
         /// Where the subject consents.
@@ -109,43 +109,43 @@ pub enum CallError {
     /// The answer is larger than the gateway may send
     /// (`limits.max_message_bytes`).
     #[error(
-        "the result of `{tool}` on server `{server}` is {size} bytes, over limits.max_message_bytes ({limit})"
+        "the result of {tool} on server `{server}` is {size} bytes, over limits.max_message_bytes ({limit})"
     )]
     ResponseTooLarge {
         /// The server.
         server: String,
-        /// The exposed tool name.
-        tool: String,
+        /// What the request named (a tool, a prompt, a resource).
+        tool: Target,
         /// The encoded size.
         size: usize,
         /// The limit.
         limit: usize,
     },
     /// `arguments_json` is not a JSON object.
-    #[error("arguments_json for `{tool}` {reason}")]
+    #[error("arguments_json for {tool} {reason}")]
     InvalidArguments {
-        /// The exposed tool name.
-        tool: String,
+        /// What the request named (a tool, a prompt, a resource).
+        tool: Target,
         /// What is wrong with them.
         reason: String,
     },
     /// The tool's server has no live session.
-    #[error("server `{server}` is not connected ({reason}); tool `{tool}` is unavailable")]
+    #[error("server `{server}` is not connected ({reason}); {tool} is unavailable")]
     ServerUnavailable {
         /// The server.
         server: String,
-        /// The exposed tool name.
-        tool: String,
+        /// What the request named (a tool, a prompt, a resource).
+        tool: Target,
         /// Why the server is not connected.
         reason: String,
     },
     /// The upstream request failed.
-    #[error("tool `{tool}` on server `{server}`: {error}")]
+    #[error("{tool} on server `{server}`: {error}")]
     Upstream {
         /// The server.
         server: String,
-        /// The exposed tool name.
-        tool: String,
+        /// What the request named (a tool, a prompt, a resource).
+        tool: Target,
         /// What went wrong upstream.
         error: UpstreamError,
         /// The tool is annotated `idempotentHint: true`: a call whose
@@ -154,12 +154,12 @@ pub enum CallError {
     },
     /// The caller's deadline passed: the upstream request was cancelled,
     /// or not sent at all when no time was left for it.
-    #[error("deadline exceeded after {} calling `{tool}` on server `{server}`; {}", humantime::format_duration(*.after), if *.sent { "the upstream request was cancelled" } else { "nothing was sent upstream" })]
+    #[error("deadline exceeded after {} calling {tool} on server `{server}`; {}", humantime::format_duration(*.after), if *.sent { "the upstream request was cancelled" } else { "nothing was sent upstream" })]
     DeadlineExceeded {
         /// The server.
         server: String,
-        /// The exposed tool name.
-        tool: String,
+        /// What the request named (a tool, a prompt, a resource).
+        tool: Target,
         /// How long the call ran.
         after: Duration,
         /// Whether the request had been sent upstream.
@@ -175,12 +175,12 @@ pub enum CallError {
     /// The server asked questions of a kind the call did not opt in to
     /// (`accepts_input`), or that its server's `input` does not allow:
     /// the call ends here, nothing is answered on the worker's behalf.
-    #[error("tool `{tool}` on server `{server}` asks for input of kind {} that this call does not accept: set accepts_input ({}) to answer it, where the server's `input` allows it", .kinds.join(", "), .kinds.join(", "))]
+    #[error("{tool} on server `{server}` asks for input of kind {} that this call does not accept: set accepts_input ({}) to answer it, where the server's `input` allows it", .kinds.join(", "), .kinds.join(", "))]
     InputNotAccepted {
         /// The server.
         server: String,
-        /// The exposed tool name.
-        tool: String,
+        /// What the request named (a tool, a prompt, a resource).
+        tool: Target,
         /// The kinds asked and not accepted (`form`, `url`, `sampling`,
         /// `roots`).
         kinds: Vec<&'static str>,
@@ -188,8 +188,8 @@ pub enum CallError {
     /// A `request_state` was refused; nothing was sent upstream.
     #[error("request_state refused: {detail}")]
     RequestStateRefused {
-        /// The exposed tool name.
-        tool: String,
+        /// What the request named (a tool, a prompt, a resource).
+        tool: Target,
         /// Which check refused it.
         refusal: StateRefusal,
         /// What did not match, in words (no value of the state).
@@ -198,13 +198,13 @@ pub enum CallError {
     /// The call took more rounds of questions than its server's
     /// `input.max_rounds` allows.
     #[error(
-        "tool `{tool}` on server `{server}` asked more than {limit} rounds of questions (servers[].input.max_rounds)"
+        "{tool} on server `{server}` asked more than {limit} rounds of questions (servers[].input.max_rounds)"
     )]
     InputRoundsExceeded {
         /// The server.
         server: String,
-        /// The exposed tool name.
-        tool: String,
+        /// What the request named (a tool, a prompt, a resource).
+        tool: Target,
         /// The configured bound.
         limit: u32,
     },
@@ -249,12 +249,10 @@ pub enum CallError {
     #[error("{}", shed_message(.0, .1.as_deref()))]
     Shed(crate::registry::limits::Shed, Option<String>),
     /// `arguments_json` is larger than `limits.max_argument_bytes`.
-    #[error(
-        "arguments_json for `{tool}` is {size} bytes, over limits.max_argument_bytes ({limit})"
-    )]
+    #[error("arguments_json for {tool} is {size} bytes, over limits.max_argument_bytes ({limit})")]
     ArgumentsTooLarge {
-        /// The exposed tool name.
-        tool: String,
+        /// What the request named (a tool, a prompt, a resource).
+        tool: Target,
         /// The size sent.
         size: usize,
         /// The limit.
@@ -293,6 +291,84 @@ pub enum CallError {
         /// The tool is annotated `idempotentHint: true`.
         idempotent: bool,
     },
+    /// A resource RPC named a server the tenant does not have.
+    #[error("server `{server}` is not one of this tenant's servers")]
+    ServerNotFound {
+        /// The name asked for (as quoted).
+        server: String,
+    },
+    /// The server does not offer what was asked (it did not declare the
+    /// capability).
+    #[error("server `{server}` does not offer {feature}: it did not declare the capability")]
+    Unsupported {
+        /// The server.
+        server: String,
+        /// What it lacks.
+        feature: Feature,
+    },
+    /// The name is not in the caller's prompts (or filtered out).
+    #[error("prompt `{name}` is not one of this tenant's prompts")]
+    PromptNotFound {
+        /// The requested name (as quoted).
+        name: String,
+    },
+    /// The tenant's policy does not let this caller use the prompt or
+    /// resource (nor see it): the message names it, never the rule.
+    #[error("this caller may not use {target} of server `{server}` (the tenant's policy)")]
+    NotPermitted {
+        /// The server.
+        server: String,
+        /// The prompt or resource.
+        target: Target,
+    },
+    /// The server has no such resource (JSON-RPC -32002, or -32602 on
+    /// `resources/read` from a 2026-07-28 server).
+    #[error("server `{server}` has no resource `{uri}`")]
+    ResourceNotFound {
+        /// The server.
+        server: String,
+        /// The URI asked for (cut to [`MAX_TARGET_NAME`]).
+        uri: String,
+    },
+    /// A prompt pinned by `definition_hash` changed since.
+    #[error(
+        "prompt `{prompt}` changed since it was chosen: its definition hash is now {current_hash}, not {pinned_hash}"
+    )]
+    PromptDefinitionChanged {
+        /// The exposed prompt name.
+        prompt: String,
+        /// The hash the caller pinned.
+        pinned_hash: String,
+        /// The prompt's hash now.
+        current_hash: String,
+    },
+    /// A `page_token` that is malformed or was made for other filters.
+    #[error("invalid page_token: {0}")]
+    InvalidPageToken(String),
+    /// A `page_token` of a listing that has changed since: list again from
+    /// the first page.
+    #[error(
+        "the page_token is from a listing of server `{server}` that has changed since: list again from the first page"
+    )]
+    PageTokenExpired {
+        /// The server whose listing changed.
+        server: String,
+    },
+    /// The tenant has as many resource watches open as it may.
+    #[error(
+        "the tenant has {limit} resource watches open, the most it may have (limits.max_watches)"
+    )]
+    WatchLimit {
+        /// The limit.
+        limit: usize,
+    },
+    /// A watch ended because a configuration reload removed or changed its
+    /// server.
+    #[error("server `{server}` was removed or changed by a configuration reload")]
+    ServerRemoved {
+        /// The server.
+        server: String,
+    },
     /// The gateway is shutting down and its grace period ran out.
     #[error("{}", if *.sent {
         "the gateway is shutting down; the call was cancelled after it was sent upstream (the tool may have acted)"
@@ -321,6 +397,30 @@ fn shed_message(shed: &crate::registry::limits::Shed, server: Option<&str>) -> S
             "server `{}` concurrency limit reached (max_concurrent_calls = {n})",
             server.unwrap_or("?")
         ),
+    }
+}
+
+/// What a server may not offer ([`CallError::Unsupported`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Feature {
+    /// `resources` (ListResources, ReadResource).
+    Resources,
+    /// `prompts`.
+    Prompts,
+    /// `completions` (Complete).
+    Completions,
+    /// `resources.subscribe` (WatchResource).
+    Subscriptions,
+}
+
+impl std::fmt::Display for Feature {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Feature::Resources => "resources",
+            Feature::Prompts => "prompts",
+            Feature::Completions => "argument completion",
+            Feature::Subscriptions => "resource subscriptions",
+        })
     }
 }
 
@@ -358,5 +458,126 @@ impl From<CallerError> for CallError {
             CallerError::InvalidSubject(message) => CallError::InvalidSubject(message),
             CallerError::Token(token) => CallError::Token(token),
         }
+    }
+}
+
+/// What a request named: a tool (by exposed name), a prompt (by exposed
+/// name), a resource (by URI) or a resource template. Errors name it with
+/// its kind ("tool `x`", "resource `file:///a`"), and `ErrorInfo`
+/// metadata carries it under its own key ([`Target::metadata_key`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// What kind of thing it is.
+    pub kind: TargetKind,
+    /// Its name (exposed name, URI or URI template), as quoted
+    /// ([`quoted`]) where it came from a caller.
+    pub name: String,
+}
+
+/// The kinds of [`Target`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TargetKind {
+    /// A tool, by exposed name.
+    Tool,
+    /// A prompt, by exposed name.
+    Prompt,
+    /// A resource, by URI.
+    Resource,
+    /// A resource template, by URI template.
+    Template,
+}
+
+impl Target {
+    /// A prompt, by exposed name.
+    #[must_use]
+    pub fn prompt(name: impl Into<String>) -> Self {
+        Self {
+            kind: TargetKind::Prompt,
+            name: name.into(),
+        }
+    }
+
+    /// A resource, by URI.
+    #[must_use]
+    pub fn resource(uri: impl Into<String>) -> Self {
+        Self {
+            kind: TargetKind::Resource,
+            name: name_of(uri.into()),
+        }
+    }
+
+    /// A resource template, by URI template.
+    #[must_use]
+    pub fn template(uri_template: impl Into<String>) -> Self {
+        Self {
+            kind: TargetKind::Template,
+            name: name_of(uri_template.into()),
+        }
+    }
+
+    /// The `ErrorInfo` metadata key it goes under: `tool`, `prompt`, `uri`
+    /// or `uri_template`.
+    #[must_use]
+    pub fn metadata_key(&self) -> &'static str {
+        match self.kind {
+            TargetKind::Tool => "tool",
+            TargetKind::Prompt => "prompt",
+            TargetKind::Resource => "uri",
+            TargetKind::Template => "uri_template",
+        }
+    }
+}
+
+/// A URI cut to [`MAX_TARGET_NAME`] characters.
+fn name_of(uri: String) -> String {
+    if uri.chars().count() <= MAX_TARGET_NAME {
+        uri
+    } else {
+        crate::upstream::truncate(&uri, MAX_TARGET_NAME)
+    }
+}
+
+/// The longest URI an error repeats.
+pub const MAX_TARGET_NAME: usize = 1024;
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let noun = match self.kind {
+            TargetKind::Tool => "tool",
+            TargetKind::Prompt => "prompt",
+            TargetKind::Resource => "resource",
+            TargetKind::Template => "resource template",
+        };
+        write!(f, "{noun} `{}`", self.name)
+    }
+}
+
+/// A tool, by exposed name.
+impl From<String> for Target {
+    fn from(name: String) -> Self {
+        Self {
+            kind: TargetKind::Tool,
+            name,
+        }
+    }
+}
+
+/// A tool, by exposed name.
+impl From<&str> for Target {
+    fn from(name: &str) -> Self {
+        name.to_owned().into()
+    }
+}
+
+/// A tool, by exposed name.
+impl From<&String> for Target {
+    fn from(name: &String) -> Self {
+        name.clone().into()
+    }
+}
+
+impl PartialEq<&str> for Target {
+    fn eq(&self, other: &&str) -> bool {
+        self.name == *other
     }
 }

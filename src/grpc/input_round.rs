@@ -69,7 +69,7 @@ impl Questions<'_> {
                 }
                 CallError::InputNotAccepted {
                     server: self.binding.server.clone(),
-                    tool: self.binding.exposed_name.clone(),
+                    tool: (self.binding.exposed_name.clone()).into(),
                     kinds,
                 }
             },
@@ -83,7 +83,7 @@ impl Questions<'_> {
             }
             return Err(CallError::InputRoundsExceeded {
                 server: self.binding.server.clone(),
-                tool: self.binding.exposed_name.clone(),
+                tool: (self.binding.exposed_name.clone()).into(),
                 limit,
             });
         }
@@ -170,7 +170,7 @@ pub(super) fn open_retry(
     if state.round > limit {
         return Err(CallError::InputRoundsExceeded {
             server: binding.server.clone(),
-            tool: binding.exposed_name.clone(),
+            tool: (binding.exposed_name.clone()).into(),
             limit,
         });
     }
@@ -239,7 +239,7 @@ pub(super) fn not_accepted<T>(
     }
     Err(CallError::InputNotAccepted {
         server: binding.server.clone(),
-        tool: binding.exposed_name.clone(),
+        tool: (binding.exposed_name.clone()).into(),
         kinds,
     })
 }

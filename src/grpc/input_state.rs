@@ -350,7 +350,7 @@ pub(crate) fn open(
     definition_changed: impl FnOnce() -> CallError,
 ) -> Result<Retry, CallError> {
     let refuse = |refusal, detail: &str| CallError::RequestStateRefused {
-        tool: binding.exposed_name.clone(),
+        tool: (binding.exposed_name.clone()).into(),
         refusal,
         detail: detail.to_owned(),
     };

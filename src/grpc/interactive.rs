@@ -142,7 +142,7 @@ impl Relay {
                 () = &mut deadline_passed => {
                     let passed = CallError::DeadlineExceeded {
                         server: String::new(),
-                        tool,
+                        tool: tool.into(),
                         after: started.elapsed(),
                         sent: true,
                     };

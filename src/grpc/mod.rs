@@ -16,11 +16,16 @@ mod input_round;
 mod input_state;
 mod interactive;
 mod listing;
+mod prompts;
 mod questions;
 pub mod reply;
+mod resources;
 pub mod status;
 mod stream;
 mod tasks;
+#[allow(dead_code)] // Until ReadResource and GetPrompt use it (issue 20, in progress).
+mod upstream_session;
+mod watch_resource;
 
 pub use auth_layer::{AuthLayer, AuthService};
 
@@ -191,7 +196,7 @@ fn caller_timeout<T>(request: &Request<T>) -> Option<Duration> {
 /// The text is not empty and not a JSON object.
 pub fn parse_arguments(tool: &str, text: &str) -> Result<rmcp::model::JsonObject, CallError> {
     let invalid = |reason: String| CallError::InvalidArguments {
-        tool: tool.to_owned(),
+        tool: (tool.to_owned()).into(),
         reason,
     };
     if text.trim().is_empty() {
@@ -367,6 +372,51 @@ impl server::tool_gateway_server::ToolGateway for Gateway {
             request.get_ref(),
             view.as_deref(),
         )))
+    }
+    async fn list_resources(
+        &self,
+        request: Request<pb::ListResourcesRequest>,
+    ) -> Result<Response<pb::ListResourcesResponse>, Status> {
+        resources::list(self, request).await.map(Response::new)
+    }
+
+    async fn read_resource(
+        &self,
+        request: Request<pb::ReadResourceRequest>,
+    ) -> Result<Response<pb::ReadResourceResponse>, Status> {
+        resources::read(self, request).await.map(Response::new)
+    }
+
+    type WatchResourceStream = EventStream<pb::ResourceUpdate>;
+
+    async fn watch_resource(
+        &self,
+        request: Request<pb::WatchResourceRequest>,
+    ) -> Result<Response<Self::WatchResourceStream>, Status> {
+        watch_resource::start(self, request)
+            .await
+            .map(Response::new)
+    }
+
+    async fn list_prompts(
+        &self,
+        request: Request<pb::ListPromptsRequest>,
+    ) -> Result<Response<pb::ListPromptsResponse>, Status> {
+        prompts::list(self, request).await.map(Response::new)
+    }
+
+    async fn get_prompt(
+        &self,
+        request: Request<pb::GetPromptRequest>,
+    ) -> Result<Response<pb::GetPromptResponse>, Status> {
+        prompts::get(self, request).await.map(Response::new)
+    }
+
+    async fn complete(
+        &self,
+        request: Request<pb::CompleteRequest>,
+    ) -> Result<Response<pb::CompleteResponse>, Status> {
+        prompts::complete(self, request).await.map(Response::new)
     }
 }
 

@@ -112,6 +112,37 @@ pub fn classify(error: &CallError) -> (Code, &'static str) {
         CallError::Upstream {
             error, idempotent, ..
         } => classify_upstream(error, *idempotent),
+        CallError::ServerNotFound { .. } => (Code::NotFound, "SERVER_NOT_FOUND"),
+        CallError::Unsupported { feature, .. } => {
+            use crate::grpc::error::Feature;
+            (
+                Code::FailedPrecondition,
+                match feature {
+                    Feature::Resources => "RESOURCES_UNSUPPORTED",
+                    Feature::Prompts => "PROMPTS_UNSUPPORTED",
+                    Feature::Completions => "COMPLETION_UNSUPPORTED",
+                    Feature::Subscriptions => "SUBSCRIBE_UNSUPPORTED",
+                },
+            )
+        }
+        CallError::PromptNotFound { .. } => (Code::NotFound, "PROMPT_NOT_FOUND"),
+        CallError::NotPermitted { target, .. } => (
+            Code::PermissionDenied,
+            match target.kind {
+                crate::grpc::error::TargetKind::Prompt => "PROMPT_NOT_PERMITTED",
+                crate::grpc::error::TargetKind::Tool => "TOOL_NOT_PERMITTED",
+                crate::grpc::error::TargetKind::Resource
+                | crate::grpc::error::TargetKind::Template => "RESOURCE_NOT_PERMITTED",
+            },
+        ),
+        CallError::ResourceNotFound { .. } => (Code::NotFound, "RESOURCE_NOT_FOUND"),
+        CallError::PromptDefinitionChanged { .. } => {
+            (Code::FailedPrecondition, "PROMPT_DEFINITION_CHANGED")
+        }
+        CallError::InvalidPageToken(_) => (Code::InvalidArgument, "INVALID_PAGE_TOKEN"),
+        CallError::PageTokenExpired { .. } => (Code::FailedPrecondition, "PAGE_TOKEN_EXPIRED"),
+        CallError::WatchLimit { .. } => (Code::ResourceExhausted, "WATCH_LIMIT"),
+        CallError::ServerRemoved { .. } => (Code::NotFound, "SERVER_REMOVED"),
     }
 }
 
@@ -222,12 +253,12 @@ fn message(error: &CallError) -> String {
         } => {
             if *code == jsonrpc::INVALID_PARAMS {
                 format!(
-                    "server `{server}` refused the arguments of `{tool}`: {}",
+                    "server `{server}` refused the arguments of {tool}: {}",
                     truncate(message, 500)
                 )
             } else {
                 format!(
-                    "server `{server}` answered `{tool}` with JSON-RPC error {code} (details in the gateway log)"
+                    "server `{server}` answered {tool} with JSON-RPC error {code} (details in the gateway log)"
                 )
             }
         }
@@ -248,7 +279,7 @@ fn metadata(error: &CallError) -> HashMap<String, String> {
             server, tool, url, ..
         } => {
             metadata.insert("server".to_owned(), server.clone());
-            metadata.insert("tool".to_owned(), tool.clone());
+            metadata.insert(tool.metadata_key().to_owned(), tool.name.clone());
             metadata.insert("authorization_url".to_owned(), url.clone());
         }
         CallError::StateUnavailable { server, .. }
@@ -266,7 +297,7 @@ fn metadata(error: &CallError) -> HashMap<String, String> {
             approved_hash,
         } => {
             metadata.insert("server".to_owned(), server.clone());
-            metadata.insert("tool".to_owned(), tool.clone());
+            metadata.insert(tool.metadata_key().to_owned(), tool.name.clone());
             metadata.insert("definition_hash".to_owned(), definition_hash.clone());
             if let Some(approved) = approved_hash {
                 metadata.insert("approved_hash".to_owned(), approved.clone());
@@ -279,15 +310,15 @@ fn metadata(error: &CallError) -> HashMap<String, String> {
             ..
         } => {
             metadata.insert("server".to_owned(), server.clone());
-            metadata.insert("tool".to_owned(), tool.clone());
+            metadata.insert(tool.metadata_key().to_owned(), tool.name.clone());
             metadata.insert("limit".to_owned(), "limits.max_message_bytes".to_owned());
             metadata.insert("limit_value".to_owned(), limit.to_string());
         }
         CallError::InvalidArguments { tool, .. } => {
-            metadata.insert("tool".to_owned(), tool.clone());
+            metadata.insert(tool.metadata_key().to_owned(), tool.name.clone());
         }
         CallError::ArgumentsTooLarge { tool, limit, .. } => {
-            metadata.insert("tool".to_owned(), tool.clone());
+            metadata.insert(tool.metadata_key().to_owned(), tool.name.clone());
             metadata.insert("limit".to_owned(), "limits.max_argument_bytes".to_owned());
             metadata.insert("limit_value".to_owned(), limit.to_string());
         }
@@ -312,7 +343,7 @@ fn metadata(error: &CallError) -> HashMap<String, String> {
         CallError::ServerUnavailable { server, tool, .. }
         | CallError::DeadlineExceeded { server, tool, .. } => {
             metadata.insert("server".to_owned(), server.clone());
-            metadata.insert("tool".to_owned(), tool.clone());
+            metadata.insert(tool.metadata_key().to_owned(), tool.name.clone());
         }
         CallError::Upstream {
             server,
@@ -321,7 +352,7 @@ fn metadata(error: &CallError) -> HashMap<String, String> {
             ..
         } => {
             metadata.insert("server".to_owned(), server.clone());
-            metadata.insert("tool".to_owned(), tool.clone());
+            metadata.insert(tool.metadata_key().to_owned(), tool.name.clone());
             if let UpstreamError::JsonRpc { code, .. } = error {
                 metadata.insert("jsonrpc_code".to_owned(), code.to_string());
             }
@@ -379,7 +410,7 @@ fn metadata(error: &CallError) -> HashMap<String, String> {
             kinds,
         } => {
             metadata.insert("server".to_owned(), server.clone());
-            metadata.insert("tool".to_owned(), tool.clone());
+            metadata.insert(tool.metadata_key().to_owned(), tool.name.clone());
             metadata.insert("kinds".to_owned(), kinds.join(","));
             metadata.insert("field".to_owned(), "accepts_input".to_owned());
         }
@@ -389,12 +420,12 @@ fn metadata(error: &CallError) -> HashMap<String, String> {
             limit,
         } => {
             metadata.insert("server".to_owned(), server.clone());
-            metadata.insert("tool".to_owned(), tool.clone());
+            metadata.insert(tool.metadata_key().to_owned(), tool.name.clone());
             metadata.insert("limit".to_owned(), "servers[].input.max_rounds".to_owned());
             metadata.insert("limit_value".to_owned(), limit.to_string());
         }
         CallError::RequestStateRefused { tool, .. } => {
-            metadata.insert("tool".to_owned(), tool.clone());
+            metadata.insert(tool.metadata_key().to_owned(), tool.name.clone());
             metadata.insert("field".to_owned(), "request_state".to_owned());
         }
         CallError::Token(
@@ -402,6 +433,38 @@ fn metadata(error: &CallError) -> HashMap<String, String> {
             | crate::callers::TokenError::KeysUnavailable { issuer, .. },
         ) => {
             metadata.insert("issuer".to_owned(), issuer.clone());
+        }
+        CallError::ServerNotFound { server }
+        | CallError::Unsupported { server, .. }
+        | CallError::PageTokenExpired { server }
+        | CallError::ServerRemoved { server } => {
+            metadata.insert("server".to_owned(), server.clone());
+        }
+        CallError::NotPermitted { server, target } => {
+            metadata.insert("server".to_owned(), server.clone());
+            metadata.insert(target.metadata_key().to_owned(), target.name.clone());
+        }
+        CallError::ResourceNotFound { server, uri } => {
+            metadata.insert("server".to_owned(), server.clone());
+            metadata.insert("uri".to_owned(), uri.clone());
+        }
+        CallError::PromptNotFound { name } => {
+            metadata.insert("prompt".to_owned(), name.clone());
+        }
+        CallError::PromptDefinitionChanged {
+            prompt,
+            current_hash,
+            ..
+        } => {
+            metadata.insert("prompt".to_owned(), prompt.clone());
+            metadata.insert("current_definition_hash".to_owned(), current_hash.clone());
+        }
+        CallError::WatchLimit { limit } => {
+            metadata.insert("limit".to_owned(), "limits.max_watches".to_owned());
+            metadata.insert("limit_value".to_owned(), limit.to_string());
+        }
+        CallError::InvalidPageToken(_) => {
+            metadata.insert("field".to_owned(), "page_token".to_owned());
         }
         CallError::Unauthenticated(_)
         | CallError::Token(_)

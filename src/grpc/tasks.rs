@@ -424,7 +424,7 @@ impl Found {
         };
         let protocol = |e: String| CallError::Upstream {
             server: self.stored.server.clone(),
-            tool: self.stored.tool.clone(),
+            tool: (self.stored.tool.clone()).into(),
             error: UpstreamError::Protocol(e),
             idempotent: false,
         };
@@ -434,8 +434,8 @@ impl Found {
                     .session
                     .task_result(result.clone())
                     .map_err(|e| protocol(e.to_string()))?;
-                let response =
-                    convert::invoke_response(result).map_err(|e| protocol(e.to_string()))?;
+                let response = convert::invoke_response(result, &self.stored.server)
+                    .map_err(|e| protocol(e.to_string()))?;
                 out.result = Some(Box::new(response));
             }
             TaskPayload::Failed { error } => {
@@ -455,7 +455,7 @@ impl Found {
         if size > self.max_message_bytes {
             return Err(CallError::ResponseTooLarge {
                 server: self.stored.server.clone(),
-                tool: self.stored.tool.clone(),
+                tool: (self.stored.tool.clone()).into(),
                 size,
                 limit: self.max_message_bytes,
             });

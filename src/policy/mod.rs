@@ -15,6 +15,7 @@
 //! the CEL values of `tool` and `claims` in `values`.
 
 mod reads;
+mod targets;
 mod unlisted;
 mod values;
 

@@ -32,8 +32,21 @@ pub(super) fn capabilities_meta(
     call: &CallRequest,
     session: &ClientCapabilities,
 ) -> Option<RequestMetaObject> {
+    declared(
+        call.accepts,
+        call.accepts_task || call.declare_tasks,
+        session,
+    )
+}
+
+/// [`capabilities_meta`] of any request: the kinds of question it
+/// `accepts`, and the tasks extension when it may become a `task`.
+pub(super) fn declared(
+    accepts: super::InputKinds,
+    task: bool,
+    session: &ClientCapabilities,
+) -> Option<RequestMetaObject> {
     let mut capabilities = session.clone();
-    let accepts = call.accepts;
     let mut elicitation = ElicitationCapability::new();
     if accepts.form {
         elicitation = elicitation.with_form(FormElicitationCapability::new());
@@ -46,7 +59,7 @@ pub(super) fn capabilities_meta(
     // The tasks extension (SEP-2663) when the call may become a task: its
     // worker follows tasks, or toolgate resends a call the server refused
     // for want of it.
-    if call.accepts_task || call.declare_tasks {
+    if task {
         capabilities
             .extensions
             .get_or_insert_with(Default::default)

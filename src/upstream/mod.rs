@@ -8,6 +8,7 @@ mod error;
 mod handler;
 mod http;
 pub mod input;
+mod request;
 mod rounds;
 mod stdio;
 pub mod tasks;
@@ -36,6 +37,7 @@ pub use input::{
     Action, Answer, AnswerError, Asked, CallOutcome, CallRequest, InputKinds, InputSink, Question,
     QuestionKind, Round,
 };
+pub use request::Request;
 pub use stdio::Label;
 
 use crate::config::{Environment, Lifecycle, ServerConfig, Transport};
@@ -253,6 +255,13 @@ impl Connecting<'_> {
             ..
         } = self;
         let timeout = server.connect_timeout;
+        // rmcp's per-session response cache would answer lists and reads
+        // from memory (and, on an error, silently with a stale copy): the
+        // gateway makes every caching decision itself.
+        service
+            .peer()
+            .set_response_cache_config(rmcp::service::ClientCacheConfig::disabled())
+            .await;
         let listed = tokio::time::timeout_at(
             deadline,
             list_all_tools(service.peer(), server.max_list_pages, &redaction),
@@ -697,11 +706,7 @@ impl Session {
     /// capabilities the call declares ([`capabilities::capabilities_meta`]);
     /// nothing on older sessions, which declared theirs at `initialize`.
     fn call_meta(&self, call: &CallRequest) -> Option<rmcp::model::RequestMetaObject> {
-        let stateless = self
-            .peer
-            .peer_info()
-            .is_some_and(|info| !info.protocol_version.has_initialize());
-        if !stateless {
+        if !self.is_stateless() {
             return None;
         }
         let session = rmcp::ClientHandler::get_info(&self.client).capabilities;

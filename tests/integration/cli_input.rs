@@ -553,6 +553,50 @@ mod scripted {
             self.seen.lock().unwrap().cancelled = true;
             Ok(Response::new(task(pb::TaskStatus::Cancelled, "")))
         }
+
+        async fn list_resources(
+            &self,
+            _: Request<pb::ListResourcesRequest>,
+        ) -> Result<Response<pb::ListResourcesResponse>, Status> {
+            Err(Status::unimplemented("scripted"))
+        }
+
+        async fn read_resource(
+            &self,
+            _: Request<pb::ReadResourceRequest>,
+        ) -> Result<Response<pb::ReadResourceResponse>, Status> {
+            Err(Status::unimplemented("scripted"))
+        }
+
+        type WatchResourceStream = Stream<pb::ResourceUpdate>;
+
+        async fn watch_resource(
+            &self,
+            _: Request<pb::WatchResourceRequest>,
+        ) -> Result<Response<Self::WatchResourceStream>, Status> {
+            Err(Status::unimplemented("scripted"))
+        }
+
+        async fn list_prompts(
+            &self,
+            _: Request<pb::ListPromptsRequest>,
+        ) -> Result<Response<pb::ListPromptsResponse>, Status> {
+            Err(Status::unimplemented("scripted"))
+        }
+
+        async fn get_prompt(
+            &self,
+            _: Request<pb::GetPromptRequest>,
+        ) -> Result<Response<pb::GetPromptResponse>, Status> {
+            Err(Status::unimplemented("scripted"))
+        }
+
+        async fn complete(
+            &self,
+            _: Request<pb::CompleteRequest>,
+        ) -> Result<Response<pb::CompleteResponse>, Status> {
+            Err(Status::unimplemented("scripted"))
+        }
     }
 
     /// Serves `scripted` on 127.0.0.1:0; the address.

@@ -124,6 +124,49 @@ impl toolgate::grpc::server::tool_gateway_server::ToolGateway for Echo {
     ) -> Result<Response<pb::Task>, Status> {
         Err(Status::unimplemented("not in the floor"))
     }
+    async fn list_resources(
+        &self,
+        _request: Request<pb::ListResourcesRequest>,
+    ) -> Result<Response<pb::ListResourcesResponse>, Status> {
+        Err(Status::unimplemented("not in the floor"))
+    }
+
+    async fn read_resource(
+        &self,
+        _request: Request<pb::ReadResourceRequest>,
+    ) -> Result<Response<pb::ReadResourceResponse>, Status> {
+        Err(Status::unimplemented("not in the floor"))
+    }
+
+    type WatchResourceStream = Stream<pb::ResourceUpdate>;
+
+    async fn watch_resource(
+        &self,
+        _request: Request<pb::WatchResourceRequest>,
+    ) -> Result<Response<Self::WatchResourceStream>, Status> {
+        Err(Status::unimplemented("not in the floor"))
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Request<pb::ListPromptsRequest>,
+    ) -> Result<Response<pb::ListPromptsResponse>, Status> {
+        Err(Status::unimplemented("not in the floor"))
+    }
+
+    async fn get_prompt(
+        &self,
+        _request: Request<pb::GetPromptRequest>,
+    ) -> Result<Response<pb::GetPromptResponse>, Status> {
+        Err(Status::unimplemented("not in the floor"))
+    }
+
+    async fn complete(
+        &self,
+        _request: Request<pb::CompleteRequest>,
+    ) -> Result<Response<pb::CompleteResponse>, Status> {
+        Err(Status::unimplemented("not in the floor"))
+    }
 }
 
 /// Serves the floor on 127.0.0.1:`port`; ListTools answers the encoded
