@@ -244,6 +244,7 @@ async fn invoke(
     let arguments = arguments(&tenant, name, request)?;
     let server = tenant.server(tool.server_index);
     let binding = input_state::Binding {
+        method: input_state::Method::Call,
         tenant: tenant.name.clone(),
         subject: context.subject.key().to_owned(),
         server: tool.server.clone(),
@@ -253,9 +254,14 @@ async fn invoke(
         args_sha256: input_state::arguments_digest(&arguments),
     };
     // A retry's state and answers are checked before anything is sent.
-    let retry = input_round::open_retry(&context.keys, &tenant, server, request, &binding, || {
-        input_round::definition_changed(tool, &viewer, &catalog)
-    })?;
+    let retry = input_round::open_retry(
+        &context.keys,
+        &tenant,
+        server,
+        (&request.request_state, &request.input_responses),
+        &binding,
+        || input_round::definition_changed(tool, &viewer, &catalog),
+    )?;
     let _server_slot = server_slot(&tenant, tool).await?;
     let target = Target {
         tenant: &tenant,

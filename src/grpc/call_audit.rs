@@ -74,7 +74,7 @@ impl AuditedCall {
             tenant,
             rpc,
             started,
-            &request.get_ref().arguments_json,
+            Some(&request.get_ref().arguments_json),
         );
         audited.describe(|record| {
             record.tool = Some(quoted(&request.get_ref().name).into_owned());
@@ -84,7 +84,7 @@ impl AuditedCall {
 
     /// The record of any ToolGateway `request` by `tenant` made with `rpc`
     /// (`ReadResource`, `GetPrompt`, ...), with the digest of
-    /// `arguments_json` (empty: none), started at `started`. What it is
+    /// `arguments_json` (`None`: no arguments kept), started at `started`. What it is
     /// about (`uri`, `prompt`, ...) is set with [`AuditedCall::describe`].
     pub(super) fn of<T>(
         audit: &Audit,
@@ -92,7 +92,7 @@ impl AuditedCall {
         tenant: &Tenant,
         rpc: &str,
         started: Instant,
-        arguments_json: &str,
+        arguments_json: Option<&str>,
     ) -> Self {
         let record = audit.is_enabled().then(|| {
             let mut record = Record::new(RecordKind::Call, Outcome::Cancelled);
@@ -107,7 +107,7 @@ impl AuditedCall {
                 .get::<crate::callers::Caller>()
                 .map(|caller| CallerRecord::from(&caller.identity));
             record.peer = request.remote_addr().map(|a| a.to_string());
-            if !arguments_json.is_empty() {
+            if let Some(arguments_json) = arguments_json {
                 record.arguments = audit.arguments(arguments_json, || tenant.redactor());
             }
             record.trace_id = request

@@ -69,7 +69,7 @@ impl Questions<'_> {
                 }
                 CallError::InputNotAccepted {
                     server: self.binding.server.clone(),
-                    tool: (self.binding.exposed_name.clone()).into(),
+                    tool: self.binding.target(),
                     kinds,
                 }
             },
@@ -83,7 +83,7 @@ impl Questions<'_> {
             }
             return Err(CallError::InputRoundsExceeded {
                 server: self.binding.server.clone(),
-                tool: (self.binding.exposed_name.clone()).into(),
+                tool: self.binding.target(),
                 limit,
             });
         }
@@ -132,17 +132,14 @@ pub(super) fn open_retry(
     keys: &crate::state::KeyRing,
     tenant: &Tenant,
     server: &ServerConfig,
-    request: &pb::InvokeToolRequest,
+    (request_state, input_responses): (&str, &[pb::InputResponse]),
     binding: &input_state::Binding,
     definition_changed: impl FnOnce() -> CallError,
 ) -> Result<Option<CheckedRetry>, CallError> {
     let invalid = |reason: &str| CallError::InputResponseInvalid {
         reason: reason.to_owned(),
     };
-    match (
-        request.request_state.is_empty(),
-        request.input_responses.is_empty(),
-    ) {
+    match (request_state.is_empty(), input_responses.is_empty()) {
         (true, true) => return Ok(None),
         (true, false) => {
             return Err(invalid(
@@ -159,18 +156,18 @@ pub(super) fn open_retry(
     }
     let state = input_state::open(
         keys,
-        &request.request_state,
+        request_state,
         binding,
         std::time::SystemTime::now(),
         definition_changed,
     )?;
-    let answers = questions::answers(&request.input_responses, tenant.limits().max_argument_bytes)?;
+    let answers = questions::answers(input_responses, tenant.limits().max_argument_bytes)?;
     let responses = state.responses(&answers, &server.roots)?;
     let limit = server.input.max_rounds;
     if state.round > limit {
         return Err(CallError::InputRoundsExceeded {
             server: binding.server.clone(),
-            tool: (binding.exposed_name.clone()).into(),
+            tool: binding.target(),
             limit,
         });
     }
@@ -239,7 +236,7 @@ pub(super) fn not_accepted<T>(
     }
     Err(CallError::InputNotAccepted {
         server: binding.server.clone(),
-        tool: (binding.exposed_name.clone()).into(),
+        tool: binding.target(),
         kinds,
     })
 }

@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::config::Root;
-use crate::grpc::error::{CallError, StateRefusal};
+use crate::grpc::error::{CallError, StateRefusal, Target};
 use crate::state::{KeyRing, OpenError};
 use crate::upstream::{Answer, Asked, InputKinds, Question, QuestionKind};
 
@@ -109,6 +109,8 @@ pub(crate) struct AskedId {
 /// The call a state is for: everything it is bound to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Binding {
+    /// What the request is: a tool call, a resource read, a prompt get.
+    pub(crate) method: Method,
     /// The caller's tenant.
     pub(crate) tenant: String,
     /// The subject's key (`""` for the tenant itself).
@@ -125,10 +127,49 @@ pub(crate) struct Binding {
     pub(crate) args_sha256: String,
 }
 
+/// The request a state is for.
+#[allow(dead_code)] // Read and GetPrompt: until their RPCs take rounds (issue 20, in progress).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum Method {
+    /// `tools/call`: `upstream_tool` and `exposed_name` are the tool's.
+    #[default]
+    Call,
+    /// `resources/read`: `upstream_tool` and `exposed_name` are the URI.
+    Read,
+    /// `prompts/get`: the prompt's upstream and exposed names.
+    GetPrompt,
+}
+
+impl Method {
+    /// As sealed (empty for a tool call, as before other requests had
+    /// rounds).
+    fn as_str(self) -> &'static str {
+        match self {
+            Method::Call => "",
+            Method::Read => "resources/read",
+            Method::GetPrompt => "prompts/get",
+        }
+    }
+}
+
+impl Binding {
+    /// What the request named, for its errors.
+    pub(crate) fn target(&self) -> Target {
+        match self.method {
+            Method::Call => self.exposed_name.clone().into(),
+            Method::Read => Target::resource(self.exposed_name.clone()),
+            Method::GetPrompt => Target::prompt(self.exposed_name.clone()),
+        }
+    }
+}
+
 /// The sealed content.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct Sealed {
     v: u32,
+    /// [`Method::as_str`].
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    method: String,
     tenant: String,
     subject: String,
     server: String,
@@ -313,6 +354,7 @@ pub(crate) fn seal(
 ) -> String {
     let sealed = Sealed {
         v: VERSION,
+        method: binding.method.as_str().to_owned(),
         tenant: binding.tenant.clone(),
         subject: binding.subject.clone(),
         server: binding.server.clone(),
@@ -350,7 +392,7 @@ pub(crate) fn open(
     definition_changed: impl FnOnce() -> CallError,
 ) -> Result<Retry, CallError> {
     let refuse = |refusal, detail: &str| CallError::RequestStateRefused {
-        tool: (binding.exposed_name.clone()).into(),
+        tool: binding.target(),
         refusal,
         detail: detail.to_owned(),
     };
@@ -387,7 +429,8 @@ pub(crate) fn open(
             "it was handed to another tenant or subject",
         ));
     }
-    if sealed.server != binding.server
+    if sealed.method != binding.method.as_str()
+        || sealed.server != binding.server
         || sealed.upstream_tool != binding.upstream_tool
         || sealed.exposed_name != binding.exposed_name
     {
@@ -493,6 +536,7 @@ mod tests {
 
     fn binding() -> Binding {
         Binding {
+            method: Method::Call,
             tenant: "acme".into(),
             subject: "token:alice".into(),
             server: "py".into(),
@@ -703,5 +747,27 @@ mod tests {
             ));
         }
         assert!(retry.responses(&[accept.clone(), accept], &roots).is_err());
+    }
+
+    #[test]
+    fn a_state_of_one_method_does_not_open_for_another() {
+        let keys = KeyRing::ephemeral();
+        let call = binding();
+        let mut read = binding();
+        read.method = Method::Read;
+        let now = SystemTime::now();
+        let sealed = seal(&keys, &read, &a_round(), 1, Duration::from_secs(60), now);
+        assert!(open(&keys, &sealed, &read, now, changed).is_ok());
+        let refused = open(&keys, &sealed, &call, now, changed).unwrap_err();
+        assert!(
+            matches!(
+                refused,
+                CallError::RequestStateRefused {
+                    refusal: StateRefusal::OtherCall,
+                    ..
+                }
+            ),
+            "{refused:?}"
+        );
     }
 }
