@@ -107,6 +107,8 @@ pub(super) struct GatewayClient {
     /// The calls in flight, for tying the server's questions to one.
     ties: Ties,
     questions: Arc<Questions>,
+    /// List changes and resource updates the server announces.
+    events: Arc<super::events::SessionEvents>,
 }
 
 impl GatewayClient {
@@ -148,7 +150,13 @@ impl GatewayClient {
             redaction,
             ties: Ties::default(),
             questions: Arc::new(questions),
+            events: Arc::default(),
         }
+    }
+
+    /// List changes and resource updates the server announces.
+    pub(super) fn events(&self) -> &Arc<super::events::SessionEvents> {
+        &self.events
     }
 
     /// The calls in flight on this session.
@@ -414,6 +422,26 @@ impl rmcp::ClientHandler for GatewayClient {
         _context: NotificationContext<RoleClient>,
     ) {
         self.route(params);
+    }
+
+    async fn on_resource_updated(
+        &self,
+        params: rmcp::model::ResourceUpdatedNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.events.resource_updated(params.uri);
+    }
+
+    async fn on_resource_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.events.list_changed(super::events::ListKind::Resources);
+    }
+
+    async fn on_prompt_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.events.list_changed(super::events::ListKind::Prompts);
+    }
+
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.events.list_changed(super::events::ListKind::Tools);
     }
 }
 

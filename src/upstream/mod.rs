@@ -5,10 +5,12 @@
 mod bearer;
 mod capabilities;
 mod error;
+mod events;
 mod handler;
 mod http;
 pub mod input;
 mod request;
+pub(crate) mod resources;
 mod rounds;
 mod stdio;
 pub mod tasks;
@@ -31,6 +33,7 @@ use tracing::Instrument;
 
 pub use bearer::Bearer;
 pub use error::{MISSING_REQUIRED_CLIENT_CAPABILITY, UpstreamError};
+pub use events::{ListKind, SessionEvents};
 pub(crate) use handler::ElicitationAnswerer;
 pub(crate) use http::layer as http_layer;
 pub use input::{
@@ -69,6 +72,9 @@ pub struct Session {
     redact_results: bool,
     /// OAuth bearer tokens, when the server takes them.
     bearer: Option<Bearer>,
+    /// The server's resource list, as last read ([`resources`]).
+    #[allow(dead_code)] // Until ListResources reads it (issue 20, in progress).
+    resources: resources::ListingCache,
 }
 
 /// How far a session's end has come.
@@ -309,6 +315,7 @@ impl Connecting<'_> {
                 redaction,
                 redact_results: server.redact_results,
                 bearer,
+                resources: resources::ListingCache::default(),
             }),
             tools,
         })
@@ -755,8 +762,13 @@ impl Session {
         let _ = ended.wait_for(|end| *end >= End::Ended).await;
     }
 
+    /// List changes and resource updates the server announces.
+    pub fn events(&self) -> &SessionEvents {
+        self.client.events()
+    }
+
     /// The session's rmcp peer, for requests [`Session::call`] does not
-    /// make (`toolgate conformance-client`).
+    /// make (`toolgate conformance-client`, `subscriptions/listen`).
     pub(crate) fn peer(&self) -> &Peer<RoleClient> {
         &self.peer
     }

@@ -1,0 +1,77 @@
+//! What a server tells a session about its lists and resources, for the
+//! parts of the gateway that follow them: `notifications/*/list_changed`
+//! bump a generation per list (the resource listing cache, prompt and tool
+//! re-listing watch it), and `notifications/resources/updated` is
+//! broadcast by URI (`WatchResource` subscribers filter it). On
+//! 2026-07-28 sessions these arrive only on a `subscriptions/listen`
+//! stream that asked for them; whoever opens one feeds what it receives
+//! here too.
+
+use tokio::sync::{broadcast, watch};
+
+/// How many `resources/updated` a slow watcher may fall behind before it
+/// misses some (it is then told it lagged: an update only says "changed",
+/// so one notice stands for many).
+const UPDATES: usize = 64;
+
+/// One session's list generations and resource updates.
+#[derive(Debug)]
+pub struct SessionEvents {
+    tools: watch::Sender<u64>,
+    prompts: watch::Sender<u64>,
+    resources: watch::Sender<u64>,
+    updated: broadcast::Sender<String>,
+}
+
+impl Default for SessionEvents {
+    fn default() -> Self {
+        Self {
+            tools: watch::Sender::new(0),
+            prompts: watch::Sender::new(0),
+            resources: watch::Sender::new(0),
+            updated: broadcast::Sender::new(UPDATES),
+        }
+    }
+}
+
+/// Which list changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListKind {
+    /// `tools/list`.
+    Tools,
+    /// `prompts/list`.
+    Prompts,
+    /// `resources/list` and `resources/templates/list`.
+    Resources,
+}
+
+impl SessionEvents {
+    fn sender(&self, kind: ListKind) -> &watch::Sender<u64> {
+        match kind {
+            ListKind::Tools => &self.tools,
+            ListKind::Prompts => &self.prompts,
+            ListKind::Resources => &self.resources,
+        }
+    }
+
+    /// The server said list `kind` changed.
+    pub fn list_changed(&self, kind: ListKind) {
+        self.sender(kind).send_modify(|generation| *generation += 1);
+    }
+
+    /// The generation of list `kind` (bumped at each change), to watch.
+    pub fn list_generation(&self, kind: ListKind) -> watch::Receiver<u64> {
+        self.sender(kind).subscribe()
+    }
+
+    /// The server said resource `uri` changed.
+    pub fn resource_updated(&self, uri: String) {
+        // No receiver: nobody watches; nothing to do.
+        let _ = self.updated.send(uri);
+    }
+
+    /// Every `resources/updated` from now on.
+    pub fn resource_updates(&self) -> broadcast::Receiver<String> {
+        self.updated.subscribe()
+    }
+}
