@@ -41,25 +41,25 @@ const MAX_UNARY_ROUNDS: usize = 10;
 /// the person at the terminal (time to read and answer).
 const TERMINAL_TIMEOUT: Duration = Duration::from_secs(600);
 /// The deadline of every other RPC when `--timeout` is not given.
-const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+pub(super) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Where the gateway is and who the caller is.
 #[derive(Debug, Args)]
 pub struct Connection {
     /// The gateway's gRPC address.
     #[arg(long, default_value = "http://127.0.0.1:50051", env = "TOOLGATE_ADDR")]
-    addr: String,
+    pub(super) addr: String,
     /// A file holding the bearer token (one trailing newline is trimmed).
     /// Without it, the token is read from the TOOLGATE_TOKEN variable.
     #[arg(long)]
-    token_file: Option<PathBuf>,
+    pub(super) token_file: Option<PathBuf>,
     /// Deadline of each RPC (default 30s; 10m for a call that may ask
     /// questions on the terminal).
     #[arg(long, value_parser = humantime::parse_duration)]
-    timeout: Option<Duration>,
+    pub(super) timeout: Option<Duration>,
     /// Print machine-readable JSON instead of text.
     #[arg(long)]
-    json: bool,
+    pub(super) json: bool,
 }
 
 /// `toolgate tools` options.
@@ -98,7 +98,7 @@ pub struct CallArgs {
     task: bool,
 }
 
-fn token(connection: &Connection) -> Result<String, String> {
+pub(super) fn token(connection: &Connection) -> Result<String, String> {
     match &connection.token_file {
         Some(path) => {
             let mut text = std::fs::read_to_string(path)
@@ -118,7 +118,11 @@ fn token(connection: &Connection) -> Result<String, String> {
     }
 }
 
-fn request<T>(message: T, token: &str, timeout: Duration) -> Result<tonic::Request<T>, String> {
+pub(super) fn request<T>(
+    message: T,
+    token: &str,
+    timeout: Duration,
+) -> Result<tonic::Request<T>, String> {
     let mut request = tonic::Request::new(message);
     request.set_timeout(timeout);
     let value = format!("Bearer {token}")
@@ -128,7 +132,7 @@ fn request<T>(message: T, token: &str, timeout: Duration) -> Result<tonic::Reque
     Ok(request)
 }
 
-async fn connect(addr: &str) -> Result<ToolGatewayClient<Channel>, tonic::Status> {
+pub(super) async fn connect(addr: &str) -> Result<ToolGatewayClient<Channel>, tonic::Status> {
     let addr = if addr.contains("://") {
         addr.to_owned()
     } else {
@@ -145,7 +149,7 @@ async fn connect(addr: &str) -> Result<ToolGatewayClient<Channel>, tonic::Status
 }
 
 /// Prints a failed status and turns it into the exit code.
-fn fail(status: &tonic::Status, json: bool) -> ExitCode {
+pub(super) fn fail(status: &tonic::Status, json: bool) -> ExitCode {
     use tonic_types::StatusExt;
     let reason = status
         .get_details_error_info()
@@ -171,7 +175,7 @@ fn fail(status: &tonic::Status, json: bool) -> ExitCode {
     ExitCode::from(u8::try_from(status.code() as i32).unwrap_or(2))
 }
 
-fn usage(message: &str) -> ExitCode {
+pub(super) fn usage(message: &str) -> ExitCode {
     eprintln!("toolgate: {message}");
     ExitCode::from(EXIT_USAGE)
 }

@@ -10,6 +10,7 @@ pub mod client;
 pub mod conformance;
 pub mod demo;
 mod follow;
+mod offerings;
 mod prompt;
 pub mod subjects;
 
@@ -74,6 +75,14 @@ enum Command {
     Tools(client::ToolsArgs),
     /// Invoke one tool on a running gateway and print the result.
     Call(client::CallArgs),
+    /// List the resources and resource templates of a running gateway.
+    Resources(offerings::ResourcesArgs),
+    /// Read one resource of a server through a running gateway.
+    Read(offerings::ReadArgs),
+    /// List the prompts of a running gateway.
+    Prompts(offerings::PromptsArgs),
+    /// Render one prompt through a running gateway (arguments key=value).
+    Prompt(offerings::PromptArgs),
     /// Maintain the state store (upstream OAuth tokens).
     State {
         #[command(subcommand)]
@@ -135,6 +144,10 @@ pub fn main() -> ExitCode {
             }
             Command::Tools(args) => client::tools(args).await,
             Command::Call(args) => client::call(args).await,
+            Command::Resources(args) => offerings::resources(args).await,
+            Command::Read(args) => offerings::read(args).await,
+            Command::Prompts(args) => offerings::prompts(args).await,
+            Command::Prompt(args) => offerings::prompt(args).await,
             Command::ConformanceClient { url } => {
                 let guard = telemetry::init(cli.log_format.unwrap_or_default(), "info,rmcp=warn");
                 let code = match crate::cli::conformance::run(&url).await {

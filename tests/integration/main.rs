@@ -11,6 +11,7 @@ mod auth;
 mod binary;
 mod catalog;
 mod cli_input;
+mod cli_offerings;
 mod consent;
 mod docs;
 mod fixtures;
