@@ -66,6 +66,13 @@ pub(crate) struct Args {
     /// Only the figures of a call that asks one question and of a task.
     #[arg(long)]
     pub(crate) only_input: bool,
+    /// Skip the figures of ReadResource (1 MiB text and blob) and
+    /// ListPrompts (1,000 prompts).
+    #[arg(long)]
+    pub(crate) skip_offerings: bool,
+    /// Only the figures of ReadResource and ListPrompts.
+    #[arg(long)]
+    pub(crate) only_offerings: bool,
 }
 
 /// The internal servers the benchmark starts as child processes (each a
@@ -90,6 +97,8 @@ pub(crate) enum Cmd {
         #[arg(long)]
         http: Option<u16>,
     },
+    /// (internal) the resources-and-prompts server (stdio).
+    OfferingsServer,
     /// (internal) the bare tonic floor server.
     EchoServer {
         port: u16,

@@ -18,6 +18,8 @@ mod input;
 mod listing;
 mod measure;
 mod memory;
+mod offerings;
+mod offerings_server;
 mod paths;
 mod policy;
 mod policy_audit;
@@ -53,6 +55,7 @@ async fn main() -> anyhow::Result<()> {
             tls: None,
         }) => return upstream::serve_http(*port, *tools).await,
         Some(Cmd::AskServer { http: None }) => return ask_server::serve_stdio().await,
+        Some(Cmd::OfferingsServer) => return offerings_server::serve_stdio().await,
         Some(Cmd::AskServer { http: Some(port) }) => return ask_server::serve_http(*port).await,
         Some(Cmd::EchoServer { port, list_file }) => {
             return floor::serve(*port, list_file.as_deref()).await;
@@ -79,7 +82,12 @@ async fn main() -> anyhow::Result<()> {
     if args.only_http {
         return https::report(&args).await;
     }
-    if args.only_python || args.only_scale || args.only_policy_audit || args.only_input {
+    if args.only_python
+        || args.only_scale
+        || args.only_policy_audit
+        || args.only_input
+        || args.only_offerings
+    {
         println!("| target | figure | goal | |");
         println!("| --- | --- | --- | --- |");
         return extras(&args, true).await;
@@ -102,8 +110,8 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The Python-client, policy + audit, questions and tasks, and large-scale
-/// figures: those asked
+/// The Python-client, policy + audit, questions and tasks, resources and
+/// prompts, and large-scale figures: those asked
 /// for with `--only-*` when `only`, else those not skipped.
 async fn extras(args: &Args, only: bool) -> anyhow::Result<()> {
     if (only && args.only_python) || (!only && !args.skip_python) {
@@ -114,6 +122,9 @@ async fn extras(args: &Args, only: bool) -> anyhow::Result<()> {
     }
     if (only && args.only_input) || (!only && !args.skip_input) {
         input::report(args.rounds).await?;
+    }
+    if (only && args.only_offerings) || (!only && !args.skip_offerings) {
+        offerings::report(args.rounds).await?;
     }
     if (only && args.only_scale) || (!only && !args.skip_scale) {
         scale::report(args.scale_duration).await?;
