@@ -6,7 +6,8 @@
 //! Freshness of a listing ([`ListingCache`]):
 //! - the server gave `ttlMs`: reused for `min(ttlMs, MAX_LIST_AGE)`
 //!   (`ttlMs: 0`: never reused, except by requests that arrived while it
-//!   was being fetched);
+//!   was being fetched), and, when it declared `listChanged`, only until
+//!   it says the list changed;
 //! - no `ttlMs`, and the server declared `resources.listChanged`: reused
 //!   until the server says the list changed, or [`MAX_LIST_AGE`]. On a
 //!   2026-07-28 session the notice comes on a `subscriptions/listen`
@@ -127,9 +128,11 @@ pub struct ResourceListing {
     started: Instant,
     /// Until when it is reused, whatever else.
     fresh_until: Instant,
-    /// The list generation when its fetch began, when reuse ends at a
-    /// `list_changed`.
+    /// The list generation when its fetch began, when the server declared
+    /// `listChanged` (a notice ends reuse, `ttlMs` or not).
     generation: Option<u64>,
+    /// Reused until a notice (no `ttlMs`): only while notices can arrive.
+    until_notice: bool,
 }
 
 impl ResourceListing {
@@ -207,9 +210,8 @@ impl Session {
         let mut last = self.resources.last.lock().await;
         if let Some(listing) = last.as_ref() {
             let now = Instant::now();
-            let same_list = listing
-                .generation
-                .is_none_or(|g| g == *generation.borrow() && self.notices_arrive());
+            let same_list = listing.generation.is_none_or(|g| g == *generation.borrow())
+                && (!listing.until_notice || self.notices_arrive());
             // Fetched after this request arrived: as fresh as another fetch.
             if listing.started >= asked || (now < listing.fresh_until && same_list) {
                 return Ok(listing.clone());
@@ -225,10 +227,10 @@ impl Session {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        let (reuse, generation) = match ttl {
-            Some(ms) => (Duration::from_millis(ms).min(MAX_LIST_AGE), None),
-            None if list_changed => (MAX_LIST_AGE, Some(at_generation)),
-            None => (DEFAULT_LIST_TTL, None),
+        let reuse = match ttl {
+            Some(ms) => Duration::from_millis(ms).min(MAX_LIST_AGE),
+            None if list_changed => MAX_LIST_AGE,
+            None => DEFAULT_LIST_TTL,
         };
         let listing = Arc::new(ResourceListing {
             version: version_of(&resources, &templates),
@@ -236,7 +238,8 @@ impl Session {
             templates,
             started,
             fresh_until: started + reuse,
-            generation,
+            generation: list_changed.then_some(at_generation),
+            until_notice: list_changed && ttl.is_none(),
         });
         *last = Some(listing.clone());
         Ok(listing)

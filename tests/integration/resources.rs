@@ -1,0 +1,603 @@
+//! ListResources and ReadResource against real servers: server-everything
+//! (npm) over stdio and Streamable HTTP, including following the
+//! `resource_link` a tool returns; and `resources_server.py` on the Python
+//! `mcp` SDK on both revisions (`lifecycle: initialize` = 2025-11-25,
+//! `lifecycle: discover` = 2026-07-28): contents of 1 MiB as text and as a
+//! blob, templates, freshness (list_changed on both revisions, `ttlMs`),
+//! paging across 2,500 resources with a change mid-way, two servers with one
+//! URI, `max_result_bytes` (listed size and transport cap), redaction, not
+//! found, and a 2026-07-28 read that asks a question.
+
+use std::time::Duration;
+
+use serde_json::Value;
+use tonic::Code;
+use tonic::transport::Channel;
+use toolgate::pb;
+use toolgate::pb::tool_gateway_client::ToolGatewayClient;
+
+use crate::common::*;
+
+const TOKEN: &str = "acme-token";
+const MIB: usize = 1 << 20;
+
+/// A `servers[]` entry running `resources_server.py` over stdio.
+fn py_server(name: &str, lifecycle: &str, env: &[(&str, &str)], extra: &str) -> String {
+    let mut entry = format!(
+        "      - name: {name}\n        command: [\"{}\", \"{}\"]\n        lifecycle: {lifecycle}\n",
+        python().display(),
+        fixture("python/resources_server.py").display(),
+    );
+    if !env.is_empty() {
+        entry.push_str("        env:\n");
+        for (k, v) in env {
+            entry.push_str(&format!("          {k}: {v}\n"));
+        }
+    }
+    entry.push_str(extra);
+    entry
+}
+
+fn tenant(servers: &str, top: &str) -> String {
+    format!("{top}tenants:\n  - name: acme\n    tokens: [{TOKEN}]\n    servers:\n{servers}")
+}
+
+async fn list_resources(
+    client: &mut ToolGatewayClient<Channel>,
+    request: pb::ListResourcesRequest,
+) -> Result<pb::ListResourcesResponse, tonic::Status> {
+    client
+        .list_resources(authed(TOKEN, request))
+        .await
+        .map(tonic::Response::into_inner)
+}
+
+async fn read(
+    client: &mut ToolGatewayClient<Channel>,
+    server: &str,
+    uri: &str,
+) -> Result<pb::ReadResourceResponse, tonic::Status> {
+    client
+        .read_resource(authed(
+            TOKEN,
+            pb::ReadResourceRequest {
+                server: server.to_owned(),
+                uri: uri.to_owned(),
+                ..Default::default()
+            },
+        ))
+        .await
+        .map(tonic::Response::into_inner)
+}
+
+fn text(response: &pb::ReadResourceResponse) -> &str {
+    match &response.contents[0].data {
+        Some(pb::resource_contents::Data::Text(text)) => text,
+        other => panic!("not text: {other:?}"),
+    }
+}
+
+fn blob(response: &pb::ReadResourceResponse) -> &[u8] {
+    match &response.contents[0].data {
+        Some(pb::resource_contents::Data::Blob(bytes)) => bytes,
+        other => panic!("not a blob: {other:?}"),
+    }
+}
+
+/// Lists until server `server` is connected and lists resources (its
+/// session connects in the background), at most 30 s.
+async fn wait_resources(
+    client: &mut ToolGatewayClient<Channel>,
+    server: &str,
+) -> pb::ListResourcesResponse {
+    let started = std::time::Instant::now();
+    loop {
+        let listing = list_resources(client, pb::ListResourcesRequest::default())
+            .await
+            .expect("ListResources");
+        if listing
+            .servers
+            .iter()
+            .any(|s| s.name == server && s.state == i32::from(pb::ServerState::Connected))
+        {
+            return listing;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{server} never listed resources: {listing:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The server's request counts (`count` tool): list, templates, read.
+async fn counts(client: &mut ToolGatewayClient<Channel>, server: &str) -> Value {
+    let answer = invoke(client, TOKEN, &format!("{server}__count"), "{}")
+        .await
+        .expect("count");
+    serde_json::from_str(&answer.text).unwrap()
+}
+
+fn uris(listing: &pb::ListResourcesResponse) -> Vec<&str> {
+    listing.resources.iter().map(|r| r.uri.as_str()).collect()
+}
+
+/// server-everything: static documents and templates listed, text and
+/// blob reads, and a `resource_link` from a tool followed with the
+/// `server` it carries.
+async fn everything(yaml: &str) {
+    let gateway = TestGateway::start(yaml, &[]).await;
+    let mut client = gateway.client().await;
+    let listing = wait_resources(&mut client, "everything").await;
+    let docs: Vec<_> = uris(&listing)
+        .into_iter()
+        .filter(|u| u.starts_with("demo://resource/static/document/"))
+        .collect();
+    assert!(!docs.is_empty(), "{listing:?}");
+    let templates: Vec<_> = listing
+        .resource_templates
+        .iter()
+        .map(|t| t.uri_template.as_str())
+        .collect();
+    assert!(
+        templates.contains(&"demo://resource/dynamic/text/{resourceId}")
+            && templates.contains(&"demo://resource/dynamic/blob/{resourceId}"),
+        "{templates:?}"
+    );
+    assert!(listing.resources.iter().all(|r| r.server == "everything"));
+
+    let doc = read(&mut client, "everything", docs[0]).await.unwrap();
+    assert!(!text(&doc).is_empty());
+    assert_eq!(doc.contents[0].uri, docs[0]);
+
+    let dynamic = read(&mut client, "everything", "demo://resource/dynamic/text/7")
+        .await
+        .unwrap();
+    assert!(text(&dynamic).contains('7'), "{dynamic:?}");
+    let bytes = read(&mut client, "everything", "demo://resource/dynamic/blob/3")
+        .await
+        .unwrap();
+    assert!(!blob(&bytes).is_empty());
+
+    // The Done criterion: a worker follows a resource_link.
+    let answer = invoke(
+        &mut client,
+        TOKEN,
+        "everything__get-resource-links",
+        r#"{"count": 2}"#,
+    )
+    .await
+    .unwrap();
+    let links: Vec<_> = answer
+        .content
+        .iter()
+        .filter_map(|c| match &c.kind {
+            Some(pb::content::Kind::ResourceLink(link)) => Some(link.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(links.len(), 2, "{answer:?}");
+    for link in links {
+        assert_eq!(link.server, "everything");
+        let followed = read(&mut client, &link.server, &link.uri).await.unwrap();
+        assert_eq!(followed.contents[0].uri, link.uri);
+        assert!(followed.contents[0].data.is_some());
+    }
+
+    let unknown = read(&mut client, "nope", "demo://x").await.unwrap_err();
+    assert_eq!(unknown.code(), Code::NotFound);
+    assert_eq!(reason(&unknown), "SERVER_NOT_FOUND");
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn server_everything_over_stdio() {
+    let yaml = tenant(
+        &format!(
+            "      - name: everything\n        command: [\"{}\", \"{}\", \"stdio\"]\n",
+            node().display(),
+            everything_js().display()
+        ),
+        "",
+    );
+    everything(&yaml).await;
+}
+
+#[tokio::test]
+async fn server_everything_over_http() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_child, port) = start_everything_http(&dir.path().join("headers.log")).await;
+    let yaml = tenant(
+        &format!("      - name: everything\n        url: \"http://127.0.0.1:{port}/mcp\"\n"),
+        "",
+    );
+    everything(&yaml).await;
+}
+
+/// Text, 1 MiB text, 1 MiB blob, templates, not found, and
+/// `max_result_bytes` both ways, on one revision.
+async fn contents(lifecycle: &str) {
+    let servers = py_server("py", lifecycle, &[], "");
+    let yaml = tenant(&servers, "limits:\n  max_result_bytes: 1600000\n");
+    let gateway = TestGateway::start(&yaml, &[]).await;
+    let mut client = gateway.client().await;
+    let listing = wait_resources(&mut client, "py").await;
+    let listed = uris(&listing);
+    for uri in ["fixture://text", "fixture://big-blob", "num://item/2"] {
+        assert!(listed.contains(&uri), "{uri} in {listed:?}");
+    }
+    assert_eq!(listing.servers[0].resource_count as usize, listed.len());
+    let templates: Vec<_> = listing
+        .resource_templates
+        .iter()
+        .map(|t| t.uri_template.as_str())
+        .collect();
+    assert_eq!(templates, ["fixture://greet/{name}", "num://item/{i}"]);
+    let big = listing
+        .resources
+        .iter()
+        .find(|r| r.uri == "fixture://big-text")
+        .unwrap();
+    assert_eq!(big.size, Some(MIB as u64));
+    assert_eq!(big.mime_type, "text/plain");
+
+    let hello = read(&mut client, "py", "fixture://text").await.unwrap();
+    assert_eq!(text(&hello), "hello from resources");
+    assert_eq!(hello.contents[0].mime_type, "text/plain");
+    let big_text = read(&mut client, "py", "fixture://big-text").await.unwrap();
+    assert_eq!(text(&big_text).len(), MIB);
+    let big_blob = read(&mut client, "py", "fixture://big-blob").await.unwrap();
+    let expected: Vec<u8> = (0..MIB).map(|i| (i % 256) as u8).collect();
+    assert_eq!(blob(&big_blob), expected.as_slice());
+    assert_eq!(big_blob.contents[0].mime_type, "application/octet-stream");
+    let greeting = read(&mut client, "py", "fixture://greet/ada")
+        .await
+        .unwrap();
+    assert_eq!(text(&greeting), "hello ada");
+
+    let missing = read(&mut client, "py", "fixture://missing")
+        .await
+        .unwrap_err();
+    assert_eq!(missing.code(), Code::NotFound, "{missing:?}");
+    assert_eq!(reason(&missing), "RESOURCE_NOT_FOUND");
+
+    // Listed over max_result_bytes: refused at once, nothing sent.
+    let before = counts(&mut client, "py").await["read"].as_u64().unwrap();
+    let huge = read(&mut client, "py", "fixture://huge").await.unwrap_err();
+    assert_eq!(huge.code(), Code::ResourceExhausted, "{huge:?}");
+    assert_eq!(reason(&huge), "RESULT_TOO_LARGE");
+    let after = counts(&mut client, "py").await["read"].as_u64().unwrap();
+    assert_eq!(
+        before, after,
+        "a read listed over the bound reached the server"
+    );
+    // Not listed: the transport's cap stops it.
+    let unlisted = read(&mut client, "py", "fixture://unlisted-huge")
+        .await
+        .unwrap_err();
+    assert_eq!(unlisted.code(), Code::ResourceExhausted, "{unlisted:?}");
+    assert_eq!(reason(&unlisted), "RESULT_TOO_LARGE");
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn python_contents_2025_11_25() {
+    contents("initialize").await;
+}
+
+#[tokio::test]
+async fn python_contents_2026_07_28() {
+    contents("discover").await;
+}
+
+/// Waits (at most 30 s) until a listing holds `uri`.
+async fn wait_for_uri(client: &mut ToolGatewayClient<Channel>, uri: &str) {
+    let started = std::time::Instant::now();
+    loop {
+        let listing = list_resources(client, pb::ListResourcesRequest::default())
+            .await
+            .unwrap();
+        if uris(&listing).contains(&uri) {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{uri} never listed: {listing:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A server that declared listChanged: its listing is reused (one
+/// resources/list for many ListResources) until it says the list changed,
+/// then read again. 2025-11-25 gives no ttlMs; the 2026-07-28 server a
+/// long one (the SDK's default is 0: no reuse), which a notice cuts short.
+async fn list_changed(lifecycle: &str) {
+    let env: &[(&str, &str)] = if lifecycle == "discover" {
+        &[("RESOURCES_TTL_MS", "\"600000\"")]
+    } else {
+        &[]
+    };
+    let yaml = tenant(&py_server("py", lifecycle, env, ""), "");
+    let gateway = TestGateway::start(&yaml, &[]).await;
+    let mut client = gateway.client().await;
+    wait_resources(&mut client, "py").await;
+    // A 2026-07-28 listing made before the listen stream was acknowledged
+    // is read once more (a change in between would not have been heard).
+    let mut first = counts(&mut client, "py").await["list"].as_u64().unwrap();
+    for _ in 0..50 {
+        list_resources(&mut client, pb::ListResourcesRequest::default())
+            .await
+            .unwrap();
+        let now = counts(&mut client, "py").await["list"].as_u64().unwrap();
+        if now == first {
+            break;
+        }
+        first = now;
+    }
+    for _ in 0..3 {
+        list_resources(&mut client, pb::ListResourcesRequest::default())
+            .await
+            .unwrap();
+    }
+    let reused = counts(&mut client, "py").await["list"].as_u64().unwrap();
+    assert_eq!(first, reused, "a fresh listing was fetched again");
+    invoke(&mut client, TOKEN, "py__change_list", "{}")
+        .await
+        .unwrap();
+    wait_for_uri(&mut client, "fixture://added/0").await;
+    let relisted = counts(&mut client, "py").await["list"].as_u64().unwrap();
+    assert!(relisted > reused);
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn list_changed_2025_11_25() {
+    list_changed("initialize").await;
+}
+
+#[tokio::test]
+async fn list_changed_2026_07_28_on_a_listen_stream() {
+    list_changed("discover").await;
+}
+
+/// `ttlMs: 0` (2026-07-28): never reused, so each ListResources reaches
+/// the server (rmcp's own cache is off), and so does each read.
+#[tokio::test]
+async fn ttl_zero_lists_every_time_and_reads_are_never_cached() {
+    let yaml = tenant(
+        &py_server("py", "discover", &[("RESOURCES_TTL_MS", "\"0\"")], ""),
+        "",
+    );
+    let gateway = TestGateway::start(&yaml, &[]).await;
+    let mut client = gateway.client().await;
+    wait_resources(&mut client, "py").await;
+    let before = counts(&mut client, "py").await;
+    list_resources(&mut client, pb::ListResourcesRequest::default())
+        .await
+        .unwrap();
+    list_resources(&mut client, pb::ListResourcesRequest::default())
+        .await
+        .unwrap();
+    read(&mut client, "py", "fixture://text").await.unwrap();
+    read(&mut client, "py", "fixture://text").await.unwrap();
+    let after = counts(&mut client, "py").await;
+    assert_eq!(
+        after["list"].as_u64().unwrap(),
+        before["list"].as_u64().unwrap() + 2,
+        "{before} {after}"
+    );
+    assert_eq!(
+        after["templates"].as_u64().unwrap(),
+        before["templates"].as_u64().unwrap() + 2
+    );
+    assert_eq!(
+        after["read"].as_u64().unwrap(),
+        before["read"].as_u64().unwrap() + 2
+    );
+    gateway.shutdown().await;
+}
+
+/// Two servers offering one URI: each read reaches the server it names.
+#[tokio::test]
+async fn two_servers_one_uri() {
+    let servers = format!(
+        "{}{}",
+        py_server("a", "initialize", &[("RESOURCES_TAG", "alpha")], ""),
+        py_server("b", "discover", &[("RESOURCES_TAG", "beta")], "")
+    );
+    let gateway = TestGateway::start(&tenant(&servers, ""), &[]).await;
+    let mut client = gateway.client().await;
+    wait_resources(&mut client, "a").await;
+    wait_resources(&mut client, "b").await;
+    assert_eq!(
+        text(&read(&mut client, "a", "fixture://same").await.unwrap()),
+        "alpha"
+    );
+    assert_eq!(
+        text(&read(&mut client, "b", "fixture://same").await.unwrap()),
+        "beta"
+    );
+    // Filters: by server, by URI glob (over URIs and templates).
+    let only_b = list_resources(
+        &mut client,
+        pb::ListResourcesRequest {
+            servers: vec!["b".to_owned()],
+            uri_globs: vec!["fixture://greet/*".to_owned(), "fixture://s*".to_owned()],
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let listed: Vec<_> = only_b
+        .resources
+        .iter()
+        .map(|r| (r.server.as_str(), r.uri.as_str()))
+        .collect();
+    assert_eq!(listed, [("b", "fixture://same"), ("b", "fixture://secret")]);
+    let templates: Vec<_> = only_b
+        .resource_templates
+        .iter()
+        .map(|t| t.uri_template.as_str())
+        .collect();
+    assert_eq!(templates, ["fixture://greet/{name}"]);
+    assert_eq!(only_b.servers.len(), 1);
+    gateway.shutdown().await;
+}
+
+/// 2,500 resources (and the fixture's 7), listed upstream in pages of 500,
+/// handed out in pages of 1,000 with stateless tokens; a change of the
+/// list mid-way makes the next token PAGE_TOKEN_EXPIRED; a token for other
+/// filters, or a malformed one, is INVALID_PAGE_TOKEN.
+#[tokio::test]
+async fn paging_across_2500_resources() {
+    let env = [
+        ("RESOURCES_COUNT", "\"2500\""),
+        ("RESOURCES_PAGE", "\"500\""),
+        ("RESOURCES_TTL_MS", "\"0\""),
+    ];
+    let yaml = tenant(&py_server("py", "discover", &env, ""), "");
+    let gateway = TestGateway::start(&yaml, &[]).await;
+    let mut client = gateway.client().await;
+    wait_resources(&mut client, "py").await;
+    let page = |token: &str| pb::ListResourcesRequest {
+        page_size: 1000,
+        page_token: token.to_owned(),
+        ..Default::default()
+    };
+    let mut seen = Vec::new();
+    let mut token = String::new();
+    for number in 0..3 {
+        let listing = list_resources(&mut client, page(&token)).await.unwrap();
+        // Templates and statuses come with the first page only.
+        assert_eq!(listing.resource_templates.is_empty(), number > 0);
+        assert_eq!(listing.servers.is_empty(), number > 0);
+        if number == 0 {
+            assert_eq!(listing.servers[0].resource_count, 2507);
+        }
+        seen.extend(listing.resources.iter().map(|r| r.uri.clone()));
+        token = listing.next_page_token;
+        if number < 2 {
+            assert!(!token.is_empty());
+        }
+    }
+    assert!(token.is_empty(), "a fourth page");
+    assert_eq!(seen.len(), 2507);
+    let distinct: std::collections::HashSet<_> = seen.iter().collect();
+    assert_eq!(distinct.len(), 2507);
+
+    let first = list_resources(&mut client, page("")).await.unwrap();
+    let second = list_resources(&mut client, page(&first.next_page_token))
+        .await
+        .unwrap();
+    invoke(&mut client, TOKEN, "py__change_list", "{}")
+        .await
+        .unwrap();
+    let expired = list_resources(&mut client, page(&second.next_page_token))
+        .await
+        .unwrap_err();
+    assert_eq!(expired.code(), Code::FailedPrecondition, "{expired:?}");
+    assert_eq!(reason(&expired), "PAGE_TOKEN_EXPIRED");
+
+    let mut other = page(&first.next_page_token);
+    other.uri_globs = vec!["num://*".to_owned()];
+    let invalid = list_resources(&mut client, other).await.unwrap_err();
+    assert_eq!(invalid.code(), Code::InvalidArgument);
+    assert_eq!(reason(&invalid), "INVALID_PAGE_TOKEN");
+    let garbage = list_resources(&mut client, page("garbage!"))
+        .await
+        .unwrap_err();
+    assert_eq!(reason(&garbage), "INVALID_PAGE_TOKEN");
+    gateway.shutdown().await;
+}
+
+/// A configured credential the server echoes is redacted from text
+/// contents; blob bytes are handed out as they came.
+#[tokio::test]
+async fn credentials_are_redacted_from_text_not_blobs() {
+    const SECRET: &str = "s3cr3t-resource-credential";
+    let yaml = tenant(
+        &py_server(
+            "py",
+            "initialize",
+            &[("RESOURCES_SECRET", "{ env: RESOURCE_SECRET }")],
+            "",
+        ),
+        "",
+    );
+    let gateway = TestGateway::start(&yaml, &[("RESOURCE_SECRET", SECRET)]).await;
+    let mut client = gateway.client().await;
+    wait_resources(&mut client, "py").await;
+    let secret = read(&mut client, "py", "fixture://secret").await.unwrap();
+    let text = text(&secret);
+    assert!(!text.contains(SECRET), "{text}");
+    assert!(text.starts_with("token="), "{text}");
+    match &secret.contents[1].data {
+        Some(pb::resource_contents::Data::Blob(bytes)) => assert_eq!(bytes, SECRET.as_bytes()),
+        other => panic!("{other:?}"),
+    }
+    gateway.shutdown().await;
+}
+
+/// A 2026-07-28 read that asks a question: refused unless the worker
+/// accepts forms; else handed out with a sealed state, and the retry with
+/// the answer completes. A state sealed for the read never opens for a
+/// call (nor for another URI).
+#[tokio::test]
+async fn a_read_that_asks() {
+    let yaml = tenant(&py_server("py", "discover", &[], ""), "");
+    let gateway = TestGateway::start(&yaml, &[]).await;
+    let mut client = gateway.client().await;
+    wait_resources(&mut client, "py").await;
+    let refused = read(&mut client, "py", "fixture://ask").await.unwrap_err();
+    assert_eq!(reason(&refused), "INPUT_NOT_ACCEPTED", "{refused:?}");
+
+    let form = Some(pb::InputCapabilities {
+        form: true,
+        ..Default::default()
+    });
+    let ask = |uri: &str, state: &str, responses: Vec<pb::InputResponse>| {
+        authed(
+            TOKEN,
+            pb::ReadResourceRequest {
+                server: "py".to_owned(),
+                uri: uri.to_owned(),
+                accepts_input: form,
+                input_responses: responses,
+                request_state: state.to_owned(),
+            },
+        )
+    };
+    let asked = client
+        .read_resource(ask("fixture://ask", "", Vec::new()))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(asked.contents.is_empty());
+    let required = asked.input_required.expect("input_required");
+    assert_eq!(required.requests.len(), 1, "{required:?}");
+    let question = &required.requests[0];
+    let answer = vec![pb::InputResponse {
+        id: question.id.clone(),
+        action: pb::InputAction::Accept.into(),
+        content_json: r#"{"answer":"42"}"#.to_owned(),
+    }];
+    // The state is this read's only.
+    let other = client
+        .read_resource(ask(
+            "fixture://text",
+            &required.request_state,
+            answer.clone(),
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(other.code(), Code::InvalidArgument, "{other:?}");
+    assert_eq!(reason(&other), "REQUEST_STATE_OTHER_CALL");
+    let done = client
+        .read_resource(ask("fixture://ask", &required.request_state, answer))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(text(&done), "answer=42");
+    gateway.shutdown().await;
+}
