@@ -48,6 +48,9 @@ const LISTEN_BACKOFF: Duration = Duration::from_millis(500);
 /// The longest wait before a listen stream is opened again.
 const LISTEN_BACKOFF_MAX: Duration = Duration::from_secs(30);
 
+/// JSON-RPC "method not found".
+const METHOD_NOT_FOUND: i32 = -32601;
+
 /// How far a listing may go.
 #[derive(Debug, Clone, Copy)]
 pub struct ListBounds {
@@ -335,7 +338,7 @@ impl Session {
     ) -> Result<(Vec<ResourceTemplate>, Option<u64>), ListingError> {
         const METHOD: &str = "resources/templates/list";
         let mut all = Vec::new();
-        let ttl = self
+        let listed = self
             .pages(
                 METHOD,
                 bounds,
@@ -358,8 +361,17 @@ impl Session {
                     _ => Err(()),
                 },
             )
-            .await?;
-        Ok((all, ttl))
+            .await;
+        match listed {
+            Ok(ttl) => Ok((all, ttl)),
+            // Servers without templates may not serve the method at all
+            // (mcp-server-sqlite): no templates.
+            Err(ListingError::Upstream {
+                error: UpstreamError::JsonRpc { code, .. },
+                ..
+            }) if code == METHOD_NOT_FOUND => Ok((Vec::new(), None)),
+            Err(error) => Err(error),
+        }
     }
 
     /// Follows `nextCursor` to the end within `bounds.max_pages`, refusing

@@ -95,11 +95,11 @@ async fn wait_resources(
         let listing = list_resources(client, pb::ListResourcesRequest::default())
             .await
             .expect("ListResources");
-        if listing
-            .servers
-            .iter()
-            .any(|s| s.name == server && s.state == i32::from(pb::ServerState::Connected))
-        {
+        if listing.servers.iter().any(|s| {
+            s.name == server
+                && s.state == i32::from(pb::ServerState::Connected)
+                && s.error.is_empty()
+        }) {
             return listing;
         }
         assert!(
@@ -599,5 +599,50 @@ async fn a_read_that_asks() {
         .unwrap()
         .into_inner();
     assert_eq!(text(&done), "answer=42");
+    gateway.shutdown().await;
+}
+
+/// PyPI's `mcp-server-sqlite` (a reference server nobody here wrote;
+/// installed by tests/setup.sh into its own venv): its `memo://insights`
+/// listed and read, and read again after its `append_insight` tool
+/// changed it (reads are never cached).
+#[tokio::test]
+async fn reference_sqlite_server() {
+    let binary = repo_root().join(".venv-sqlite/bin/mcp-server-sqlite");
+    assert!(
+        binary.exists(),
+        "{} is missing: run tests/setup.sh first",
+        binary.display()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = tenant(
+        &format!(
+            "      - name: sqlite\n        command: [\"{}\", \"--db-path\", \"{}\"]\n",
+            binary.display(),
+            dir.path().join("test.db").display()
+        ),
+        "",
+    );
+    let gateway = TestGateway::start(&yaml, &[]).await;
+    let mut client = gateway.client().await;
+    let listing = wait_resources(&mut client, "sqlite").await;
+    assert_eq!(uris(&listing), ["memo://insights"]);
+    let memo = read(&mut client, "sqlite", "memo://insights")
+        .await
+        .unwrap();
+    assert!(text(&memo).contains("No business insights"), "{memo:?}");
+    assert_eq!(memo.contents[0].mime_type, "text/plain");
+    invoke(
+        &mut client,
+        TOKEN,
+        "sqlite__append_insight",
+        r#"{"insight": "resources reach workers"}"#,
+    )
+    .await
+    .unwrap();
+    let memo = read(&mut client, "sqlite", "memo://insights")
+        .await
+        .unwrap();
+    assert!(text(&memo).contains("resources reach workers"), "{memo:?}");
     gateway.shutdown().await;
 }
