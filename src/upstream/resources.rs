@@ -127,8 +127,8 @@ pub struct ResourceListing {
     /// A digest of the contents: equal listings have equal versions (page
     /// tokens carry it).
     pub version: String,
-    /// When its fetch began.
-    started: Instant,
+    /// When its fetch ended.
+    finished: Instant,
     /// Until when it is reused, whatever else.
     fresh_until: Instant,
     /// The list generation when its fetch began, when the server declared
@@ -215,8 +215,8 @@ impl Session {
             let now = Instant::now();
             let same_list = listing.generation.is_none_or(|g| g == *generation.borrow())
                 && (!listing.until_notice || self.notices_arrive());
-            // Fetched after this request arrived: as fresh as another fetch.
-            if listing.started >= asked || (now < listing.fresh_until && same_list) {
+            // Fetched while this request waited (single flight): shared.
+            if listing.finished >= asked || (now < listing.fresh_until && same_list) {
                 return Ok(listing.clone());
             }
         }
@@ -239,7 +239,7 @@ impl Session {
             version: version_of(&resources, &templates),
             resources,
             templates,
-            started,
+            finished: Instant::now(),
             fresh_until: started + reuse,
             generation: list_changed.then_some(at_generation),
             until_notice: list_changed && ttl.is_none(),

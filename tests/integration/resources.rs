@@ -646,3 +646,37 @@ async fn reference_sqlite_server() {
     assert!(text(&memo).contains("resources reach workers"), "{memo:?}");
     gateway.shutdown().await;
 }
+
+/// Concurrent ListResources share one fetch (`ttlMs: 0`: no reuse, but
+/// requests that arrive while a fetch runs wait for it): eight at once
+/// cost one `resources/list` (two, should one arrive just after).
+#[tokio::test]
+async fn concurrent_listings_share_one_fetch() {
+    let env = [
+        ("RESOURCES_TTL_MS", "\"0\""),
+        ("RESOURCES_LIST_DELAY_MS", "\"400\""),
+    ];
+    let yaml = tenant(&py_server("py", "discover", &env, ""), "");
+    let gateway = TestGateway::start(&yaml, &[]).await;
+    let mut client = gateway.client().await;
+    wait_resources(&mut client, "py").await;
+    let before = counts(&mut client, "py").await["list"].as_u64().unwrap();
+    let listings = (0..8).map(|_| {
+        let mut client = client.clone();
+        async move {
+            list_resources(&mut client, pb::ListResourcesRequest::default())
+                .await
+                .unwrap()
+        }
+    });
+    for listing in futures::future::join_all(listings).await {
+        assert!(uris(&listing).contains(&"fixture://text"));
+    }
+    let after = counts(&mut client, "py").await["list"].as_u64().unwrap();
+    assert!(
+        (1..=2).contains(&(after - before)),
+        "eight concurrent listings made {} fetches",
+        after - before
+    );
+    gateway.shutdown().await;
+}
