@@ -512,10 +512,14 @@ async fn paging_across_2500_resources() {
 }
 
 /// A configured credential the server echoes is redacted from text
-/// contents; blob bytes are handed out as they came.
+/// contents; blob bytes are handed out as they came. Each read is an
+/// audit record (`rpc: ReadResource`, server, redacted URI, outcome,
+/// bytes), written before the response leaves.
 #[tokio::test]
-async fn credentials_are_redacted_from_text_not_blobs() {
+async fn credentials_are_redacted_from_text_not_blobs_and_reads_are_audited() {
     const SECRET: &str = "s3cr3t-resource-credential";
+    let dir = tempfile::tempdir().unwrap();
+    let audit = dir.path().join("audit.jsonl");
     let yaml = tenant(
         &py_server(
             "py",
@@ -523,19 +527,52 @@ async fn credentials_are_redacted_from_text_not_blobs() {
             &[("RESOURCES_SECRET", "{ env: RESOURCE_SECRET }")],
             "",
         ),
-        "",
+        &format!("audit:\n  path: \"{}\"\n", audit.display()),
     );
     let gateway = TestGateway::start(&yaml, &[("RESOURCE_SECRET", SECRET)]).await;
     let mut client = gateway.client().await;
     wait_resources(&mut client, "py").await;
     let secret = read(&mut client, "py", "fixture://secret").await.unwrap();
-    let text = text(&secret);
-    assert!(!text.contains(SECRET), "{text}");
-    assert!(text.starts_with("token="), "{text}");
+    let answered = text(&secret);
+    assert!(!answered.contains(SECRET), "{answered}");
+    assert!(answered.starts_with("token="), "{answered}");
     match &secret.contents[1].data {
         Some(pb::resource_contents::Data::Blob(bytes)) => assert_eq!(bytes, SECRET.as_bytes()),
         other => panic!("{other:?}"),
     }
+    // A URI with the credential in it: redacted in the answer and in the
+    // audit record.
+    let greeting = read(&mut client, "py", &format!("fixture://greet/{SECRET}"))
+        .await
+        .unwrap();
+    assert!(!text(&greeting).contains(SECRET), "{greeting:?}");
+    assert!(!greeting.contents[0].uri.contains(SECRET), "{greeting:?}");
+    read(&mut client, "py", "fixture://missing").await.unwrap_err();
+
+    let records: Vec<Value> = std::fs::read_to_string(&audit)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .filter(|r: &Value| r["rpc"] == "ReadResource")
+        .collect();
+    assert_eq!(records.len(), 3, "{records:#?}");
+    let secret = &records[0];
+    assert_eq!(secret["kind"], "call");
+    assert_eq!(secret["tenant"], "acme");
+    assert_eq!(secret["server"], "py");
+    assert_eq!(secret["uri"], "fixture://secret");
+    assert_eq!(secret["outcome"], "ok");
+    assert_eq!(secret["sent"], true);
+    assert!(secret["bytes"].as_u64().unwrap() > 0, "{secret}");
+    assert!(secret.get("tool").is_none(), "{secret}");
+    let greeting = &records[1];
+    let uri = greeting["uri"].as_str().unwrap();
+    assert!(uri.starts_with("fixture://greet/") && !uri.contains(SECRET), "{uri}");
+    let missing = &records[2];
+    assert_eq!(missing["reason"], "RESOURCE_NOT_FOUND");
+    assert_eq!(missing["code"], "NOT_FOUND");
+    assert_eq!(missing["sent"], true);
+    assert!(!std::fs::read_to_string(&audit).unwrap().contains(SECRET));
     gateway.shutdown().await;
 }
 
