@@ -623,7 +623,7 @@ impl Reader<'_> {
                 if matches!(error, UpstreamError::Closed) || error.is_credential_failure() {
                     *sent = false;
                 }
-                return Err(self.failure(index, name, &target, &session, error));
+                return Err(self.failure(index, name, &target, error));
             }
         };
         let response = match outcome {
@@ -682,19 +682,19 @@ impl Reader<'_> {
         }
     }
 
-    /// The status of a failed read: no such resource (-32002, or -32602
-    /// from a 2026-07-28 server), a consent to give, or the server's
-    /// failure.
+    /// The status of a failed read: no such resource (-32002; or -32602,
+    /// which 2026-07-28 servers answer (SEP-2164) and so does the Python
+    /// SDK on 2025-11-25: a read's only parameter is its URI), a consent
+    /// to give, or the server's failure.
     fn failure(
         &self,
         index: usize,
         server: &str,
         target: &Target,
-        session: &Session,
         error: UpstreamError,
     ) -> CallError {
         if let UpstreamError::JsonRpc { code, .. } = &error
-            && (*code == RESOURCE_NOT_FOUND || (*code == INVALID_PARAMS && session.is_stateless()))
+            && (*code == RESOURCE_NOT_FOUND || *code == INVALID_PARAMS)
         {
             return CallError::ResourceNotFound {
                 server: server.to_owned(),
@@ -720,8 +720,9 @@ impl Reader<'_> {
 
 /// JSON-RPC "resource not found".
 const RESOURCE_NOT_FOUND: i32 = -32002;
-/// JSON-RPC "invalid params" (2026-07-28 servers' "resource not found" on
-/// `resources/read`, SEP-2164).
+/// JSON-RPC "invalid params": "resource not found" on `resources/read`
+/// from 2026-07-28 servers (SEP-2164), and from the Python SDK on both
+/// revisions.
 const INVALID_PARAMS: i32 = -32602;
 
 /// One part of a resource's contents: text as it came, a blob decoded.

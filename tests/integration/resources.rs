@@ -547,7 +547,9 @@ async fn credentials_are_redacted_from_text_not_blobs_and_reads_are_audited() {
         .unwrap();
     assert!(!text(&greeting).contains(SECRET), "{greeting:?}");
     assert!(!greeting.contents[0].uri.contains(SECRET), "{greeting:?}");
-    read(&mut client, "py", "fixture://missing").await.unwrap_err();
+    read(&mut client, "py", "fixture://missing")
+        .await
+        .unwrap_err();
 
     let records: Vec<Value> = std::fs::read_to_string(&audit)
         .unwrap()
@@ -567,7 +569,10 @@ async fn credentials_are_redacted_from_text_not_blobs_and_reads_are_audited() {
     assert!(secret.get("tool").is_none(), "{secret}");
     let greeting = &records[1];
     let uri = greeting["uri"].as_str().unwrap();
-    assert!(uri.starts_with("fixture://greet/") && !uri.contains(SECRET), "{uri}");
+    assert!(
+        uri.starts_with("fixture://greet/") && !uri.contains(SECRET),
+        "{uri}"
+    );
     let missing = &records[2];
     assert_eq!(missing["reason"], "RESOURCE_NOT_FOUND");
     assert_eq!(missing["code"], "NOT_FOUND");
@@ -715,5 +720,84 @@ async fn concurrent_listings_share_one_fetch() {
         "eight concurrent listings made {} fetches",
         after - before
     );
+    gateway.shutdown().await;
+}
+
+/// `message` as the tenant acting for end user `alice`.
+fn as_alice<T>(message: T) -> tonic::Request<T> {
+    let mut request = authed(TOKEN, message);
+    request
+        .metadata_mut()
+        .insert("x-toolgate-subject", "alice".parse().unwrap());
+    request
+}
+
+/// A per-user (OAuth `authorization_code`) server is listed and read on
+/// the subject's own session: before consent, ListResources shows that
+/// subject's authorization URL and ReadResource is
+/// UPSTREAM_AUTHORIZATION_REQUIRED with it; after consent the read reaches
+/// the server on the subject's session (the OAuth fixture lists no
+/// resources: RESOURCE_NOT_FOUND, from the server's -32602) and the
+/// listing shows the server connected.
+#[tokio::test]
+async fn per_user_servers_use_the_subjects_session() {
+    use crate::oauth::{authorization_url, config, consent, env, unconfirmed, upstream};
+    let upstream = upstream(3600);
+    let dir = tempfile::tempdir().unwrap();
+    let state_url = format!("sqlite://{}/state.db", dir.path().display());
+    let consent_port = free_port();
+    let yaml = unconfirmed(&config(&upstream, &state_url, consent_port));
+    let gateway = TestGateway::start(&yaml, &env()).await;
+    let mut client = gateway.client().await;
+    let read_docs = || {
+        as_alice(pb::ReadResourceRequest {
+            server: "docs".to_owned(),
+            uri: "docs://any".to_owned(),
+            ..Default::default()
+        })
+    };
+    let listing = client
+        .list_resources(as_alice(pb::ListResourcesRequest::default()))
+        .await
+        .unwrap()
+        .into_inner();
+    let docs = listing
+        .servers
+        .iter()
+        .find(|s| s.name == "docs")
+        .unwrap_or_else(|| panic!("{listing:?}"));
+    assert_eq!(
+        docs.state,
+        i32::from(pb::ServerState::AuthorizationRequired),
+        "{docs:?}"
+    );
+    assert!(!docs.authorization_url.is_empty());
+    let refused = client.read_resource(read_docs()).await.unwrap_err();
+    assert_eq!(refused.code(), Code::FailedPrecondition, "{refused:?}");
+    assert_eq!(reason(&refused), "UPSTREAM_AUTHORIZATION_REQUIRED");
+    let url = authorization_url(&refused);
+    let (code, page) = consent(&url, "alice", consent_port).await;
+    assert_eq!(code, 200, "{page}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let missing = loop {
+        let status = client.read_resource(read_docs()).await.unwrap_err();
+        if status.code() != Code::Unavailable || std::time::Instant::now() > deadline {
+            break status;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(reason(&missing), "RESOURCE_NOT_FOUND", "{missing:?}");
+    let listing = client
+        .list_resources(as_alice(pb::ListResourcesRequest::default()))
+        .await
+        .unwrap()
+        .into_inner();
+    let docs = listing.servers.iter().find(|s| s.name == "docs").unwrap();
+    assert_eq!(
+        docs.state,
+        i32::from(pb::ServerState::Connected),
+        "{docs:?}"
+    );
+    assert!(docs.authorization_url.is_empty() && docs.error.is_empty());
     gateway.shutdown().await;
 }
