@@ -214,10 +214,35 @@ async fn server_everything_over_http() {
     everything(&yaml).await;
 }
 
+/// `resources_server.py` over Streamable HTTP on a free port, and its
+/// `servers[]` entry.
+async fn py_http(name: &str, lifecycle: &str) -> (ChildGuard, String) {
+    let port = free_port();
+    let child = std::process::Command::new(python())
+        .arg(fixture("python/resources_server.py"))
+        .args(["http", &port.to_string()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let child = ChildGuard(child);
+    wait_for_port(port).await;
+    let entry = format!(
+        "      - name: {name}\n        url: \"http://127.0.0.1:{port}/mcp\"\n        lifecycle: {lifecycle}\n"
+    );
+    (child, entry)
+}
+
 /// Text, 1 MiB text, 1 MiB blob, templates, not found, and
-/// `max_result_bytes` both ways, on one revision.
-async fn contents(lifecycle: &str) {
-    let servers = py_server("py", lifecycle, &[], "");
+/// `max_result_bytes` both ways, on one revision, over stdio or (`http`)
+/// Streamable HTTP.
+async fn contents(lifecycle: &str, http: bool) {
+    let (_child, servers) = if http {
+        let (child, entry) = py_http("py", lifecycle).await;
+        (Some(child), entry)
+    } else {
+        (None, py_server("py", lifecycle, &[], ""))
+    };
     let yaml = tenant(&servers, "limits:\n  max_result_bytes: 1600000\n");
     let gateway = TestGateway::start(&yaml, &[]).await;
     let mut client = gateway.client().await;
@@ -271,23 +296,43 @@ async fn contents(lifecycle: &str) {
         before, after,
         "a read listed over the bound reached the server"
     );
-    // Not listed: the transport's cap stops it.
+    // Not listed: the transport's cap stops it. (An SSE event over the cap,
+    // as 2025-11-25 Streamable HTTP answers, costs the session, as it does
+    // for a tool's result: docs/configuration.md, `max_result_bytes`.)
     let unlisted = read(&mut client, "py", "fixture://unlisted-huge")
         .await
         .unwrap_err();
-    assert_eq!(unlisted.code(), Code::ResourceExhausted, "{unlisted:?}");
-    assert_eq!(reason(&unlisted), "RESULT_TOO_LARGE");
+    if http && lifecycle == "initialize" {
+        assert_eq!(
+            reason(&unlisted),
+            "UPSTREAM_CONNECTION_LOST",
+            "{unlisted:?}"
+        );
+    } else {
+        assert_eq!(unlisted.code(), Code::ResourceExhausted, "{unlisted:?}");
+        assert_eq!(reason(&unlisted), "RESULT_TOO_LARGE");
+    }
     gateway.shutdown().await;
 }
 
 #[tokio::test]
 async fn python_contents_2025_11_25() {
-    contents("initialize").await;
+    contents("initialize", false).await;
+}
+
+#[tokio::test]
+async fn python_contents_2025_11_25_over_http() {
+    contents("initialize", true).await;
+}
+
+#[tokio::test]
+async fn python_contents_2026_07_28_over_http() {
+    contents("discover", true).await;
 }
 
 #[tokio::test]
 async fn python_contents_2026_07_28() {
-    contents("discover").await;
+    contents("discover", false).await;
 }
 
 /// Waits (at most 30 s) until a listing holds `uri`.
@@ -799,5 +844,37 @@ async fn per_user_servers_use_the_subjects_session() {
         "{docs:?}"
     );
     assert!(docs.authorization_url.is_empty() && docs.error.is_empty());
+    gateway.shutdown().await;
+}
+
+/// A server whose list breaks `limits.max_resources_per_server` (resources
+/// and templates together) has its resources refused, the status saying
+/// which bound; its reads still work (they need no list).
+#[tokio::test]
+async fn a_list_over_the_bound_is_refused_with_its_reason() {
+    let yaml = tenant(
+        &py_server("py", "initialize", &[], ""),
+        "limits:\n  max_resources_per_server: 11\n",
+    );
+    let gateway = TestGateway::start(&yaml, &[]).await;
+    let mut client = gateway.client().await;
+    let started = std::time::Instant::now();
+    let status = loop {
+        let listing = list_resources(&mut client, pb::ListResourcesRequest::default())
+            .await
+            .unwrap();
+        if let Some(status) = listing.servers.iter().find(|s| !s.error.is_empty()) {
+            assert!(listing.resources.is_empty() && listing.resource_templates.is_empty());
+            break status.clone();
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "{listing:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        status.error.contains("limits.max_resources_per_server"),
+        "{status:?}"
+    );
+    let hello = read(&mut client, "py", "fixture://text").await.unwrap();
+    assert_eq!(text(&hello), "hello from resources");
     gateway.shutdown().await;
 }
