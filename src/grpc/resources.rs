@@ -42,6 +42,10 @@ pub(super) async fn list(
     let (caller, subject) = super::caller_of(&request);
     let span = super::rpc_span("ListResources", &tenant.name);
     crate::telemetry::trace::continue_caller_trace(&span, request.metadata());
+    // Servers still connecting settle first (within the caller's
+    // deadline, at most 10 s), as for ListTools.
+    let wait = super::settle_wait(&request);
+    tenant.settled_catalog(wait).instrument(span.clone()).await;
     let request = request.into_inner();
     let lister = Lister {
         tenant: &tenant,

@@ -878,3 +878,24 @@ async fn a_list_over_the_bound_is_refused_with_its_reason() {
     assert_eq!(text(&hello), "hello from resources");
     gateway.shutdown().await;
 }
+
+/// A read whose response is over `limits.max_message_bytes` is refused
+/// (RESOURCE_EXHAUSTED / RESULT_TOO_LARGE), one under it is not.
+#[tokio::test]
+async fn a_read_over_max_message_bytes_is_refused() {
+    let yaml = tenant(
+        &py_server("py", "initialize", &[], ""),
+        "limits:\n  max_message_bytes: 600000\n",
+    );
+    let gateway = TestGateway::start(&yaml, &[]).await;
+    let mut client = gateway.client().await;
+    wait_resources(&mut client, "py").await;
+    let big = read(&mut client, "py", "fixture://big-text")
+        .await
+        .unwrap_err();
+    assert_eq!(big.code(), Code::ResourceExhausted, "{big:?}");
+    assert_eq!(reason(&big), "RESULT_TOO_LARGE");
+    assert!(big.message().contains("max_message_bytes"), "{big:?}");
+    read(&mut client, "py", "fixture://text").await.unwrap();
+    gateway.shutdown().await;
+}
