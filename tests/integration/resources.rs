@@ -184,6 +184,28 @@ async fn everything(yaml: &str) {
         assert!(followed.contents[0].data.is_some());
     }
 
+    // A resource the server adds (a session resource): its
+    // notifications/resources/list_changed makes the next listing show it.
+    let gzipped = invoke(
+        &mut client,
+        TOKEN,
+        "everything__gzip-file-as-resource",
+        r#"{"name": "hello.gz", "data": "data:text/plain;base64,aGVsbG8gcmVzb3VyY2Vz"}"#,
+    )
+    .await
+    .unwrap();
+    let link = gzipped
+        .content
+        .iter()
+        .find_map(|c| match &c.kind {
+            Some(pb::content::Kind::ResourceLink(link)) => Some(link.clone()),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("{gzipped:?}"));
+    wait_for_uri(&mut client, &link.uri).await;
+    let gz = read(&mut client, "everything", &link.uri).await.unwrap();
+    assert_eq!(&blob(&gz)[..2], b"\x1f\x8b", "{gz:?}");
+
     let unknown = read(&mut client, "nope", "demo://x").await.unwrap_err();
     assert_eq!(unknown.code(), Code::NotFound);
     assert_eq!(reason(&unknown), "SERVER_NOT_FOUND");
