@@ -921,3 +921,53 @@ async fn a_read_over_max_message_bytes_is_refused() {
     read(&mut client, "py", "fixture://text").await.unwrap();
     gateway.shutdown().await;
 }
+
+/// `ttlMs` (2026-07-28): the listing is reused while it is fresh and read
+/// again once it is not.
+#[tokio::test]
+async fn a_listing_is_read_again_when_its_ttl_ends() {
+    let yaml = tenant(
+        &py_server("py", "discover", &[("RESOURCES_TTL_MS", "\"3000\"")], ""),
+        "",
+    );
+    let gateway = TestGateway::start(&yaml, &[]).await;
+    let mut client = gateway.client().await;
+    wait_resources(&mut client, "py").await;
+    let list_count = |client: &mut ToolGatewayClient<Channel>| {
+        let mut client = client.clone();
+        async move {
+            list_resources(&mut client, pb::ListResourcesRequest::default())
+                .await
+                .unwrap();
+            counts(&mut client, "py").await["list"].as_u64().unwrap()
+        }
+    };
+    // Until a listing has just been read (the listen stream's first
+    // acknowledgement also ends the first one).
+    let started = std::time::Instant::now();
+    let mut last = list_count(&mut client).await;
+    let fetched = loop {
+        let now = list_count(&mut client).await;
+        if now != last {
+            break now;
+        }
+        last = now;
+        assert!(started.elapsed() < Duration::from_secs(30));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let fetched_at = std::time::Instant::now();
+    assert_eq!(list_count(&mut client).await, fetched, "reused while fresh");
+    let refetched = loop {
+        let now = list_count(&mut client).await;
+        if now > fetched {
+            break fetched_at.elapsed();
+        }
+        assert!(
+            fetched_at.elapsed() < Duration::from_secs(30),
+            "never read again"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(refetched >= Duration::from_secs(2), "{refetched:?}");
+    gateway.shutdown().await;
+}
