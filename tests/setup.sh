@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs what toolgate's integration tests need, relative to the repo root:
 #   * <repo>/.venv                      Python venv with tests/fixtures/python/requirements.txt
+#   * <repo>/.venv-sqlite               mcp-server-sqlite (a reference server with resources;
+#                                       it needs mcp 1.x) from requirements-sqlite.txt
 #   * <repo>/tests/fixtures/node/node_modules   from package.json + package-lock.json (npm ci)
 #   * PostgreSQL 15 (Debian's postgresql-15, for the state store tests), when
 #     /usr/lib/postgresql/15/bin/initdb is missing; the tests start their own
@@ -23,6 +25,9 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PY_REQ="$ROOT/tests/fixtures/python/requirements.txt"
 VENV="$ROOT/.venv"
 VENV_STAMP="$VENV/.toolgate-setup-stamp"
+SQLITE_REQ="$ROOT/tests/fixtures/python/requirements-sqlite.txt"
+SQLITE_VENV="$ROOT/.venv-sqlite"
+SQLITE_STAMP="$SQLITE_VENV/.toolgate-setup-stamp"
 NODE_DIR="$ROOT/tests/fixtures/node"
 NODE_STAMP="$NODE_DIR/node_modules/.toolgate-setup-stamp"
 PYTHON="${PYTHON:-python3}"
@@ -87,6 +92,20 @@ else
   "$VENV/bin/python" -c 'import mcp, grpc, grpc_status, grpc_tools.protoc, google.protobuf, selenium, fastmcp, fastmcp_tasks, docket'
   printf '%s\n' "$py_hash" >"$VENV_STAMP"
   log "python venv ready"
+fi
+
+# ---- mcp-server-sqlite (its own venv: it needs mcp 1.x) ----------------------
+sqlite_hash="$(hash_of "$SQLITE_REQ" "$("$PYTHON" -c 'import sys; print(sys.version)')")"
+if [[ -x "$SQLITE_VENV/bin/mcp-server-sqlite" && -f "$SQLITE_STAMP" && "$(cat "$SQLITE_STAMP")" == "$sqlite_hash" ]]; then
+  log "mcp-server-sqlite venv up to date ($SQLITE_VENV)"
+else
+  log "creating the mcp-server-sqlite venv at $SQLITE_VENV"
+  rm -rf "$SQLITE_VENV"
+  "$PYTHON" -m venv "$SQLITE_VENV"
+  PIP_DISABLE_PIP_VERSION_CHECK=1 "$SQLITE_VENV/bin/pip" install --quiet --no-input -r "$SQLITE_REQ"
+  [[ -x "$SQLITE_VENV/bin/mcp-server-sqlite" ]] || { log "mcp-server-sqlite installed no executable"; exit 1; }
+  printf '%s\n' "$sqlite_hash" >"$SQLITE_STAMP"
+  log "mcp-server-sqlite venv ready"
 fi
 
 # ---- Node packages ---------------------------------------------------------

@@ -73,7 +73,6 @@ pub struct Session {
     /// OAuth bearer tokens, when the server takes them.
     bearer: Option<Bearer>,
     /// The server's resource list, as last read ([`resources`]).
-    #[allow(dead_code)] // Until ListResources reads it (issue 20, in progress).
     resources: resources::ListingCache,
 }
 

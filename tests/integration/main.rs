@@ -31,6 +31,7 @@ mod policy;
 mod processes;
 mod redaction;
 mod reload;
+mod resources;
 mod routing;
 mod search;
 mod state;
