@@ -7,6 +7,7 @@
 mod auth_layer;
 mod call;
 mod call_audit;
+mod complete;
 mod consent;
 pub mod convert;
 pub mod drain;
@@ -23,7 +24,6 @@ mod resources;
 pub mod status;
 mod stream;
 mod tasks;
-#[allow(dead_code)] // Until ReadResource and GetPrompt use it (issue 20, in progress).
 mod upstream_session;
 mod watch_resource;
 
@@ -416,7 +416,7 @@ impl server::tool_gateway_server::ToolGateway for Gateway {
         &self,
         request: Request<pb::CompleteRequest>,
     ) -> Result<Response<pb::CompleteResponse>, Status> {
-        prompts::complete(self, request).await.map(Response::new)
+        complete::complete(self, request).await.map(Response::new)
     }
 }
 

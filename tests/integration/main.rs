@@ -11,6 +11,7 @@ mod auth;
 mod binary;
 mod catalog;
 mod cli_input;
+mod complete;
 mod consent;
 mod docs;
 mod fixtures;
