@@ -348,6 +348,13 @@ fn resource_glob(text: &str) -> Result<(Glob, Glob), GlobError> {
              (`docs:file:///public/**`, `*:**` for every resource)"
         )));
     };
+    if uri.starts_with("//") {
+        // `file:///etc/passwd`: a URI with no server before it.
+        return Err(GlobError::Shape(format!(
+            "`{text}` reads as server `{server}` and URI `{uri}`: a resource glob names the \
+             server first (`<server>:{text}`)"
+        )));
+    }
     if server.is_empty() || uri.is_empty() {
         return Err(GlobError::Shape(format!(
             "`{text}` has an empty {} glob (`*` for any server, `**` for any URI)",

@@ -299,7 +299,7 @@ mod tests {
                     None,
                 ),
                 resources(Effect::Deny, &["docs:ok", ":file:///x", "docs:"], None),
-                resources(Effect::Allow, &["docs:[unclosed"], None),
+                resources(Effect::Allow, &["docs:[unclosed", "file:///etc/passwd"], None),
                 resources(Effect::Deny, &[], None),
                 resources(Effect::Deny, &["*:**"], Some("resources.uri == ''")),
             ],
@@ -313,6 +313,7 @@ mod tests {
                 "tenants[0].policy[2].deny_resources[1]",
                 "tenants[0].policy[2].deny_resources[2]",
                 "tenants[0].policy[3].allow_resources[0]",
+                "tenants[0].policy[3].allow_resources[1]",
                 "tenants[0].policy[4].deny_resources",
                 "tenants[0].policy[5].when",
             ]
@@ -329,7 +330,8 @@ mod tests {
             "{}",
             errors[3]
         );
-        assert!(errors[5].message.contains("`resources`"), "{}", errors[5]);
+        assert!(errors[4].message.contains("server first"), "{}", errors[4]);
+        assert!(errors[6].message.contains("`resources`"), "{}", errors[6]);
     }
 
     #[test]

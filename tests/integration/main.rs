@@ -28,6 +28,7 @@ mod oauth_oidc;
 mod oauth_redaction;
 mod ops;
 mod policy;
+mod policy_targets;
 mod processes;
 mod redaction;
 mod reload;
