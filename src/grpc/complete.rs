@@ -372,7 +372,15 @@ async fn route(
             })
         }
         Some(pb::complete_request::Ref::ResourceTemplate(template)) => {
-            let (tenant, _) = resolved(authenticated, authenticated.catalog())?;
+            // A server still connecting may be the one named: wait for it
+            // (within the caller's deadline), as a call does.
+            let mut catalog = authenticated.catalog();
+            if catalog.is_settling() {
+                catalog = authenticated
+                    .settled_catalog(settle_wait(context.caller_deadline))
+                    .await;
+            }
+            let (tenant, _) = resolved(authenticated, catalog)?;
             let Some(index) = tenant.servers().position(|s| s.name == template.server) else {
                 return Err(CallError::ServerNotFound {
                     server: quoted(&template.server).into_owned(),
@@ -413,12 +421,18 @@ async fn resolve(
 ) -> Result<(Arc<Tenant>, SharedCatalog), CallError> {
     let mut catalog = authenticated.catalog();
     if catalog.prompt(name).is_none() && catalog.is_settling() {
-        let wait = caller_deadline
-            .unwrap_or(LIST_SETTLE_WAIT)
-            .min(LIST_SETTLE_WAIT);
-        catalog = authenticated.settled_catalog(wait).await;
+        catalog = authenticated
+            .settled_catalog(settle_wait(caller_deadline))
+            .await;
     }
     resolved(authenticated, catalog)
+}
+
+/// How long a completion waits for servers still connecting.
+fn settle_wait(caller_deadline: Option<Duration>) -> Duration {
+    caller_deadline
+        .unwrap_or(LIST_SETTLE_WAIT)
+        .min(LIST_SETTLE_WAIT)
 }
 
 /// `catalog` with the tenant object that built it (a reload may have

@@ -282,3 +282,71 @@ async fn a_prompt_argument_completes_with_the_others_as_context() {
     );
     gateway.shutdown().await;
 }
+
+/// The Python SDK's completion server over stdio, as `initialize` (2025-11-25)
+/// and `discover` (2026-07-28), its `API_KEY` a configured credential.
+fn python_yaml() -> String {
+    let entry = |name: &str, lifecycle: &str| {
+        format!(
+            "      - name: {name}\n        lifecycle: {lifecycle}\n        command: [\"{}\", \"{}\"]\n        env:\n          API_KEY: {{ env: NOTES_KEY }}\n",
+            python().display(),
+            fixture("python/completion_server.py").display()
+        )
+    };
+    format!(
+        "tenants:\n  - name: acme\n    tokens: [{TOKEN}]\n    servers:\n{}{}",
+        entry("old", "initialize"),
+        entry("new", "discover")
+    )
+}
+
+#[tokio::test]
+async fn python_sdk_completions_on_both_revisions_are_bounded_and_redacted() {
+    let gateway = TestGateway::start(&python_yaml(), &[("NOTES_KEY", "notes-secret-4711")]).await;
+    let mut client = gateway.client().await;
+    let notes = "notes://{owner}/{id}";
+    for server in ["old", "new"] {
+        let owners = complete(&mut client, template(server, notes, "owner", "")).await;
+        let owners = owners.unwrap_or_else(|e| panic!("{server}: {e:?}"));
+        assert_eq!(owners.values, ["alice", "bob", "carol"], "{server}");
+        let b = complete(&mut client, template(server, notes, "owner", "b"))
+            .await
+            .unwrap();
+        assert_eq!(b.values, ["bob"], "{server}");
+        // The context reaches the server; its total and has_more are kept.
+        let mut ids = template(server, notes, "id", "");
+        ids.context_arguments
+            .insert("owner".to_owned(), "carol".to_owned());
+        let ids = complete(&mut client, ids).await.unwrap();
+        assert_eq!(ids.values.len(), 100, "{server}");
+        assert_eq!(ids.values[0], "carol-0");
+        assert_eq!(ids.values[99], "carol-99");
+        assert_eq!((ids.total, ids.has_more), (Some(150), true), "{server}");
+        if server == "old" {
+            // More than 100 values (which the SDK sends only at 2025-11-25):
+            // the first 100, has_more, and their number as the total.
+            let over = complete(&mut client, template(server, notes, "over", ""))
+                .await
+                .unwrap();
+            assert_eq!(over.values.len(), 100);
+            assert_eq!(over.values[99], "v99");
+            assert_eq!((over.total, over.has_more), (Some(150), true));
+        }
+        // A configured credential never leaves; a long value is cut to 1 KiB.
+        let secret = complete(&mut client, template(server, notes, "secret", ""))
+            .await
+            .unwrap();
+        assert_eq!(secret.values.len(), 1);
+        assert!(secret.values[0].starts_with("key="), "{:?}", secret.values);
+        assert!(
+            !secret.values[0].contains("notes-secret-4711"),
+            "{:?}",
+            secret.values
+        );
+        let long = complete(&mut client, template(server, notes, "long", ""))
+            .await
+            .unwrap();
+        assert_eq!(long.values, ["x".repeat(1024)], "{server}");
+    }
+    gateway.shutdown().await;
+}
