@@ -350,3 +350,56 @@ async fn python_sdk_completions_on_both_revisions_are_bounded_and_redacted() {
     }
     gateway.shutdown().await;
 }
+
+/// Completes `subject://{name}` of the per-user server `docs` for
+/// `subject`.
+async fn complete_for(
+    client: &mut Client,
+    subject: &str,
+) -> Result<pb::CompleteResponse, tonic::Status> {
+    let mut request = authed(
+        "acme-token",
+        template("docs", "subject://{name}", "name", ""),
+    );
+    request
+        .metadata_mut()
+        .insert("x-toolgate-subject", subject.parse().unwrap());
+    client
+        .complete(request)
+        .await
+        .map(tonic::Response::into_inner)
+}
+
+#[tokio::test]
+async fn a_per_user_server_completes_with_the_subjects_own_credential() {
+    use crate::oauth::{Scratch, authorization_url, config, consent_confirmed, env, upstream};
+    let upstream = upstream(3600);
+    let Scratch {
+        dir: _dir,
+        state_url,
+        ..
+    } = Scratch::new();
+    let consent_port = free_port();
+    let gateway = TestGateway::start(&config(&upstream, &state_url, consent_port), &env()).await;
+    let mut client = gateway.client().await;
+    // Alice has not consented: her link, and nothing sent.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        match complete_for(&mut client, "alice").await {
+            Err(status)
+                if status.code() == tonic::Code::Unavailable && Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            other => break other.expect_err("alice must consent first"),
+        }
+    };
+    let url = authorization_url(&status);
+    consent_confirmed(&mut client, &url, "alice", consent_port).await;
+    // Her completion carries her token; Bob's never borrows it.
+    let answer = complete_for(&mut client, "alice").await.expect("Complete");
+    assert_eq!(answer.values, ["alice"]);
+    let bob = complete_for(&mut client, "bob").await.unwrap_err();
+    authorization_url(&bob);
+    gateway.shutdown().await;
+}
