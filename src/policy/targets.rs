@@ -299,7 +299,11 @@ mod tests {
                     None,
                 ),
                 resources(Effect::Deny, &["docs:ok", ":file:///x", "docs:"], None),
-                resources(Effect::Allow, &["docs:[unclosed", "file:///etc/passwd"], None),
+                resources(
+                    Effect::Allow,
+                    &["docs:[unclosed", "file:///etc/passwd"],
+                    None,
+                ),
                 resources(Effect::Deny, &[], None),
                 resources(Effect::Deny, &["*:**"], Some("resources.uri == ''")),
             ],
@@ -356,6 +360,10 @@ mod tests {
         assert!(!view.allows_prompt_name(&catalog, "b__review"));
         assert!(!view.allows_prompt_name(&catalog, "b__nothing"));
         assert!(!view.sees_every_prompt());
+        // A view that hides a prompt is not "everything", though it hides
+        // no tool: a listing that skips views would show the prompt.
+        assert!(view.is_empty(), "the catalog has no tool");
+        assert!(!view.is_everything());
         let ops_view = crate::policy::caller_view(&policy, &catalog, &caller, &ops);
         assert_eq!(ops_view.prompt_count(), 2);
         assert_ne!(ops_view.prompts_version(), view.prompts_version());

@@ -200,10 +200,10 @@ impl View {
             .map(|(_, tool)| tool)
     }
 
-    /// Whether the caller sees every tool, withheld ones included (its
-    /// view is the catalog).
+    /// Whether the caller sees every tool and every prompt, withheld ones
+    /// included (its view is the catalog, and a listing may skip it).
     pub fn is_everything(&self) -> bool {
-        self.count == self.total && self.hidden_withheld.is_empty()
+        self.count == self.total && self.hidden_withheld.is_empty() && self.sees_every_prompt()
     }
 
     /// Whether the withheld tool `name` is hidden from the caller (it may
