@@ -45,3 +45,21 @@ pub struct WithheldPrompt {
     /// The approved hash, when the prompt changed since its approval.
     pub approved_hash: Option<String>,
 }
+
+#[cfg(test)]
+impl super::Catalog {
+    /// This catalog with `prompts` (sorted by name) as its prompts, for
+    /// the tests of other rooms (policy views) until catalogs are built
+    /// with prompts.
+    pub(crate) fn with_test_prompts(mut self, mut prompts: Vec<CatalogPrompt>) -> Self {
+        prompts.sort_by(|a, b| a.name.cmp(&b.name));
+        self.prompt_index = prompts
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (p.name.clone(), i))
+            .collect();
+        self.prompts_version = format!("all-{}", prompts.len());
+        self.prompts = prompts;
+        self
+    }
+}

@@ -1,27 +1,66 @@
-//! The configuration of a tenant's per-tool policy (`tenants[].policy`):
-//! ordered rules, each `allow` or `deny` globs over exposed tool names with
-//! an optional CEL `when`. Validation checks every glob and condition and
-//! keeps them parsed ([`PolicyRules`]); the policy room builds the
-//! evaluating `Policy` from them.
+//! The configuration of a tenant's policy (`tenants[].policy`): ordered
+//! rules, each `allow` or `deny` globs over exposed names (of tools and
+//! prompts alike), or `allow_resources` or `deny_resources` globs over
+//! resources (`<server>:<uri>`), with an optional CEL `when`. Validation
+//! checks every glob and condition and keeps them parsed
+//! ([`PolicyRules`]); the policy room builds the evaluating `Policy` from
+//! them.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use globset::{Glob, GlobSet, GlobSetBuilder};
+use globset::{Glob, GlobBuilder, GlobMatcher, GlobSet, GlobSetBuilder};
 use serde::Deserialize;
 
 use super::fields::Errors;
 
-/// The variables a `when` may read.
-pub const VARIABLES: [&str; 5] = ["claims", "subject", "subject_key", "caller", "tool"];
+/// The variables a `when` may read. `tool`, `prompt` and `resource` are
+/// bound only when a tool, a prompt or a resource is decided on: a
+/// condition reading another fails, and a failure never grants.
+pub const VARIABLES: [&str; 7] = [
+    "claims",
+    "subject",
+    "subject_key",
+    "caller",
+    "tool",
+    "prompt",
+    "resource",
+];
 
-/// What a rule does to the tools it matches.
+/// What a rule does to what it matches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Effect {
-    /// The caller may call the tool (and sees it).
+    /// The caller may use it (and sees it).
     Allow,
-    /// The caller may not call the tool, and does not see it.
+    /// The caller may not use it, and does not see it.
     Deny,
+}
+
+/// What a rule's globs are matched against.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Targets {
+    /// Exposed names of tools and prompts (`allow`, `deny`): `server__name`.
+    #[default]
+    Names,
+    /// Resources and resource templates (`allow_resources`,
+    /// `deny_resources`): `<server>:<uri>`, split at the first `:` into a
+    /// glob over the server's configured name and a glob over the URI in
+    /// which `*` and `?` stay within a `/`-separated segment and `**`
+    /// crosses them.
+    Resources,
+}
+
+impl Targets {
+    /// The configuration key of a rule with `effect` over these targets.
+    #[must_use]
+    pub fn key(self, effect: Effect) -> &'static str {
+        match (self, effect) {
+            (Targets::Names, Effect::Allow) => "allow",
+            (Targets::Names, Effect::Deny) => "deny",
+            (Targets::Resources, Effect::Allow) => "allow_resources",
+            (Targets::Resources, Effect::Deny) => "deny_resources",
+        }
+    }
 }
 
 /// One rule as configured, before checking.
@@ -29,11 +68,14 @@ pub enum Effect {
 pub struct RuleSpec {
     /// Allow or deny.
     pub effect: Effect,
-    /// Globs over exposed tool names (`server__tool`); any one matching
-    /// makes the rule apply.
+    /// What the globs match: exposed names, or resources.
+    pub targets: Targets,
+    /// Globs over exposed names (`server__tool`, `server__prompt`) or
+    /// over resources (`server:uri`); any one matching makes the rule
+    /// apply.
     pub globs: Vec<String>,
-    /// A CEL expression over `claims`, `subject`, `subject_key`, `caller`
-    /// and `tool`; the rule applies only when it is true.
+    /// A CEL expression over [`VARIABLES`]; the rule applies only when it
+    /// is true.
     pub when: Option<String>,
 }
 
@@ -51,12 +93,15 @@ pub struct PolicyError {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawRule {
-    /// Globs of tools the rule allows.
+    /// Globs of tools and prompts the rule allows.
     pub(crate) allow: Option<RawGlobs>,
-    /// Globs of tools the rule denies.
+    /// Globs of tools and prompts the rule denies.
     pub(crate) deny: Option<RawGlobs>,
-    /// A CEL condition over `claims`, `subject`, `subject_key`, `caller`
-    /// and `tool`.
+    /// Globs of resources (`server:uri`) the rule allows.
+    pub(crate) allow_resources: Option<RawGlobs>,
+    /// Globs of resources (`server:uri`) the rule denies.
+    pub(crate) deny_resources: Option<RawGlobs>,
+    /// A CEL condition over [`VARIABLES`].
     pub(crate) when: Option<String>,
 }
 
@@ -83,27 +128,32 @@ pub(super) fn policy(
     let before = errors.0.len();
     let mut specs = Vec::with_capacity(raw.len());
     for (index, rule) in raw.into_iter().enumerate() {
-        let (effect, globs) = match (rule.allow, rule.deny) {
-            (Some(globs), None) => (Effect::Allow, globs),
-            (None, Some(globs)) => (Effect::Deny, globs),
-            (Some(_), Some(_)) => {
-                errors.push(
-                    format!("{path}[{index}]"),
-                    "a rule has `allow` or `deny`, not both (write two rules; the first that \
-                     matches decides)",
-                );
-                continue;
-            }
-            (None, None) => {
-                errors.push(
-                    format!("{path}[{index}]"),
-                    "a rule needs `allow` or `deny`: globs over exposed tool names",
-                );
-                continue;
-            }
-        };
+        let mut given: Vec<(Effect, Targets, RawGlobs)> = [
+            (Effect::Allow, Targets::Names, rule.allow),
+            (Effect::Deny, Targets::Names, rule.deny),
+            (Effect::Allow, Targets::Resources, rule.allow_resources),
+            (Effect::Deny, Targets::Resources, rule.deny_resources),
+        ]
+        .into_iter()
+        .filter_map(|(effect, targets, globs)| globs.map(|g| (effect, targets, g)))
+        .collect();
+        if given.len() != 1 {
+            errors.push(
+                format!("{path}[{index}]"),
+                if given.is_empty() {
+                    "a rule needs `allow` or `deny` (globs over exposed tool and prompt names) or \
+                     `allow_resources` or `deny_resources` (globs over `server:uri`)"
+                } else {
+                    "a rule has exactly one of `allow`, `deny`, `allow_resources` and \
+                     `deny_resources`, not both (write two rules; the first that matches decides)"
+                },
+            );
+            continue;
+        }
+        let (effect, targets, globs) = given.remove(0);
         specs.push(RuleSpec {
             effect,
+            targets,
             globs: match globs {
                 RawGlobs::One(glob) => vec![glob],
                 RawGlobs::Many(globs) => globs,
@@ -130,10 +180,18 @@ pub(super) fn policy(
 pub struct PolicyRules {
     /// The rules, in order.
     pub rules: Vec<CheckedRule>,
-    /// Every rule's globs in one set, so a tool name is matched once.
+    /// Every name rule's globs in one set, so a tool or prompt name is
+    /// matched once.
     pub globs: GlobSet,
     /// The rule of each glob in `globs`.
     pub glob_rule: Vec<usize>,
+    /// Every resource rule's URI globs in one set, so a URI is matched
+    /// once.
+    pub resource_uris: GlobSet,
+    /// The server glob of each glob in `resource_uris`.
+    pub resource_servers: Vec<GlobMatcher>,
+    /// The rule of each glob in `resource_uris`.
+    pub resource_rule: Vec<usize>,
 }
 
 impl std::fmt::Debug for PolicyRules {
@@ -150,6 +208,8 @@ pub struct CheckedRule {
     pub path: String,
     /// Allow or deny.
     pub effect: Effect,
+    /// What its globs match.
+    pub targets: Targets,
     /// The condition, compiled, and its source.
     pub when: Option<(Arc<cel::Program>, String)>,
 }
@@ -159,6 +219,7 @@ impl std::fmt::Debug for CheckedRule {
         f.debug_struct("CheckedRule")
             .field("path", &self.path)
             .field("effect", &self.effect)
+            .field("targets", &self.targets)
             .field("when", &self.when.as_ref().map(|(_, source)| source))
             .finish()
     }
@@ -167,37 +228,57 @@ impl std::fmt::Debug for CheckedRule {
 /// Checks the rules at `path` (`tenants[0].policy`), in order.
 ///
 /// # Errors
-/// Every rule with no glob, a glob that does not parse, or a `when`
-/// that does not compile or reads a variable other than [`VARIABLES`],
-/// each naming its path.
+/// Every rule with no glob, a glob that does not parse (a resource glob
+/// without its `server:`), or a `when` that does not compile or reads a
+/// variable other than [`VARIABLES`], each naming its path.
 pub fn check(path: &str, specs: &[RuleSpec]) -> Result<PolicyRules, Vec<PolicyError>> {
     let env = cel::Env::stdlib();
     let mut errors = Vec::new();
     let mut rules = Vec::with_capacity(specs.len());
     let mut builder = GlobSetBuilder::new();
     let mut glob_rule = Vec::new();
+    let mut uri_builder = GlobSetBuilder::new();
+    let mut resource_servers = Vec::new();
+    let mut resource_rule = Vec::new();
     for (index, spec) in specs.iter().enumerate() {
         let rule_path = format!("{path}[{index}]");
-        let key = match spec.effect {
-            Effect::Allow => "allow",
-            Effect::Deny => "deny",
-        };
+        let key = spec.targets.key(spec.effect);
         if spec.globs.is_empty() {
             errors.push(PolicyError {
                 path: format!("{rule_path}.{key}"),
-                message: "at least one glob over exposed tool names is required".to_owned(),
+                message: match spec.targets {
+                    Targets::Names => {
+                        "at least one glob over exposed tool and prompt names is \
+                                       required"
+                    }
+                    Targets::Resources => {
+                        "at least one glob over resources (`server:uri`) is \
+                                           required"
+                    }
+                }
+                .to_owned(),
             });
         }
         for (g, text) in spec.globs.iter().enumerate() {
-            match Glob::new(text) {
-                Ok(glob) => {
+            let checked = match spec.targets {
+                Targets::Names => Glob::new(text).map_err(GlobError::from).map(|glob| {
                     builder.add(glob);
                     glob_rule.push(index);
-                }
-                Err(e) => errors.push(PolicyError {
-                    path: format!("{rule_path}.{key}[{g}]"),
-                    message: format!("`{text}` is not a valid glob: {}", e.kind()),
                 }),
+                Targets::Resources => resource_glob(text).map(|(server, uri)| {
+                    uri_builder.add(uri);
+                    resource_servers.push(server.compile_matcher());
+                    resource_rule.push(index);
+                }),
+            };
+            if let Err(message) = checked.map_err(|e| match e {
+                GlobError::Shape(message) => message,
+                GlobError::Parse(e) => format!("`{text}` is not a valid glob: {}", e.kind()),
+            }) {
+                errors.push(PolicyError {
+                    path: format!("{rule_path}.{key}[{g}]"),
+                    message,
+                });
             }
         }
         let when = match &spec.when {
@@ -216,15 +297,20 @@ pub fn check(path: &str, specs: &[RuleSpec]) -> Result<PolicyRules, Vec<PolicyEr
         rules.push(CheckedRule {
             path: rule_path,
             effect: spec.effect,
+            targets: spec.targets,
             when,
         });
     }
-    let globs = builder.build().map_err(|e| {
-        vec![PolicyError {
-            path: path.to_owned(),
-            message: format!("the globs do not compile: {e}"),
-        }]
-    });
+    let compiled = |builder: GlobSetBuilder| {
+        builder.build().map_err(|e| {
+            vec![PolicyError {
+                path: path.to_owned(),
+                message: format!("the globs do not compile: {e}"),
+            }]
+        })
+    };
+    let globs = compiled(builder);
+    let resource_uris = compiled(uri_builder);
     if !errors.is_empty() {
         return Err(errors);
     }
@@ -232,7 +318,53 @@ pub fn check(path: &str, specs: &[RuleSpec]) -> Result<PolicyRules, Vec<PolicyEr
         rules,
         globs: globs?,
         glob_rule,
+        resource_uris: resource_uris?,
+        resource_servers,
+        resource_rule,
     })
+}
+
+/// Why a glob is refused.
+enum GlobError {
+    /// It does not parse.
+    Parse(globset::Error),
+    /// It parses, but is not of the shape its key needs.
+    Shape(String),
+}
+
+impl From<globset::Error> for GlobError {
+    fn from(error: globset::Error) -> Self {
+        GlobError::Parse(error)
+    }
+}
+
+/// A resource glob `<server>:<uri>`, split at the first `:` (a server's
+/// name has none): a glob over the server's name, and one over the URI in
+/// which `*` and `?` do not cross `/` and `**` does.
+fn resource_glob(text: &str) -> Result<(Glob, Glob), GlobError> {
+    let Some((server, uri)) = text.split_once(':') else {
+        return Err(GlobError::Shape(format!(
+            "`{text}` is not `<server>:<uri>`: a resource glob names the server first \
+             (`docs:file:///public/**`, `*:**` for every resource)"
+        )));
+    };
+    if uri.starts_with("//") {
+        // `file:///etc/passwd`: a URI with no server before it.
+        return Err(GlobError::Shape(format!(
+            "`{text}` reads as server `{server}` and URI `{uri}`: a resource glob names the \
+             server first (`<server>:{text}`)"
+        )));
+    }
+    if server.is_empty() || uri.is_empty() {
+        return Err(GlobError::Shape(format!(
+            "`{text}` has an empty {} glob (`*` for any server, `**` for any URI)",
+            if server.is_empty() { "server" } else { "URI" }
+        )));
+    }
+    Ok((
+        Glob::new(server)?,
+        GlobBuilder::new(uri).literal_separator(true).build()?,
+    ))
 }
 
 /// Compiles a `when`, refusing variables other than [`VARIABLES`].
@@ -247,7 +379,7 @@ fn compile_condition(env: &cel::Env, source: &str) -> Result<cel::Program, Strin
     if let Some(unknown) = free.keys().find(|name| !VARIABLES.contains(&name.as_str())) {
         return Err(format!(
             "reads `{unknown}`, which is not a variable here (a condition reads `claims`, \
-             `subject`, `subject_key`, `caller` and `tool`)"
+             `subject`, `subject_key`, `caller`, `tool`, `prompt` and `resource`)"
         ));
     }
     Ok(program)

@@ -369,6 +369,10 @@ pub enum CallError {
         /// The server.
         server: String,
     },
+    /// A `Complete` request that names no prompt or resource template, or
+    /// no argument.
+    #[error("invalid completion request: {0}")]
+    InvalidCompletion(&'static str),
     /// The gateway is shutting down and its grace period ran out.
     #[error("{}", if *.sent {
         "the gateway is shutting down; the call was cancelled after it was sent upstream (the tool may have acted)"

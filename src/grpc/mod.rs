@@ -7,6 +7,7 @@
 mod auth_layer;
 mod call;
 mod call_audit;
+mod complete;
 mod consent;
 pub mod convert;
 pub mod drain;
@@ -415,7 +416,7 @@ impl server::tool_gateway_server::ToolGateway for Gateway {
         &self,
         request: Request<pb::CompleteRequest>,
     ) -> Result<Response<pb::CompleteResponse>, Status> {
-        prompts::complete(self, request).await.map(Response::new)
+        complete::complete(self, request).await.map(Response::new)
     }
 }
 

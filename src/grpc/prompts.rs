@@ -1,6 +1,5 @@
-//! `ListPrompts`, `GetPrompt` and `Complete`: a tenant's prompts under
-//! exposed names, policy and approvals as for tools, and argument
-//! completion for prompts and resource templates.
+//! `ListPrompts` and `GetPrompt`: a tenant's prompts under exposed names,
+//! policy and approvals as for tools (`Complete` is in `complete`).
 
 use tonic::{Request, Status};
 
@@ -21,12 +20,4 @@ pub(super) async fn get(
     _request: Request<pb::GetPromptRequest>,
 ) -> Result<pb::GetPromptResponse, Status> {
     Err(Status::unimplemented("GetPrompt is being built"))
-}
-
-/// `Complete`.
-pub(super) async fn complete(
-    _gateway: &Gateway,
-    _request: Request<pb::CompleteRequest>,
-) -> Result<pb::CompleteResponse, Status> {
-    Err(Status::unimplemented("Complete is being built"))
 }

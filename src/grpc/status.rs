@@ -126,6 +126,7 @@ pub fn classify(error: &CallError) -> (Code, &'static str) {
             )
         }
         CallError::PromptNotFound { .. } => (Code::NotFound, "PROMPT_NOT_FOUND"),
+        CallError::InvalidCompletion(_) => (Code::InvalidArgument, "INVALID_COMPLETION"),
         CallError::NotPermitted { target, .. } => (
             Code::PermissionDenied,
             match target.kind {
@@ -466,6 +467,7 @@ fn metadata(error: &CallError) -> HashMap<String, String> {
         CallError::InvalidPageToken(_) => {
             metadata.insert("field".to_owned(), "page_token".to_owned());
         }
+        CallError::InvalidCompletion(_) => {}
         CallError::Unauthenticated(_)
         | CallError::Token(_)
         | CallError::ShuttingDown { .. }

@@ -1,7 +1,10 @@
 //! Per-tool policy: a tenant's ordered `allow`/`deny` rules over exposed
-//! tool names, each with an optional CEL condition (`when`) on the caller's
-//! claims, how it authenticated, its subject and the tool. The first rule that matches decides;
-//! no match allows. Compiled once per configuration; [`view`] holds the
+//! tool and prompt names, and `allow_resources`/`deny_resources` rules over
+//! resources (`server:uri`), each with an optional CEL condition (`when`)
+//! on the caller's claims, how it authenticated, its subject and the tool,
+//! prompt or resource decided on. The first rule that matches decides;
+//! no match allows. Name rules never match resources, and resource rules
+//! never match names. Compiled once per configuration; [`view`] holds the
 //! caller's view of a catalog (what ListTools, SearchTools and WatchTools
 //! show it), cached per catalog snapshot.
 //!
@@ -12,7 +15,8 @@
 //!
 //! Here: the compiled policy and its evaluation. What a condition reads of
 //! `tool` (so that values are remembered across tools alike) is in `reads`,
-//! the CEL values of `tool` and `claims` in `values`.
+//! the CEL values of `tool`, `prompt`, `resource` and `claims` in `values`,
+//! the decisions on prompts and resources in `targets`.
 
 mod reads;
 mod targets;
@@ -26,6 +30,7 @@ pub(crate) fn test_policy(rules: &[(Effect, &str, Option<&str>)]) -> Policy {
         .iter()
         .map(|(effect, glob, when)| RuleSpec {
             effect: *effect,
+            targets: crate::config::policy::Targets::Names,
             globs: vec![(*glob).to_owned()],
             when: when.map(str::to_owned),
         })
@@ -42,15 +47,15 @@ use cel::common::types::CelString;
 use globset::{Candidate, GlobSet};
 
 use crate::callers::{Caller, Subject};
-use crate::catalog::CatalogTool;
+use crate::catalog::{CatalogPrompt, CatalogTool};
 use crate::config::policy::free_variables;
-pub use crate::config::policy::{Effect, PolicyError, PolicyRules, RuleSpec, VARIABLES};
+pub use crate::config::policy::{Effect, PolicyError, PolicyRules, RuleSpec, Targets, VARIABLES};
 
 pub use unlisted::Unlisted;
 pub use view::{View, cached_view, caller_view};
 
 use reads::{ToolReads, tool_reads};
-use values::{caller_val, json_val, tool_val};
+use values::{caller_val, json_val, prompt_val, resource_val, tool_val};
 
 /// Identities of compiled policies: keys of cached views, so that a view
 /// evaluated under one configuration is never served under another.
@@ -61,10 +66,17 @@ pub struct Policy {
     /// Unique per compiled policy (see [`POLICY_IDS`]).
     id: u64,
     rules: Vec<Rule>,
-    /// Every rule's globs in one set, so a tool name is matched once.
+    /// Every name rule's globs in one set, so a tool or prompt name is
+    /// matched once.
     globs: GlobSet,
     /// The rule of each glob in `globs`.
     glob_rule: Vec<usize>,
+    /// Every resource rule's URI globs in one set.
+    resource_uris: GlobSet,
+    /// The server glob of each glob in `resource_uris`.
+    resource_servers: Vec<globset::GlobMatcher>,
+    /// The rule of each glob in `resource_uris`.
+    resource_rule: Vec<usize>,
     env: Arc<cel::Env>,
     /// Whether any `when` reads `claims`.
     reads_claims: bool,
@@ -107,6 +119,10 @@ struct Condition {
     /// tool of one caller, and is evaluated once per caller), or which
     /// fields (its value is the same for tools alike in them).
     reads_tool: ToolReads,
+    /// Whether it reads `prompt` (bound only for a prompt).
+    reads_prompt: bool,
+    /// Whether it reads `resource` (bound only for a resource).
+    reads_resource: bool,
     /// Set once its first evaluation failure has been logged.
     failure_logged: AtomicBool,
 }
@@ -141,6 +157,8 @@ impl Policy {
                         program: program.clone(),
                         source: source.clone(),
                         reads_tool: tool_reads(program.expression()),
+                        reads_prompt: free.contains_key("prompt"),
+                        reads_resource: free.contains_key("resource"),
                         failure_logged: AtomicBool::new(false),
                     }
                 }),
@@ -151,6 +169,9 @@ impl Policy {
             rules,
             globs: checked.globs.clone(),
             glob_rule: checked.glob_rule.clone(),
+            resource_uris: checked.resource_uris.clone(),
+            resource_servers: checked.resource_servers.clone(),
+            resource_rule: checked.resource_rule.clone(),
             env: Arc::new(cel::Env::stdlib()),
             reads_claims,
             reads_subject,
@@ -219,23 +240,84 @@ impl Policy {
     }
 }
 
-/// Evaluates one caller's access to many tools.
+/// Evaluates one caller's access to many tools, prompts or resources.
 pub(crate) struct Evaluator<'a> {
     policy: &'a Policy,
     context: cel::Context<'a, 'a>,
-    /// Per rule, the value of a condition that does not read `tool`, once
-    /// evaluated.
+    /// Per rule, the value of a condition that reads nothing of the target
+    /// decided on, once evaluated. One value serves every kind of target:
+    /// such a condition sees the caller's variables and none of `tool`,
+    /// `prompt` and `resource` bound, whatever is decided.
     memo: Vec<Option<bool>>,
     /// Values of conditions that read only a tool's server or annotations:
     /// by rule, server index and hints.
     tool_memo: HashMap<(usize, usize, u8), bool>,
-    /// Scratch space: indices of the globs matching a name.
+    /// Scratch space: indices of the globs matching a name, then of their
+    /// rules.
     matched: Vec<usize>,
+}
+
+/// What one decision is about: the variable a condition sees it as.
+#[derive(Clone, Copy)]
+enum Target<'a> {
+    /// `tool`.
+    Tool(&'a CatalogTool),
+    /// `prompt`.
+    Prompt(&'a CatalogPrompt),
+    /// `resource`.
+    Resource { server: &'a str, uri: &'a str },
 }
 
 impl<'a> Evaluator<'a> {
     /// Whether the caller may call `tool`.
     pub(crate) fn allows(&mut self, tool: &'a CatalogTool) -> bool {
+        self.match_name(&tool.name);
+        self.decide(Target::Tool(tool))
+    }
+
+    /// Whether the caller may see and get `prompt` (the name rules, as for
+    /// a tool of the same name).
+    pub(crate) fn allows_prompt(&mut self, prompt: &'a CatalogPrompt) -> bool {
+        self.match_name(&prompt.name);
+        self.decide(Target::Prompt(prompt))
+    }
+
+    /// Whether the caller may see, read, watch or complete resource (or
+    /// resource template) `uri` of server `server` (the resource rules).
+    pub(crate) fn allows_resource(&mut self, server: &'a str, uri: &'a str) -> bool {
+        let policy = self.policy;
+        let matched = &mut self.matched;
+        policy
+            .resource_uris
+            .matches_candidate_into(&Candidate::new(uri), matched);
+        matched.retain(|&glob| policy.resource_servers[glob].is_match(server));
+        for glob in matched.iter_mut() {
+            *glob = policy.resource_rule[*glob];
+        }
+        matched.sort_unstable();
+        matched.dedup();
+        self.decide(Target::Resource { server, uri })
+    }
+
+    /// Leaves in `matched` the rules (in order) whose name globs match
+    /// `name`.
+    fn match_name(&mut self, name: &str) {
+        let policy = self.policy;
+        let matched = &mut self.matched;
+        policy
+            .globs
+            .matches_candidate_into(&Candidate::new(name), matched);
+        // Glob indices to rule indices, in rule order.
+        for glob in matched.iter_mut() {
+            *glob = policy.glob_rule[*glob];
+        }
+        matched.sort_unstable();
+        matched.dedup();
+    }
+
+    /// The effect of the first of the `matched` rules whose condition
+    /// holds for `target`; allowed when none does.
+    fn decide(&mut self, target: Target<'a>) -> bool {
         let Evaluator {
             policy,
             context,
@@ -243,26 +325,30 @@ impl<'a> Evaluator<'a> {
             tool_memo,
             matched,
         } = self;
-        policy
-            .globs
-            .matches_candidate_into(&Candidate::new(tool.name.as_str()), matched);
-        if matched.is_empty() {
-            return true;
-        }
-        // Glob indices to rule indices, in rule order.
-        for glob in matched.iter_mut() {
-            *glob = policy.glob_rule[*glob];
-        }
-        matched.sort_unstable();
-        matched.dedup();
-        // The scope with `tool`, made when a condition first needs it.
+        // The scope with the target's variable, made when a condition
+        // first needs it.
         let mut scope: Option<cel::Context<'_, 'a>> = None;
         for &index in matched.iter() {
             let rule = &policy.rules[index];
             let applies = match &rule.when {
                 None => true,
                 Some(condition) => {
-                    let key = condition.reads_tool.memo_key(index, tool);
+                    // Whether it reads the target's variable, and where
+                    // its value may be remembered.
+                    let (reads_target, key) = match target {
+                        Target::Tool(tool) => (
+                            condition.reads_tool.any(),
+                            condition.reads_tool.memo_key(index, tool),
+                        ),
+                        Target::Prompt(_) => {
+                            let reads = condition.reads_prompt;
+                            (reads, (!reads).then_some(None))
+                        }
+                        Target::Resource { .. } => {
+                            let reads = condition.reads_resource;
+                            (reads, (!reads).then_some(None))
+                        }
+                    };
                     let known = match key {
                         Some(None) => memo[index],
                         Some(Some(key)) => tool_memo.get(&key).copied(),
@@ -271,10 +357,17 @@ impl<'a> Evaluator<'a> {
                     match known {
                         Some(value) => value,
                         None => {
-                            let value = if condition.reads_tool.any() {
+                            let value = if reads_target {
                                 let scope = scope.get_or_insert_with(|| {
                                     let mut scope = context.new_inner_scope();
-                                    scope.add_variable_as_val("tool", tool_val(tool));
+                                    let (name, value) = match target {
+                                        Target::Tool(tool) => ("tool", tool_val(tool)),
+                                        Target::Prompt(prompt) => ("prompt", prompt_val(prompt)),
+                                        Target::Resource { server, uri } => {
+                                            ("resource", resource_val(server, uri))
+                                        }
+                                    };
+                                    scope.add_variable_as_val(name, value);
                                     scope
                                 });
                                 holds(rule, condition, scope)
@@ -349,6 +442,7 @@ mod tests {
     fn rule(effect: Effect, globs: &[&str], when: Option<&str>) -> RuleSpec {
         RuleSpec {
             effect,
+            targets: Targets::Names,
             globs: globs.iter().map(|g| (*g).to_owned()).collect(),
             when: when.map(str::to_owned),
         }

@@ -1,34 +1,390 @@
 //! The policy over prompts and resources: prompts under the tenant's name
 //! rules (their globs match exposed prompt names as they match tool
-//! names; CEL sees `prompt`), resources under their own rules
-//! (`allow_resources` / `deny_resources`; CEL sees `resource`).
+//! names; CEL sees `prompt`, and `tool` is unbound), resources under their
+//! own rules (`allow_resources` / `deny_resources`, globs over
+//! `server:uri`; CEL sees `resource`, and `tool` and `prompt` are
+//! unbound). A condition that reads a variable that is unbound for what is
+//! decided fails, and a failure never grants: a `deny` applies, an
+//! `allow` does not.
+//!
+//! One decision at a time here; many for one caller (a listing) go through
+//! one [`Policy::evaluator`], which converts the caller's variables once
+//! and remembers conditions that read nothing of the target. A caller's
+//! view of the catalog ([`super::View`]) holds its prompts as it holds
+//! its tools.
 
 use super::Policy;
 use crate::callers::{Caller, Subject};
 use crate::catalog::CatalogPrompt;
 
 impl Policy {
-    /// Whether `caller`, acting for `subject`, may see and get `prompt`.
+    /// Whether `caller`, acting for `subject`, may see and get `prompt`:
+    /// the effect of the first name rule whose glob matches the prompt's
+    /// exposed name and whose `when` holds; allowed when none does.
     pub fn allows_prompt(
         &self,
-        _caller: &Caller,
-        _subject: &Subject,
-        _prompt: &CatalogPrompt,
+        caller: &Caller,
+        subject: &Subject,
+        prompt: &CatalogPrompt,
     ) -> bool {
-        // Being built (issue 20, policy): every prompt is allowed until then.
-        true
+        self.evaluator(caller, subject).allows_prompt(prompt)
     }
 
     /// Whether `caller`, acting for `subject`, may see, read, watch and
-    /// complete resource `uri` (or URI template) of `server`.
+    /// complete resource `uri` (or URI template) of `server`: the effect of
+    /// the first resource rule whose glob matches `server:uri` and whose
+    /// `when` holds; allowed when none does.
     pub fn allows_resource(
         &self,
-        _caller: &Caller,
-        _subject: &Subject,
-        _server: &str,
-        _uri: &str,
+        caller: &Caller,
+        subject: &Subject,
+        server: &str,
+        uri: &str,
     ) -> bool {
-        // Being built (issue 20, policy): every resource is allowed until then.
-        true
+        self.evaluator(caller, subject).allows_resource(server, uri)
+    }
+
+    /// Whether any rule is over resources (without one, every resource is
+    /// allowed and a listing need not ask).
+    pub fn has_resource_rules(&self) -> bool {
+        !self.resource_rule.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::{Annotations, CatalogTool};
+    use crate::policy::{Effect, RuleSpec, Targets};
+
+    fn tool(name: &str) -> CatalogTool {
+        let (server, _) = name.split_once("__").unwrap();
+        CatalogTool {
+            name: name.to_owned(),
+            server: server.to_owned(),
+            // Servers `a`, `b`, ... at indices 0, 1, ...
+            server_index: usize::from(server.as_bytes()[0].saturating_sub(b'a')),
+            upstream_name: name.to_owned(),
+            description: String::new(),
+            title: String::new(),
+            input_schema_json: "{}".to_owned(),
+            output_schema_json: String::new(),
+            annotations: Annotations::default(),
+            definition_hash: String::new(),
+        }
+    }
+
+    pub(crate) fn prompt(name: &str) -> CatalogPrompt {
+        let (server, upstream) = name.split_once("__").unwrap();
+        CatalogPrompt {
+            name: name.to_owned(),
+            server: server.to_owned(),
+            server_index: 0,
+            upstream_name: upstream.to_owned(),
+            title: String::new(),
+            description: String::new(),
+            arguments: Vec::new(),
+            definition_hash: format!("hash-of-{name}"),
+        }
+    }
+
+    fn names(effect: Effect, globs: &[&str], when: Option<&str>) -> RuleSpec {
+        spec(effect, Targets::Names, globs, when)
+    }
+
+    fn resources(effect: Effect, globs: &[&str], when: Option<&str>) -> RuleSpec {
+        spec(effect, Targets::Resources, globs, when)
+    }
+
+    fn spec(effect: Effect, targets: Targets, globs: &[&str], when: Option<&str>) -> RuleSpec {
+        RuleSpec {
+            effect,
+            targets,
+            globs: globs.iter().map(|g| (*g).to_owned()).collect(),
+            when: when.map(str::to_owned),
+        }
+    }
+
+    fn compile(specs: &[RuleSpec]) -> Policy {
+        Policy::compile("tenants[0].policy", specs).unwrap()
+    }
+
+    fn who(subject: &str) -> (Caller, Subject) {
+        let subject = if subject.is_empty() {
+            Subject::tenant()
+        } else {
+            Subject::named(crate::callers::Namespace::Token, subject).unwrap()
+        };
+        (Caller::static_token(0), subject)
+    }
+
+    #[test]
+    fn a_name_rule_hides_a_tool_and_a_prompt_of_that_name() {
+        let policy = compile(&[names(Effect::Deny, &["b__review"], None)]);
+        let (caller, subject) = who("");
+        assert!(!policy.allows(&caller, &subject, &tool("b__review")));
+        assert!(!policy.allows_prompt(&caller, &subject, &prompt("b__review")));
+        assert!(policy.allows_prompt(&caller, &subject, &prompt("b__summary")));
+        assert!(policy.allows_prompt(&caller, &subject, &prompt("a__review")));
+        // Name rules never match resources, whatever the URI looks like.
+        let everything = compile(&[names(Effect::Deny, &["*"], None)]);
+        assert!(!everything.allows_prompt(&caller, &subject, &prompt("a__x")));
+        assert!(everything.allows_resource(&caller, &subject, "b", "b__review"));
+        assert!(everything.allows_resource(&caller, &subject, "b", "file:///x"));
+        assert!(!everything.has_resource_rules());
+    }
+
+    #[test]
+    fn conditions_see_the_prompt_beside_the_tool() {
+        let policy = compile(&[
+            names(
+                Effect::Deny,
+                &["*"],
+                Some("prompt.server == 'b' && subject != 'ops'"),
+            ),
+            names(
+                Effect::Deny,
+                &["*__secret"],
+                Some("prompt.name == 'a__secret'"),
+            ),
+        ]);
+        let (caller, dev) = who("dev");
+        let (_, ops) = who("ops");
+        assert!(!policy.allows_prompt(&caller, &dev, &prompt("b__review")));
+        assert!(policy.allows_prompt(&caller, &ops, &prompt("b__review")));
+        assert!(policy.allows_prompt(&caller, &dev, &prompt("a__review")));
+        assert!(!policy.allows_prompt(&caller, &ops, &prompt("a__secret")));
+        assert!(policy.allows_prompt(&caller, &ops, &prompt("c__secret")));
+    }
+
+    #[test]
+    fn an_unbound_variable_fails_closed() {
+        let (caller, subject) = who("dev");
+        // `tool` is unbound for a prompt: a deny reading it applies, an
+        // allow reading it does not.
+        let deny = compile(&[names(
+            Effect::Deny,
+            &["b__*"],
+            Some("!tool.annotations.read_only"),
+        )]);
+        assert!(!deny.allows_prompt(&caller, &subject, &prompt("b__review")));
+        assert!(deny.allows_prompt(&caller, &subject, &prompt("c__review")));
+        let allow = compile(&[
+            names(Effect::Allow, &["b__*"], Some("tool.server == 'b'")),
+            names(Effect::Deny, &["b__*"], None),
+        ]);
+        assert!(allow.allows(&caller, &subject, &tool("b__review")));
+        assert!(!allow.allows_prompt(&caller, &subject, &prompt("b__review")));
+        // And `prompt` for a tool.
+        let on_prompts = compile(&[names(Effect::Deny, &["*"], Some("prompt.server == 'z'"))]);
+        assert!(!on_prompts.allows(&caller, &subject, &tool("b__review")));
+        assert!(on_prompts.allows_prompt(&caller, &subject, &prompt("b__review")));
+        // `tool` and `prompt` for a resource; `resource` for the others.
+        let on_tools = compile(&[resources(
+            Effect::Deny,
+            &["*:**"],
+            Some("tool.server == 'z' || prompt.server == 'z'"),
+        )]);
+        assert!(!on_tools.allows_resource(&caller, &subject, "b", "file:///a"));
+        let on_resources = compile(&[
+            resources(Effect::Allow, &["*:**"], Some("resource.server == 'b'")),
+            resources(Effect::Deny, &["*:**"], None),
+            names(Effect::Deny, &["*"], Some("resource.uri == ''")),
+        ]);
+        assert!(on_resources.allows_resource(&caller, &subject, "b", "file:///a"));
+        assert!(!on_resources.allows_resource(&caller, &subject, "c", "file:///a"));
+        assert!(!on_resources.allows(&caller, &subject, &tool("b__review")));
+        assert!(!on_resources.allows_prompt(&caller, &subject, &prompt("b__review")));
+    }
+
+    #[test]
+    fn resource_globs_name_the_server_then_the_uri_by_segments() {
+        let policy = compile(&[
+            resources(Effect::Allow, &["docs:file:///public/**"], None),
+            resources(Effect::Deny, &["docs:**"], None),
+            resources(Effect::Deny, &["*:file:///tmp/*"], None),
+            resources(
+                Effect::Deny,
+                &["{a,b}:demo://resource/dynamic/text/*"],
+                None,
+            ),
+        ]);
+        let (caller, subject) = who("");
+        let allows =
+            |server: &str, uri: &str| policy.allows_resource(&caller, &subject, server, uri);
+        // First match decides: public docs pass, the rest of docs does not.
+        assert!(allows("docs", "file:///public/a/b.md"));
+        assert!(!allows("docs", "file:///private/a.md"));
+        assert!(!allows("docs", "memo://insights"));
+        // `*` stays within a segment; `**` crosses them.
+        assert!(!allows("files", "file:///tmp/a"));
+        assert!(allows("files", "file:///tmp/a/b"));
+        // The server glob matches the server's name only.
+        assert!(!allows("a", "demo://resource/dynamic/text/{index}"));
+        assert!(!allows("b", "demo://resource/dynamic/text/1"));
+        assert!(allows("c", "demo://resource/dynamic/text/1"));
+        assert!(allows("docsx", "file:///private/a.md"));
+        // Resource rules never match names.
+        assert!(policy.allows(&caller, &subject, &tool("docs__read")));
+        assert!(policy.allows_prompt(&caller, &subject, &prompt("docs__read")));
+        assert!(policy.has_resource_rules());
+    }
+
+    #[test]
+    fn one_evaluator_decides_many_kinds_as_fresh_ones_do() {
+        // Conditions remembered per caller must not leak from one kind of
+        // target to another.
+        let policy = compile(&[
+            names(Effect::Allow, &["*"], Some("prompt.server == 'a'")),
+            names(Effect::Allow, &["*"], Some("tool.server == 'a'")),
+            names(Effect::Deny, &["*"], Some("subject == 'dev'")),
+            resources(Effect::Allow, &["*:**"], Some("resource.uri.endsWith('y')")),
+            resources(Effect::Deny, &["*:**"], Some("subject == 'dev'")),
+        ]);
+        let (caller, dev) = who("dev");
+        let (tools, prompts) = (
+            [tool("a__t"), tool("b__t")],
+            [prompt("a__p"), prompt("b__p")],
+        );
+        let resources = [("a", "file:///x"), ("a", "file:///y")];
+        let fresh: Vec<bool> = tools
+            .iter()
+            .map(|t| policy.allows(&caller, &dev, t))
+            .chain(
+                prompts
+                    .iter()
+                    .map(|p| policy.allows_prompt(&caller, &dev, p)),
+            )
+            .chain(
+                resources
+                    .iter()
+                    .map(|(s, u)| policy.allows_resource(&caller, &dev, s, u)),
+            )
+            .collect();
+        assert_eq!(fresh, [true, false, true, false, false, true]);
+        let mut one = policy.evaluator(&caller, &dev);
+        let mut shared = Vec::new();
+        for round in 0..2 {
+            let mut got: Vec<bool> = Vec::new();
+            if round == 0 {
+                // Resources and prompts first, tools last.
+                let r: Vec<bool> = resources
+                    .iter()
+                    .map(|(s, u)| one.allows_resource(s, u))
+                    .collect();
+                let p: Vec<bool> = prompts.iter().map(|p| one.allows_prompt(p)).collect();
+                got.extend(tools.iter().map(|t| one.allows(t)));
+                got.extend(p);
+                got.extend(r);
+            } else {
+                got.extend(tools.iter().map(|t| one.allows(t)));
+                got.extend(prompts.iter().map(|p| one.allows_prompt(p)));
+                got.extend(resources.iter().map(|(s, u)| one.allows_resource(s, u)));
+            }
+            shared.push(got);
+        }
+        assert_eq!(shared[0], fresh);
+        assert_eq!(shared[1], fresh);
+    }
+
+    #[test]
+    fn bad_resource_rules_name_their_field() {
+        let errors = Policy::compile(
+            "tenants[0].policy",
+            &[
+                resources(Effect::Allow, &["docs:file:///a/**"], None),
+                resources(
+                    Effect::Deny,
+                    &["file:///secret/**".trim_start_matches("file:")],
+                    None,
+                ),
+                resources(Effect::Deny, &["docs:ok", ":file:///x", "docs:"], None),
+                resources(
+                    Effect::Allow,
+                    &["docs:[unclosed", "file:///etc/passwd"],
+                    None,
+                ),
+                resources(Effect::Deny, &[], None),
+                resources(Effect::Deny, &["*:**"], Some("resources.uri == ''")),
+            ],
+        )
+        .unwrap_err();
+        let paths: Vec<&str> = errors.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            [
+                "tenants[0].policy[1].deny_resources[0]",
+                "tenants[0].policy[2].deny_resources[1]",
+                "tenants[0].policy[2].deny_resources[2]",
+                "tenants[0].policy[3].allow_resources[0]",
+                "tenants[0].policy[3].allow_resources[1]",
+                "tenants[0].policy[4].deny_resources",
+                "tenants[0].policy[5].when",
+            ]
+        );
+        assert!(
+            errors[0].message.contains("<server>:<uri>"),
+            "{}",
+            errors[0]
+        );
+        assert!(errors[1].message.contains("empty server"), "{}", errors[1]);
+        assert!(errors[2].message.contains("empty URI"), "{}", errors[2]);
+        assert!(
+            errors[3].message.contains("not a valid glob"),
+            "{}",
+            errors[3]
+        );
+        assert!(errors[4].message.contains("server first"), "{}", errors[4]);
+        assert!(errors[6].message.contains("`resources`"), "{}", errors[6]);
+    }
+
+    #[test]
+    fn a_view_holds_the_prompts_a_caller_may_see() {
+        use crate::catalog::Catalog;
+        let policy = compile(&[
+            names(Effect::Deny, &["b__review"], Some("subject != 'ops'")),
+            names(Effect::Deny, &["*"], Some("prompt.name == 'c__draft'")),
+        ]);
+        let catalog = Catalog::build(&[], &Default::default()).with_test_prompts(vec![
+            prompt("b__review"),
+            prompt("b__summary"),
+            prompt("c__draft"),
+        ]);
+        let (caller, dev) = who("dev");
+        let (_, ops) = who("ops");
+        let view = crate::policy::caller_view(&policy, &catalog, &caller, &dev);
+        let seen: Vec<&str> = view.prompts(&catalog).map(|p| p.name.as_str()).collect();
+        assert_eq!(seen, ["b__summary"]);
+        assert_eq!(view.prompt_count(), 1);
+        assert!(view.allows_prompt_name(&catalog, "b__summary"));
+        assert!(!view.allows_prompt_name(&catalog, "b__review"));
+        assert!(!view.allows_prompt_name(&catalog, "b__nothing"));
+        assert!(!view.sees_every_prompt());
+        // A view that hides a prompt is not "everything", though it hides
+        // no tool: a listing that skips views would show the prompt.
+        assert!(view.is_empty(), "the catalog has no tool");
+        assert!(!view.is_everything());
+        let ops_view = crate::policy::caller_view(&policy, &catalog, &caller, &ops);
+        assert_eq!(ops_view.prompt_count(), 2);
+        assert_ne!(ops_view.prompts_version(), view.prompts_version());
+        // A caller seeing every prompt has the catalog's prompts version.
+        let open = compile(&[names(Effect::Deny, &["nothing__*"], None)]);
+        let all = crate::policy::caller_view(&open, &catalog, &caller, &dev);
+        assert!(all.sees_every_prompt());
+        assert_eq!(all.prompts_version(), catalog.prompts_version());
+        // Equal views share a version; each view agrees with the policy.
+        let again = Catalog::build(&[], &Default::default()).with_test_prompts(vec![
+            prompt("b__review"),
+            prompt("b__summary"),
+            prompt("c__draft"),
+        ]);
+        let view_again = crate::policy::caller_view(&policy, &again, &caller, &dev);
+        assert_eq!(view_again.prompts_version(), view.prompts_version());
+        for (i, p) in catalog.prompts().iter().enumerate() {
+            assert_eq!(
+                view.allows_prompt_index(i),
+                policy.allows_prompt(&caller, &dev, p)
+            );
+        }
     }
 }

@@ -81,6 +81,46 @@ impl Policy {
     }
 }
 
+impl Policy {
+    /// Whether `caller`, acting for `subject`, may be allowed some prompt
+    /// of a server that was never listed, its namespace being `pattern`
+    /// (`server__*`, or `*` for a bare server): asked before a consent
+    /// link is offered in a prompt listing. As for tools
+    /// ([`Policy::may_allow_unlisted`]), only a certain denial refuses: a
+    /// name rule whose glob matches the pattern itself applies, and a
+    /// `when` reading `prompt` (which the unknown prompt decides) may hold
+    /// or not. A `when` reading `tool` fails for a prompt, as it does for a
+    /// listed one.
+    pub fn may_allow_unlisted_prompts(
+        &self,
+        caller: &Caller,
+        subject: &Subject,
+        pattern: &str,
+    ) -> bool {
+        let mut matched = Vec::new();
+        self.globs
+            .matches_candidate_into(&Candidate::new(pattern), &mut matched);
+        let mut rules: Vec<usize> = matched.iter().map(|&g| self.glob_rule[g]).collect();
+        rules.sort_unstable();
+        rules.dedup();
+        let evaluator = self.evaluator(caller, subject);
+        for index in rules {
+            let rule = &self.rules[index];
+            let applies = match &rule.when {
+                None => Some(true),
+                Some(condition) if condition.reads_prompt => None,
+                Some(condition) => Some(holds(rule, condition, &evaluator.context)),
+            };
+            match (rule.effect, applies) {
+                (Effect::Allow, Some(true) | None) => return true,
+                (Effect::Deny, Some(true)) => return false,
+                _ => {}
+            }
+        }
+        true
+    }
+}
+
 /// A tool named `name` of `server`, of which nothing else is known.
 fn stand_in(name: &str, server: &str, server_index: usize) -> CatalogTool {
     CatalogTool {
@@ -101,6 +141,7 @@ fn stand_in(name: &str, server: &str, server_index: usize) -> CatalogTool {
 mod tests {
     use super::*;
 
+    use crate::policy::RuleSpec;
     use crate::policy::test_policy as policy;
 
     fn may(policy: &Policy, subject: &str, tools: Unlisted<'_>) -> bool {
@@ -142,5 +183,46 @@ mod tests {
         let by_name = policy(&[(Effect::Deny, "*", Some("tool.name.startsWith('docs__who')"))]);
         assert!(!may(&by_name, "mallory", whoami));
         assert!(may(&by_name, "mallory", namespace));
+    }
+
+    #[test]
+    fn prompts_of_an_unlisted_server_are_refused_only_when_certainly_denied() {
+        let caller = Caller::static_token(0);
+        let who = |name: &str| Subject::named(crate::callers::Namespace::Token, name).unwrap();
+        let may = |policy: &Policy, subject: &str| {
+            policy.may_allow_unlisted_prompts(&caller, &who(subject), "docs__*")
+        };
+        let denied = policy(&[(Effect::Deny, "docs__*", Some("subject == 'mallory'"))]);
+        assert!(!may(&denied, "mallory"));
+        assert!(may(&denied, "alice"));
+        // One prompt denied: the namespace may hold another.
+        assert!(may(
+            &policy(&[(Effect::Deny, "docs__review", None)]),
+            "mallory"
+        ));
+        // What the unknown prompt decides may hold or not.
+        let by_prompt = policy(&[(Effect::Deny, "*", Some("prompt.name != ''"))]);
+        assert!(may(&by_prompt, "mallory"));
+        // `tool` is unbound for a prompt: a deny reading it applies, as for
+        // a listed prompt; an allow reading it does not.
+        let on_tools = policy(&[(Effect::Deny, "docs__*", Some("tool.annotations.read_only"))]);
+        assert!(!may(&on_tools, "alice"));
+        let allow_tools = policy(&[
+            (Effect::Allow, "docs__*", Some("tool.server == 'docs'")),
+            (Effect::Deny, "docs__*", None),
+        ]);
+        assert!(!may(&allow_tools, "alice"));
+        // Resource rules are never consulted.
+        let resources = Policy::compile(
+            "tenants[0].policy",
+            &[RuleSpec {
+                effect: Effect::Deny,
+                targets: crate::policy::Targets::Resources,
+                globs: vec!["*:**".to_owned()],
+                when: None,
+            }],
+        )
+        .unwrap();
+        assert!(may(&resources, "mallory"));
     }
 }

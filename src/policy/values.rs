@@ -1,6 +1,7 @@
 //! The CEL values a condition is evaluated over: `tool` (its name, server
-//! and hints), `claims` (a JSON value) and `caller` (how it
-//! authenticated), each borrowing its strings.
+//! and hints), `prompt` (its name and server), `resource` (its server and
+//! URI), `claims` (a JSON value) and `caller` (how it authenticated), each
+//! borrowing its strings.
 
 use std::collections::HashMap;
 
@@ -9,7 +10,7 @@ use cel::common::types::{
 };
 use cel::common::value::Val;
 
-use crate::catalog::CatalogTool;
+use crate::catalog::{CatalogPrompt, CatalogTool};
 
 /// A tool's hints, unset ones taking the MCP defaults: read_only (false),
 /// destructive (true), idempotent (false), open_world (true).
@@ -48,6 +49,35 @@ pub(super) fn tool_val(tool: &CatalogTool) -> Box<dyn Val + '_> {
             Box::new(CelMap::from(annotations)),
         ),
     ]);
+    Box::new(CelMap::from(fields))
+}
+
+/// The `prompt` variable: `name` (exposed) and `server`, borrowing the
+/// prompt's strings.
+pub(super) fn prompt_val(prompt: &CatalogPrompt) -> Box<dyn Val + '_> {
+    strings([
+        ("name", prompt.name.as_str()),
+        ("server", prompt.server.as_str()),
+    ])
+}
+
+/// The `resource` variable: `server` and `uri` (a resource's URI, or a
+/// resource template's URI template).
+pub(super) fn resource_val<'v>(server: &'v str, uri: &'v str) -> Box<dyn Val + 'v> {
+    strings([("server", server), ("uri", uri)])
+}
+
+/// A map of string fields.
+fn strings<'v, const N: usize>(fields: [(&'static str, &'v str); N]) -> Box<dyn Val + 'v> {
+    let fields: HashMap<CelMapKey<'_>, Box<dyn Val + 'v>> = fields
+        .into_iter()
+        .map(|(key, value)| {
+            (
+                CelMapKey::from(key),
+                Box::new(CelString::from(value)) as Box<dyn Val>,
+            )
+        })
+        .collect();
     Box::new(CelMap::from(fields))
 }
 

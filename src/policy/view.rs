@@ -1,5 +1,6 @@
 //! A caller's view of a catalog snapshot: which of its tools the caller may
-//! see and call, and the version of that view.
+//! see and call, which of its prompts it may see and get, and the versions
+//! of that view.
 //!
 //! A view is evaluated once per catalog snapshot and distinct caller (the
 //! parts of it the policy reads: its claims, its subject) and kept with the
@@ -10,7 +11,10 @@
 //! (the same content hash over their definitions): the catalog's own
 //! version when the caller sees everything, stable while the tools it sees
 //! do not change (whatever happens to tools it does not see), and different
-//! for views that differ.
+//! for views that differ. The prompts of a view have their own version
+//! ([`View::prompts_version`]): the catalog's prompts version when the
+//! caller sees every prompt, else a hash over the names and definition
+//! hashes of those it sees.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -19,7 +23,7 @@ use sha2::{Digest, Sha256};
 
 use super::Policy;
 use crate::callers::{Caller, Subject};
-use crate::catalog::{Catalog, CatalogTool};
+use crate::catalog::{Catalog, CatalogPrompt, CatalogTool};
 
 /// Views kept per catalog snapshot; the oldest goes first.
 pub const MAX_CACHED_VIEWS: usize = 256;
@@ -37,6 +41,87 @@ pub struct View {
     /// not call either, sorted: not shown to it.
     hidden_withheld: Vec<String>,
     version: String,
+    /// The same of the catalog's prompts.
+    prompts: PromptsSeen,
+}
+
+/// What one caller may see of a catalog's prompts.
+#[derive(Debug)]
+struct PromptsSeen {
+    /// Bit `i` set: the caller may see and get `catalog.prompts()[i]`.
+    allowed: Vec<u64>,
+    count: usize,
+    total: usize,
+    /// Allowed prompts per server, by the server's index in the catalog.
+    per_server: Vec<u32>,
+    /// Names of withheld prompts the caller may not get either, sorted.
+    hidden_withheld: Vec<String>,
+    version: String,
+}
+
+impl PromptsSeen {
+    fn evaluate<'a>(evaluator: &mut super::Evaluator<'a>, catalog: &'a Catalog) -> PromptsSeen {
+        let prompts = catalog.prompts();
+        let mut allowed = vec![0u64; prompts.len().div_ceil(64)];
+        let mut per_server = vec![0u32; catalog.servers().len()];
+        let mut count = 0;
+        for (i, prompt) in prompts.iter().enumerate() {
+            if evaluator.allows_prompt(prompt) {
+                allowed[i / 64] |= 1 << (i % 64);
+                count += 1;
+                if let Some(n) = per_server.get_mut(prompt.server_index) {
+                    *n += 1;
+                }
+            }
+        }
+        let mut hidden_withheld: Vec<String> = catalog
+            .servers()
+            .iter()
+            .flat_map(|s| &s.withheld_prompts)
+            .filter(|w| !evaluator.allows_prompt(&w.prompt))
+            .map(|w| w.prompt.name.clone())
+            .collect();
+        hidden_withheld.sort_unstable();
+        let version = if count == prompts.len() {
+            catalog.prompts_version().to_owned()
+        } else {
+            prompts_version_of(
+                prompts
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| allowed[i / 64] & (1 << (i % 64)) != 0)
+                    .map(|(_, p)| p),
+            )
+        };
+        PromptsSeen {
+            allowed,
+            count,
+            total: prompts.len(),
+            per_server,
+            hidden_withheld,
+            version,
+        }
+    }
+
+    fn allows_index(&self, index: usize) -> bool {
+        index < self.total && self.allowed[index / 64] & (1 << (index % 64)) != 0
+    }
+}
+
+/// The version of a view's prompts when it does not see them all: a hash
+/// over their exposed names and definition hashes (length-prefixed, under
+/// a domain tag of its own), 24 hex characters like catalog versions.
+fn prompts_version_of<'a>(prompts: impl Iterator<Item = &'a CatalogPrompt>) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(b"toolgate prompts view v1");
+    for prompt in prompts {
+        for part in [&prompt.name, &prompt.definition_hash] {
+            hasher.update((part.len() as u64).to_le_bytes());
+            hasher.update(part.as_bytes());
+        }
+    }
+    let digest = hasher.finalize();
+    digest[..12].iter().map(|b| format!("{b:02x}")).collect()
 }
 
 impl View {
@@ -69,6 +154,7 @@ impl View {
             .map(|w| w.tool.name.clone())
             .collect();
         hidden_withheld.sort_unstable();
+        let prompts = PromptsSeen::evaluate(&mut evaluator, catalog);
         let version = if count == tools.len() {
             catalog.version().to_owned()
         } else {
@@ -87,6 +173,7 @@ impl View {
             per_server,
             hidden_withheld,
             version,
+            prompts,
         }
     }
 
@@ -113,10 +200,10 @@ impl View {
             .map(|(_, tool)| tool)
     }
 
-    /// Whether the caller sees every tool, withheld ones included (its
-    /// view is the catalog).
+    /// Whether the caller sees every tool and every prompt, withheld ones
+    /// included (its view is the catalog, and a listing may skip it).
     pub fn is_everything(&self) -> bool {
-        self.count == self.total && self.hidden_withheld.is_empty()
+        self.count == self.total && self.hidden_withheld.is_empty() && self.sees_every_prompt()
     }
 
     /// Whether the withheld tool `name` is hidden from the caller (it may
@@ -145,6 +232,63 @@ impl View {
     /// The version of this view (see the module documentation).
     pub fn version(&self) -> &str {
         &self.version
+    }
+
+    /// Whether the caller may see and get the catalog's prompt at `index`
+    /// (of [`Catalog::prompts`]).
+    pub fn allows_prompt_index(&self, index: usize) -> bool {
+        self.prompts.allows_index(index)
+    }
+
+    /// Whether the caller may see and get the prompt exposed as `name` in
+    /// `catalog` (the snapshot this view was evaluated on).
+    pub fn allows_prompt_name(&self, catalog: &Catalog, name: &str) -> bool {
+        catalog
+            .prompt_position(name)
+            .is_some_and(|index| self.prompts.allows_index(index))
+    }
+
+    /// The prompts the caller may see, in catalog order.
+    pub fn prompts<'c>(&'c self, catalog: &'c Catalog) -> impl Iterator<Item = &'c CatalogPrompt> {
+        catalog
+            .prompts()
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| self.prompts.allows_index(*i))
+            .map(|(_, prompt)| prompt)
+    }
+
+    /// Whether the caller sees every prompt, withheld ones included.
+    pub fn sees_every_prompt(&self) -> bool {
+        self.prompts.count == self.prompts.total && self.prompts.hidden_withheld.is_empty()
+    }
+
+    /// Whether the withheld prompt `name` is hidden from the caller.
+    pub fn hides_withheld_prompt(&self, name: &str) -> bool {
+        self.prompts
+            .hidden_withheld
+            .binary_search_by(|n| n.as_str().cmp(name))
+            .is_ok()
+    }
+
+    /// How many prompts the caller sees.
+    pub fn prompt_count(&self) -> usize {
+        self.prompts.count
+    }
+
+    /// How many prompts of the server at `server_index` the caller sees.
+    pub fn server_prompt_count(&self, server_index: usize) -> u32 {
+        self.prompts
+            .per_server
+            .get(server_index)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// The version of the prompts of this view (see the module
+    /// documentation).
+    pub fn prompts_version(&self) -> &str {
+        &self.prompts.version
     }
 }
 

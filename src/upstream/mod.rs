@@ -4,6 +4,7 @@
 
 mod bearer;
 mod capabilities;
+mod completion;
 mod error;
 mod events;
 mod handler;
@@ -32,6 +33,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 pub use bearer::Bearer;
+pub use completion::{
+    Completion, CompletionRef, CompletionRequest, MAX_COMPLETION_VALUE_BYTES, MAX_COMPLETION_VALUES,
+};
 pub use error::{MISSING_REQUIRED_CLIENT_CAPABILITY, UpstreamError};
 pub use events::{ListKind, SessionEvents};
 pub(crate) use handler::ElicitationAnswerer;

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use toolgate::callers::{Caller, CallerIdentity, Subject};
 use toolgate::catalog::{Annotations, Catalog, CatalogTool, InputState, ServerInput};
 use toolgate::pb;
-use toolgate::policy::{Effect, Policy, RuleSpec};
+use toolgate::policy::{Effect, Policy, RuleSpec, Targets};
 
 use super::measure::{self, CallFn, median};
 
@@ -47,6 +47,7 @@ fn rules() -> Vec<RuleSpec> {
     rules
         .into_iter()
         .map(|(effect, glob, when)| RuleSpec {
+            targets: Targets::Names,
             effect,
             globs: vec![glob],
             when: Some(when),
