@@ -37,15 +37,16 @@ async fn watch(
     server: &str,
     uri: &str,
 ) -> Result<Streaming<pb::ResourceUpdate>, tonic::Status> {
-    client
-        .watch_resource(authed(
-            token,
-            pb::WatchResourceRequest {
-                server: server.to_owned(),
-                uri: uri.to_owned(),
-            },
-        ))
+    let opening = client.watch_resource(authed(
+        token,
+        pb::WatchResourceRequest {
+            server: server.to_owned(),
+            uri: uri.to_owned(),
+        },
+    ));
+    tokio::time::timeout(Duration::from_secs(10), opening)
         .await
+        .expect("the watch opens or is refused within 10 s")
         .map(tonic::Response::into_inner)
 }
 
@@ -458,4 +459,90 @@ async fn reloads_end_watches_of_removed_tokens_and_servers() {
         .expect("the kept server's watch goes on");
     assert_eq!((update.server.as_str(), update.initial), ("keep", false));
     drop(gateway);
+}
+
+/// Every audit record of a file, parsed.
+fn audit_records(path: &std::path::Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
+        .collect()
+}
+
+/// A watch's opening and its end are audit records (`rpc: WatchResource`,
+/// `event: watch_opened` / `watch_ended`, with the server and URI); a
+/// refused watch is one record.
+#[tokio::test]
+async fn a_watch_is_audited_when_it_opens_and_when_it_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    let config = format!(
+        "audit:\n  path: \"{}\"\n{}",
+        path.display(),
+        tenant(&py_server("py", "initialize"))
+    );
+    let gateway = TestGateway::start(&config, &[]).await;
+    let mut client = gateway.client().await;
+    wait_listed(&mut client, TOKEN, "py__counts").await;
+    watch(&mut client, TOKEN, "nope", "watch://a")
+        .await
+        .unwrap_err();
+    let stream = watched(&mut client, "py", "watch://a").await;
+    drop(stream);
+    let started = Instant::now();
+    let watches = loop {
+        let watches: Vec<Value> = audit_records(&path)
+            .into_iter()
+            .filter(|r| r["rpc"] == "WatchResource")
+            .collect();
+        if watches.len() >= 3 {
+            break watches;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "{watches:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let fields = |r: &Value| {
+        (
+            r["kind"].as_str().map(str::to_owned),
+            r["event"].as_str().map(str::to_owned),
+            r["server"].as_str().map(str::to_owned),
+            r["uri"].as_str().map(str::to_owned),
+            r["outcome"].as_str().map(str::to_owned),
+            r["reason"].as_str().map(str::to_owned),
+        )
+    };
+    let s = |v: &str| Some(v.to_owned());
+    assert_eq!(
+        watches.iter().map(fields).collect::<Vec<_>>(),
+        vec![
+            (
+                s("call"),
+                s("watch_opened"),
+                None,
+                s("watch://a"),
+                s("refused"),
+                s("SERVER_NOT_FOUND")
+            ),
+            (
+                s("call"),
+                s("watch_opened"),
+                s("py"),
+                s("watch://a"),
+                s("ok"),
+                None
+            ),
+            (
+                s("call"),
+                s("watch_ended"),
+                s("py"),
+                s("watch://a"),
+                s("cancelled"),
+                None
+            ),
+        ],
+        "{watches:#?}"
+    );
+    assert_eq!(watches[2]["tenant"], "acme");
+    gateway.shutdown().await;
 }
