@@ -195,26 +195,51 @@ async fn watchers_share_one_subscription_undone_when_the_last_leaves() {
     gateway.shutdown().await;
 }
 
-/// 2026-07-28: one `subscriptions/listen` per URI, shared by its
-/// watchers, cancelled when the last one leaves; updates arrive on it.
+/// 2026-07-28, over stdio and Streamable HTTP: one `subscriptions/listen`
+/// per URI, shared by its watchers, cancelled when the last one leaves;
+/// updates arrive on it.
 #[tokio::test]
 async fn a_2026_session_listens_per_uri() {
-    let gateway = TestGateway::start(&tenant(&py_server("py", "discover")), &[]).await;
+    let port = free_port();
+    let _http = ChildGuard(
+        Command::new(python())
+            .arg(fixture("python/subscribe_server.py"))
+            .args(["http", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for_port(port).await;
+    let servers = format!(
+        "{}      - name: http\n        lifecycle: discover\n        url: \"http://127.0.0.1:{port}/mcp\"\n",
+        py_server("stdio", "discover")
+    );
+    let gateway = TestGateway::start(&tenant(&servers), &[]).await;
     let mut client = gateway.client().await;
-    wait_listed(&mut client, TOKEN, "py__counts").await;
-    let mut first = watched(&mut client, "py", "watch://a").await;
-    let second = watched(&mut client, "py", "watch://a").await;
-    let counted = counts(&mut client, TOKEN, "py").await;
-    assert_eq!(counted["listen_opened"], 1, "{counted}");
-    assert_eq!(counted["subscribe"], serde_json::json!({}), "{counted}");
+    for server in ["stdio", "http"] {
+        wait_listed(&mut client, TOKEN, &format!("{server}__counts")).await;
+        let mut first = watched(&mut client, server, "watch://a").await;
+        let second = watched(&mut client, server, "watch://a").await;
+        let counted = counts(&mut client, TOKEN, server).await;
+        assert_eq!(counted["listen_opened"], 1, "{server}: {counted}");
+        assert_eq!(
+            counted["subscribe"],
+            serde_json::json!({}),
+            "{server}: {counted}"
+        );
 
-    touch(&mut client, "py", "watch://a").await;
-    let update = next(&mut first).await.unwrap();
-    assert_eq!((update.uri.as_str(), update.initial), ("watch://a", false));
+        touch(&mut client, server, "watch://a").await;
+        let update = next(&mut first).await.unwrap();
+        assert_eq!(
+            (update.server.as_str(), update.uri.as_str(), update.initial),
+            (server, "watch://a", false)
+        );
 
-    drop(first);
-    drop(second);
-    counts_until(&mut client, "py", |c| c["listen_closed"] == 1).await;
+        drop(first);
+        drop(second);
+        counts_until(&mut client, server, |c| c["listen_closed"] == 1).await;
+    }
     gateway.shutdown().await;
 }
 
