@@ -392,6 +392,34 @@ mod tests {
         assert!(!concerns("file:///a/b", "file:///a"));
     }
 
+    #[tokio::test]
+    async fn a_slow_watcher_gets_one_update_for_many() {
+        use futures::FutureExt;
+        let (seen_tx, seen) = watch::channel(Seen {
+            generation: 0,
+            uri: "u".into(),
+            ended: None,
+        });
+        let mut watch = ResourceWatch::join(Arc::new(Upstream {
+            seen,
+            stop: CancellationToken::new(),
+        }));
+        assert!(watch.next().now_or_never().is_none(), "nothing yet");
+        for uri in ["u/1", "u/2", "u/3"] {
+            seen_tx.send_modify(|seen| {
+                seen.generation += 1;
+                seen.uri = uri.into();
+            });
+        }
+        assert_eq!(watch.next().await, Ok("u/3".to_owned()), "the latest");
+        assert!(
+            watch.next().now_or_never().is_none(),
+            "one update for three"
+        );
+        seen_tx.send_modify(|seen| seen.ended = Some(WatchEnd::SessionEnded));
+        assert_eq!(watch.next().await, Err(WatchEnd::SessionEnded));
+    }
+
     #[test]
     fn a_dead_subscription_gives_the_turn() {
         let subscriptions = Subscriptions::default();
