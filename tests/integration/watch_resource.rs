@@ -571,3 +571,61 @@ async fn a_watch_is_audited_when_it_opens_and_when_it_ends() {
     assert_eq!(watches[2]["tenant"], "acme");
     gateway.shutdown().await;
 }
+
+/// A per-user server is watched on the subject's own session: a subject
+/// that has not consented gets `UPSTREAM_AUTHORIZATION_REQUIRED` with its
+/// consent URL, as a call does; once it consented, its watch reaches its
+/// own session (this server offers resources without subscriptions:
+/// `SUBSCRIBE_UNSUPPORTED`), while another subject still must consent.
+#[tokio::test]
+async fn a_per_user_server_is_watched_on_the_subjects_own_session() {
+    use crate::oauth::{Scratch, authorization_url, config, consent_confirmed, env, upstream};
+    let upstream = upstream(3600);
+    let Scratch {
+        dir: _dir,
+        state_url,
+        ..
+    } = Scratch::new();
+    let consent_port = free_port();
+    let gateway = TestGateway::start(&config(&upstream, &state_url, consent_port), &env()).await;
+    let mut client = gateway.client().await;
+    let watch_as = |subject: &str| {
+        let mut request = authed(
+            "acme-token",
+            pb::WatchResourceRequest {
+                server: "docs".to_owned(),
+                uri: "docs://readme".to_owned(),
+            },
+        );
+        request
+            .metadata_mut()
+            .insert("x-toolgate-subject", subject.parse().unwrap());
+        request
+    };
+    // Bounded: the server may still be connecting (UNAVAILABLE) at first.
+    let started = Instant::now();
+    let refused = loop {
+        let status = client.watch_resource(watch_as("alice")).await.unwrap_err();
+        if status.code() != tonic::Code::Unavailable {
+            break status;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "{status:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let url = authorization_url(&refused);
+    assert!(url.starts_with(&upstream.as_url), "{url}");
+
+    consent_confirmed(&mut client, &url, "alice", consent_port).await;
+    let status = client.watch_resource(watch_as("alice")).await.unwrap_err();
+    assert_eq!(
+        code_reason(&status),
+        (
+            tonic::Code::FailedPrecondition,
+            "SUBSCRIBE_UNSUPPORTED".to_owned()
+        ),
+        "{status:?}"
+    );
+    let bob = client.watch_resource(watch_as("bob")).await.unwrap_err();
+    authorization_url(&bob);
+    gateway.shutdown().await;
+}
