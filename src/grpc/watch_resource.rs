@@ -65,8 +65,10 @@ pub(super) async fn start(
     let mut opening = record("watch_opened");
     let credential = Credential::new(&tenant.name, (caller, subject), standing);
     let opened = open(&tenant, &asked, &credential, &mut opening).await;
+    // The server named, when it is one of the tenant's (refusals too).
+    let known = tenant.servers().any(|s| s.name == asked.server);
     let progress = Progress {
-        server: opened.as_ref().ok().map(|o| o.server.as_str()),
+        server: known.then_some(asked.server.as_str()),
         sent: opened.is_ok(),
         idempotent: true,
         ..Progress::none()
@@ -129,7 +131,6 @@ async fn open(
         });
     };
     let server = asked.server.clone();
-    opening.describe(|record| record.server = Some(server.clone()));
     let target = Target::resource(asked.uri.as_str());
     if let Some(policy) = tenant.policy()
         && !policy.allows_resource(&credential.caller, &credential.subject, &server, &asked.uri)

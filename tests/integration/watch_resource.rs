@@ -503,7 +503,7 @@ async fn a_watch_is_audited_when_it_opens_and_when_it_ends() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("audit.jsonl");
     let config = format!(
-        "audit:\n  path: \"{}\"\n{}",
+        "audit:\n  path: \"{}\"\nlimits:\n  max_watches: 1\n{}",
         path.display(),
         tenant(&py_server("py", "initialize"))
     );
@@ -514,6 +514,10 @@ async fn a_watch_is_audited_when_it_opens_and_when_it_ends() {
         .await
         .unwrap_err();
     let stream = watched(&mut client, "py", "watch://a").await;
+    // A refusal of a server the tenant has names the server.
+    watch(&mut client, TOKEN, "py", "watch://b")
+        .await
+        .unwrap_err();
     drop(stream);
     let started = Instant::now();
     let watches = loop {
@@ -521,7 +525,7 @@ async fn a_watch_is_audited_when_it_opens_and_when_it_ends() {
             .into_iter()
             .filter(|r| r["rpc"] == "WatchResource")
             .collect();
-        if watches.len() >= 3 {
+        if watches.len() >= 4 {
             break watches;
         }
         assert!(started.elapsed() < Duration::from_secs(10), "{watches:?}");
@@ -559,6 +563,14 @@ async fn a_watch_is_audited_when_it_opens_and_when_it_ends() {
             ),
             (
                 s("call"),
+                s("watch_opened"),
+                s("py"),
+                s("watch://b"),
+                s("refused"),
+                s("WATCH_LIMIT")
+            ),
+            (
+                s("call"),
                 s("watch_ended"),
                 s("py"),
                 s("watch://a"),
@@ -568,7 +580,7 @@ async fn a_watch_is_audited_when_it_opens_and_when_it_ends() {
         ],
         "{watches:#?}"
     );
-    assert_eq!(watches[2]["tenant"], "acme");
+    assert_eq!(watches[3]["tenant"], "acme");
     gateway.shutdown().await;
 }
 
