@@ -133,13 +133,9 @@ pub(super) fn watch(
 ) -> EventStream<super::reply::ListToolsReply> {
     let watch = Watch {
         changes: tenant.subscribe(),
-        applied: standing.as_ref().map(|s| s.registry.applied()),
-        expires: expiry(standing.as_ref(), &caller),
+        credential: Credential::new(&tenant.name, (caller, subject), standing),
         tenant,
         filter,
-        caller,
-        subject,
-        standing,
         drain,
         last: None,
         ended: false,
@@ -154,16 +150,10 @@ pub(super) fn watch(
 struct Watch {
     tenant: Arc<Tenant>,
     filter: Filter,
-    caller: Caller,
-    subject: Subject,
-    /// What re-checks the caller (absent only without the auth layer).
-    standing: Option<Standing>,
+    /// The caller, re-checked at reloads and at its JWT's expiry.
+    credential: Credential,
     drain: Arc<drain::Drain>,
     changes: tokio::sync::watch::Receiver<crate::catalog::SharedCatalog>,
-    /// Changes at every configuration applied.
-    applied: Option<tokio::sync::watch::Receiver<u64>>,
-    /// When the caller's JWT stops being accepted.
-    expires: Option<SystemTime>,
     /// What the last snapshot sent showed: the catalog version (its tools)
     /// and each server's state (and withheld tools). A new snapshot is
     /// built and sent only when one of them changed: no per-watcher deep
@@ -181,7 +171,7 @@ impl Watch {
             if self.ended {
                 return None;
             }
-            let in_force = match self.check_caller() {
+            let in_force = match self.credential.check() {
                 Ok(stamp) => stamp,
                 Err(refused) => return Some(Err(self.end(refused))),
             };
@@ -206,8 +196,7 @@ impl Watch {
                     return Some(Err(self.end(removed)));
                 }
                 // The caller is re-checked at the top of the loop.
-                Woke::Reloaded => self.expires = expiry(self.standing.as_ref(), &self.caller),
-                Woke::Expired => {}
+                Woke::Recheck => {}
             }
         }
     }
@@ -216,38 +205,16 @@ impl Watch {
     async fn wait(&mut self) -> Woke {
         let Watch {
             changes,
-            applied,
-            expires,
+            credential,
             drain,
             tenant,
             ..
         } = self;
-        let reloaded = async {
-            let changed = match applied {
-                Some(applied) => applied.changed().await.is_ok(),
-                None => false,
-            };
-            if !changed {
-                std::future::pending::<()>().await;
-            }
-        };
-        let expired = async {
-            match *expires {
-                Some(at) => {
-                    let left = at
-                        .duration_since(SystemTime::now())
-                        .unwrap_or(Duration::ZERO);
-                    tokio::time::sleep(left).await;
-                }
-                None => std::future::pending().await,
-            }
-        };
         tokio::select! {
             changed = changes.changed() => if changed.is_ok() { Woke::Changed } else { Woke::Closed },
             () = drain.draining() => Woke::Draining,
             () = tenant.removed() => Woke::Removed,
-            () = reloaded => Woke::Reloaded,
-            () = expired => Woke::Expired,
+            () = credential.recheck_due() => Woke::Recheck,
         }
     }
 
@@ -255,26 +222,6 @@ impl Watch {
     fn end(&mut self, error: CallError) -> Status {
         self.ended = true;
         error.into()
-    }
-
-    /// Whether the caller would still be accepted now, for this tenant;
-    /// the stamp of the tenant object in force (`None`: not re-checked).
-    fn check_caller(&self) -> Result<Option<u64>, CallError> {
-        if self.expires.is_some_and(|at| SystemTime::now() >= at) {
-            return Err(CallError::Token(crate::callers::TokenError::Expired));
-        }
-        let Some(standing) = &self.standing else {
-            return Ok(None);
-        };
-        let tenant = standing
-            .recheck(&self.caller, &self.subject)
-            .map_err(CallError::from)?;
-        if tenant.name != self.tenant.name {
-            return Err(CallError::Unauthenticated(
-                "the credential selects another tenant since a configuration reload",
-            ));
-        }
-        Ok(Some(tenant.stamp()))
     }
 
     /// The caller's snapshot of `catalog`, when what it shows differs from
@@ -288,8 +235,8 @@ impl Watch {
         let policy = listing::policy_for(&self.tenant, catalog);
         let view = listing::Viewer {
             policy: policy.as_deref(),
-            caller: &self.caller,
-            subject: &self.subject,
+            caller: &self.credential.caller,
+            subject: &self.credential.subject,
         }
         .view(catalog);
         let seen = (
@@ -335,10 +282,105 @@ enum Woke {
     Draining,
     /// A reload removed the tenant.
     Removed,
-    /// A configuration was applied.
-    Reloaded,
-    /// The caller's JWT expired.
-    Expired,
+    /// The caller must be re-checked: a configuration was applied, or its
+    /// JWT expired.
+    Recheck,
+}
+
+/// The caller of a long-lived stream (`WatchTools`, `WatchResource`),
+/// re-checked as the configuration and time go: the stream ends as soon as
+/// the caller would be refused (a reload removed its token or tenant, or
+/// moved it to another tenant; its JWT expired, at `exp` plus the issuer's
+/// clock skew).
+pub(super) struct Credential {
+    /// The tenant the stream serves.
+    tenant: String,
+    pub(super) caller: Caller,
+    pub(super) subject: Subject,
+    /// What re-checks the caller (absent only without the auth layer).
+    standing: Option<Standing>,
+    /// Changes at every configuration applied.
+    applied: Option<tokio::sync::watch::Receiver<u64>>,
+    /// When the caller's JWT stops being accepted.
+    expires: Option<SystemTime>,
+}
+
+impl Credential {
+    /// The caller of a stream of `tenant`.
+    pub(super) fn new(
+        tenant: &str,
+        (caller, subject): (Caller, Subject),
+        standing: Option<Standing>,
+    ) -> Self {
+        Self {
+            tenant: tenant.to_owned(),
+            applied: standing.as_ref().map(|s| s.registry.applied()),
+            expires: expiry(standing.as_ref(), &caller),
+            caller,
+            subject,
+            standing,
+        }
+    }
+
+    /// Whether the caller would still be accepted now, for this tenant;
+    /// the stamp of the tenant object in force (`None`: not re-checked).
+    ///
+    /// # Errors
+    /// The caller would be refused now (UNAUTHENTICATED).
+    pub(super) fn check(&self) -> Result<Option<u64>, CallError> {
+        if self.expires.is_some_and(|at| SystemTime::now() >= at) {
+            return Err(CallError::Token(crate::callers::TokenError::Expired));
+        }
+        let Some(standing) = &self.standing else {
+            return Ok(None);
+        };
+        let tenant = standing
+            .recheck(&self.caller, &self.subject)
+            .map_err(CallError::from)?;
+        if tenant.name != self.tenant {
+            return Err(CallError::Unauthenticated(
+                "the credential selects another tenant since a configuration reload",
+            ));
+        }
+        Ok(Some(tenant.stamp()))
+    }
+
+    /// Resolves when the caller must be checked again ([`Self::check`]):
+    /// a configuration was applied, or the JWT's expiry came.
+    pub(super) async fn recheck_due(&mut self) {
+        let Credential {
+            applied,
+            expires,
+            standing,
+            caller,
+            ..
+        } = self;
+        let reloaded = async {
+            let changed = match applied {
+                Some(applied) => applied.changed().await.is_ok(),
+                None => false,
+            };
+            if !changed {
+                std::future::pending::<()>().await;
+            }
+        };
+        let expired = async {
+            match *expires {
+                Some(at) => {
+                    let left = at
+                        .duration_since(SystemTime::now())
+                        .unwrap_or(Duration::ZERO);
+                    tokio::time::sleep(left).await;
+                }
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            // The new configuration may give the issuer another skew.
+            () = reloaded => *expires = expiry(standing.as_ref(), caller),
+            () = expired => {}
+        }
+    }
 }
 
 /// When the caller's JWT stops being accepted, under the current

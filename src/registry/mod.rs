@@ -19,6 +19,7 @@ mod slot;
 mod supervisor;
 mod tenant;
 mod users;
+mod watches;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -36,6 +37,8 @@ pub use oauth::OAuthContext;
 pub use tenant::{
     Busy, CONSENT_URL_REUSE, ConsentState, Resolved, SessionUnavailable, Tenant, Unresolved,
 };
+
+pub use watches::WatchPermit;
 
 use slot::Slot;
 use tenant::Publication;

@@ -51,6 +51,9 @@ pub(super) struct Shared {
     /// Calls of the tenant running now, across reloads (idle eviction
     /// waits for zero).
     in_flight: AtomicUsize,
+    /// `WatchResource` streams of the tenant open now, across reloads
+    /// (bounded by `limits.max_watches`; see `registry/watches.rs`).
+    pub(super) watches: Arc<AtomicUsize>,
     /// When the tenant was last used, in ms since the registry started
     /// (kept across reloads).
     last_used: AtomicU64,
@@ -77,6 +80,7 @@ impl Publication {
             owner: Mutex::new(Weak::new()),
             removed: tokio_util::sync::CancellationToken::new(),
             in_flight: AtomicUsize::new(0),
+            watches: Arc::default(),
             last_used: AtomicU64::new(now_ms),
             activity: Mutex::new(()),
         }))

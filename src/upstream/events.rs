@@ -21,6 +21,8 @@ pub struct SessionEvents {
     prompts: watch::Sender<u64>,
     resources: watch::Sender<u64>,
     updated: broadcast::Sender<String>,
+    /// The session's resource subscriptions, by URI (`WatchResource`).
+    subscriptions: super::subscriptions::Subscriptions,
 }
 
 impl Default for SessionEvents {
@@ -30,6 +32,7 @@ impl Default for SessionEvents {
             prompts: watch::Sender::new(0),
             resources: watch::Sender::new(0),
             updated: broadcast::Sender::new(UPDATES),
+            subscriptions: super::subscriptions::Subscriptions::default(),
         }
     }
 }
@@ -68,6 +71,11 @@ impl SessionEvents {
     pub fn resource_updated(&self, uri: String) {
         // No receiver: nobody watches; nothing to do.
         let _ = self.updated.send(uri);
+    }
+
+    /// The session's resource subscriptions.
+    pub(super) fn subscriptions(&self) -> &super::subscriptions::Subscriptions {
+        &self.subscriptions
     }
 
     /// Every `resources/updated` from now on.

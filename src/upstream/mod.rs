@@ -14,6 +14,7 @@ mod request;
 pub(crate) mod resources;
 mod rounds;
 mod stdio;
+mod subscriptions;
 pub mod tasks;
 mod ties;
 
@@ -46,6 +47,7 @@ pub use input::{
 };
 pub use request::Request;
 pub use stdio::Label;
+pub use subscriptions::{ResourceWatch, WatchEnd};
 
 use crate::config::{Environment, Lifecycle, ServerConfig, Transport};
 use crate::credentials::{Redaction, SharedRedactor};

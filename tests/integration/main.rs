@@ -41,4 +41,5 @@ mod subjects;
 mod tasks;
 mod third_party;
 mod tls;
+mod watch_resource;
 mod worker_api;
