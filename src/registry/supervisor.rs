@@ -84,6 +84,7 @@ impl Supervisor {
                         tenant = %tenant,
                         server = %server.name,
                         tools = connected.tools.len(),
+                        prompts = connected.prompts.as_ref().and_then(|p| p.as_ref().ok()).map_or(0, Vec::len),
                         reconnect = retry,
                         "upstream connected"
                     );
@@ -97,6 +98,7 @@ impl Supervisor {
                         SlotState::Ready {
                             session: connected.session,
                             tools,
+                            prompts: connected.prompts.map(Arc::new),
                         },
                     );
                     let up_since = tokio::time::Instant::now();

@@ -10,7 +10,7 @@ use tokio::sync::watch;
 
 use super::Spawner;
 use super::slot::{Slot, SlotState};
-use crate::catalog::{Catalog, InputState, ServerInput, SharedCatalog};
+use crate::catalog::{Catalog, InputState, PromptInput, ServerInput, SharedCatalog};
 use crate::config::{ConnectMode, Limits, ServerConfig, TenantConfig, TenantLimits};
 use crate::registry::limits::{Concurrency, TenantLimiter};
 use crate::upstream::Session;
@@ -429,6 +429,26 @@ impl Tenant {
                 _ => build(),
             }
         });
+        // Prompts: from connected servers that offer them.
+        let prompts: Vec<PromptInput<'_>> = self
+            .slots
+            .iter()
+            .zip(&states)
+            .map(|(slot, state)| PromptInput {
+                listed: match state {
+                    SlotState::Ready {
+                        prompts: Some(prompts),
+                        ..
+                    } => Some(prompts.as_ref()),
+                    _ => None,
+                },
+                approved: slot
+                    .config
+                    .needs_approval()
+                    .then(|| approvals.server_prompts(&self.name, &slot.config.name)),
+            })
+            .collect();
+        let catalog = catalog.with_prompts(&inputs, &prompts, &self.limits);
         let catalog = Arc::new(catalog.with_stamp(self.stamp));
         self.report_withheld(&catalog);
         {
