@@ -288,6 +288,11 @@ impl Approvals {
         self.tenants.get(tenant)
     }
 
+    /// The prompt approvals of `tenant`, by server.
+    pub fn tenant_prompts(&self, tenant: &str) -> Option<&BTreeMap<String, ServerApprovals>> {
+        self.prompts.get(tenant)
+    }
+
     /// Every tenant the file records.
     pub fn tenant_names(&self) -> impl Iterator<Item = &str> {
         self.tenants.keys().map(String::as_str)
@@ -353,7 +358,11 @@ fn cooked(raw: RawTenants) -> BTreeMap<String, BTreeMap<String, ServerApprovals>
 
 /// Renders one top-level map (`tenants` or `prompts`): every tenant,
 /// server and name in sorted order, one field per line.
-fn render_map(out: &mut String, top: &str, map: &BTreeMap<String, BTreeMap<String, ServerApprovals>>) {
+fn render_map(
+    out: &mut String,
+    top: &str,
+    map: &BTreeMap<String, BTreeMap<String, ServerApprovals>>,
+) {
     if map.is_empty() {
         out.push_str(&format!("{top}: {{}}\n"));
         return;
@@ -640,9 +649,16 @@ mod tests {
     #[test]
     fn prompts_make_a_version_2_file_and_read_back() {
         let mut approvals = Approvals::new();
-        approvals.set_server("acme", "s", [("s__t".to_owned(), approval(H1, "tool"))].into());
+        approvals.set_server(
+            "acme",
+            "s",
+            [("s__t".to_owned(), approval(H1, "tool"))].into(),
+        );
         let v1 = approvals.render();
-        assert!(v1.contains("version: 1\n") && !v1.contains("prompts"), "{v1}");
+        assert!(
+            v1.contains("version: 1\n") && !v1.contains("prompts"),
+            "{v1}"
+        );
         // An empty prompt map changes nothing: old files stay byte-identical.
         approvals.set_server_prompts("acme", "s", ServerApprovals::new());
         assert_eq!(approvals.render(), v1);

@@ -229,7 +229,9 @@ mod tests {
         rmcp::model::Prompt::new(
             name,
             Some(format!("renders {name}")),
-            Some(vec![rmcp::model::PromptArgument::new("city").with_required(true)]),
+            Some(vec![
+                rmcp::model::PromptArgument::new("city").with_required(true),
+            ]),
         )
     }
 
@@ -330,7 +332,11 @@ mod tests {
         // A tool may share a prompt's name.
         let tools = [tool("review")];
         let catalog = build(
-            &[("one", true, &tools), ("two", true, &[]), ("three", false, &[])],
+            &[
+                ("one", true, &tools),
+                ("two", true, &[]),
+                ("three", false, &[]),
+            ],
             &[listed(&a), listed(&b), listed(&c)],
         );
         let names: Vec<_> = catalog.prompts().iter().map(|p| p.name.as_str()).collect();
@@ -375,7 +381,8 @@ mod tests {
             ..Default::default()
         };
         let two = Ok(vec![prompt("a"), prompt("b")]);
-        let catalog = Catalog::build(&inputs, &limits).with_prompts(&inputs, &[listed(&two)], &limits);
+        let catalog =
+            Catalog::build(&inputs, &limits).with_prompts(&inputs, &[listed(&two)], &limits);
         let reason = catalog.servers()[0].prompts_error.clone().unwrap();
         assert!(reason.contains("max_prompts_per_server (1)"), "{reason}");
         assert_eq!(catalog.tools().len(), 1);
@@ -387,21 +394,19 @@ mod tests {
         let listing = Ok(vec![prompt("kept"), prompt("changed"), prompt("new")]);
         let everything = build(&[("s", false, &[])], &[listed(&listing)]);
         let hash = |name: &str| everything.prompt(name).unwrap().definition_hash.clone();
-        let approved: ServerApprovals = [
-            ("s__kept", hash("s__kept")),
-            ("s__changed", "0".repeat(32)),
-        ]
-        .into_iter()
-        .map(|(name, hash)| {
-            (
-                name.to_owned(),
-                Approval {
-                    hash,
-                    description: String::new(),
-                },
-            )
-        })
-        .collect();
+        let approved: ServerApprovals =
+            [("s__kept", hash("s__kept")), ("s__changed", "0".repeat(32))]
+                .into_iter()
+                .map(|(name, hash)| {
+                    (
+                        name.to_owned(),
+                        Approval {
+                            hash,
+                            description: String::new(),
+                        },
+                    )
+                })
+                .collect();
         let input = PromptInput {
             listed: Some(&listing),
             approved: Some(&approved),

@@ -23,7 +23,6 @@ mod resources;
 pub mod status;
 mod stream;
 mod tasks;
-#[allow(dead_code)] // Until ReadResource and GetPrompt use it (issue 20, in progress).
 mod upstream_session;
 mod watch_resource;
 

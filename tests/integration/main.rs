@@ -28,6 +28,7 @@ mod oauth_redaction;
 mod ops;
 mod policy;
 mod processes;
+mod prompts;
 mod redaction;
 mod reload;
 mod routing;
