@@ -10,6 +10,7 @@ mod handler;
 mod http;
 pub mod input;
 mod prompts;
+mod relist;
 mod request;
 pub(crate) mod resources;
 mod rounds;

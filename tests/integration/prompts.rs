@@ -643,3 +643,70 @@ async fn get_prompt_is_audited_field_by_field() {
     assert_eq!(missing["sent"], false);
     gateway.shutdown().await;
 }
+
+#[tokio::test]
+async fn prompts_added_at_runtime_are_listed_again_and_withheld_until_approved() {
+    for lifecycle in ["initialize", "discover"] {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("toolgate.yaml");
+        let (open, _) = prompts_server(
+            "open",
+            Transport::Stdio,
+            &[],
+            &format!("        lifecycle: {lifecycle}\n"),
+        )
+        .await;
+        let (guarded, _) = prompts_server(
+            "guarded",
+            Transport::Stdio,
+            &[],
+            &format!("        lifecycle: {lifecycle}\n        definitions: approved\n"),
+        )
+        .await;
+        let yaml = format!(
+            "approvals:\n  file: \"{}\"\n{}",
+            dir.path().join("approvals.yaml").display(),
+            tenant(&format!("{open}{guarded}"))
+        );
+        std::fs::write(&config, &yaml).unwrap();
+        // What the guarded server offers at first is approved.
+        let (code, stdout, stderr) = toolgate(&["approve"], &config).await;
+        assert_eq!(code, 0, "{stdout}{stderr}");
+        let gateway = TestGateway::start(&yaml, &[]).await;
+        let mut client = gateway.client().await;
+        let before = wait_prompts(&mut client, lifecycle, |l| {
+            l.servers.iter().all(|s| s.connected)
+        })
+        .await;
+        assert_eq!(before.prompts.len(), 6, "{before:#?}");
+        for server in ["open", "guarded"] {
+            let added = invoke(
+                &mut client,
+                TOKEN,
+                &format!("{server}__add_prompt"),
+                r#"{"name":"fresh"}"#,
+            )
+            .await
+            .unwrap();
+            assert_eq!(added.text, "added", "{lifecycle}");
+        }
+        let after = wait_prompts(&mut client, "both servers listed again", |l| {
+            l.prompts.iter().any(|p| p.name == "open__fresh")
+                && !l.servers[1].withheld_prompts.is_empty()
+        })
+        .await;
+        assert_ne!(after.prompts_version, before.prompts_version);
+        // The new prompt of the guarded server waits for an approval.
+        assert_eq!(after.servers[1].withheld_prompts, ["guarded__fresh"]);
+        assert!(!after.prompts.iter().any(|p| p.name == "guarded__fresh"));
+        let refused = get(&mut client, get_request("guarded__fresh", &[]))
+            .await
+            .unwrap_err();
+        assert_eq!(reason(&refused), "DEFINITION_NOT_APPROVED");
+        let rendered = get(&mut client, get_request("open__fresh", &[]))
+            .await
+            .unwrap();
+        assert_eq!(text(&rendered.messages[0]), "added fresh", "{lifecycle}");
+        gateway.shutdown().await;
+    }
+}
