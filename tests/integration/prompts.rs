@@ -710,3 +710,39 @@ async fn prompts_added_at_runtime_are_listed_again_and_withheld_until_approved()
         gateway.shutdown().await;
     }
 }
+
+#[tokio::test]
+async fn configured_credentials_are_redacted_from_rendered_prompts() {
+    const SECRET: &str = "sk-prompt-0123456789abcdef";
+    let entry = |name: &str, extra: &str| {
+        format!(
+            "      - name: {name}\n        command: [\"{}\", \"{}\", \"stdio\"]\n        env:\n          \
+             SECRET_TEXT: {{ env: PROMPT_SECRET }}\n{extra}",
+            python().display(),
+            fixture("python/prompts_server.py").display(),
+        )
+    };
+    let yaml = tenant(&format!(
+        "{}{}",
+        entry("py", ""),
+        entry("raw", "        redact_results: false\n")
+    ));
+    let gateway = TestGateway::start(&yaml, &[("PROMPT_SECRET", SECRET)]).await;
+    let mut client = gateway.client().await;
+    wait_prompts(&mut client, "listed", |l| l.prompts.len() == 6).await;
+    let rendered = get(&mut client, get_request("py__secret", &[]))
+        .await
+        .unwrap();
+    let shown = text(&rendered.messages[0]);
+    assert!(!shown.contains(SECRET), "{shown}");
+    assert!(
+        shown.starts_with("the key is ") && shown.contains("redacted"),
+        "{shown}"
+    );
+    // `redact_results: false` passes the prompt through as rendered.
+    let raw = get(&mut client, get_request("raw__secret", &[]))
+        .await
+        .unwrap();
+    assert_eq!(text(&raw.messages[0]), format!("the key is {SECRET}"));
+    gateway.shutdown().await;
+}
