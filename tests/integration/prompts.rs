@@ -391,18 +391,18 @@ async fn a_prompt_name_two_servers_expose_refuses_both_servers_prompts() {
     let (one, _) = prompts_server(
         "one",
         Transport::Stdio,
-        &[("TOOL_NAME", "review")],
+        &[("TOOL_NAME", "review"), ("NO_ADD_PROMPT", "1")],
         "        bare: true\n",
     )
     .await;
     let (two, _) = prompts_server(
         "two",
         Transport::Stdio,
-        &[("TOOL_NAME", "echo_two")],
+        &[("TOOL_NAME", "echo_two"), ("NO_ADD_PROMPT", "1")],
         "        bare: true\n",
     )
     .await;
-    let (three, _) = prompts_server("three", Transport::Stdio, &[], "").await;
+    let (three, _) = prompts_server("three", Transport::Stdio, &[("NO_ADD_PROMPT", "1")], "").await;
     let gateway = TestGateway::start(&tenant(&format!("{one}{two}{three}")), &[]).await;
     let mut client = gateway.client().await;
     let listing = wait_prompts(&mut client, "three servers listed", |l| {
@@ -520,7 +520,10 @@ async fn a_changed_prompt_is_withheld_until_approved() {
     let listing = wait_prompts(&mut client, "connected", |l| l.servers[0].connected).await;
     assert_eq!(prompt_names(&listing), ["py__ask_tone", "py__secret"]);
     assert_eq!(listing.servers[0].withheld_prompts, ["py__review"]);
-    assert_eq!(names(&list(&mut client, TOKEN).await), ["py__echo"]);
+    assert_eq!(
+        names(&list(&mut client, TOKEN).await),
+        ["py__add_prompt", "py__echo"]
+    );
     let refused = get(&mut client, get_request("py__review", &[("code", "x")]))
         .await
         .unwrap_err();
