@@ -276,7 +276,7 @@ async fn render(
         }
     };
     let Some(prompt) = catalog.prompt(name) else {
-        return Err(not_listed(&catalog, name, routing, permitted));
+        return Err(not_listed(&tenant, &catalog, name, &viewer, routing, permitted).await);
     };
     routing.server = Some(prompt.server.clone());
     routing.definition_hash = Some(prompt.definition_hash.clone());
@@ -488,9 +488,11 @@ fn rendered(
 
 /// Why `name`, not among the catalog's prompts, cannot be rendered:
 /// withheld for want of approval, its server down, or unknown.
-fn not_listed(
+async fn not_listed(
+    tenant: &Tenant,
     catalog: &Catalog,
     name: &str,
+    viewer: &Viewer<'_>,
     routing: &mut Routing,
     permitted: impl Fn(&CatalogPrompt) -> Result<(), CallError>,
 ) -> CallError {
@@ -509,6 +511,31 @@ fn not_listed(
     // A name in the namespace of a server that is down is unavailable.
     if let Some(server) = catalog.down_server_for(name) {
         routing.server = Some(server.name.clone());
+        // A per-user server nobody could list yet: this subject gets its
+        // authorization URL (the policy permitting, as far as it can tell
+        // by the name), or, having consented, waits for the listing.
+        if let ServerState::AuthorizationRequired(_) = &server.state
+            && let Some(index) = tenant.servers().position(|s| s.name == server.name)
+        {
+            if !viewer.may_call_unlisted(name, &server.name, index) {
+                return CallError::NotPermitted {
+                    server: server.name.clone(),
+                    target: Target::prompt(name),
+                };
+            }
+            let target = Target::prompt(name);
+            if let Err(refused) =
+                upstream_session::session(tenant, index, viewer.subject, &target).await
+            {
+                return refused;
+            }
+            return CallError::ServerUnavailable {
+                server: server.name.clone(),
+                tool: target,
+                reason: "the server's prompts are being listed after a first authorization"
+                    .to_owned(),
+            };
+        }
         return CallError::ServerUnavailable {
             server: server.name.clone(),
             tool: Target::prompt(name),

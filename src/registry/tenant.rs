@@ -499,6 +499,27 @@ impl Tenant {
                     "tool withheld: its definition is not approved (run `toolgate approve` after review)"
                 );
             }
+            for withheld in &server.withheld_prompts {
+                let known =
+                    previous
+                        .withheld_prompt(&withheld.prompt.name)
+                        .is_some_and(|(s, w)| {
+                            s.name == server.name
+                                && w.prompt.definition_hash == withheld.prompt.definition_hash
+                        });
+                if known {
+                    continue;
+                }
+                tracing::warn!(
+                    tenant = %self.name,
+                    server = %server.name,
+                    prompt = %withheld.prompt.name,
+                    definition_hash = %withheld.prompt.definition_hash,
+                    approved_hash = withheld.approved_hash.as_deref().unwrap_or("none"),
+                    description = %crate::approvals::excerpt(&withheld.prompt.description),
+                    "prompt withheld: its definition is not approved (run `toolgate approve` after review)"
+                );
+            }
         }
     }
 
