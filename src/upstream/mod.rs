@@ -988,3 +988,44 @@ impl Drop for CancelOnDrop {
         }
     }
 }
+
+#[cfg(test)]
+mod paging_tests {
+    use super::*;
+
+    /// A listing whose pages are `pages` (items, next cursor), by cursor:
+    /// the first page for no cursor, page `n` for cursor `"n"`.
+    async fn listed(pages: &[(u32, Option<&str>)], max_pages: u32) -> Result<Vec<u32>, Paging> {
+        list_all(max_pages, |cursor| {
+            let index = cursor.map_or(0, |c| c.parse::<usize>().unwrap());
+            let (item, next) = pages[index];
+            async move { Ok((vec![item], next.map(str::to_owned))) }
+        })
+        .await
+    }
+
+    #[tokio::test]
+    async fn pages_are_followed_to_the_end_within_bounds() {
+        let pages = [(10, Some("1")), (11, Some("2")), (12, None)];
+        assert_eq!(listed(&pages, 3).await.ok(), Some(vec![10, 11, 12]));
+        assert!(matches!(
+            listed(&pages, 2).await,
+            Err(Paging::TooManyPages(2))
+        ));
+        // A cursor seen before would never end.
+        let looping = [(10, Some("1")), (11, Some("2")), (12, Some("1"))];
+        assert!(matches!(
+            listed(&looping, 100).await,
+            Err(Paging::RepeatedCursor)
+        ));
+        // A failing page fails the listing.
+        let failed = list_all::<u32, _, _>(5, |_| async {
+            Err(UpstreamError::Protocol("boom".to_owned()))
+        })
+        .await;
+        assert!(matches!(
+            failed,
+            Err(Paging::Page(UpstreamError::Protocol(_)))
+        ));
+    }
+}
