@@ -321,7 +321,7 @@ async fn render(
         server,
         (&request.request_state, &request.input_responses),
         &binding,
-        || changed("(the prompt's definition when request_state was handed out)"),
+        || changed("the one its request_state was handed out for"),
     )?;
     let _server_slot = match tenant.server_limit(index) {
         None => None,

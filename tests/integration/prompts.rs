@@ -460,6 +460,36 @@ async fn a_failing_prompts_list_keeps_the_session_and_the_tools() {
     gateway.shutdown().await;
 }
 
+#[tokio::test]
+async fn a_prompts_list_outlasting_the_connect_timeout_keeps_the_session_and_the_tools() {
+    let (entry, _) = prompts_server(
+        "p",
+        Transport::Stdio,
+        &[("PROMPTS_SLOW_MS", "5000")],
+        "        connect_timeout: 2s\n",
+    )
+    .await;
+    let gateway = TestGateway::start(&tenant(&entry), &[]).await;
+    let mut client = gateway.client().await;
+    let listing = wait_prompts(&mut client, "the prompts refused", |l| {
+        !l.servers[0].prompts_error.is_empty()
+    })
+    .await;
+    let status = &listing.servers[0];
+    assert!(status.connected, "{status:?}");
+    assert!(
+        status
+            .prompts_error
+            .contains("within the connect timeout (2s)"),
+        "{status:?}"
+    );
+    let answer = invoke(&mut client, TOKEN, "p__echo", r#"{"text":"kept"}"#)
+        .await
+        .unwrap();
+    assert_eq!(answer.text, "kept");
+    gateway.shutdown().await;
+}
+
 /// Runs the real `toolgate` binary with `args`; (exit code, stdout, stderr).
 async fn toolgate(args: &[&str], config: &Path) -> (i32, String, String) {
     let output = tokio::time::timeout(
