@@ -428,3 +428,92 @@ mod tests {
         assert_eq!(changed.prompt.definition_hash, hash("s__changed"));
     }
 }
+
+#[cfg(test)]
+mod properties {
+    use std::collections::{HashMap, HashSet};
+
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::catalog::InputState;
+    use crate::config::ToolFilter;
+
+    /// Servers: (name, bare, prompt names), from small alphabets so that
+    /// collisions (including `a__b` shapes) happen often.
+    fn servers() -> impl Strategy<Value = Vec<(String, bool, Vec<String>)>> {
+        let server = (
+            "[ab][ab-]{0,2}",
+            any::<bool>(),
+            prop::collection::vec("[ab_]{1,6}|[ !.]{1,2}", 0..6),
+        );
+        prop::collection::vec(server, 1..5).prop_map(|mut servers| {
+            let mut seen = HashSet::new();
+            servers.retain(|(name, _, _)| !name.contains("__") && seen.insert(name.clone()));
+            for (_, _, names) in &mut servers {
+                let mut unique = HashSet::new();
+                names.retain(|n| unique.insert(n.clone()));
+            }
+            servers
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn exposed_prompts_route_back_and_no_name_is_claimed_twice(servers in servers()) {
+            let filter = ToolFilter::default();
+            let overrides = HashMap::new();
+            let listings: Vec<Result<Vec<rmcp::model::Prompt>, String>> = servers
+                .iter()
+                .map(|(_, _, names)| {
+                    Ok(names.iter().map(|n| rmcp::model::Prompt::new(n, None::<String>, None)).collect())
+                })
+                .collect();
+            let inputs: Vec<ServerInput<'_>> = servers
+                .iter()
+                .map(|(name, bare, _)| ServerInput {
+                    name,
+                    transport: "http",
+                    bare: *bare,
+                    filter: &filter,
+                    overrides: &overrides,
+                    state: InputState::Listed(&[]),
+                    approved: None,
+                })
+                .collect();
+            let prompts: Vec<PromptInput<'_>> = listings
+                .iter()
+                .map(|listed| PromptInput { listed: Some(listed), approved: None })
+                .collect();
+            let limits = crate::config::Limits::default();
+            let catalog = Catalog::build(&inputs, &limits).with_prompts(&inputs, &prompts, &limits);
+
+            let mut names = HashSet::new();
+            for prompt in catalog.prompts() {
+                prop_assert!(names.insert(prompt.name.clone()), "duplicate {}", prompt.name);
+                let (server, bare, _) = &servers[prompt.server_index];
+                prop_assert_eq!(&prompt.server, server);
+                prop_assert_eq!(&prompt.name, &names::expose(server, &prompt.upstream_name, *bare));
+                prop_assert!(names::is_valid_exposed(&prompt.name));
+                let routed = catalog.prompt(&prompt.name).unwrap();
+                prop_assert_eq!(&routed.upstream_name, &prompt.upstream_name);
+            }
+            // A name claimed by two servers whose prompts are served is
+            // exposed by neither.
+            let mut claims: HashMap<String, usize> = HashMap::new();
+            for (i, (server, bare, prompt_names)) in servers.iter().enumerate() {
+                if catalog.servers()[i].prompts_error.is_some() {
+                    continue;
+                }
+                for p in prompt_names {
+                    *claims.entry(names::expose(server, p, *bare)).or_default() += 1;
+                }
+            }
+            for (exposed, count) in claims {
+                prop_assert!(count == 1, "{exposed} claimed {count} times");
+            }
+            // Tools are untouched by prompts.
+            prop_assert!(catalog.tools().is_empty());
+        }
+    }
+}
