@@ -490,6 +490,44 @@ async fn a_prompts_list_outlasting_the_connect_timeout_keeps_the_session_and_the
     gateway.shutdown().await;
 }
 
+#[tokio::test]
+async fn get_prompt_is_bounded_by_the_argument_and_message_limits() {
+    let long = "s".repeat(2000);
+    let (entry, _) = prompts_server("py", Transport::Stdio, &[("SECRET_TEXT", &long)], "").await;
+    let gateway = TestGateway::start(
+        &format!(
+            "limits:\n  max_argument_bytes: 200\n  max_message_bytes: 1000\n{}",
+            tenant(&entry)
+        ),
+        &[],
+    )
+    .await;
+    let mut client = gateway.client().await;
+    wait_prompts(&mut client, "listed", |l| !l.prompts.is_empty()).await;
+    let big = "x".repeat(300);
+    let refused = get(&mut client, get_request("py__review", &[("code", &big)]))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
+    assert_eq!(reason(&refused), "ARGUMENTS_TOO_LARGE");
+    assert!(
+        refused.message().contains("prompt `py__review`"),
+        "{refused:?}"
+    );
+    // Rendered over the message limit.
+    let too_long = get(&mut client, get_request("py__secret", &[]))
+        .await
+        .unwrap_err();
+    assert_eq!(too_long.code(), tonic::Code::ResourceExhausted);
+    assert_eq!(reason(&too_long), "RESULT_TOO_LARGE");
+    let fits = "z".repeat(120);
+    let ok = get(&mut client, get_request("py__review", &[("code", &fits)]))
+        .await
+        .unwrap();
+    assert!(text(&ok.messages[0]).ends_with(&fits));
+    gateway.shutdown().await;
+}
+
 /// Runs the real `toolgate` binary with `args`; (exit code, stdout, stderr).
 async fn toolgate(args: &[&str], config: &Path) -> (i32, String, String) {
     let output = tokio::time::timeout(
