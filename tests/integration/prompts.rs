@@ -817,3 +817,73 @@ async fn configured_credentials_are_redacted_from_rendered_prompts() {
     assert_eq!(text(&raw.messages[0]), format!("the key is {SECRET}"));
     gateway.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_per_user_servers_prompt_renders_with_the_subjects_own_credential() {
+    use crate::oauth::{Scratch, authorization_url, config, consent_confirmed, env, upstream_with};
+    let upstream = upstream_with(3600, &[], &["--prompts"]);
+    let Scratch {
+        dir: _dir,
+        state_url,
+        ..
+    } = Scratch::new();
+    let consent_port = free_port();
+    let gateway = TestGateway::start(&config(&upstream, &state_url, consent_port), &env()).await;
+    let mut client = gateway.client().await;
+    let as_subject = |subject: &str, request: pb::GetPromptRequest| {
+        let mut request = authed(TOKEN, request);
+        request
+            .metadata_mut()
+            .insert("x-toolgate-subject", subject.parse().unwrap());
+        request
+    };
+    // Nobody has consented to `docs` yet: Alice is given her link.
+    let started = Instant::now();
+    let url = loop {
+        match client
+            .get_prompt(as_subject("alice", get_request("docs__whoami", &[])))
+            .await
+        {
+            Err(status) if reason(&status) == "UPSTREAM_AUTHORIZATION_REQUIRED" => {
+                break authorization_url(&status);
+            }
+            other => {
+                assert!(started.elapsed() < Duration::from_secs(20), "{other:?}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    consent_confirmed(&mut client, &url, "alice", consent_port).await;
+    // Once listed (with Alice's consent), her prompt renders as her.
+    let started = Instant::now();
+    let rendered = loop {
+        match client
+            .get_prompt(as_subject("alice", get_request("docs__whoami", &[])))
+            .await
+        {
+            Ok(rendered) => break rendered.into_inner(),
+            Err(status) => {
+                assert!(started.elapsed() < Duration::from_secs(20), "{status:?}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    assert_eq!(text(&rendered.messages[0]), "you are alice");
+    // The tenant's own (client credentials) server renders as the tenant.
+    let listing = wait_prompts(&mut client, "svc's prompt", |l| {
+        l.prompts.iter().any(|p| p.name == "svc__whoami")
+    })
+    .await;
+    assert!(listing.prompts.iter().any(|p| p.name == "docs__whoami"));
+    let tenant = get(&mut client, get_request("svc__whoami", &[]))
+        .await
+        .unwrap();
+    assert_eq!(text(&tenant.messages[0]), "you are client:svc");
+    // Bob never borrows Alice's token: he is asked to consent.
+    let bob = client
+        .get_prompt(as_subject("bob", get_request("docs__whoami", &[])))
+        .await
+        .unwrap_err();
+    authorization_url(&bob);
+    gateway.shutdown().await;
+}
