@@ -465,8 +465,8 @@ async fn a_prompts_list_outlasting_the_connect_timeout_keeps_the_session_and_the
     let (entry, _) = prompts_server(
         "p",
         Transport::Stdio,
-        &[("PROMPTS_SLOW_MS", "5000")],
-        "        connect_timeout: 2s\n",
+        &[("PROMPTS_SLOW_MS", "30000")],
+        "        connect_timeout: 6s\n",
     )
     .await;
     let gateway = TestGateway::start(&tenant(&entry), &[]).await;
@@ -480,7 +480,7 @@ async fn a_prompts_list_outlasting_the_connect_timeout_keeps_the_session_and_the
     assert!(
         status
             .prompts_error
-            .contains("within the connect timeout (2s)"),
+            .contains("within the connect timeout (6s)"),
         "{status:?}"
     );
     let answer = invoke(&mut client, TOKEN, "p__echo", r#"{"text":"kept"}"#)
