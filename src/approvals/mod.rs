@@ -19,6 +19,11 @@
 //!         description: "Search repositories by keyword."
 //! ```
 //!
+//! Prompts of such servers are guarded alike, in a parallel top-level
+//! `prompts:` map of the same shape (tenant → server → exposed prompt name →
+//! approval). A file with approved prompts is `version: 2`; a file without
+//! any stays `version: 1`, byte for byte as before.
+//!
 //! A missing file means nothing is approved yet. The file is read at start
 //! and reloaded when its content changes (polled) and on SIGHUP; a
 //! malformed file is refused with its name and line, and the previous
@@ -30,8 +35,12 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
-/// The format version this gateway reads and writes.
+/// The format version this gateway writes for a file without prompts.
 pub const FORMAT_VERSION: u32 = 1;
+
+/// The format version of a file that approves prompts (its `prompts:`
+/// map is not empty); this gateway reads both.
+pub const FORMAT_VERSION_PROMPTS: u32 = 2;
 
 /// Most characters of a description kept in the file and shown in diffs.
 pub const EXCERPT_CHARS: usize = 80;
@@ -52,10 +61,12 @@ pub type ServerApprovals = BTreeMap<String, Approval>;
 /// No approvals (a server the file does not mention).
 static NONE_APPROVED: ServerApprovals = BTreeMap::new();
 
-/// Every approval: tenant → server → exposed tool name → approval.
+/// Every approval: tenant → server → exposed tool name → approval, and
+/// the same for prompts.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Approvals {
     tenants: BTreeMap<String, BTreeMap<String, ServerApprovals>>,
+    prompts: BTreeMap<String, BTreeMap<String, ServerApprovals>>,
 }
 
 /// Why an approvals file could not be used.
@@ -93,13 +104,18 @@ pub enum ApprovalsError {
 #[derive(Debug, Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "an approvals file: `version` and `tenants`"
+    expecting = "an approvals file: `version`, `tenants` and `prompts`"
 )]
 struct RawFile {
     version: u32,
     #[serde(default)]
-    tenants: BTreeMap<String, BTreeMap<String, BTreeMap<String, RawApproval>>>,
+    tenants: RawTenants,
+    #[serde(default)]
+    prompts: RawTenants,
 }
+
+/// Tenant → server → exposed name → approval, as written.
+type RawTenants = BTreeMap<String, BTreeMap<String, BTreeMap<String, RawApproval>>>;
 
 /// One tool's entry as written.
 #[derive(Debug, Deserialize)]
@@ -167,7 +183,7 @@ impl Approvals {
             };
             malformed(line, message)
         })?;
-        if raw.version != FORMAT_VERSION {
+        if raw.version != FORMAT_VERSION && raw.version != FORMAT_VERSION_PROMPTS {
             let line = text
                 .lines()
                 .position(|l| l.starts_with("version:"))
@@ -175,37 +191,16 @@ impl Approvals {
             return Err(malformed(
                 line,
                 format!(
-                    "version {} is not supported (this gateway reads version {FORMAT_VERSION})",
+                    "version {} is not supported (this gateway reads versions {FORMAT_VERSION} \
+                     and {FORMAT_VERSION_PROMPTS})",
                     raw.version
                 ),
             ));
         }
-        let tenants = raw
-            .tenants
-            .into_iter()
-            .map(|(tenant, servers)| {
-                let servers = servers
-                    .into_iter()
-                    .map(|(server, tools)| {
-                        let tools = tools
-                            .into_iter()
-                            .map(|(tool, raw)| {
-                                (
-                                    tool,
-                                    Approval {
-                                        hash: raw.hash,
-                                        description: raw.description,
-                                    },
-                                )
-                            })
-                            .collect();
-                        (server, tools)
-                    })
-                    .collect();
-                (tenant, servers)
-            })
-            .collect();
-        Ok(Self { tenants })
+        Ok(Self {
+            tenants: cooked(raw.tenants),
+            prompts: cooked(raw.prompts),
+        })
     }
 
     /// The file's text: a header comment, then every tenant, server and
@@ -217,33 +212,15 @@ impl Approvals {
              # A tool of a server with `definitions: approved` is served only while its\n\
              # current definition hash is recorded here; review changes in the diff.\n",
         );
-        out.push_str(&format!("version: {FORMAT_VERSION}\n"));
-        if self.tenants.is_empty() {
-            out.push_str("tenants: {}\n");
-            return out;
-        }
-        out.push_str("tenants:\n");
-        for (tenant, servers) in &self.tenants {
-            if servers.is_empty() {
-                out.push_str(&format!("  {}: {{}}\n", key(tenant)));
-                continue;
-            }
-            out.push_str(&format!("  {}:\n", key(tenant)));
-            for (server, tools) in servers {
-                if tools.is_empty() {
-                    out.push_str(&format!("    {}: {{}}\n", key(server)));
-                    continue;
-                }
-                out.push_str(&format!("    {}:\n", key(server)));
-                for (tool, approval) in tools {
-                    out.push_str(&format!("      {}:\n", key(tool)));
-                    out.push_str(&format!("        hash: {}\n", quote(&approval.hash)));
-                    out.push_str(&format!(
-                        "        description: {}\n",
-                        quote(&excerpt(&approval.description))
-                    ));
-                }
-            }
+        let version = if self.prompts.is_empty() {
+            FORMAT_VERSION
+        } else {
+            FORMAT_VERSION_PROMPTS
+        };
+        out.push_str(&format!("version: {version}\n"));
+        render_map(&mut out, "tenants", &self.tenants);
+        if !self.prompts.is_empty() {
+            render_map(&mut out, "prompts", &self.prompts);
         }
         out
     }
@@ -262,6 +239,43 @@ impl Approvals {
             .unwrap_or(&NONE_APPROVED)
     }
 
+    /// The prompt approvals of `tenant`'s `server` (empty when the file
+    /// does not mention it).
+    pub fn server_prompts(&self, tenant: &str, server: &str) -> &ServerApprovals {
+        self.prompts
+            .get(tenant)
+            .and_then(|servers| servers.get(server))
+            .unwrap_or(&NONE_APPROVED)
+    }
+
+    /// Replaces the prompt approvals of `tenant`'s `server` with
+    /// `prompts` (an empty map is dropped: a file without prompts stays
+    /// version 1).
+    pub fn set_server_prompts(&mut self, tenant: &str, server: &str, prompts: ServerApprovals) {
+        if prompts.is_empty() {
+            if let Some(servers) = self.prompts.get_mut(tenant) {
+                servers.remove(server);
+                if servers.is_empty() {
+                    self.prompts.remove(tenant);
+                }
+            }
+            return;
+        }
+        self.prompts
+            .entry(tenant.to_owned())
+            .or_default()
+            .insert(server.to_owned(), prompts);
+    }
+
+    /// How many prompts are approved in all.
+    pub fn prompt_count(&self) -> usize {
+        self.prompts
+            .values()
+            .flat_map(BTreeMap::values)
+            .map(BTreeMap::len)
+            .sum()
+    }
+
     /// Whether the file records `tenant`'s `server` at all.
     pub fn has_server(&self, tenant: &str, server: &str) -> bool {
         self.tenants
@@ -272,6 +286,11 @@ impl Approvals {
     /// The approvals of `tenant`, by server.
     pub fn tenant(&self, tenant: &str) -> Option<&BTreeMap<String, ServerApprovals>> {
         self.tenants.get(tenant)
+    }
+
+    /// The prompt approvals of `tenant`, by server.
+    pub fn tenant_prompts(&self, tenant: &str) -> Option<&BTreeMap<String, ServerApprovals>> {
+        self.prompts.get(tenant)
     }
 
     /// Every tenant the file records.
@@ -294,6 +313,10 @@ impl Approvals {
             servers.retain(|server, _| keep(tenant, server));
         }
         self.tenants.retain(|_, servers| !servers.is_empty());
+        for (tenant, servers) in &mut self.prompts {
+            servers.retain(|server, _| keep(tenant, server));
+        }
+        self.prompts.retain(|_, servers| !servers.is_empty());
     }
 
     /// How many tools are approved in all.
@@ -303,6 +326,69 @@ impl Approvals {
             .flat_map(BTreeMap::values)
             .map(BTreeMap::len)
             .sum()
+    }
+}
+
+/// The approvals as parsed from their raw form.
+fn cooked(raw: RawTenants) -> BTreeMap<String, BTreeMap<String, ServerApprovals>> {
+    raw.into_iter()
+        .map(|(tenant, servers)| {
+            let servers = servers
+                .into_iter()
+                .map(|(server, entries)| {
+                    let entries = entries
+                        .into_iter()
+                        .map(|(name, raw)| {
+                            (
+                                name,
+                                Approval {
+                                    hash: raw.hash,
+                                    description: raw.description,
+                                },
+                            )
+                        })
+                        .collect();
+                    (server, entries)
+                })
+                .collect();
+            (tenant, servers)
+        })
+        .collect()
+}
+
+/// Renders one top-level map (`tenants` or `prompts`): every tenant,
+/// server and name in sorted order, one field per line.
+fn render_map(
+    out: &mut String,
+    top: &str,
+    map: &BTreeMap<String, BTreeMap<String, ServerApprovals>>,
+) {
+    if map.is_empty() {
+        out.push_str(&format!("{top}: {{}}\n"));
+        return;
+    }
+    out.push_str(&format!("{top}:\n"));
+    for (tenant, servers) in map {
+        if servers.is_empty() {
+            out.push_str(&format!("  {}: {{}}\n", key(tenant)));
+            continue;
+        }
+        out.push_str(&format!("  {}:\n", key(tenant)));
+        for (server, entries) in servers {
+            if entries.is_empty() {
+                out.push_str(&format!("    {}: {{}}\n", key(server)));
+                continue;
+            }
+            out.push_str(&format!("    {}:\n", key(server)));
+            for (name, approval) in entries {
+                out.push_str(&format!("      {}:\n", key(name)));
+                out.push_str(&format!("        hash: {}\n", quote(&approval.hash)));
+                out.push_str(&format!(
+                    "        description: {}\n",
+                    quote(&excerpt(&approval.description))
+                ));
+            }
+        }
     }
 }
 
@@ -544,7 +630,7 @@ mod tests {
                 7,
                 "unknown field",
             ),
-            ("version: 2\ntenants: {}\n", 1, "version 2"),
+            ("version: 3\ntenants: {}\n", 1, "version 3"),
             ("version: 1\ntenants:\n  - a\n", 3, "invalid type"),
             ("version: 1\ntenants: {\n", 3, ""),
         ];
@@ -558,6 +644,47 @@ mod tests {
             );
             assert!(message.contains(needle), "{message}");
         }
+    }
+
+    #[test]
+    fn prompts_make_a_version_2_file_and_read_back() {
+        let mut approvals = Approvals::new();
+        approvals.set_server(
+            "acme",
+            "s",
+            [("s__t".to_owned(), approval(H1, "tool"))].into(),
+        );
+        let v1 = approvals.render();
+        assert!(
+            v1.contains("version: 1\n") && !v1.contains("prompts"),
+            "{v1}"
+        );
+        // An empty prompt map changes nothing: old files stay byte-identical.
+        approvals.set_server_prompts("acme", "s", ServerApprovals::new());
+        assert_eq!(approvals.render(), v1);
+        approvals.set_server_prompts(
+            "acme",
+            "s",
+            [("s__review".to_owned(), approval(H2, "Review code."))].into(),
+        );
+        let v2 = approvals.render();
+        assert!(v2.contains("version: 2\n"), "{v2}");
+        assert!(
+            v2.ends_with(
+                "prompts:\n  acme:\n    s:\n      s__review:\n        hash: \"fedcba9876543210fedcba9876543210\"\n        description: \"Review code.\"\n"
+            ),
+            "{v2}"
+        );
+        let back = Approvals::parse(&v2, Path::new("a.yaml")).unwrap();
+        assert_eq!(back, approvals);
+        assert_eq!(back.server_prompts("acme", "s")["s__review"].hash, H2);
+        assert!(back.server("acme", "s").contains_key("s__t"));
+        assert_eq!((back.tool_count(), back.prompt_count()), (1, 1));
+        // Forgetting the server forgets its prompts too.
+        let mut gone = back.clone();
+        gone.retain(|_, _| false);
+        assert_eq!(gone.prompt_count(), 0);
+        assert_eq!(gone.render(), Approvals::new().render());
     }
 
     #[test]

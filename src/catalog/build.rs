@@ -287,7 +287,7 @@ fn json_depth(value: &serde_json::Value) -> usize {
 }
 
 /// A name made safe to show: control characters escaped, long names cut.
-fn printable(name: &str) -> String {
+pub(super) fn printable(name: &str) -> String {
     let mut shown: String = name.chars().take(80).flat_map(char::escape_debug).collect();
     if name.chars().count() > 80 {
         shown.push('…');

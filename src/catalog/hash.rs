@@ -54,3 +54,43 @@ fn hex(bytes: &[u8]) -> String {
         s
     })
 }
+
+/// SHA-256 over every field of a prompt a caller sees, domain-tagged
+/// (`prompt`: never equal to a tool's hash of the same fields) and each
+/// field length-prefixed, as for tools: its names, title, description and
+/// each argument's name, title, description and whether it is required.
+pub(super) fn prompt_hash(prompt: &super::CatalogPrompt) -> String {
+    let mut hasher = Sha256::new();
+    let mut field = |text: &str| {
+        hasher.update((text.len() as u64).to_le_bytes());
+        hasher.update(text.as_bytes());
+    };
+    field("prompt");
+    for text in [
+        prompt.name.as_str(),
+        prompt.server.as_str(),
+        prompt.upstream_name.as_str(),
+        prompt.title.as_str(),
+        prompt.description.as_str(),
+    ] {
+        field(text);
+    }
+    field(&prompt.arguments.len().to_string());
+    for argument in &prompt.arguments {
+        field(&argument.name);
+        field(&argument.title);
+        field(&argument.description);
+        field(if argument.required { "1" } else { "0" });
+    }
+    hex(&hasher.finalize()[..16])
+}
+
+/// The version of a snapshot's prompts (in catalog order).
+pub(super) fn prompts_version(prompts: &[super::CatalogPrompt]) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(b"prompts");
+    for prompt in prompts {
+        hasher.update(prompt.definition_hash.as_bytes());
+    }
+    hex(&hasher.finalize()[..12])
+}

@@ -12,6 +12,7 @@
 mod build;
 mod hash;
 pub mod lint;
+mod prompt_build;
 pub mod prompts;
 mod search;
 
@@ -22,6 +23,7 @@ use crate::config::ToolFilter;
 use crate::config::names;
 
 pub use hash::version_of;
+pub use prompt_build::PromptInput;
 pub use prompts::{CatalogPrompt, PromptArgument, WithheldPrompt};
 
 /// What one server contributes to a catalog build.

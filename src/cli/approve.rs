@@ -177,6 +177,27 @@ async fn record_current(
                 old.has_server(&tenant.name, &server.name),
             );
             new.set_server(&tenant.name, &server.name, current);
+            // Prompts alike; a server whose prompts could not be listed
+            // keeps its previous prompt approvals.
+            if let Some(reason) = &server.prompts_error {
+                complete = false;
+                println!(
+                    "{label}: prompts NOT RECORDED ({reason}); their previous approvals are kept"
+                );
+                continue;
+            }
+            let prompts = current_prompt_approvals(&catalog, server);
+            let old_prompts = old.server_prompts(&tenant.name, &server.name);
+            if !prompts.is_empty() || !old_prompts.is_empty() {
+                report_kind(
+                    &label,
+                    "prompt",
+                    old_prompts,
+                    &prompts,
+                    !old_prompts.is_empty() || old.has_server(&tenant.name, &server.name),
+                );
+            }
+            new.set_server_prompts(&tenant.name, &server.name, prompts);
         }
     }
     complete
@@ -206,6 +227,25 @@ fn current_approvals(catalog: &Catalog, server: &ServerStatus) -> ServerApproval
                 Approval {
                     hash: tool.definition_hash.clone(),
                     description: approvals::excerpt(&tool.description),
+                },
+            )
+        })
+        .collect()
+}
+
+/// The current definitions of `server`'s prompts (exposed and withheld).
+fn current_prompt_approvals(catalog: &Catalog, server: &ServerStatus) -> ServerApprovals {
+    catalog
+        .prompts()
+        .iter()
+        .filter(|p| p.server == server.name)
+        .chain(server.withheld_prompts.iter().map(|w| &w.prompt))
+        .map(|prompt| {
+            (
+                prompt.name.clone(),
+                Approval {
+                    hash: prompt.definition_hash.clone(),
+                    description: approvals::excerpt(&prompt.description),
                 },
             )
         })
@@ -245,15 +285,28 @@ fn write_if_changed(
         return Err(ExitCode::FAILURE);
     }
     println!(
-        "{}: written ({} tool(s) approved); review the diff and commit it",
+        "{}: written ({} tool(s) and {} prompt(s) approved); review the diff and commit it",
         file.display(),
-        new.tool_count()
+        new.tool_count(),
+        new.prompt_count()
     );
     Ok(())
 }
 
-/// Prints what approving `current` changes for one server.
+/// Prints what approving `current` tools changes for one server.
 fn report(label: &str, old: &ServerApprovals, current: &ServerApprovals, known: bool) {
+    report_kind(label, "tool", old, current, known);
+}
+
+/// Prints what approving `current` definitions of one kind (`tool`,
+/// `prompt`) changes for one server.
+fn report_kind(
+    label: &str,
+    kind: &str,
+    old: &ServerApprovals,
+    current: &ServerApprovals,
+    known: bool,
+) {
     let added = current.keys().filter(|k| !old.contains_key(*k)).count();
     let removed = old.keys().filter(|k| !current.contains_key(*k)).count();
     let changed = current
@@ -261,7 +314,7 @@ fn report(label: &str, old: &ServerApprovals, current: &ServerApprovals, known: 
         .filter(|(k, a)| old.get(*k).is_some_and(|o| o.hash != a.hash))
         .count();
     println!(
-        "{label}: {} tool(s){}",
+        "{label}: {} {kind}(s){}",
         current.len(),
         if !known {
             " (first approval)".to_owned()

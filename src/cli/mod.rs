@@ -265,9 +265,10 @@ fn check_approvals(config: &Config) -> Result<crate::approvals::Approvals, ExitC
     match crate::approvals::read(file) {
         Ok(Some((approvals, _))) => {
             println!(
-                "approvals: {} ({} tool(s) approved)",
+                "approvals: {} ({} tool(s) and {} prompt(s) approved)",
                 file.display(),
-                approvals.tool_count()
+                approvals.tool_count(),
+                approvals.prompt_count()
             );
             Ok(approvals)
         }
@@ -407,6 +408,27 @@ async fn check(path: PathBuf, offline: bool) -> ExitCode {
                     withheld.tool.definition_hash,
                     crate::approvals::excerpt(&withheld.tool.description)
                 );
+            }
+            // Prompts alike: listed, withheld, or refused (their tools stay).
+            for prompt in catalog.prompts().iter().filter(|p| p.server == server.name) {
+                println!("    prompt {}", prompt.name);
+            }
+            for withheld in &server.withheld_prompts {
+                healthy = false;
+                println!(
+                    "    WITHHELD prompt {}: {} → {}: \"{}\"",
+                    withheld.prompt.name,
+                    withheld
+                        .approved_hash
+                        .as_deref()
+                        .unwrap_or("(not approved)"),
+                    withheld.prompt.definition_hash,
+                    crate::approvals::excerpt(&withheld.prompt.description)
+                );
+            }
+            if let Some(reason) = &server.prompts_error {
+                healthy = false;
+                println!("    PROMPTS REFUSED: {reason}");
             }
         }
         let mut warnings = crate::catalog::lint::lint(&catalog);

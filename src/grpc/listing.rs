@@ -347,18 +347,24 @@ pub(super) async fn show_consent(
     viewer: &Viewer<'_>,
     response: &mut ListToolsReply,
 ) {
+    show_consent_in(tenant, catalog, viewer, &mut response.rest.servers).await;
+}
+
+/// [`show_consent`] in the server statuses of any listing (ListTools,
+/// ListPrompts).
+pub(super) async fn show_consent_in(
+    tenant: &crate::registry::Tenant,
+    catalog: &Catalog,
+    viewer: &Viewer<'_>,
+    servers: &mut [pb::ServerStatus],
+) {
     use crate::registry::ConsentState;
     let subject = viewer.subject;
     for (index, server) in tenant.servers().enumerate() {
         if !tenant.is_per_user(index) {
             continue;
         }
-        let Some(status) = response
-            .rest
-            .servers
-            .iter_mut()
-            .find(|s| s.name == server.name)
-        else {
+        let Some(status) = servers.iter_mut().find(|s| s.name == server.name) else {
             continue;
         };
         if !viewer.permits_some_tool_of(catalog, server, index) {

@@ -338,7 +338,8 @@ impl Registry {
         let old = self.spawner.approvals.swap(new.clone());
         for tenant in self.current().tenants.iter() {
             if tenant.servers().any(|s| s.needs_approval())
-                && old.tenant(&tenant.name) != new.tenant(&tenant.name)
+                && (old.tenant(&tenant.name) != new.tenant(&tenant.name)
+                    || old.tenant_prompts(&tenant.name) != new.tenant_prompts(&tenant.name))
             {
                 tenant.rebuild();
             }

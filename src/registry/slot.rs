@@ -27,6 +27,8 @@ pub(super) enum SlotState {
     Ready {
         session: Arc<Session>,
         tools: Arc<Vec<rmcp::model::Tool>>,
+        /// What `prompts/list` gave, when the server offers prompts.
+        prompts: Option<Arc<Result<Vec<rmcp::model::Prompt>, String>>>,
     },
     Failed {
         reason: String,

@@ -1,8 +1,10 @@
 //! Keeps one slot connected: connects, waits for the session to end, and
 //! reconnects with exponential backoff and jitter, until the slot is
-//! stopped. The tool list is re-read on every connect, so a changed list
+//! stopped. The tool and prompt lists are read on every connect, and again
+//! when the server says they changed (`list_changed`), so a changed list
 //! gives a new catalog version. Calls are never replayed.
 
+use std::ops::ControlFlow;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,6 +16,10 @@ use crate::config::Environment;
 use crate::state::TokenKey;
 use crate::telemetry::Metrics;
 use crate::upstream::{self, Label};
+
+/// How long a server's lists must be quiet after a `list_changed` before
+/// they are read again (changes come in bursts).
+const RELIST_DEBOUNCE: Duration = Duration::from_secs(1);
 
 /// A session that lived at least this long resets the backoff.
 const STABLE_SESSION: Duration = Duration::from_secs(30);
@@ -32,6 +38,104 @@ pub(super) struct Supervisor {
 }
 
 impl Supervisor {
+    /// While `session` lives: reads its tool and prompt lists again
+    /// when the server says they changed (after [`RELIST_DEBOUNCE`] of
+    /// quiet, with the connect's bounds and timeout) and republishes the
+    /// slot's state, keeping `last_tools` current. `Break` when the
+    /// supervisor is stopped, `Continue` once the session has ended.
+    async fn follow_lists(
+        &self,
+        session: &Arc<upstream::Session>,
+        stop: &tokio_util::sync::CancellationToken,
+        last_tools: &mut Option<Arc<Vec<rmcp::model::Tool>>>,
+    ) -> ControlFlow<()> {
+        use upstream::ListKind;
+        let server = &self.slot.config;
+        let mut tools_generation = session.events().list_generation(ListKind::Tools);
+        let mut prompts_generation = session.events().list_generation(ListKind::Prompts);
+        let mut seen = (
+            *tools_generation.borrow_and_update(),
+            *prompts_generation.borrow_and_update(),
+        );
+        let follow = session.follow_list_changes();
+        tokio::pin!(follow);
+        let mut following = true;
+        let ended = || async {
+            tokio::select! {
+                () = session.wait_ended() => ControlFlow::Continue(()),
+                () = stop.cancelled() => ControlFlow::Break(()),
+            }
+        };
+        loop {
+            let woken = tokio::select! {
+                flow = ended() => return flow,
+                () = &mut follow, if following => {
+                    following = false;
+                    continue;
+                }
+                changed = tools_generation.changed() => changed.is_ok(),
+                changed = prompts_generation.changed() => changed.is_ok(),
+            };
+            if !woken {
+                // The session's events are gone with it.
+                return ended().await;
+            }
+            // Changes come in bursts: one re-listing after a quiet moment.
+            tokio::select! {
+                flow = ended() => return flow,
+                () = tokio::time::sleep(RELIST_DEBOUNCE) => {}
+            }
+            let now = (
+                *tools_generation.borrow_and_update(),
+                *prompts_generation.borrow_and_update(),
+            );
+            let (tools_changed, prompts_changed) = (now.0 != seen.0, now.1 != seen.1);
+            seen = now;
+            let SlotState::Ready { tools, prompts, .. } = self.slot.state() else {
+                continue;
+            };
+            let tools = if tools_changed {
+                match session
+                    .list_tools(server.max_list_pages, server.connect_timeout)
+                    .await
+                {
+                    Ok(listed) => Arc::new(listed),
+                    Err(error) => {
+                        tracing::warn!(tenant = %self.tenant, server = %server.name, %error, "re-listing the tools after list_changed failed; the previous list is kept");
+                        tools
+                    }
+                }
+            } else {
+                tools
+            };
+            let prompts = if prompts_changed {
+                session
+                    .list_prompts(server.max_list_pages, server.connect_timeout)
+                    .await
+                    .map(Arc::new)
+            } else {
+                prompts
+            };
+            tracing::info!(
+                tenant = %self.tenant,
+                server = %server.name,
+                tools = tools.len(),
+                tools_changed,
+                prompts_changed,
+                "lists read again after list_changed"
+            );
+            *last_tools = Some(tools.clone());
+            self.slot.set_state(
+                stop,
+                SlotState::Ready {
+                    session: session.clone(),
+                    tools,
+                    prompts,
+                },
+            );
+        }
+    }
+
     pub(super) async fn run(self) {
         let server = &self.slot.config;
         let tenant = &self.tenant;
@@ -84,6 +188,7 @@ impl Supervisor {
                         tenant = %tenant,
                         server = %server.name,
                         tools = connected.tools.len(),
+                        prompts = connected.prompts.as_ref().and_then(|p| p.as_ref().ok()).map_or(0, Vec::len),
                         reconnect = retry,
                         "upstream connected"
                     );
@@ -97,12 +202,16 @@ impl Supervisor {
                         SlotState::Ready {
                             session: connected.session,
                             tools,
+                            prompts: connected.prompts.map(Arc::new),
                         },
                     );
                     let up_since = tokio::time::Instant::now();
-                    tokio::select! {
-                        () = session.wait_ended() => {}
-                        () = stop.cancelled() => return,
+                    if self
+                        .follow_lists(&session, &stop, &mut last_tools)
+                        .await
+                        .is_break()
+                    {
+                        return;
                     }
                     tracing::warn!(tenant = %tenant, server = %server.name, "upstream session ended");
                     self.metrics.session_lost(tenant, &server.name);

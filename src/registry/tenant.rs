@@ -10,7 +10,7 @@ use tokio::sync::watch;
 
 use super::Spawner;
 use super::slot::{Slot, SlotState};
-use crate::catalog::{Catalog, InputState, ServerInput, SharedCatalog};
+use crate::catalog::{Catalog, InputState, PromptInput, ServerInput, SharedCatalog};
 use crate::config::{ConnectMode, Limits, ServerConfig, TenantConfig, TenantLimits};
 use crate::registry::limits::{Concurrency, TenantLimiter};
 use crate::upstream::Session;
@@ -433,6 +433,26 @@ impl Tenant {
                 _ => build(),
             }
         });
+        // Prompts: from connected servers that offer them.
+        let prompts: Vec<PromptInput<'_>> = self
+            .slots
+            .iter()
+            .zip(&states)
+            .map(|(slot, state)| PromptInput {
+                listed: match state {
+                    SlotState::Ready {
+                        prompts: Some(prompts),
+                        ..
+                    } => Some(prompts.as_ref()),
+                    _ => None,
+                },
+                approved: slot
+                    .config
+                    .needs_approval()
+                    .then(|| approvals.server_prompts(&self.name, &slot.config.name)),
+            })
+            .collect();
+        let catalog = catalog.with_prompts(&inputs, &prompts, &self.limits);
         let catalog = Arc::new(catalog.with_stamp(self.stamp));
         self.report_withheld(&catalog);
         {
@@ -481,6 +501,27 @@ impl Tenant {
                     approved_hash = withheld.approved_hash.as_deref().unwrap_or("none"),
                     description = %crate::approvals::excerpt(&withheld.tool.description),
                     "tool withheld: its definition is not approved (run `toolgate approve` after review)"
+                );
+            }
+            for withheld in &server.withheld_prompts {
+                let known =
+                    previous
+                        .withheld_prompt(&withheld.prompt.name)
+                        .is_some_and(|(s, w)| {
+                            s.name == server.name
+                                && w.prompt.definition_hash == withheld.prompt.definition_hash
+                        });
+                if known {
+                    continue;
+                }
+                tracing::warn!(
+                    tenant = %self.name,
+                    server = %server.name,
+                    prompt = %withheld.prompt.name,
+                    definition_hash = %withheld.prompt.definition_hash,
+                    approved_hash = withheld.approved_hash.as_deref().unwrap_or("none"),
+                    description = %crate::approvals::excerpt(&withheld.prompt.description),
+                    "prompt withheld: its definition is not approved (run `toolgate approve` after review)"
                 );
             }
         }

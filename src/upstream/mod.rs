@@ -10,6 +10,8 @@ mod events;
 mod handler;
 mod http;
 pub mod input;
+mod prompts;
+mod relist;
 mod request;
 pub(crate) mod resources;
 mod rounds;
@@ -24,8 +26,8 @@ use std::time::Duration;
 
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam,
-    ClientRequest, ContentBlock, PaginatedRequestParams, RequestId, ResourceContents, ServerResult,
-    Tool,
+    ClientRequest, ContentBlock, PaginatedRequestParams, Prompt, RequestId, ResourceContents,
+    ServerResult, Tool,
 };
 use rmcp::service::PeerRequestOptions;
 use rmcp::service::{Peer, RoleClient, RunningService};
@@ -45,6 +47,7 @@ pub use input::{
     Action, Answer, AnswerError, Asked, CallOutcome, CallRequest, InputKinds, InputSink, Question,
     QuestionKind, Round,
 };
+pub use prompts::{PromptOutcome, PromptRequest};
 pub use request::Request;
 pub use stdio::Label;
 pub use subscriptions::{ResourceWatch, WatchEnd};
@@ -100,6 +103,11 @@ pub struct Connected {
     pub session: Arc<Session>,
     /// Every tool of the server, all pages.
     pub tools: Vec<Tool>,
+    /// Every prompt of the server, all pages, when it declares `prompts`
+    /// (`None` when it does not); `Err` says why its prompts are refused
+    /// (the listing failed, never ended, or outlasted the connect
+    /// timeout): the session and its tools are kept all the same.
+    pub prompts: Option<Result<Vec<Prompt>, String>>,
 }
 
 /// Starts a session to `server` and reads its whole tool list, all within
@@ -292,6 +300,31 @@ impl Connecting<'_> {
                 return Err(e);
             }
         };
+        // Prompts, after the tools and within the same deadline, from a
+        // server that offers them. A failure refuses its prompts only.
+        let offers_prompts = service
+            .peer()
+            .peer_info()
+            .is_some_and(|info| info.capabilities.prompts.is_some());
+        let prompts = if offers_prompts {
+            let listed = tokio::time::timeout_at(
+                deadline,
+                list_all_prompts(service.peer(), server.max_list_pages, &redaction),
+            )
+            .await
+            .unwrap_or_else(|_| {
+                Err(format!(
+                    "prompts/list did not end within the connect timeout ({})",
+                    humantime::format_duration(timeout)
+                ))
+            });
+            if let Err(reason) = &listed {
+                tracing::warn!(tenant = %label.tenant, server = %label.server, %reason, "the server's prompts are refused; its tools are kept");
+            }
+            Some(listed)
+        } else {
+            None
+        };
         let peer = service.peer().clone();
         let client = service.service().clone();
         let pid = group.as_ref().map(stdio::Group::pid);
@@ -323,6 +356,7 @@ impl Connecting<'_> {
                 resources: resources::ListingCache::default(),
             }),
             tools,
+            prompts,
         })
     }
 
@@ -514,29 +548,88 @@ async fn list_all_tools(
     max_pages: u32,
     redaction: &Redaction,
 ) -> Result<Vec<Tool>, UpstreamError> {
-    let mut tools = Vec::new();
-    let mut cursor: Option<String> = None;
-    let mut seen = HashSet::new();
-    for _ in 0..max_pages {
-        let params = cursor
-            .take()
-            .map(|c| PaginatedRequestParams::default().with_cursor(Some(c)));
-        let page = peer.list_tools(params).await.map_err(|e| {
+    list_all(max_pages, |cursor| async move {
+        let page = peer.list_tools(cursor_params(cursor)).await.map_err(|e| {
             // Already redacted and bounded by `from_service`.
             UpstreamError::ListTools(UpstreamError::from_service(e, redaction).to_string())
         })?;
-        tools.extend(page.tools);
-        match page.next_cursor {
-            None => return Ok(tools),
+        Ok((page.tools, page.next_cursor))
+    })
+    .await
+    .map_err(|e| match e {
+        Paging::Page(e) => e,
+        Paging::TooManyPages(pages) => UpstreamError::TooManyPages(pages),
+        Paging::RepeatedCursor => UpstreamError::RepeatedCursor,
+    })
+}
+
+/// Every prompt of the server, all pages (bounded as tools are), or why
+/// not, in words: a failure refuses the server's prompts only.
+async fn list_all_prompts(
+    peer: &Peer<RoleClient>,
+    max_pages: u32,
+    redaction: &Redaction,
+) -> Result<Vec<Prompt>, String> {
+    list_all(max_pages, |cursor| async move {
+        let page = peer
+            .list_prompts(cursor_params(cursor))
+            .await
+            .map_err(|e| UpstreamError::from_service(e, redaction))?;
+        Ok((page.prompts, page.next_cursor))
+    })
+    .await
+    .map_err(|e| match e {
+        Paging::Page(e) => format!("prompts/list failed: {e}"),
+        Paging::TooManyPages(pages) => format!(
+            "prompts/list returned more than {pages} pages (raise max_list_pages if this is real)"
+        ),
+        Paging::RepeatedCursor => {
+            "prompts/list repeated the cursor of an earlier page; the listing would never end"
+                .to_owned()
+        }
+    })
+}
+
+/// The request parameters of the page at `cursor` (the first: none).
+fn cursor_params(cursor: Option<String>) -> Option<PaginatedRequestParams> {
+    cursor.map(|c| PaginatedRequestParams::default().with_cursor(Some(c)))
+}
+
+/// Why a paged listing stopped.
+enum Paging {
+    /// A page failed.
+    Page(UpstreamError),
+    /// More than `max_list_pages` pages.
+    TooManyPages(u32),
+    /// A cursor came twice.
+    RepeatedCursor,
+}
+
+/// Follows `nextCursor` from the first page to the end: `page(cursor)`
+/// fetches one page (its items and next cursor). At most `max_pages`
+/// pages, and a cursor seen before ends the listing (it would never end).
+async fn list_all<T, F, Fut>(max_pages: u32, mut page: F) -> Result<Vec<T>, Paging>
+where
+    F: FnMut(Option<String>) -> Fut,
+    Fut: std::future::Future<Output = Result<(Vec<T>, Option<String>), UpstreamError>>,
+{
+    let mut items = Vec::new();
+    let mut cursor: Option<String> = None;
+    let mut seen = HashSet::new();
+    for _ in 0..max_pages {
+        let (listed, next) = page(cursor.take()).await.map_err(Paging::Page)?;
+        items.extend(listed);
+        match next {
+            None => return Ok(items),
             Some(next) => {
                 if !seen.insert(next.clone()) {
-                    return Err(UpstreamError::RepeatedCursor);
+                    return Err(Paging::RepeatedCursor);
                 }
                 cursor = Some(next);
             }
         }
     }
-    Err(UpstreamError::TooManyPages(max_pages))
+    Err(Paging::TooManyPages(max_pages))
 }
 
 impl Session {
@@ -808,66 +901,74 @@ impl Drop for Session {
 }
 
 /// Replaces every configured credential and live token in a tool result:
-/// each text block,
-/// the text of embedded resources, the text fields of resource links,
-/// structured content, and every `_meta` (of the blocks and the result).
-/// Binary data (base64) is left alone.
+/// each block ([`redact_block`]), structured content, and the result's
+/// `_meta`.
 fn redact_result(result: &mut CallToolResult, redaction: &Redaction) {
     if redaction.is_empty() {
         return;
     }
-    let redact_meta = |meta: &mut Option<rmcp::model::MetaObject>| {
-        if let Some(meta) = meta {
-            let mut value = serde_json::Value::Object(std::mem::take(&mut meta.0));
-            redaction.redact_json(&mut value);
-            if let serde_json::Value::Object(object) = value {
-                meta.0 = object;
-            }
-        }
-    };
     for block in &mut result.content {
-        match block {
-            ContentBlock::Text(text) => {
-                redaction.redact_in_place(&mut text.text);
-                redact_meta(&mut text.meta);
-            }
-            ContentBlock::Image(image) => redact_meta(&mut image.meta),
-            ContentBlock::Audio(audio) => redact_meta(&mut audio.meta),
-            ContentBlock::Resource(embedded) => {
-                redact_meta(&mut embedded.meta);
-                match &mut embedded.resource {
-                    ResourceContents::TextResourceContents {
-                        uri, text, meta, ..
-                    } => {
-                        redaction.redact_in_place(uri);
-                        redaction.redact_in_place(text);
-                        redact_meta(meta);
-                    }
-                    ResourceContents::BlobResourceContents { uri, meta, .. } => {
-                        redaction.redact_in_place(uri);
-                        redact_meta(meta);
-                    }
-                    _ => {}
-                }
-            }
-            ContentBlock::ResourceLink(link) => {
-                redaction.redact_in_place(&mut link.uri);
-                redaction.redact_in_place(&mut link.name);
-                for text in [&mut link.title, &mut link.description]
-                    .into_iter()
-                    .flatten()
-                {
-                    redaction.redact_in_place(text);
-                }
-                redact_meta(&mut link.meta);
-            }
-            _ => {}
-        }
+        redact_block(block, redaction);
     }
     if let Some(structured) = &mut result.structured_content {
         redaction.redact_json(structured);
     }
-    redact_meta(&mut result.meta);
+    redact_meta(&mut result.meta, redaction);
+}
+
+/// Replaces every configured credential and live token in one content
+/// block (of a tool result or a prompt message): its text, the text of
+/// an embedded resource, the text fields of a resource link, and every
+/// `_meta`. Binary data (base64) is left alone.
+fn redact_block(block: &mut ContentBlock, redaction: &Redaction) {
+    match block {
+        ContentBlock::Text(text) => {
+            redaction.redact_in_place(&mut text.text);
+            redact_meta(&mut text.meta, redaction);
+        }
+        ContentBlock::Image(image) => redact_meta(&mut image.meta, redaction),
+        ContentBlock::Audio(audio) => redact_meta(&mut audio.meta, redaction),
+        ContentBlock::Resource(embedded) => {
+            redact_meta(&mut embedded.meta, redaction);
+            match &mut embedded.resource {
+                ResourceContents::TextResourceContents {
+                    uri, text, meta, ..
+                } => {
+                    redaction.redact_in_place(uri);
+                    redaction.redact_in_place(text);
+                    redact_meta(meta, redaction);
+                }
+                ResourceContents::BlobResourceContents { uri, meta, .. } => {
+                    redaction.redact_in_place(uri);
+                    redact_meta(meta, redaction);
+                }
+                _ => {}
+            }
+        }
+        ContentBlock::ResourceLink(link) => {
+            redaction.redact_in_place(&mut link.uri);
+            redaction.redact_in_place(&mut link.name);
+            for text in [&mut link.title, &mut link.description]
+                .into_iter()
+                .flatten()
+            {
+                redaction.redact_in_place(text);
+            }
+            redact_meta(&mut link.meta, redaction);
+        }
+        _ => {}
+    }
+}
+
+/// Redacts a `_meta` object as JSON.
+fn redact_meta(meta: &mut Option<rmcp::model::MetaObject>, redaction: &Redaction) {
+    if let Some(meta) = meta {
+        let mut value = serde_json::Value::Object(std::mem::take(&mut meta.0));
+        redaction.redact_json(&mut value);
+        if let serde_json::Value::Object(object) = value {
+            meta.0 = object;
+        }
+    }
 }
 
 /// Sends `notifications/cancelled` for a request abandoned before its
@@ -890,5 +991,46 @@ impl Drop for CancelOnDrop {
                     .await;
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod paging_tests {
+    use super::*;
+
+    /// A listing whose pages are `pages` (items, next cursor), by cursor:
+    /// the first page for no cursor, page `n` for cursor `"n"`.
+    async fn listed(pages: &[(u32, Option<&str>)], max_pages: u32) -> Result<Vec<u32>, Paging> {
+        list_all(max_pages, |cursor| {
+            let index = cursor.map_or(0, |c| c.parse::<usize>().unwrap());
+            let (item, next) = pages[index];
+            async move { Ok((vec![item], next.map(str::to_owned))) }
+        })
+        .await
+    }
+
+    #[tokio::test]
+    async fn pages_are_followed_to_the_end_within_bounds() {
+        let pages = [(10, Some("1")), (11, Some("2")), (12, None)];
+        assert_eq!(listed(&pages, 3).await.ok(), Some(vec![10, 11, 12]));
+        assert!(matches!(
+            listed(&pages, 2).await,
+            Err(Paging::TooManyPages(2))
+        ));
+        // A cursor seen before would never end.
+        let looping = [(10, Some("1")), (11, Some("2")), (12, Some("1"))];
+        assert!(matches!(
+            listed(&looping, 100).await,
+            Err(Paging::RepeatedCursor)
+        ));
+        // A failing page fails the listing.
+        let failed = list_all::<u32, _, _>(5, |_| async {
+            Err(UpstreamError::Protocol("boom".to_owned()))
+        })
+        .await;
+        assert!(matches!(
+            failed,
+            Err(Paging::Page(UpstreamError::Protocol(_)))
+        ));
     }
 }

@@ -31,6 +31,7 @@ mod ops;
 mod policy;
 mod policy_targets;
 mod processes;
+mod prompts;
 mod redaction;
 mod reload;
 mod resources;
