@@ -38,10 +38,12 @@ pub(super) async fn list(
         caller: &caller,
         subject: &subject,
     };
+    // The caller's view of this snapshot, cached per snapshot and caller
+    // (None: the policy hides nothing from it).
+    let view = viewer.view(&catalog);
     let allowed = |prompt: &CatalogPrompt| {
-        policy
-            .as_deref()
-            .is_none_or(|p| p.allows_prompt(&caller, &subject, prompt))
+        view.as_deref()
+            .is_none_or(|v| v.allows_prompt_name(&catalog, &prompt.name))
     };
     let prompts = catalog
         .prompts()
@@ -63,7 +65,10 @@ pub(super) async fn list(
         status.withheld_prompts = server
             .withheld_prompts
             .iter()
-            .filter(|w| allowed(&w.prompt))
+            .filter(|w| {
+                view.as_deref()
+                    .is_none_or(|v| !v.hides_withheld_prompt(&w.prompt.name))
+            })
             .map(|w| w.prompt.name.clone())
             .collect();
         status.prompts_error = server.prompts_error.clone().unwrap_or_default();
@@ -71,7 +76,11 @@ pub(super) async fn list(
     listing::show_consent_in(&tenant, &catalog, &viewer, &mut servers).await;
     Ok(pb::ListPromptsResponse {
         prompts,
-        prompts_version: catalog.prompts_version().to_owned(),
+        // The caller's own: it changes when what this caller sees changes.
+        prompts_version: view
+            .as_deref()
+            .map_or(catalog.prompts_version(), |v| v.prompts_version())
+            .to_owned(),
         servers,
     })
 }

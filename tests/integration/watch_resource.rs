@@ -219,10 +219,16 @@ async fn a_2026_session_listens_per_uri() {
     let mut client = gateway.client().await;
     for server in ["stdio", "http"] {
         wait_listed(&mut client, TOKEN, &format!("{server}__counts")).await;
+        // The session's own listen stream for list changes (tools, prompts:
+        // the server announces them) is open before any watch.
+        counts_until(&mut client, server, |c| c["listen_opened"] == 1).await;
         let mut first = watched(&mut client, server, "watch://a").await;
         let second = watched(&mut client, server, "watch://a").await;
         let counted = counts(&mut client, TOKEN, server).await;
-        assert_eq!(counted["listen_opened"], 1, "{server}: {counted}");
+        assert_eq!(
+            counted["listen_opened"], 2,
+            "{server}: one more, for the URI: {counted}"
+        );
         assert_eq!(
             counted["subscribe"],
             serde_json::json!({}),
