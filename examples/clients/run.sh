@@ -85,12 +85,15 @@ log "python: installing examples/clients/python/requirements.txt into .venv, gen
 PIP_DISABLE_PIP_VERSION_CHECK=1 timeout 300 "$PY" -m pip install --quiet --no-input \
   -r "$HERE/python/requirements.txt"
 PYTHON="$PY" timeout 120 "$HERE/python/generate.sh"
-log "python: py_compile and import of worker.py, consent.py and questions.py"
-"$PY" -m py_compile "$HERE/python/worker.py" "$HERE/python/consent.py" "$HERE/python/questions.py"
-(cd "$HERE/python" && "$PY" -c 'import consent, questions, worker') || die "the Python examples do not import"
-# questions.py speaks gRPC only: it must not load any MCP library.
-(cd "$HERE/python" && "$PY" -c 'import sys, questions; bad = sorted(m for m in sys.modules if m.split(".")[0] in ("mcp", "fastmcp", "fastmcp_tasks", "rmcp")); sys.exit(f"questions.py imports {bad}" if bad else 0)') \
-  || die "questions.py imports an MCP library"
+log "python: py_compile and import of worker.py, consent.py, questions.py and offerings.py"
+"$PY" -m py_compile "$HERE/python/worker.py" "$HERE/python/consent.py" "$HERE/python/questions.py" \
+  "$HERE/python/offerings.py"
+(cd "$HERE/python" && "$PY" -c 'import consent, offerings, questions, worker') || die "the Python examples do not import"
+# questions.py and offerings.py speak gRPC only: they must not load any MCP library.
+for example in questions offerings; do
+  (cd "$HERE/python" && "$PY" -c "import sys, $example; bad = sorted(m for m in sys.modules if m.split('.')[0] in ('mcp', 'fastmcp', 'fastmcp_tasks', 'rmcp')); sys.exit(f'$example.py imports {bad}' if bad else 0)") \
+    || die "$example.py imports an MCP library"
+done
 log "typescript: npm ci, npm run build"
 (cd "$HERE/typescript" && timeout 300 npm ci --silent --no-audit --no-fund && timeout 120 npm run --silent build)
 
@@ -121,6 +124,14 @@ tenants:
         lifecycle: discover
       - name: tasks
         command: ["$PY", "$ROOT/tests/fixtures/python/tasks_server.py"]
+        lifecycle: discover
+      - name: everything
+        command: ["$(command -v node)", "$ROOT/tests/fixtures/node/node_modules/@modelcontextprotocol/server-everything/dist/index.js", "stdio"]
+      - name: notes
+        command: ["$PY", "$ROOT/tests/fixtures/python/offerings_server.py"]
+        lifecycle: initialize
+      - name: notes26
+        command: ["$PY", "$ROOT/tests/fixtures/python/offerings_server.py"]
         lifecycle: discover
 EOF
 log "starting $BIN on $ADDR"
@@ -224,6 +235,38 @@ run_question_checks() {
 
 run_question_checks python "$PY" "$HERE/python/questions.py"
 run_question_checks typescript node "$HERE/typescript/dist/questions.js"
+
+# Resources, prompts and completion: a worker that never speaks MCP follows a
+# resource_link from a tool result, renders a prompt with completion of its
+# argument, and watches a resource, against servers of both revisions.
+run_offerings_checks() {
+  local lang="$1"
+  shift
+  export TOOLGATE_TOKEN="$TOKEN"
+  check "$lang: follows server-everything's resource links (2025-11-25)" 0 \
+    '^link everything demo://resource/dynamic/text/1$' '^read demo://resource/dynamic/text/1 text/plain: Resource 1: ' \
+    '^link everything demo://resource/dynamic/blob/2$' '^read demo://resource/dynamic/blob/2 application/octet-stream: [0-9]+ bytes$' \
+    -- "$@" follow --addr "$ADDR" everything__get-resource-links '{"count": 2}'
+  local era server
+  for era in "2025-11-25 notes" "2026-07-28 notes26"; do
+    server="${era#* }"; era="${era% *}"
+    check "$lang: follows a resource link ($era)" 0 \
+      "^link $server notes://today\$" '^read notes://today text/plain: Today: ship the gateway$' \
+      -- "$@" follow --addr "$ADDR" "${server}__link"
+    check "$lang: renders a prompt, completing its arguments ($era)" 0 \
+      '^complete language: rust$' '^\[user\] Review this rust code in a strict tone\.$' \
+      -- "$@" prompt --addr "$ADDR" "${server}__review" style=strict --complete language=ru
+    check "$lang: watches a resource ($era)" 0 \
+      "^watching $server notes://today\$" '^update notes://today$' \
+      -- "$@" watch --addr "$ADDR" --updates 1 --trigger "${server}__touch" '{}' "$server" notes://today
+  done
+  check "$lang: completes server-everything's prompt with context (2025-11-25)" 0 \
+    '^complete department: Engineering$' '^\[user\] Please promote Alice to the head of the Engineering team\.$' \
+    -- "$@" prompt --addr "$ADDR" everything__completable-prompt name=Alice --complete department=Eng
+}
+
+run_offerings_checks python "$PY" "$HERE/python/offerings.py"
+run_offerings_checks typescript node "$HERE/typescript/dist/offerings.js"
 
 if ! kill -0 "$GATEWAY_PID" 2>/dev/null; then
   FAILED=$((FAILED + 1)); log "the gateway died during the checks"; cat "$TMP/gateway.log" >&2

@@ -3,8 +3,8 @@
 
     pip install -r requirements.txt && ./generate.sh
     TOOLGATE_TOKEN=secret python offerings.py follow everything__get-resource-links '{"count": 2}'
-    TOOLGATE_TOKEN=secret python offerings.py prompt everything__completable-prompt \\
-        --complete department=En name=Alice
+    TOOLGATE_TOKEN=secret python offerings.py prompt everything__completable-prompt name=Alice \\
+        --complete department=En
     TOOLGATE_TOKEN=secret python offerings.py watch everything demo://resource/dynamic/text/1 --updates 2
 
 It speaks only toolgate's gRPC API (grpcio and the generated stubs): no MCP
@@ -29,7 +29,7 @@ tool once the watch is in place (to make the server change something).
 
 Arguments:
     follow TOOL [ARGS]                        ARGS a JSON object (default {})
-    prompt NAME [KEY=VALUE...] [--complete ARG=PREFIX]
+    prompt NAME [KEY=VALUE...] [--complete ARG=PREFIX]   (KEY=VALUE before the options)
     watch SERVER URI [--updates N] [--trigger TOOL ARGS]
     --addr       the gateway, host:port (default 127.0.0.1:50051); plaintext
     --timeout    deadline of each RPC in seconds (default 60)

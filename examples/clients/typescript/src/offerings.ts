@@ -2,8 +2,8 @@
 //
 //   npm ci && npm run build
 //   TOOLGATE_TOKEN=secret node dist/offerings.js follow everything__get-resource-links '{"count": 2}'
-//   TOOLGATE_TOKEN=secret node dist/offerings.js prompt everything__completable-prompt \
-//       --complete department=En name=Alice
+//   TOOLGATE_TOKEN=secret node dist/offerings.js prompt everything__completable-prompt name=Alice \
+//       --complete department=En
 //   TOOLGATE_TOKEN=secret node dist/offerings.js watch everything demo://resource/dynamic/text/1 --updates 2
 //
 // The same as examples/clients/python/offerings.py (read its docstring for the
