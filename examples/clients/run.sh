@@ -244,8 +244,8 @@ run_offerings_checks() {
   shift
   export TOOLGATE_TOKEN="$TOKEN"
   check "$lang: follows server-everything's resource links (2025-11-25)" 0 \
-    '^link everything demo://resource/dynamic/text/1$' '^read demo://resource/dynamic/text/1 text/plain: Resource 1: ' \
-    '^link everything demo://resource/dynamic/blob/2$' '^read demo://resource/dynamic/blob/2 application/octet-stream: [0-9]+ bytes$' \
+    '^link everything demo://resource/dynamic/blob/1$' '^read demo://resource/dynamic/blob/1 text/plain: [1-9][0-9]* bytes$' \
+    '^link everything demo://resource/dynamic/text/2$' '^read demo://resource/dynamic/text/2 text/plain: Resource 2: ' \
     -- "$@" follow --addr "$ADDR" everything__get-resource-links '{"count": 2}'
   local era server
   for era in "2025-11-25 notes" "2026-07-28 notes26"; do
