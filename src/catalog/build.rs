@@ -158,23 +158,45 @@ fn withhold(
     tools: &mut Vec<CatalogTool>,
     approved: Option<&crate::approvals::ServerApprovals>,
 ) -> Vec<WithheldTool> {
+    withhold_definitions(
+        tools,
+        approved,
+        |tool| (&tool.name, &tool.definition_hash),
+        |tool, approved_hash| WithheldTool {
+            tool,
+            approved_hash,
+        },
+    )
+}
+
+/// Takes the definitions (tools, prompts) whose exposed name and hash
+/// (`name_and_hash`) `approved` does not record out of `items`, each made
+/// a withheld entry by `withheld` with the approved hash when there is one;
+/// sorted by name. None when `approved` is `None` (`definitions: any`).
+pub(super) fn withhold_definitions<T: Clone, W>(
+    items: &mut Vec<T>,
+    approved: Option<&crate::approvals::ServerApprovals>,
+    name_and_hash: impl Fn(&T) -> (&str, &str),
+    withheld: impl Fn(T, Option<String>) -> W,
+) -> Vec<W> {
     let Some(approved) = approved else {
         return Vec::new();
     };
-    let mut withheld = Vec::new();
-    tools.retain(|tool| {
-        let approval = approved.get(&tool.name);
-        if approval.is_some_and(|a| a.hash == tool.definition_hash) {
+    let mut taken: Vec<(T, Option<String>)> = Vec::new();
+    items.retain(|item| {
+        let (name, hash) = name_and_hash(item);
+        let approval = approved.get(name);
+        if approval.is_some_and(|a| a.hash == hash) {
             return true;
         }
-        withheld.push(WithheldTool {
-            tool: tool.clone(),
-            approved_hash: approval.map(|a| a.hash.clone()),
-        });
+        taken.push((item.clone(), approval.map(|a| a.hash.clone())));
         false
     });
-    withheld.sort_by(|a, b| a.tool.name.cmp(&b.tool.name));
-    withheld
+    taken.sort_by(|a, b| name_and_hash(&a.0).0.cmp(name_and_hash(&b.0).0));
+    taken
+        .into_iter()
+        .map(|(item, approved_hash)| withheld(item, approved_hash))
+        .collect()
 }
 
 /// The exposed tools of one connected server, or why it is refused.

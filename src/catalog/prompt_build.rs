@@ -114,23 +114,15 @@ fn withhold(
     prompts: &mut Vec<CatalogPrompt>,
     approved: Option<&crate::approvals::ServerApprovals>,
 ) -> Vec<WithheldPrompt> {
-    let Some(approved) = approved else {
-        return Vec::new();
-    };
-    let mut withheld = Vec::new();
-    prompts.retain(|prompt| {
-        let approval = approved.get(&prompt.name);
-        if approval.is_some_and(|a| a.hash == prompt.definition_hash) {
-            return true;
-        }
-        withheld.push(WithheldPrompt {
-            prompt: prompt.clone(),
-            approved_hash: approval.map(|a| a.hash.clone()),
-        });
-        false
-    });
-    withheld.sort_by(|a, b| a.prompt.name.cmp(&b.prompt.name));
-    withheld
+    super::build::withhold_definitions(
+        prompts,
+        approved,
+        |prompt| (&prompt.name, &prompt.definition_hash),
+        |prompt, approved_hash| WithheldPrompt {
+            prompt,
+            approved_hash,
+        },
+    )
 }
 
 /// The exposed prompts of one server, or why its prompts are refused.

@@ -128,7 +128,6 @@ pub(crate) struct Binding {
 }
 
 /// The request a state is for.
-#[allow(dead_code)] // Read and GetPrompt: until their RPCs take rounds (issue 20, in progress).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) enum Method {
     /// `tools/call`: `upstream_tool` and `exposed_name` are the tool's.

@@ -29,29 +29,38 @@ pub(super) struct Filter {
     annotations: pb::AnnotationFilter,
 }
 
+/// The glob set of a filter's `field` (`None` when it has no globs).
+///
+/// # Errors
+/// INVALID_ARGUMENT (`INVALID_FILTER`) naming the glob that does not parse
+/// and its place in `field`.
+pub(super) fn glob_set(field: &str, globs: &[String]) -> Result<Option<GlobSet>, Status> {
+    if globs.is_empty() {
+        return Ok(None);
+    }
+    let mut builder = GlobSetBuilder::new();
+    for (i, glob) in globs.iter().enumerate() {
+        let parsed = Glob::new(glob).map_err(|e| {
+            Status::from(CallError::InvalidFilter(format!(
+                "{field}[{i}] `{}` is not a valid glob: {e}",
+                crate::grpc::error::quoted(glob)
+            )))
+        })?;
+        builder.add(parsed);
+    }
+    builder
+        .build()
+        .map(Some)
+        .map_err(|e| Status::from(CallError::InvalidFilter(format!("{field}: {e}"))))
+}
+
 impl Filter {
     /// Validates the request's filters.
     ///
     /// # Errors
     /// INVALID_ARGUMENT naming a glob that does not parse.
     pub(super) fn new(request: &pb::ListToolsRequest) -> Result<Self, Status> {
-        let names =
-            if request.name_globs.is_empty() {
-                None
-            } else {
-                let mut builder = GlobSetBuilder::new();
-                for (i, glob) in request.name_globs.iter().enumerate() {
-                    let glob = Glob::new(glob).map_err(|e| {
-                        Status::from(CallError::InvalidFilter(format!(
-                            "name_globs[{i}] `{glob}` is not a valid glob: {e}"
-                        )))
-                    })?;
-                    builder.add(glob);
-                }
-                Some(builder.build().map_err(|e| {
-                    Status::from(CallError::InvalidFilter(format!("name_globs: {e}")))
-                })?)
-            };
+        let names = glob_set("name_globs", &request.name_globs)?;
         Ok(Self {
             servers: request.servers.clone(),
             names,

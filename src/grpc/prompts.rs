@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use globset::{Glob, GlobSet, GlobSetBuilder};
+use globset::GlobSet;
 use tonic::{Request, Status};
 use tracing::Instrument;
 
@@ -117,23 +117,7 @@ impl Filter {
     /// # Errors
     /// INVALID_ARGUMENT naming a glob that does not parse.
     fn new(request: &pb::ListPromptsRequest) -> Result<Self, Status> {
-        let names =
-            if request.name_globs.is_empty() {
-                None
-            } else {
-                let mut builder = GlobSetBuilder::new();
-                for (i, glob) in request.name_globs.iter().enumerate() {
-                    let glob = Glob::new(glob).map_err(|e| {
-                        Status::from(CallError::InvalidFilter(format!(
-                            "name_globs[{i}] `{glob}` is not a valid glob: {e}"
-                        )))
-                    })?;
-                    builder.add(glob);
-                }
-                Some(builder.build().map_err(|e| {
-                    Status::from(CallError::InvalidFilter(format!("name_globs: {e}")))
-                })?)
-            };
+        let names = super::listing::glob_set("name_globs", &request.name_globs)?;
         Ok(Self {
             servers: request.servers.clone(),
             names,

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use globset::{Glob, GlobSet, GlobSetBuilder};
+use globset::GlobSet;
 use rmcp::model::ResourceContents;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -70,24 +70,7 @@ struct ResourceFilter {
 
 impl ResourceFilter {
     fn new(request: &pb::ListResourcesRequest) -> Result<Self, Status> {
-        let uris =
-            if request.uri_globs.is_empty() {
-                None
-            } else {
-                let mut builder = GlobSetBuilder::new();
-                for (i, glob) in request.uri_globs.iter().enumerate() {
-                    let glob = Glob::new(glob).map_err(|e| {
-                        Status::from(CallError::InvalidFilter(format!(
-                            "uri_globs[{i}] `{}` is not a valid glob: {e}",
-                            quoted(glob)
-                        )))
-                    })?;
-                    builder.add(glob);
-                }
-                Some(builder.build().map_err(|e| {
-                    Status::from(CallError::InvalidFilter(format!("uri_globs: {e}")))
-                })?)
-            };
+        let uris = super::listing::glob_set("uri_globs", &request.uri_globs)?;
         let mut hash = Sha256::new();
         for list in [&request.servers, &request.uri_globs] {
             hash.update((list.len() as u64).to_be_bytes());

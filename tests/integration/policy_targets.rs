@@ -262,6 +262,37 @@ async fn a_prompt_and_a_resource_are_hidden_from_one_caller_through_every_rpc() 
             .await
             .is_ok()
     );
+    // WatchResource: refused before anything is subscribed; allowed to ops.
+    let watch = |subject: &'static str, uri: &str| {
+        as_subject(
+            subject,
+            pb::WatchResourceRequest {
+                server: "everything".to_owned(),
+                uri: uri.to_owned(),
+            },
+        )
+    };
+    assert_not_permitted(
+        client
+            .watch_resource(watch("dev", &document))
+            .await
+            .map(|_| ()),
+        "RESOURCE_NOT_PERMITTED",
+        "uri",
+        &document,
+    );
+    let mut updates = client
+        .watch_resource(watch("ops", &document))
+        .await
+        .expect("ops may watch")
+        .into_inner();
+    let first = tokio::time::timeout(std::time::Duration::from_secs(20), updates.message())
+        .await
+        .expect("subscribed in time")
+        .expect("a message")
+        .expect("not the end");
+    assert!(first.initial, "{first:?}");
+    drop(updates);
     gateway.shutdown().await;
 }
 
