@@ -20,6 +20,7 @@ mod listing;
 mod prompts;
 mod questions;
 pub mod reply;
+mod resource_read;
 mod resources;
 pub mod status;
 mod stream;
@@ -384,7 +385,7 @@ impl server::tool_gateway_server::ToolGateway for Gateway {
         &self,
         request: Request<pb::ReadResourceRequest>,
     ) -> Result<Response<pb::ReadResourceResponse>, Status> {
-        resources::read(self, request).await.map(Response::new)
+        resource_read::read(self, request).await.map(Response::new)
     }
 
     type WatchResourceStream = EventStream<pb::ResourceUpdate>;

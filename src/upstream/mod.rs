@@ -10,7 +10,9 @@ mod events;
 mod handler;
 mod http;
 pub mod input;
+mod listing;
 mod prompts;
+mod redact;
 mod relist;
 mod request;
 pub(crate) mod resources;
@@ -20,14 +22,12 @@ mod subscriptions;
 pub mod tasks;
 mod ties;
 
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam,
-    ClientRequest, ContentBlock, PaginatedRequestParams, Prompt, RequestId, ResourceContents,
-    ServerResult, Tool,
+    ClientRequest, Prompt, RequestId, ServerResult, Tool,
 };
 use rmcp::service::PeerRequestOptions;
 use rmcp::service::{Peer, RoleClient, RunningService};
@@ -283,7 +283,7 @@ impl Connecting<'_> {
             .await;
         let listed = tokio::time::timeout_at(
             deadline,
-            list_all_tools(service.peer(), server.max_list_pages, &redaction),
+            listing::list_all_tools(service.peer(), server.max_list_pages, &redaction),
         )
         .await
         .map_err(|_| UpstreamError::ConnectTimeout(timeout));
@@ -309,7 +309,7 @@ impl Connecting<'_> {
         let prompts = if offers_prompts {
             let listed = tokio::time::timeout_at(
                 deadline,
-                list_all_prompts(service.peer(), server.max_list_pages, &redaction),
+                listing::list_all_prompts(service.peer(), server.max_list_pages, &redaction),
             )
             .await
             .unwrap_or_else(|_| {
@@ -541,97 +541,6 @@ pub(crate) fn truncate(text: &str, max: usize) -> String {
     cut
 }
 
-/// Follows `nextCursor` to the end, bounded by `max_pages` and refusing a
-/// cursor seen before.
-async fn list_all_tools(
-    peer: &Peer<RoleClient>,
-    max_pages: u32,
-    redaction: &Redaction,
-) -> Result<Vec<Tool>, UpstreamError> {
-    list_all(max_pages, |cursor| async move {
-        let page = peer.list_tools(cursor_params(cursor)).await.map_err(|e| {
-            // Already redacted and bounded by `from_service`.
-            UpstreamError::ListTools(UpstreamError::from_service(e, redaction).to_string())
-        })?;
-        Ok((page.tools, page.next_cursor))
-    })
-    .await
-    .map_err(|e| match e {
-        Paging::Page(e) => e,
-        Paging::TooManyPages(pages) => UpstreamError::TooManyPages(pages),
-        Paging::RepeatedCursor => UpstreamError::RepeatedCursor,
-    })
-}
-
-/// Every prompt of the server, all pages (bounded as tools are), or why
-/// not, in words: a failure refuses the server's prompts only.
-async fn list_all_prompts(
-    peer: &Peer<RoleClient>,
-    max_pages: u32,
-    redaction: &Redaction,
-) -> Result<Vec<Prompt>, String> {
-    list_all(max_pages, |cursor| async move {
-        let page = peer
-            .list_prompts(cursor_params(cursor))
-            .await
-            .map_err(|e| UpstreamError::from_service(e, redaction))?;
-        Ok((page.prompts, page.next_cursor))
-    })
-    .await
-    .map_err(|e| match e {
-        Paging::Page(e) => format!("prompts/list failed: {e}"),
-        Paging::TooManyPages(pages) => format!(
-            "prompts/list returned more than {pages} pages (raise max_list_pages if this is real)"
-        ),
-        Paging::RepeatedCursor => {
-            "prompts/list repeated the cursor of an earlier page; the listing would never end"
-                .to_owned()
-        }
-    })
-}
-
-/// The request parameters of the page at `cursor` (the first: none).
-fn cursor_params(cursor: Option<String>) -> Option<PaginatedRequestParams> {
-    cursor.map(|c| PaginatedRequestParams::default().with_cursor(Some(c)))
-}
-
-/// Why a paged listing stopped.
-enum Paging {
-    /// A page failed.
-    Page(UpstreamError),
-    /// More than `max_list_pages` pages.
-    TooManyPages(u32),
-    /// A cursor came twice.
-    RepeatedCursor,
-}
-
-/// Follows `nextCursor` from the first page to the end: `page(cursor)`
-/// fetches one page (its items and next cursor). At most `max_pages`
-/// pages, and a cursor seen before ends the listing (it would never end).
-async fn list_all<T, F, Fut>(max_pages: u32, mut page: F) -> Result<Vec<T>, Paging>
-where
-    F: FnMut(Option<String>) -> Fut,
-    Fut: std::future::Future<Output = Result<(Vec<T>, Option<String>), UpstreamError>>,
-{
-    let mut items = Vec::new();
-    let mut cursor: Option<String> = None;
-    let mut seen = HashSet::new();
-    for _ in 0..max_pages {
-        let (listed, next) = page(cursor.take()).await.map_err(Paging::Page)?;
-        items.extend(listed);
-        match next {
-            None => return Ok(items),
-            Some(next) => {
-                if !seen.insert(next.clone()) {
-                    return Err(Paging::RepeatedCursor);
-                }
-                cursor = Some(next);
-            }
-        }
-    }
-    Err(Paging::TooManyPages(max_pages))
-}
-
 impl Session {
     /// Calls `request.tool` with its arguments, waiting at most its
     /// `timeout`; the trace context of the call's span goes upstream (or
@@ -786,7 +695,7 @@ impl Session {
         match response {
             ServerResult::CallToolResult(mut result) => {
                 if self.redact_results {
-                    redact_result(&mut result, &self.redaction);
+                    redact::redact_result(&mut result, &self.redaction);
                 }
                 Ok(CallOutcome::Complete(result))
             }
@@ -900,77 +809,6 @@ impl Drop for Session {
     }
 }
 
-/// Replaces every configured credential and live token in a tool result:
-/// each block ([`redact_block`]), structured content, and the result's
-/// `_meta`.
-fn redact_result(result: &mut CallToolResult, redaction: &Redaction) {
-    if redaction.is_empty() {
-        return;
-    }
-    for block in &mut result.content {
-        redact_block(block, redaction);
-    }
-    if let Some(structured) = &mut result.structured_content {
-        redaction.redact_json(structured);
-    }
-    redact_meta(&mut result.meta, redaction);
-}
-
-/// Replaces every configured credential and live token in one content
-/// block (of a tool result or a prompt message): its text, the text of
-/// an embedded resource, the text fields of a resource link, and every
-/// `_meta`. Binary data (base64) is left alone.
-fn redact_block(block: &mut ContentBlock, redaction: &Redaction) {
-    match block {
-        ContentBlock::Text(text) => {
-            redaction.redact_in_place(&mut text.text);
-            redact_meta(&mut text.meta, redaction);
-        }
-        ContentBlock::Image(image) => redact_meta(&mut image.meta, redaction),
-        ContentBlock::Audio(audio) => redact_meta(&mut audio.meta, redaction),
-        ContentBlock::Resource(embedded) => {
-            redact_meta(&mut embedded.meta, redaction);
-            match &mut embedded.resource {
-                ResourceContents::TextResourceContents {
-                    uri, text, meta, ..
-                } => {
-                    redaction.redact_in_place(uri);
-                    redaction.redact_in_place(text);
-                    redact_meta(meta, redaction);
-                }
-                ResourceContents::BlobResourceContents { uri, meta, .. } => {
-                    redaction.redact_in_place(uri);
-                    redact_meta(meta, redaction);
-                }
-                _ => {}
-            }
-        }
-        ContentBlock::ResourceLink(link) => {
-            redaction.redact_in_place(&mut link.uri);
-            redaction.redact_in_place(&mut link.name);
-            for text in [&mut link.title, &mut link.description]
-                .into_iter()
-                .flatten()
-            {
-                redaction.redact_in_place(text);
-            }
-            redact_meta(&mut link.meta, redaction);
-        }
-        _ => {}
-    }
-}
-
-/// Redacts a `_meta` object as JSON.
-fn redact_meta(meta: &mut Option<rmcp::model::MetaObject>, redaction: &Redaction) {
-    if let Some(meta) = meta {
-        let mut value = serde_json::Value::Object(std::mem::take(&mut meta.0));
-        redaction.redact_json(&mut value);
-        if let serde_json::Value::Object(object) = value {
-            meta.0 = object;
-        }
-    }
-}
-
 /// Sends `notifications/cancelled` for a request abandoned before its
 /// answer arrived.
 struct CancelOnDrop {
@@ -991,46 +829,5 @@ impl Drop for CancelOnDrop {
                     .await;
             });
         }
-    }
-}
-
-#[cfg(test)]
-mod paging_tests {
-    use super::*;
-
-    /// A listing whose pages are `pages` (items, next cursor), by cursor:
-    /// the first page for no cursor, page `n` for cursor `"n"`.
-    async fn listed(pages: &[(u32, Option<&str>)], max_pages: u32) -> Result<Vec<u32>, Paging> {
-        list_all(max_pages, |cursor| {
-            let index = cursor.map_or(0, |c| c.parse::<usize>().unwrap());
-            let (item, next) = pages[index];
-            async move { Ok((vec![item], next.map(str::to_owned))) }
-        })
-        .await
-    }
-
-    #[tokio::test]
-    async fn pages_are_followed_to_the_end_within_bounds() {
-        let pages = [(10, Some("1")), (11, Some("2")), (12, None)];
-        assert_eq!(listed(&pages, 3).await.ok(), Some(vec![10, 11, 12]));
-        assert!(matches!(
-            listed(&pages, 2).await,
-            Err(Paging::TooManyPages(2))
-        ));
-        // A cursor seen before would never end.
-        let looping = [(10, Some("1")), (11, Some("2")), (12, Some("1"))];
-        assert!(matches!(
-            listed(&looping, 100).await,
-            Err(Paging::RepeatedCursor)
-        ));
-        // A failing page fails the listing.
-        let failed = list_all::<u32, _, _>(5, |_| async {
-            Err(UpstreamError::Protocol("boom".to_owned()))
-        })
-        .await;
-        assert!(matches!(
-            failed,
-            Err(Paging::Page(UpstreamError::Protocol(_)))
-        ));
     }
 }

@@ -9,7 +9,8 @@ use rmcp::model::{
     InputResponses, JsonObject, ServerResult,
 };
 
-use super::{InputKinds, Request, Session, UpstreamError, input, redact_block};
+use super::redact::redact_block;
+use super::{InputKinds, Request, Session, UpstreamError, input};
 
 /// What `prompts/get` answered.
 #[derive(Debug)]

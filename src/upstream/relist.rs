@@ -10,7 +10,8 @@ use std::time::Duration;
 use rmcp::model::{Prompt, ServerNotification, SubscriptionFilter, Tool};
 
 use super::events::ListKind;
-use super::{Session, UpstreamError, list_all_prompts, list_all_tools};
+use super::listing::{list_all_prompts, list_all_tools};
+use super::{Session, UpstreamError};
 
 /// How long a `subscriptions/listen` that ended is left before it is
 /// opened again (at most; doubled from 1 s at each failure in a row).

@@ -24,8 +24,8 @@ use std::time::Duration;
 use rmcp::model::{
     ClientRequest, InputRequiredResult, InputResponses, ListResourceTemplatesRequest,
     ListResourcesRequest, PaginatedRequestParams, ReadResourceRequest, ReadResourceRequestParams,
-    ReadResourceResult, Resource, ResourceContents, ResourceTemplate, ServerNotification,
-    ServerResult, SubscriptionFilter,
+    ReadResourceResult, Resource, ResourceTemplate, ServerNotification, ServerResult,
+    SubscriptionFilter,
 };
 use sha2::{Digest, Sha256};
 use tokio::time::Instant;
@@ -564,30 +564,8 @@ fn redact_read(result: &mut ReadResourceResult, redaction: &crate::credentials::
     if redaction.is_empty() {
         return;
     }
-    let redact_meta = |meta: &mut Option<rmcp::model::MetaObject>| {
-        if let Some(meta) = meta {
-            let mut value = serde_json::Value::Object(std::mem::take(&mut meta.0));
-            redaction.redact_json(&mut value);
-            if let serde_json::Value::Object(object) = value {
-                meta.0 = object;
-            }
-        }
-    };
     for contents in &mut result.contents {
-        match contents {
-            ResourceContents::TextResourceContents {
-                uri, text, meta, ..
-            } => {
-                redaction.redact_in_place(uri);
-                redaction.redact_in_place(text);
-                redact_meta(meta);
-            }
-            ResourceContents::BlobResourceContents { uri, meta, .. } => {
-                redaction.redact_in_place(uri);
-                redact_meta(meta);
-            }
-            _ => {}
-        }
+        super::redact::redact_contents(contents, redaction);
     }
 }
 

@@ -161,7 +161,7 @@ impl Session {
                 ))
             })?;
         if self.redact_results {
-            super::redact_result(&mut result, &self.redaction);
+            super::redact::redact_result(&mut result, &self.redaction);
         }
         Ok(result)
     }
