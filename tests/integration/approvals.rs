@@ -368,9 +368,10 @@ async fn a_changed_definition_is_withheld_until_approved() {
         .await
         .unwrap();
     assert_eq!(served.text, "shifty: ok");
-    // SIGHUP reloads the approvals too.
+    // SIGHUP reloads the approvals too (the configuration's own reload
+    // logs `trigger=SIGHUP` as well, maybe first: wait for the approvals').
     signal(pid, "HUP");
-    let text = wait_log(&log, "trigger=SIGHUP").await;
+    let text = wait_log(&log, "approvals reloaded trigger=SIGHUP").await;
     assert!(
         text.lines()
             .any(|l| l.contains("approvals reloaded") && l.contains("SIGHUP")),
