@@ -100,6 +100,15 @@ pub(super) async fn complete(
     if let Some(withheld) = audited.finish(&result, progress).await {
         result = Err(withheld);
     }
+    gateway.metrics.request(
+        &tenant.name,
+        routing.server.as_deref(),
+        "Complete",
+        match &result {
+            Ok(_) => "ok",
+            Err(error) => super::status::classify(error).1,
+        },
+    );
     span.in_scope(|| match &result {
         Err(error) => tracing::info!(
             elapsed_ms = started.elapsed().as_millis() as u64,

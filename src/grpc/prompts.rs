@@ -187,6 +187,15 @@ pub(super) async fn get(
     if let Some(withheld) = audited.finish(&result, progress).await {
         result = Err(withheld);
     }
+    gateway.metrics.request(
+        &tenant.name,
+        routing.server.as_deref(),
+        "GetPrompt",
+        match &result {
+            Ok(_) => "ok",
+            Err(error) => super::status::classify(error).1,
+        },
+    );
     span.in_scope(|| {
         if let Err(error) = &result {
             tracing::info!(%error, elapsed_ms = started.elapsed().as_millis() as u64, "GetPrompt failed");

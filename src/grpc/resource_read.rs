@@ -84,6 +84,15 @@ pub(super) async fn read(
     if let Some(withheld) = audited.finish(&result, progress).await {
         result = Err(withheld);
     }
+    gateway.metrics.request(
+        &tenant.name,
+        server,
+        "ReadResource",
+        match &result {
+            Ok(_) => "ok",
+            Err(error) => super::status::classify(error).1,
+        },
+    );
     result.map_err(Status::from)
 }
 

@@ -98,6 +98,15 @@ struct InputRoundLabels {
     outcome: String,
 }
 
+/// A request of a resource, prompt or completion RPC.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    tenant: String,
+    server: String,
+    rpc: String,
+    outcome: String,
+}
+
 /// A tenant.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct TenantLabels {
@@ -130,6 +139,7 @@ pub struct Metrics {
     tools_withheld: Family<ServerLabels, Gauge>,
     audit_failures: Family<AuditLabels, Counter>,
     input_rounds: Family<InputRoundLabels, Counter>,
+    requests: Family<RequestLabels, Counter>,
     input_refused: Family<RefusedLabels, Counter>,
 }
 
@@ -214,6 +224,14 @@ impl Metrics {
              InvokeTool and InvokeToolStream), by tenant, server, tool, kind (form, url, sampling, \
              roots) and outcome (asked, not_accepted, rounds_exceeded; accept, decline, cancel)",
             input_rounds.clone(),
+        );
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "toolgate_requests",
+            "ReadResource, GetPrompt and Complete requests by tenant, server (a configured \
+             server's name; empty when the request named none the tenant has), rpc and outcome \
+             (ok, or the error reason)",
+            requests.clone(),
         );
         let callbacks_unmatched = Family::<OutcomeLabels, Counter>::default();
         registry.register(
@@ -300,7 +318,23 @@ impl Metrics {
             audit_failures,
             tools_withheld,
             input_rounds,
+            requests,
         }
+    }
+
+    /// Counts one `rpc` request of `tenant` to `server` that ended with
+    /// `outcome` (`ok` or the error reason) in `toolgate_requests_total`.
+    /// `server` must be a configured server's name (`None` otherwise), so
+    /// that callers cannot grow the label set.
+    pub fn request(&self, tenant: &str, server: Option<&str>, rpc: &str, outcome: &str) {
+        self.requests
+            .get_or_create(&RequestLabels {
+                tenant: tenant.to_owned(),
+                server: server.unwrap_or_default().to_owned(),
+                rpc: rpc.to_owned(),
+                outcome: outcome.to_owned(),
+            })
+            .inc();
     }
 
     /// Counts a question of `kind` in a round of `tenant`'s `tool`, or an

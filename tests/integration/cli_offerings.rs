@@ -7,9 +7,9 @@ use crate::common::*;
 
 const TOKEN: &str = "tok-cli-offerings";
 
-fn yaml() -> String {
+fn yaml(metrics_port: u16) -> String {
     format!(
-        "tenants:\n  - name: acme\n    tokens: [{TOKEN}]\n    servers:\n      - name: everything\n        command: [\"{}\", \"{}\", \"stdio\"]\n",
+        "metrics:\n  listen: \"127.0.0.1:{metrics_port}\"\ntenants:\n  - name: acme\n    tokens: [{TOKEN}]\n    servers:\n      - name: everything\n        command: [\"{}\", \"{}\", \"stdio\"]\n",
         node().display(),
         everything_js().display()
     )
@@ -43,7 +43,8 @@ fn stdout(output: &Output) -> String {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn resources_read_prompts_and_prompt_from_the_command_line() {
-    let gateway = TestGateway::start(&yaml(), &[]).await;
+    let metrics_port = free_port();
+    let gateway = TestGateway::start(&yaml(metrics_port), &[]).await;
     let mut client = gateway.client().await;
     wait_listed(&mut client, TOKEN, "everything__echo").await;
 
@@ -133,5 +134,34 @@ async fn resources_read_prompts_and_prompt_from_the_command_line() {
     );
     let malformed = toolgate(&gateway, &["prompt", "everything__args-prompt", "Paris"]).await;
     assert_eq!(malformed.status.code(), Some(64));
+
+    // Each request counted by its outcome; a server the tenant does not
+    // have is no label value.
+    let page = scrape(metrics_port).await;
+    let series = |server: &str, rpc: &str, outcome: &str| {
+        sample(
+            &page,
+            &format!(
+                "toolgate_requests_total{{tenant=\"acme\",server=\"{server}\",rpc=\"{rpc}\",outcome=\"{outcome}\"}}"
+            ),
+        )
+    };
+    // The text, the blob refused by the CLI after it arrived, the blob saved.
+    assert_eq!(
+        series("everything", "ReadResource", "ok").as_deref(),
+        Some("3"),
+        "{page}"
+    );
+    assert_eq!(
+        series("", "ReadResource", "SERVER_NOT_FOUND").as_deref(),
+        Some("1"),
+        "{page}"
+    );
+    assert_eq!(
+        series("everything", "GetPrompt", "ok").as_deref(),
+        Some("1"),
+        "{page}"
+    );
+    assert!(!page.contains("nowhere"), "{page}");
     gateway.shutdown().await;
 }
