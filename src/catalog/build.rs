@@ -577,7 +577,7 @@ mod tests {
 }
 
 #[cfg(test)]
-mod properties {
+pub(super) mod properties {
     use std::collections::{HashMap, HashSet};
     use std::sync::Arc;
 
@@ -593,9 +593,10 @@ mod properties {
             .collect()
     }
 
-    /// Servers: (name, bare, tool names). Names are drawn from small
-    /// alphabets so that collisions (including `a__b` shapes) happen often.
-    fn servers() -> impl Strategy<Value = Vec<(String, bool, Vec<String>)>> {
+    /// Servers: (name, bare, tool or prompt names). Names are drawn from
+    /// small alphabets so that collisions (including `a__b` shapes) happen
+    /// often.
+    pub(in crate::catalog) fn servers() -> impl Strategy<Value = Vec<(String, bool, Vec<String>)>> {
         let server = (
             "[ab][ab-]{0,2}",
             any::<bool>(),

@@ -431,24 +431,7 @@ mod properties {
     use crate::catalog::InputState;
     use crate::config::ToolFilter;
 
-    /// Servers: (name, bare, prompt names), from small alphabets so that
-    /// collisions (including `a__b` shapes) happen often.
-    fn servers() -> impl Strategy<Value = Vec<(String, bool, Vec<String>)>> {
-        let server = (
-            "[ab][ab-]{0,2}",
-            any::<bool>(),
-            prop::collection::vec("[ab_]{1,6}|[ !.]{1,2}", 0..6),
-        );
-        prop::collection::vec(server, 1..5).prop_map(|mut servers| {
-            let mut seen = HashSet::new();
-            servers.retain(|(name, _, _)| !name.contains("__") && seen.insert(name.clone()));
-            for (_, _, names) in &mut servers {
-                let mut unique = HashSet::new();
-                names.retain(|n| unique.insert(n.clone()));
-            }
-            servers
-        })
-    }
+    use crate::catalog::build::properties::servers;
 
     proptest! {
         #[test]

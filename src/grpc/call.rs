@@ -441,16 +441,35 @@ async fn resolve(
     name: &str,
     caller_deadline: Option<Duration>,
 ) -> Result<Resolved, CallError> {
+    resolve_when(authenticated, caller_deadline, |catalog| {
+        catalog.get(name).is_some()
+    })
+    .await
+}
+
+/// The tenant's catalog once `found` holds in it, or once no server is
+/// still connecting (waiting at most the caller's deadline, at most
+/// [`LIST_SETTLE_WAIT`]), with the tenant object that built it: what a
+/// call, a prompt or a completion routes by.
+///
+/// # Errors
+/// The tenant was removed by a reload (`UNAUTHENTICATED`), or reloaded
+/// again and again while routing (`RELOADING`).
+pub(super) async fn resolve_when(
+    authenticated: &Arc<Tenant>,
+    caller_deadline: Option<Duration>,
+    found: impl Fn(&Catalog) -> bool,
+) -> Result<Resolved, CallError> {
     let mut catalog = authenticated.catalog();
-    if catalog.get(name).is_none() && catalog.is_settling() {
-        // A server that is still connecting may provide the tool.
+    if !found(&catalog) && catalog.is_settling() {
+        // A server that is still connecting may provide it.
         let wait = caller_deadline
             .unwrap_or(LIST_SETTLE_WAIT)
             .min(LIST_SETTLE_WAIT);
         catalog = authenticated.settled_catalog(wait).await;
     }
     // The catalog may have been built by a newer generation of the tenant
-    // (a reload while the call waited): route through the tenant object
+    // (a reload while the request waited): route through the tenant object
     // that built it, never by its index into another generation's servers.
     authenticated.resolve(catalog).map_err(|e| match e {
         Unresolved::Removed => {

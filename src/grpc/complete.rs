@@ -12,13 +12,13 @@ use std::time::{Duration, Instant};
 use tonic::{Request, Status};
 use tracing::Instrument;
 
+use super::call::resolve_when;
 use super::call_audit::{AuditedCall, Progress};
 use super::error::{CallError, Feature, Target, quoted};
-use super::{Gateway, LIST_SETTLE_WAIT, caller_timeout, deadline_margin, upstream_session};
+use super::{Gateway, caller_timeout, deadline_margin, upstream_session};
 use crate::callers::{Caller, Subject};
-use crate::catalog::SharedCatalog;
 use crate::pb;
-use crate::registry::{Tenant, Unresolved};
+use crate::registry::{Resolved, Tenant};
 use crate::telemetry::trace;
 use crate::upstream::{Completion, CompletionRef, CompletionRequest, UpstreamError};
 
@@ -333,7 +333,11 @@ async fn route(
 ) -> Result<Routed, CallError> {
     match &request.r#ref {
         Some(pb::complete_request::Ref::Prompt(name)) => {
-            let (tenant, catalog) = resolve(authenticated, name, context.caller_deadline).await?;
+            let Resolved { tenant, catalog } =
+                resolve_when(authenticated, context.caller_deadline, |catalog| {
+                    catalog.prompt(name).is_some()
+                })
+                .await?;
             let policy = tenant.policy();
             let permitted = |prompt: &crate::catalog::CatalogPrompt| {
                 policy.is_none_or(|p| p.allows_prompt(caller, subject, prompt))
@@ -358,13 +362,7 @@ async fn route(
             }
             // A prompt withheld for want of approval is named as such (to
             // a caller the policy permits it).
-            let withheld = catalog.servers().iter().find_map(|s| {
-                s.withheld_prompts
-                    .iter()
-                    .find(|w| w.prompt.name == *name)
-                    .map(|w| (s, w))
-            });
-            if let Some((server, withheld)) = withheld {
+            if let Some((server, withheld)) = catalog.withheld_prompt(name) {
                 routing.server = Some(server.name.clone());
                 if !permitted(&withheld.prompt) {
                     return Err(not_permitted(&server.name));
@@ -383,13 +381,8 @@ async fn route(
         Some(pb::complete_request::Ref::ResourceTemplate(template)) => {
             // A server still connecting may be the one named: wait for it
             // (within the caller's deadline), as a call does.
-            let mut catalog = authenticated.catalog();
-            if catalog.is_settling() {
-                catalog = authenticated
-                    .settled_catalog(settle_wait(context.caller_deadline))
-                    .await;
-            }
-            let (tenant, _) = resolved(authenticated, catalog)?;
+            let Resolved { tenant, .. } =
+                resolve_when(authenticated, context.caller_deadline, |_| false).await?;
             let Some(index) = tenant.servers().position(|s| s.name == template.server) else {
                 return Err(CallError::ServerNotFound {
                     server: quoted(&template.server).into_owned(),
@@ -418,45 +411,4 @@ async fn route(
             "name a `prompt` or a `resource_template`",
         )),
     }
-}
-
-/// The catalog prompt `name` is looked up in (waiting, within the caller's
-/// deadline, for servers still connecting when it is not there yet), with
-/// the tenant object that built it.
-async fn resolve(
-    authenticated: &Arc<Tenant>,
-    name: &str,
-    caller_deadline: Option<Duration>,
-) -> Result<(Arc<Tenant>, SharedCatalog), CallError> {
-    let mut catalog = authenticated.catalog();
-    if catalog.prompt(name).is_none() && catalog.is_settling() {
-        catalog = authenticated
-            .settled_catalog(settle_wait(caller_deadline))
-            .await;
-    }
-    resolved(authenticated, catalog)
-}
-
-/// How long a completion waits for servers still connecting.
-fn settle_wait(caller_deadline: Option<Duration>) -> Duration {
-    caller_deadline
-        .unwrap_or(LIST_SETTLE_WAIT)
-        .min(LIST_SETTLE_WAIT)
-}
-
-/// `catalog` with the tenant object that built it (a reload may have
-/// replaced the one the caller authenticated as).
-fn resolved(
-    authenticated: &Arc<Tenant>,
-    catalog: SharedCatalog,
-) -> Result<(Arc<Tenant>, SharedCatalog), CallError> {
-    authenticated
-        .resolve(catalog)
-        .map(|r| (r.tenant, r.catalog))
-        .map_err(|e| match e {
-            Unresolved::Removed => {
-                CallError::Unauthenticated("the tenant was removed by a configuration reload")
-            }
-            Unresolved::Unsettled => CallError::Reloading,
-        })
 }

@@ -14,12 +14,12 @@ use super::call_audit::{AuditedCall, Progress};
 use super::error::{CallError, Feature, MAX_TOOL_NAME, Target, quoted};
 use super::listing::{self, Viewer};
 use super::{
-    Gateway, LIST_SETTLE_WAIT, caller_timeout, convert, deadline_margin, input_round, input_state,
-    questions, upstream_session,
+    Gateway, caller_timeout, convert, deadline_margin, input_round, input_state, questions,
+    upstream_session,
 };
 use crate::catalog::{Catalog, CatalogPrompt, ServerState};
 use crate::pb;
-use crate::registry::{Resolved, Tenant, Unresolved};
+use crate::registry::{Resolved, Tenant};
 use crate::telemetry::trace;
 use crate::upstream::{PromptOutcome, PromptRequest, UpstreamError};
 
@@ -258,7 +258,10 @@ async fn render(
         .await
         .map_err(|shed| CallError::Shed(shed, None))?;
     let Resolved { tenant, catalog } =
-        resolve(authenticated, name, context.caller_deadline).await?;
+        super::call::resolve_when(authenticated, context.caller_deadline, |catalog| {
+            catalog.prompt(name).is_some()
+        })
+        .await?;
     let viewer = Viewer {
         policy: tenant.policy().map(AsRef::as_ref),
         caller: &context.caller,
@@ -552,27 +555,4 @@ async fn not_listed(
     CallError::PromptNotFound {
         name: quoted(name).into_owned(),
     }
-}
-
-/// The catalog `name` is looked up in (waiting, within the caller's
-/// deadline, for servers still connecting when the prompt is not there
-/// yet), with the tenant object that built it.
-async fn resolve(
-    authenticated: &Arc<Tenant>,
-    name: &str,
-    caller_deadline: Option<Duration>,
-) -> Result<Resolved, CallError> {
-    let mut catalog = authenticated.catalog();
-    if catalog.prompt(name).is_none() && catalog.is_settling() {
-        let wait = caller_deadline
-            .unwrap_or(LIST_SETTLE_WAIT)
-            .min(LIST_SETTLE_WAIT);
-        catalog = authenticated.settled_catalog(wait).await;
-    }
-    authenticated.resolve(catalog).map_err(|e| match e {
-        Unresolved::Removed => {
-            CallError::Unauthenticated("the tenant was removed by a configuration reload")
-        }
-        Unresolved::Unsettled => CallError::Reloading,
-    })
 }
