@@ -1,5 +1,6 @@
-//! Compiles `proto/toolgate/v1/toolgate.proto` with protox (no system `protoc`
-//! needed) and generates the tonic server and client code.
+//! Compiles `proto/toolgate/v1/toolgate.proto` (the workers' API) and
+//! `proto/toolgate/admin/v1/admin.proto` (the admin API) with protox (no
+//! system `protoc` needed) and generates the tonic server and client code.
 //!
 //! Two passes over the same descriptors: the messages and the client go to
 //! `OUT_DIR/toolgate.v1.rs` (`toolgate::pb`); the server alone goes to
@@ -9,10 +10,15 @@
 //! the tools encoded once per catalog snapshot rather than per call.
 
 fn main() -> anyhow::Result<()> {
-    let proto = "proto/toolgate/v1/toolgate.proto";
-    println!("cargo:rerun-if-changed={proto}");
+    let protos = [
+        "proto/toolgate/v1/toolgate.proto",
+        "proto/toolgate/admin/v1/admin.proto",
+    ];
+    for proto in protos {
+        println!("cargo:rerun-if-changed={proto}");
+    }
     println!("cargo:rerun-if-changed=migrations");
-    let descriptors = protox::compile([proto], ["proto"])?;
+    let descriptors = protox::compile(protos, ["proto"])?;
     let out_dir = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
     // Kept for server reflection.
     std::fs::write(
@@ -30,6 +36,7 @@ fn main() -> anyhow::Result<()> {
         .build_client(false)
         .out_dir(&server_dir)
         .extern_path(".toolgate.v1", "crate::pb")
+        .extern_path(".toolgate.admin.v1", "crate::pb::admin")
         .extern_path(
             ".toolgate.v1.ListToolsResponse",
             "crate::grpc::reply::ListToolsReply",

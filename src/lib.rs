@@ -32,6 +32,7 @@ pub mod upstream;
 pub mod registry;
 
 // 5. The surfaces.
+pub mod admin;
 pub mod consent;
 pub mod grpc;
 
@@ -48,6 +49,11 @@ pub mod fuzzing;
 #[allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic)]
 pub mod pb {
     tonic::include_proto!("toolgate.v1");
+
+    /// The admin API's messages and client (`toolgate.admin.v1`).
+    pub mod admin {
+        tonic::include_proto!("toolgate.admin.v1");
+    }
 
     /// The encoded file descriptor set, for server reflection.
     pub const FILE_DESCRIPTOR_SET: &[u8] =

@@ -43,6 +43,17 @@ impl TokenDigest {
     pub fn of(token: &str) -> Self {
         Self(digest(token))
     }
+
+    /// The digest's bytes (what the state store's token index is keyed
+    /// by; never the token).
+    pub fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+
+    /// A digest read back from the state store's token index.
+    pub fn from_bytes(bytes: [u8; 32]) -> Self {
+        Self(bytes)
+    }
 }
 
 impl std::fmt::Debug for TokenDigest {

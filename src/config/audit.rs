@@ -157,7 +157,12 @@ fn digest_key(
         );
         return None;
     }
-    let secret = resolve(errors, PATH, value, base, env)?;
+    let secret = resolve(
+        errors,
+        PATH,
+        value,
+        &super::sources::Sources::file(base, env),
+    )?;
     let key = secret.expose().trim();
     if key.len() < MIN_DIGEST_KEY_BYTES {
         errors.push(

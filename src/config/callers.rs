@@ -65,6 +65,7 @@ pub(crate) struct RawJwtIssuer {
     pub(crate) clock_skew: Option<String>,
     pub(crate) tenant: String,
     pub(crate) subject: Option<String>,
+    pub(crate) admin: Option<String>,
 }
 
 /// `callers.jwt[].jwks` as written: a `url` (with its refresh settings) or
@@ -106,6 +107,10 @@ pub struct JwtIssuer {
     /// `claims` that evaluates to a string (or `null` for the tenant
     /// itself); `claims.sub` by default.
     pub subject: ClaimExpression,
+    /// Whether a token of this issuer may call the admin API: a CEL
+    /// expression over `claims` that evaluates to a boolean. Unset: no
+    /// token of this issuer reaches the admin API.
+    pub admin: Option<ClaimExpression>,
     /// Where the entry is in the file (`callers.jwt[0]`), for messages.
     pub path: String,
 }
@@ -285,6 +290,10 @@ fn jwt_issuer(
         "subject",
         raw.subject.as_deref().unwrap_or(DEFAULT_SUBJECT_EXPRESSION),
     );
+    let admin = raw
+        .admin
+        .as_deref()
+        .map(|source| expression("admin", source));
     if errors.0.len() != before {
         return None;
     }
@@ -296,6 +305,7 @@ fn jwt_issuer(
         clock_skew,
         tenant: tenant?,
         subject: subject?,
+        admin: admin.map(|a| a.expect("checked with the other errors")),
         path: path.to_owned(),
     })
 }

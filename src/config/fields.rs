@@ -4,11 +4,11 @@
 //! section asks.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::raw::RawValue;
-use super::{Environment, FieldError, Secret, ValueSource};
+use super::sources::Sources;
+use super::{FieldError, Secret, ValueSource};
 
 /// Collects errors while walking the raw config.
 pub(super) struct Errors(pub(super) Vec<FieldError>);
@@ -23,13 +23,13 @@ impl Errors {
 }
 
 /// Reads a literal or a secret source (`{env: VAR}`, `{file: PATH}`, relative
-/// to `base`); `None`, with the reason recorded, when it cannot be read.
+/// to the base, `{stored: NAME}` for tenants of the admin API) within what
+/// `src` allows; `None`, with the reason recorded, when it cannot be read.
 pub(super) fn resolve(
     errors: &mut Errors,
     path: &str,
     value: &RawValue,
-    base: &Path,
-    env: &dyn Environment,
+    src: &Sources<'_>,
 ) -> Option<Secret> {
     let source = match value {
         RawValue::Literal(text) => ValueSource::Literal(text.clone()),
@@ -37,14 +37,20 @@ pub(super) fn resolve(
             errors.push(path, "`env:` needs a variable name");
             return None;
         }
-        RawValue::Env(var) => ValueSource::Env(var.clone()),
+        RawValue::Env(var) => {
+            if !src.allows_env(errors, path, var) {
+                return None;
+            }
+            ValueSource::Env(var.clone())
+        }
         RawValue::File(file) if file.is_empty() => {
             errors.push(path, "`file:` needs a path");
             return None;
         }
-        RawValue::File(file) => ValueSource::File(PathBuf::from(file)),
+        RawValue::File(file) => ValueSource::File(src.host_path(errors, path, file)?),
+        RawValue::Stored(name) => return src.stored(errors, path, name),
     };
-    match source.resolve(env, base) {
+    match source.resolve(src.env, src.base) {
         Ok(secret) => Some(secret),
         Err(e) => {
             errors.push(path, e.to_string());

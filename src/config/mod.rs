@@ -2,6 +2,7 @@
 //! validated into the domain types below. Every error names the path of the
 //! field at fault (`tenants[0].servers[1].url: ...`).
 
+mod admin;
 mod approvals;
 mod audit;
 mod callers;
@@ -14,6 +15,8 @@ pub mod policy;
 mod raw;
 pub mod secret;
 mod servers;
+mod sources;
+mod spec;
 mod tenants;
 mod tls;
 mod validate;
@@ -22,6 +25,11 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub use admin::{
+    AdminConfig, DEFAULT_MAX_LOADED_TENANTS, DEFAULT_TENANT_POLL_INTERVAL,
+    DEFAULT_TENANT_RESYNC_INTERVAL, DEFAULT_TENANTS_DIR_POLL_INTERVAL, TenantStoreSettings,
+    TenantsDir,
+};
 pub use approvals::{ApprovalsConfig, Definitions};
 pub use audit::{AuditArguments, AuditConfig, AuditDestination, DEFAULT_AUDIT_QUEUE};
 pub use callers::{
@@ -35,6 +43,8 @@ pub use oauth::{
     client_name,
 };
 pub use secret::{Environment, ProcessEnv, Secret, SourceError, ValueSource};
+pub use sources::{HostSecrets, StoredSecrets};
+pub use spec::{MAX_SPEC_BYTES, SpecError, SpecSource, TenantSpec};
 pub use tls::TlsTrust;
 #[cfg(test)]
 pub(crate) use tls::test_certs;
@@ -103,8 +113,30 @@ pub struct Config {
     pub callers: CallersConfig,
     /// The audit trail (`audit:`), when configured.
     pub audit: Option<AuditConfig>,
-    /// Every tenant, in file order.
+    /// Every tenant of the file, in file order.
     pub tenants: Vec<TenantConfig>,
+    /// The directory of one-tenant files (`tenants_dir`), when configured.
+    pub tenants_dir: Option<TenantsDir>,
+    /// The admin API (`admin:`), when configured.
+    pub admin: Option<AdminConfig>,
+    /// How the tenants of the state store are followed: `Some` when
+    /// `admin:` or `tenant_store:` is configured (then the state store
+    /// holds tenants), `None` otherwise.
+    pub tenant_store: Option<TenantStoreSettings>,
+    /// `defaults:`, kept to validate the tenants of other sources
+    /// ([`Config::validate_tenant`]).
+    spec_defaults: SpecDefaults,
+}
+
+/// `defaults:` as validated, for the tenants of other sources. Its
+/// `Debug` is opaque: what it holds shows in every tenant it applied to.
+#[derive(Clone)]
+struct SpecDefaults(std::sync::Arc<servers::Defaults>);
+
+impl std::fmt::Debug for SpecDefaults {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SpecDefaults")
+    }
 }
 
 /// Gateway-wide size and shape limits. Over a size limit a call gets

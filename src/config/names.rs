@@ -39,6 +39,12 @@ pub fn is_valid_tenant_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
 }
 
+/// Whether `name` is a valid name of a stored secret (`{stored: NAME}`):
+/// the tenant name rule.
+pub fn is_valid_secret_name(name: &str) -> bool {
+    is_valid_tenant_name(name)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -155,7 +155,7 @@ pub(super) fn state(
     env: &dyn Environment,
 ) -> StateConfig {
     let url = raw.url.and_then(|value| {
-        let url = resolve(errors, "state.url", &value, base, env)?;
+        let url = resolve(errors, "state.url", &value, &super::sources::Sources::file(base, env))?;
         let text = url.expose();
         if !(text.starts_with("sqlite:") || text.starts_with("postgres://") || text.starts_with("postgresql://")) {
             errors.push(
@@ -169,7 +169,12 @@ pub(super) fn state(
     let mut keys = Vec::with_capacity(raw.keys.len());
     for (index, value) in raw.keys.iter().enumerate() {
         let path = format!("state.keys[{index}]");
-        let Some(key) = resolve(errors, &path, value, base, env) else {
+        let Some(key) = resolve(
+            errors,
+            &path,
+            value,
+            &super::sources::Sources::file(base, env),
+        ) else {
             continue;
         };
         use base64::Engine as _;
@@ -253,8 +258,7 @@ pub(super) fn server(
     errors: &mut Errors,
     path: &str,
     raw: RawServerOAuth,
-    base: &Path,
-    env: &dyn Environment,
+    src: &super::sources::Sources<'_>,
 ) -> Option<ServerOAuth> {
     let before = errors.0.len();
     let path = format!("{path}.oauth");
@@ -287,14 +291,14 @@ pub(super) fn server(
     };
     let client_id = raw
         .client_id
-        .and_then(|v| resolve(errors, &format!("{path}.client_id"), &v, base, env))
+        .and_then(|v| resolve(errors, &format!("{path}.client_id"), &v, src))
         .map(|s| s.expose().to_owned());
     let client_secret = raw
         .client_secret
-        .and_then(|v| resolve(errors, &format!("{path}.client_secret"), &v, base, env));
+        .and_then(|v| resolve(errors, &format!("{path}.client_secret"), &v, src));
     let private_key = raw
         .private_key
-        .and_then(|v| resolve(errors, &format!("{path}.private_key"), &v, base, env));
+        .and_then(|v| resolve(errors, &format!("{path}.private_key"), &v, src));
     if grant == Some(Grant::ClientCredentials) && client_id.is_none() {
         errors.push(
             format!("{path}.client_id"),

@@ -12,26 +12,45 @@ use super::raw::RawConfig;
 /// list) must not reach the terminal or a log line. See [`without_values`].
 pub(super) fn parse(text: &str) -> Result<RawConfig, FieldError> {
     let deserializer = yaml_serde::Deserializer::from_str(text);
-    serde_path_to_error::deserialize(deserializer).map_err(|err| {
-        let tracked = err.path().to_string();
-        let message = without_values(&err.into_inner().to_string());
-        // The YAML library prefixes its own path ("tenants[0].servers[0]: ");
-        // use it rather than print a path twice.
-        match message.split_once(": ") {
-            Some((head, rest)) if is_path(head) => FieldError {
-                path: head.to_owned(),
-                message: rest.to_owned(),
+    serde_path_to_error::deserialize(deserializer).map_err(field_error)
+}
+
+/// Parses YAML into a generic value (a tenant spec, before its name is
+/// settled), naming the path of the first error without values.
+pub(super) fn parse_value(text: &str) -> Result<yaml_serde::Value, FieldError> {
+    let deserializer = yaml_serde::Deserializer::from_str(text);
+    serde_path_to_error::deserialize(deserializer).map_err(field_error)
+}
+
+/// A generic value into a raw type, naming the path of the first error
+/// without values.
+pub(super) fn from_value<T: serde::de::DeserializeOwned>(
+    value: yaml_serde::Value,
+) -> Result<T, FieldError> {
+    serde_path_to_error::deserialize(value).map_err(field_error)
+}
+
+/// A deserializer's error as a field error: its path, and its message
+/// without the value it refused.
+fn field_error<E: std::fmt::Display>(err: serde_path_to_error::Error<E>) -> FieldError {
+    let tracked = err.path().to_string();
+    let message = without_values(&err.into_inner().to_string());
+    // The YAML library prefixes its own path ("tenants[0].servers[0]: ");
+    // use it rather than print a path twice.
+    match message.split_once(": ") {
+        Some((head, rest)) if is_path(head) => FieldError {
+            path: head.to_owned(),
+            message: rest.to_owned(),
+        },
+        _ => FieldError {
+            path: if tracked == "." {
+                String::new()
+            } else {
+                tracked
             },
-            _ => FieldError {
-                path: if tracked == "." {
-                    String::new()
-                } else {
-                    tracked
-                },
-                message,
-            },
-        }
-    })
+            message,
+        },
+    }
 }
 
 /// serde's messages quote the value they refused (`invalid type: string
@@ -177,12 +196,12 @@ mod tests {
             (
                 "tenants:\n  - name: acme\n    tokens: [t]\n    servers:\n      - name: a\n        url: \"http://127.0.0.1/\"\n        headers:\n          Authorization: { Bearer super-secret-value }\n",
                 "tenants[0].servers[0].headers.Authorization",
-                "a secret source takes `env` or `file`",
+                "a secret source takes `env`, `file` or `stored`",
             ),
             (
                 "tenants:\n  - name: acme\n    tokens: [{ Bearer super-secret-value: x }]\n",
                 "tenants[0].tokens[0]",
-                "a secret source takes `env` or `file`",
+                "a secret source takes `env`, `file` or `stored`",
             ),
             (
                 "tenants:\n  - name: acme\n    tokens: [{ env: { name: super-secret-value } }]\n",

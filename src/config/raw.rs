@@ -27,6 +27,9 @@ pub(crate) struct RawConfig {
     pub(crate) approvals: Option<super::approvals::RawApprovals>,
     pub(crate) callers: Option<super::callers::RawCallers>,
     pub(crate) audit: Option<super::audit::RawAudit>,
+    pub(crate) admin: Option<super::admin::RawAdmin>,
+    pub(crate) tenant_store: Option<super::admin::RawTenantStore>,
+    pub(crate) tenants_dir: Option<super::admin::RawTenantsDir>,
     #[serde(default)]
     pub(crate) tenants: Vec<RawTenant>,
 }
@@ -210,6 +213,8 @@ pub(crate) enum RawValue {
     Literal(String),
     Env(String),
     File(String),
+    /// `{stored: NAME}`: a secret written through the admin API.
+    Stored(String),
 }
 
 impl<'de> Deserialize<'de> for RawValue {
@@ -224,7 +229,7 @@ impl<'de> Visitor<'de> for RawValueVisitor {
     type Value = RawValue;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a string, {env: VARIABLE} or {file: PATH}")
+        f.write_str("a string, {env: VARIABLE}, {file: PATH} or {stored: NAME}")
     }
 
     fn visit_str<E: de::Error>(self, v: &str) -> Result<RawValue, E> {
@@ -256,12 +261,13 @@ impl<'de> Visitor<'de> for RawValueVisitor {
             let parsed: fn(String) -> RawValue = match key.as_str() {
                 "env" => RawValue::Env,
                 "file" => RawValue::File,
+                "stored" => RawValue::Stored,
                 other if is_word(other) => {
-                    return Err(de::Error::unknown_field(other, &["env", "file"]));
+                    return Err(de::Error::unknown_field(other, &["env", "file", "stored"]));
                 }
                 _ => {
                     return Err(de::Error::custom(
-                        "a secret source takes `env` or `file`; \
+                        "a secret source takes `env`, `file` or `stored`; \
                          this one has another key (not shown)",
                     ));
                 }
@@ -269,12 +275,12 @@ impl<'de> Visitor<'de> for RawValueVisitor {
             let parsed = parsed(map.next_value()?);
             if found.is_some() {
                 return Err(de::Error::custom(
-                    "a secret source takes exactly one of `env` or `file`",
+                    "a secret source takes exactly one of `env`, `file` or `stored`",
                 ));
             }
             found = Some(parsed);
         }
-        found.ok_or_else(|| de::Error::custom("a secret source needs `env` or `file`"))
+        found.ok_or_else(|| de::Error::custom("a secret source needs `env`, `file` or `stored`"))
     }
 }
 

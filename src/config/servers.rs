@@ -4,17 +4,17 @@
 //! connection). Knows nothing of tenants beyond the path it is given.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
 use std::time::Duration;
 
 use super::fields::{Errors, at_least_one, duration, resolve};
 use super::names;
 use super::raw::{RawDefaults, RawOverride, RawReconnect, RawServer, RawToolFilter, RawValue};
+use super::sources::Sources;
 use super::tls::RawTls;
 use super::{
     ConnectMode, DEFAULT_CALL_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, DEFAULT_IDLE_TIMEOUT,
-    DEFAULT_MAX_CALL_TIMEOUT, DEFAULT_MAX_LIST_PAGES, Environment, Lifecycle, Reconnect,
-    ServerConfig, ServerOAuth, ToolFilter, ToolOverride, Transport,
+    DEFAULT_MAX_CALL_TIMEOUT, DEFAULT_MAX_LIST_PAGES, Lifecycle, Reconnect, ServerConfig,
+    ServerOAuth, ToolFilter, ToolOverride, Transport,
 };
 
 /// Headers the MCP transport sets itself; configuring them is refused.
@@ -29,6 +29,7 @@ const RESERVED_HEADERS: &[&str] = &[
 ];
 
 /// Per-server settings that `defaults:` may set for every server.
+#[derive(Debug)]
 pub(super) struct Defaults {
     connect_timeout: Duration,
     call_timeout: Duration,
@@ -133,19 +134,11 @@ pub(super) fn validate_server(
     path: &str,
     server: RawServer,
     defaults: &Defaults,
-    base: &Path,
-    env: &dyn Environment,
+    src: &Sources<'_>,
 ) -> Option<ServerConfig> {
     let before = errors.0.len();
     server_name(errors, path, &server.name);
-    let oauth = credentials(
-        errors,
-        path,
-        server.oauth,
-        server.command.is_some(),
-        base,
-        env,
-    );
+    let oauth = credentials(errors, path, server.oauth, server.command.is_some(), src);
     let endpoint = Endpoint {
         command: server.command,
         cwd: server.cwd,
@@ -154,7 +147,7 @@ pub(super) fn validate_server(
         headers: server.headers,
         tls: server.tls,
     };
-    let transport = transport(errors, path, endpoint, base, env);
+    let transport = transport(errors, path, endpoint, src);
     let filter = server
         .tools
         .map(|f| tool_filter(errors, &format!("{path}.tools"), f))
@@ -229,8 +222,7 @@ fn credentials(
     path: &str,
     raw: Option<super::raw::RawServerOAuth>,
     is_stdio: bool,
-    base: &Path,
-    env: &dyn Environment,
+    src: &Sources<'_>,
 ) -> Option<ServerOAuth> {
     match raw {
         Some(_) if is_stdio => {
@@ -240,7 +232,7 @@ fn credentials(
             );
             None
         }
-        Some(raw) => super::oauth::server(errors, path, raw, base, env),
+        Some(raw) => super::oauth::server(errors, path, raw, src),
         None => None,
     }
 }
@@ -262,8 +254,7 @@ fn transport(
     errors: &mut Errors,
     path: &str,
     raw: Endpoint,
-    base: &Path,
-    env: &dyn Environment,
+    src: &Sources<'_>,
 ) -> Option<Transport> {
     let is_stdio = raw.command.is_some();
     let transport = match (raw.command, raw.url) {
@@ -282,13 +273,16 @@ fn transport(
             None
         }
         (Some(command), None) => {
+            if !src.allows_stdio(errors, &format!("{path}.command")) {
+                return None;
+            }
             if raw.headers.is_some() {
                 errors.push(
                     format!("{path}.headers"),
                     "`headers` apply to `url` servers only; a stdio server takes `env`",
                 );
             }
-            stdio(errors, path, command, raw.cwd, raw.env, base, env)
+            stdio(errors, path, command, raw.cwd, raw.env, src)
         }
         (None, Some(url)) => {
             if raw.env.is_some() {
@@ -303,13 +297,13 @@ fn transport(
                     "`cwd` applies to `command` servers only",
                 );
             }
-            http(errors, path, &url, raw.headers, base, env)
+            http(errors, path, &url, raw.headers, src)
         }
     };
     match (transport, raw.tls) {
         (transport, None) => transport,
         (Some(Transport::Http { url, headers, .. }), Some(raw)) => {
-            super::tls::server_tls(errors, path, raw, Some(&url), false, base).map(|tls| {
+            super::tls::server_tls(errors, path, raw, Some(&url), false, src).map(|tls| {
                 Transport::Http {
                     url,
                     headers,
@@ -320,7 +314,7 @@ fn transport(
         (_, Some(raw)) => {
             // A stdio server, or an HTTP one with errors: the block is
             // still checked, so every error shows at once.
-            super::tls::server_tls(errors, path, raw, None, is_stdio, base);
+            super::tls::server_tls(errors, path, raw, None, is_stdio, src);
             None
         }
     }
@@ -334,8 +328,7 @@ fn stdio(
     command: Vec<String>,
     cwd: Option<String>,
     raw_env: Option<BTreeMap<String, RawValue>>,
-    base: &Path,
-    env: &dyn Environment,
+    src: &Sources<'_>,
 ) -> Option<Transport> {
     let before = errors.0.len();
     match command.first() {
@@ -359,7 +352,7 @@ fn stdio(
             );
             continue;
         }
-        if let Some(secret) = resolve(errors, &var_path, &value, base, env) {
+        if let Some(secret) = resolve(errors, &var_path, &value, src) {
             if secret.expose().contains('\0') {
                 errors.push(&var_path, "the value contains a NUL byte");
                 continue;
@@ -367,7 +360,10 @@ fn stdio(
             child_env.push((key, secret));
         }
     }
-    let cwd = cwd.map(|dir| base.join(dir));
+    let cwd = match cwd {
+        Some(dir) => Some(src.host_path(errors, &format!("{path}.cwd"), &dir)?),
+        None => None,
+    };
     (errors.0.len() == before).then_some(Transport::Stdio {
         command,
         cwd,
@@ -382,8 +378,7 @@ fn http(
     path: &str,
     url_text: &str,
     raw_headers: Option<BTreeMap<String, RawValue>>,
-    base: &Path,
-    env: &dyn Environment,
+    src: &Sources<'_>,
 ) -> Option<Transport> {
     let before = errors.0.len();
     let url = match url::Url::parse(url_text) {
@@ -434,7 +429,7 @@ fn http(
             );
             continue;
         }
-        if let Some(secret) = resolve(errors, &header_path, &value, base, env) {
+        if let Some(secret) = resolve(errors, &header_path, &value, src) {
             if http::HeaderValue::from_str(secret.expose()).is_err() {
                 errors.push(
                     &header_path,

@@ -4,7 +4,6 @@
 
 use std::collections::HashMap;
 use std::num::NonZeroU32;
-use std::path::Path;
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
@@ -13,7 +12,8 @@ use super::fields::{Errors, at_least_one_or_none, duration, duration_or_zero, re
 use super::names;
 use super::raw::{RawServer, RawTenant, RawTenantLimits, RawValue};
 use super::servers::{Defaults, validate_server};
-use super::{Environment, Secret, ServerConfig, TenantConfig, TenantConsent, TenantLimits};
+use super::sources::Sources;
+use super::{Secret, ServerConfig, TenantConfig, TenantConsent, TenantLimits};
 
 /// Token digest → (tenant index, path), to find tokens shared by tenants
 /// without keeping or printing the token itself.
@@ -25,12 +25,15 @@ pub(super) fn tenants(
     errors: &mut Errors,
     raw: Vec<RawTenant>,
     jwt_callers: bool,
+    other_sources: bool,
     defaults: &Defaults,
-    base: &Path,
-    env: &dyn Environment,
+    src: &Sources<'_>,
 ) -> Vec<TenantConfig> {
-    if raw.is_empty() {
-        errors.push("tenants", "at least one tenant is required");
+    if raw.is_empty() && !other_sources {
+        errors.push(
+            "tenants",
+            "at least one tenant is required (or tenants from tenants_dir or the admin API)",
+        );
     }
     let mut tenant_names: HashMap<String, usize> = HashMap::new();
     let mut token_owners = TokenOwners::new();
@@ -60,13 +63,40 @@ pub(super) fn tenants(
             index,
             &mut token_owners,
             defaults,
-            base,
-            env,
+            src,
         ) {
             tenants.push(t);
         }
     }
     tenants
+}
+
+/// Validates one tenant of another source (`tenants_dir`, the state
+/// store) at `path` (`tenants[NAME]`); `None` if anything in it is
+/// refused. Token collisions with other tenants are not its to find.
+pub(super) fn validate_one(
+    errors: &mut Errors,
+    path: &str,
+    tenant: RawTenant,
+    jwt_callers: bool,
+    defaults: &Defaults,
+    src: &Sources<'_>,
+) -> Option<TenantConfig> {
+    if tenant.tokens.is_empty() && !jwt_callers {
+        errors.push(
+            format!("{path}.tokens"),
+            "at least one token is required (callers of this tenant could not authenticate; or configure callers.jwt)",
+        );
+    }
+    validate_tenant(
+        errors,
+        path,
+        tenant,
+        0,
+        &mut TokenOwners::new(),
+        defaults,
+        src,
+    )
 }
 
 /// Validates one tenant; `None` if anything in it is refused.
@@ -78,8 +108,7 @@ fn validate_tenant(
     index: usize,
     token_owners: &mut TokenOwners,
     defaults: &Defaults,
-    base: &Path,
-    env: &dyn Environment,
+    src: &Sources<'_>,
 ) -> Option<TenantConfig> {
     let before = errors.0.len();
     if !names::is_valid_tenant_name(&tenant.name) {
@@ -91,8 +120,8 @@ fn validate_tenant(
             ),
         );
     }
-    let tokens = tokens(errors, path, &tenant.tokens, index, token_owners, base, env);
-    let servers = servers(errors, path, tenant.servers, defaults, base, env);
+    let tokens = tokens(errors, path, &tenant.tokens, index, token_owners, src);
+    let servers = servers(errors, path, tenant.servers, defaults, src);
     let limits = tenant_limits(
         errors,
         &format!("{path}.limits"),
@@ -193,13 +222,12 @@ fn tokens(
     raw: &[RawValue],
     index: usize,
     token_owners: &mut TokenOwners,
-    base: &Path,
-    env: &dyn Environment,
+    src: &Sources<'_>,
 ) -> Vec<Secret> {
     let mut tokens = Vec::with_capacity(raw.len());
     for (t, value) in raw.iter().enumerate() {
         let token_path = format!("{path}.tokens[{t}]");
-        let Some(secret) = resolve(errors, &token_path, value, base, env) else {
+        let Some(secret) = resolve(errors, &token_path, value, src) else {
             continue;
         };
         if secret.expose().is_empty() {
@@ -235,8 +263,7 @@ fn servers(
     path: &str,
     raw: Vec<RawServer>,
     defaults: &Defaults,
-    base: &Path,
-    env: &dyn Environment,
+    src: &Sources<'_>,
 ) -> Vec<ServerConfig> {
     let mut server_names: HashMap<String, usize> = HashMap::new();
     let mut servers = Vec::with_capacity(raw.len());
@@ -251,7 +278,7 @@ fn servers(
                 ),
             );
         }
-        if let Some(server) = validate_server(errors, &server_path, server, defaults, base, env) {
+        if let Some(server) = validate_server(errors, &server_path, server, defaults, src) {
             servers.push(server);
         }
     }

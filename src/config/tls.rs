@@ -134,7 +134,7 @@ pub(super) fn server_tls(
     raw: RawTls,
     url: Option<&url::Url>,
     is_stdio: bool,
-    base: &Path,
+    src: &super::sources::Sources<'_>,
 ) -> Option<TlsTrust> {
     let field = format!("{path}.tls");
     if is_stdio {
@@ -165,7 +165,8 @@ pub(super) fn server_tls(
         errors.push(field, "needs a path");
         return None;
     }
-    match TlsTrust::from_pem_file(&base.join(ca_file)) {
+    let file = src.host_path(errors, &field, &ca_file)?;
+    match TlsTrust::from_pem_file(&file) {
         Ok(trust) => Some(trust),
         Err(message) => {
             errors.push(field, message);

@@ -60,13 +60,28 @@ pub(super) fn validate(
         .audit
         .and_then(|raw| super::audit::audit(&mut errors, raw, base, env));
     let callers = super::callers::callers(&mut errors, raw.callers.unwrap_or_default(), base);
+    let admin = raw
+        .admin
+        .and_then(|raw| super::admin::admin(&mut errors, raw, listen, base, env));
+    let tenant_store = (admin.is_some() || raw.tenant_store.is_some())
+        .then(|| super::admin::tenant_store(&mut errors, raw.tenant_store.unwrap_or_default()));
+    let tenants_dir = raw
+        .tenants_dir
+        .and_then(|raw| super::admin::tenants_dir(&mut errors, raw, base));
+    if tenant_store.is_some() && state.keys.is_empty() {
+        errors.push(
+            "state.keys",
+            "required with admin: or tenant_store: (tenant specs and stored secrets are kept \
+             encrypted; give one base64 32-byte key, e.g. from {env: TOOLGATE_STATE_KEY})",
+        );
+    }
     let tenants = super::tenants::tenants(
         &mut errors,
         raw.tenants,
         !callers.jwt.is_empty(),
+        tenant_store.is_some() || tenants_dir.is_some(),
         &defaults,
-        base,
-        env,
+        &super::sources::Sources::file(base, env),
     );
 
     oauth_requirements(&mut errors, &tenants, &state, oauth.as_ref());
@@ -90,6 +105,10 @@ pub(super) fn validate(
         callers,
         audit,
         tenants,
+        tenants_dir,
+        admin,
+        tenant_store,
+        spec_defaults: super::SpecDefaults(std::sync::Arc::new(defaults)),
     })
 }
 
@@ -138,6 +157,44 @@ fn oauth_requirements(
             errors.push(
                 format!("tenants[{t}].servers[{s}].oauth.grant"),
                 "authorization_code needs the consent listener: set oauth.listen and oauth.public_url",
+            );
+        }
+    }
+}
+
+/// What one tenant of another source (`tenants_dir`, the state store)
+/// needs of the file configuration, at `path` (`tenants[NAME]`): the
+/// checks [`oauth_requirements`] and the approvals' requirements make of
+/// the file's tenants.
+pub(super) fn tenant_requirements(
+    errors: &mut Errors,
+    path: &str,
+    tenant: &TenantConfig,
+    state: &StateConfig,
+    listener: Option<&OAuthListener>,
+    approvals: Option<&super::ApprovalsConfig>,
+) {
+    for (s, server) in tenant.servers.iter().enumerate() {
+        if let Some(oauth) = &server.oauth {
+            if state.keys.is_empty() {
+                errors.push(
+                    format!("{path}.servers[{s}].oauth"),
+                    "needs state.keys in the file configuration (tokens are kept encrypted)",
+                );
+            }
+            if oauth.per_user() && listener.is_none() {
+                errors.push(
+                    format!("{path}.servers[{s}].oauth.grant"),
+                    "authorization_code needs the consent listener: set oauth.listen and \
+                     oauth.public_url in the file configuration",
+                );
+            }
+        }
+        if approvals.is_none() && server.needs_approval() {
+            errors.push(
+                format!("{path}.servers[{s}].definitions"),
+                "`approved` needs the top-level `approvals: {file: PATH}` in the file \
+                 configuration",
             );
         }
     }

@@ -50,6 +50,7 @@ mod migrate;
 mod once;
 mod rekey;
 mod tasks;
+pub mod tenants;
 
 pub use connect::{ACQUIRE_TIMEOUT, Backend, DEFAULT_URL};
 pub use error::{Record, StateError};

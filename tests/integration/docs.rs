@@ -127,6 +127,16 @@ fn config_with(section: &str, entries: &[String], stdio: bool) -> Option<String>
             "tenants: [{{name: t, tokens: [tok], servers: [{{{server}, overrides: {{search: {{{flow}}}}}}}]}}]"
         ),
         "State store" => format!("state: {{{flow}}}\n{tenants}"),
+        "`tenants_dir`" => format!("tenants_dir: {{path: tenants.d, {flow}}}\n{tenants}"),
+        "`admin`" => format!(
+            "state: {{keys: [\"{STATE_KEY}\"]}}\nadmin: {{listen: \"127.0.0.1:0\", {flow}}}\n{tenants}"
+        ),
+        "`admin.host_secrets`" => format!(
+            "state: {{keys: [\"{STATE_KEY}\"]}}\nadmin: {{listen: \"127.0.0.1:0\", host_secrets: {{{flow}}}}}\n{tenants}"
+        ),
+        "`tenant_store`" => {
+            format!("state: {{keys: [\"{STATE_KEY}\"]}}\ntenant_store: {{{flow}}}\n{tenants}")
+        }
         "`oauth` (the consent listener)" => format!(
             "oauth: {{listen: \"127.0.0.1:0\", public_url: \"https://gw.example\", {flow}}}\n{tenants}"
         ),
