@@ -278,6 +278,44 @@ pub struct TenantConfig {
     pub policy: Option<std::sync::Arc<policy::PolicyRules>>,
     /// How an end user's consent to a per-user server becomes usable.
     pub consent: TenantConsent,
+    /// Where the tenant is defined.
+    pub origin: TenantOrigin,
+}
+
+/// Where a tenant is defined: the sources in the order they win when two
+/// define one name (the file over `tenants_dir` over the state store).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TenantOrigin {
+    /// `tenants:` of the configuration file.
+    File,
+    /// A file of `tenants_dir`.
+    Dir(PathBuf),
+    /// The state store, written through the admin API, at this version.
+    Store {
+        /// The stored version.
+        version: i64,
+    },
+}
+
+impl std::fmt::Display for TenantOrigin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TenantOrigin::File => f.write_str("the configuration file"),
+            TenantOrigin::Dir(path) => write!(f, "tenants_dir file {}", path.display()),
+            TenantOrigin::Store { .. } => f.write_str("the state store (admin API)"),
+        }
+    }
+}
+
+impl TenantOrigin {
+    /// `file`, `dir` or `store`: the metric label of the source.
+    pub fn label(&self) -> &'static str {
+        match self {
+            TenantOrigin::File => "file",
+            TenantOrigin::Dir(_) => "dir",
+            TenantOrigin::Store { .. } => "store",
+        }
+    }
 }
 
 /// How an end user's consent to a per-user (`authorization_code`) server

@@ -26,11 +26,11 @@ pub struct TenantSpec {
 /// Where a spec comes from: what it may reach.
 #[derive(Clone, Copy)]
 pub enum SpecSource<'a> {
-    /// A file of `tenants_dir` in this directory: like a tenant of the
-    /// configuration file (`env:` and `file:`, relative to the directory).
+    /// A file of `tenants_dir`: like a tenant of the configuration file
+    /// (`env:` and `file:`, relative to the file's directory).
     Dir {
-        /// The file's directory.
-        base: &'a Path,
+        /// The file.
+        file: &'a Path,
     },
     /// The state store, written through the admin API: literals and its
     /// own stored secrets; the host's variables and files only as
@@ -39,14 +39,18 @@ pub enum SpecSource<'a> {
     Store {
         /// The tenant's stored secrets, opened.
         stored: &'a dyn StoredSecrets,
+        /// The stored version of the spec.
+        version: i64,
     },
 }
 
 impl std::fmt::Debug for SpecSource<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            SpecSource::Dir { base } => f.debug_struct("Dir").field("base", base).finish(),
-            SpecSource::Store { .. } => f.write_str("Store"),
+            SpecSource::Dir { file } => f.debug_struct("Dir").field("file", file).finish(),
+            SpecSource::Store { version, .. } => {
+                f.debug_struct("Store").field("version", version).finish()
+            }
         }
     }
 }
@@ -203,8 +207,8 @@ impl Config {
         let no_hosts = HostSecrets::default();
         let scope;
         let src = match source {
-            SpecSource::Dir { base } => Sources::file(base, env),
-            SpecSource::Store { stored } => {
+            SpecSource::Dir { file } => Sources::file(file.parent().unwrap_or(Path::new(".")), env),
+            SpecSource::Store { stored, .. } => {
                 let admin = self.admin.as_ref();
                 scope = AdminScope {
                     host: admin.map_or(&no_hosts, |a| &a.host_secrets),
@@ -238,7 +242,13 @@ impl Config {
             );
         }
         match tenant {
-            Some(tenant) if errors.0.is_empty() => Ok(tenant),
+            Some(mut tenant) if errors.0.is_empty() => {
+                tenant.origin = match source {
+                    SpecSource::Dir { file } => super::TenantOrigin::Dir(file.to_owned()),
+                    SpecSource::Store { version, .. } => super::TenantOrigin::Store { version },
+                };
+                Ok(tenant)
+            }
             _ => Err(SpecError { errors: errors.0 }),
         }
     }

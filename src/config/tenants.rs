@@ -151,6 +151,7 @@ fn validate_tenant(
         idle_timeout,
         policy,
         consent,
+        origin: super::TenantOrigin::File,
     })
 }
 

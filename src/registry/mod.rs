@@ -304,6 +304,32 @@ impl Registry {
         generation.tenants.get(index).cloned()
     }
 
+    /// Where a tenant named `name` is defined outside the state store (the
+    /// file or `tenants_dir`), if anywhere: such a name cannot be written
+    /// through the admin API.
+    pub fn defined_outside_store(&self, name: &str) -> Option<crate::config::TenantOrigin> {
+        self.generation
+            .load()
+            .tenants
+            .iter()
+            .find(|t| t.name == name)
+            .map(|t| t.origin.clone())
+            .filter(|o| !matches!(o, crate::config::TenantOrigin::Store { .. }))
+    }
+
+    /// The tenant of the file or `tenants_dir` a static token with this
+    /// digest selects, if any: such a token cannot be given to a tenant
+    /// of the state store.
+    pub fn token_owner_outside_store(
+        &self,
+        digest: &crate::callers::TokenDigest,
+    ) -> Option<(String, crate::config::TenantOrigin)> {
+        let generation = self.generation.load();
+        let (tenant, _) = generation.tokens.tenant_for_digest(digest)?;
+        let tenant = generation.tenants.get(tenant)?;
+        Some((tenant.name.clone(), tenant.origin.clone()))
+    }
+
     /// Every tenant, in configuration order.
     pub fn tenants(&self) -> Vec<Arc<Tenant>> {
         self.current().tenants.clone()

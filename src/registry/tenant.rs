@@ -128,6 +128,9 @@ pub struct Tenant {
     /// How an end user's consent becomes usable (confirmed by the tenant's
     /// application, by default).
     pub consent: crate::config::TenantConsent,
+    /// Where the tenant is defined (the file, `tenants_dir`, the state
+    /// store).
+    pub origin: crate::config::TenantOrigin,
 }
 
 /// Holds a tenant as busy while a call runs.
@@ -221,6 +224,7 @@ impl Tenant {
                 .as_deref()
                 .map(|rules| Arc::new(crate::policy::Policy::new(rules))),
             consent: config.consent.clone(),
+            origin: config.origin.clone(),
         });
         {
             let mut owner = tenant.publication.owner.lock().expect("publication lock");
