@@ -13,6 +13,7 @@ mod follow;
 mod offerings;
 mod prompt;
 pub mod subjects;
+mod tenants;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -83,6 +84,12 @@ enum Command {
     Prompts(offerings::PromptsArgs),
     /// Render one prompt through a running gateway (arguments key=value).
     Prompt(offerings::PromptArgs),
+    /// Manage the tenants of the state store through a running gateway's
+    /// admin API (token: TOOLGATE_ADMIN_TOKEN or --token-file).
+    Tenants {
+        #[command(subcommand)]
+        command: tenants::TenantsCommand,
+    },
     /// Maintain the state store (upstream OAuth tokens).
     State {
         #[command(subcommand)]
@@ -142,6 +149,7 @@ pub fn main() -> ExitCode {
                 guard.shutdown().await;
                 code
             }
+            Command::Tenants { command } => tenants::run(command).await,
             Command::Tools(args) => client::tools(args).await,
             Command::Call(args) => client::call(args).await,
             Command::Resources(args) => offerings::resources(args).await,
