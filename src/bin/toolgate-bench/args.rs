@@ -73,6 +73,10 @@ pub(crate) struct Args {
     /// Only the figures of ReadResource and ListPrompts.
     #[arg(long)]
     pub(crate) only_offerings: bool,
+    /// Only the figures of tenants at scale: 100,000 tenants in PostgreSQL,
+    /// two replicas following writes of the admin API, `tenants_dir`.
+    #[arg(long)]
+    pub(crate) only_store: bool,
 }
 
 /// The internal servers the benchmark starts as child processes (each a

@@ -26,6 +26,7 @@ mod policy_audit;
 mod python;
 mod report;
 mod scale;
+mod store;
 mod tenants;
 mod upstream;
 
@@ -68,6 +69,11 @@ async fn main() -> anyhow::Result<()> {
     );
     if args.only_tenants {
         return memory::report(args.rounds).await;
+    }
+    if args.only_store {
+        println!("| target | figure | goal | |");
+        println!("| --- | --- | --- | --- |");
+        return store::report().await;
     }
     if args.only_policy {
         println!("| target | figure | goal | |");
