@@ -17,7 +17,11 @@
 #      kustomization, the Dockerfile, secrets): zero failed checks. Skips are
 #      inline, each with its reason (checkov.io/skipN annotations, # checkov:skip);
 #   4. when a toolgate binary exists (TOOLGATE_BIN, target/release, target/debug):
-#      `toolgate check --offline` on config.yaml, secrets replaced by placeholders.
+#      `toolgate check --offline` on config.yaml and on the config.yaml of each
+#      component (components/*), secrets replaced by placeholders.
+#
+# Components (optional features an overlay adds, e.g. components/tenants) are
+# rendered on top of the base in a temporary overlay and validated in 2. and 3.
 #
 # Usage: deploy/validate.sh        (from any directory; exit 0 only if all pass)
 # The tools live in <repo>/.venv-deploy, created on first run from
@@ -239,6 +243,21 @@ if ((${#render[@]})); then
         echo "FAIL ${render[*]} $K8S"
         failures+=("kustomize build")
     fi
+    # Each component on top of the base, in an overlay beside a copy of deploy/.
+    for component in "$K8S"/components/*/; do
+        [[ -e "$component/kustomization.yaml" ]] || continue
+        name="$(basename "$component")"
+        mkdir -p "$work/render/$name/overlay"
+        cp -r "$DEPLOY" "$work/render/$name/deploy"
+        printf 'resources:\n  - ../deploy/kubernetes\ncomponents:\n  - ../deploy/kubernetes/components/%s\n' \
+            "$name" >"$work/render/$name/overlay/kustomization.yaml"
+        if "${render[@]}" "$work/render/$name/overlay" >"$work/kustomize-build-$name.yaml"; then
+            manifests+=("$work/kustomize-build-$name.yaml")
+        else
+            echo "FAIL ${render[*]} with component $name"
+            failures+=("kustomize build $name")
+        fi
+    done
 else
     echo "note: neither kustomize nor kubectl found; the rendered kustomization is not validated"
 fi
@@ -304,7 +323,8 @@ def env_vars(node):
 
 
 exports = []
-for var in sorted(set(env_vars(yaml.safe_load(Path(sys.argv[3]).read_text())))):
+configs = [Path(sys.argv[3]), *sorted(Path(sys.argv[3]).parent.glob("components/*/config.yaml"))]
+for var in sorted({v for c in configs for v in env_vars(yaml.safe_load(c.read_text()))}):
     if var.endswith("_KEY"):
         value = base64.b64encode(os.urandom(32)).decode()
     elif var.endswith("_URL"):
@@ -314,14 +334,22 @@ for var in sorted(set(env_vars(yaml.safe_load(Path(sys.argv[3]).read_text())))):
     exports.append(f"export {var}={shlex.quote(value)}")
 Path(sys.argv[4]).write_text("".join(line + "\n" for line in exports))
 PY
-    sed "s|/etc/toolgate/secrets/|$work/secrets/|g" "$K8S/config.yaml" >"$work/config.yaml"
-    # shellcheck disable=SC1091
-    if (source "$work/env" && "$bin" check --offline --config "$work/config.yaml"); then
-        echo "PASS toolgate check --offline"
-    else
-        echo "FAIL toolgate check --offline (is $bin older than the config keys it is given?)"
-        failures+=("toolgate check")
-    fi
+    mkdir -p "$work/admin" "$work/tenants"
+    printf 'placeholder-admin-token\n' >"$work/admin/admin-token"
+    for config in "$K8S/config.yaml" "$K8S"/components/*/config.yaml; do
+        [[ -e "$config" ]] || continue
+        sed -e "s|/etc/toolgate/secrets/|$work/secrets/|g" \
+            -e "s|/etc/toolgate/admin/|$work/admin/|g" \
+            -e "s|/etc/toolgate/tenants|$work/tenants|g" \
+            "$config" >"$work/config.yaml"
+        # shellcheck disable=SC1091
+        if (source "$work/env" && "$bin" check --offline --config "$work/config.yaml"); then
+            echo "PASS toolgate check --offline ${config#"$ROOT"/}"
+        else
+            echo "FAIL toolgate check --offline ${config#"$ROOT"/} (is $bin older than the config keys it is given?)"
+            failures+=("toolgate check ${config#"$ROOT"/}")
+        fi
+    done
 else
     say "4. config: skipped (no toolgate binary: set TOOLGATE_BIN or build target/release/toolgate)"
 fi
