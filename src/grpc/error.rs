@@ -466,7 +466,9 @@ impl From<CallerError> for CallError {
             CallerError::Unauthenticated(message) => CallError::Unauthenticated(message),
             CallerError::InvalidSubject(message) => CallError::InvalidSubject(message),
             CallerError::Token(token) => CallError::Token(token),
-            CallerError::TenantStoreUnavailable(reason) => CallError::TenantStoreUnavailable(reason),
+            CallerError::TenantStoreUnavailable(reason) => {
+                CallError::TenantStoreUnavailable(reason)
+            }
         }
     }
 }

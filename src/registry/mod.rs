@@ -564,7 +564,11 @@ impl Registry {
                     if let Err(reason) = &oauth {
                         tracing::error!(tenant = %tenant_config.name, server = %server.name, %reason, "OAuth client not available");
                     }
-                    let slot = Arc::new(Slot::new(server.clone(), self.shutdown.child_token(), oauth));
+                    let slot = Arc::new(Slot::new(
+                        server.clone(),
+                        self.shutdown.child_token(),
+                        oauth,
+                    ));
                     slots.push(slot);
                     summary.servers_started.push(label);
                 }

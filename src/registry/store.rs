@@ -12,8 +12,9 @@
 //! tenant's token works at once).
 //!
 //! At most `tenant_store.max_loaded` tenants are loaded: an idle one (no
-//! call in flight, unused for its `idle_timeout`) is unloaded, and the
-//! least recently used idle one makes room for a new one. An unloaded
+//! call in flight, no stream open on it, unused for its `idle_timeout`) is
+//! unloaded, and the least recently used idle one makes room for a new
+//! one. An unloaded
 //! tenant's sessions close; its next caller loads it again.
 
 use std::collections::{HashMap, HashSet};
@@ -294,11 +295,15 @@ impl Registry {
         let loaded = store.version(name);
         match (how, loaded) {
             (Refresh::IfAbsent, Some(_)) => {
-                return Ok(self.loaded_named(name).map_or(Found::Nothing, Found::Tenant));
+                return Ok(self
+                    .loaded_named(name)
+                    .map_or(Found::Nothing, Found::Tenant));
             }
             (Refresh::Changed { .. } | Refresh::Revalidate, None) => return Ok(Found::Nothing),
             (Refresh::Changed { version: Some(v) }, Some(at)) if v != 0 && v <= at => {
-                return Ok(self.loaded_named(name).map_or(Found::Nothing, Found::Tenant));
+                return Ok(self
+                    .loaded_named(name)
+                    .map_or(Found::Nothing, Found::Tenant));
             }
             _ => {}
         }
@@ -354,7 +359,9 @@ impl Registry {
                     "a tenant of the state store does not validate: it is not loaded (a loaded version is kept)"
                 );
                 metrics.load(LoadOutcome::Invalid);
-                return Ok(self.loaded_named(name).map_or(Found::Nothing, Found::Tenant));
+                return Ok(self
+                    .loaded_named(name)
+                    .map_or(Found::Nothing, Found::Tenant));
             }
         };
         let previous = store.read().tenants.get(name).map(|e| e.tenant.clone());
@@ -387,7 +394,10 @@ impl Registry {
                     used: AtomicU64::new(self.spawner.now_ms()),
                 },
             );
-            let max = config.tenant_store.as_ref().map_or(usize::MAX, |s| s.max_loaded);
+            let max = config
+                .tenant_store
+                .as_ref()
+                .map_or(usize::MAX, |s| s.max_loaded);
             make_room(&mut loaded, max, name)
         };
         if let Some(previous) = &previous {
@@ -455,7 +465,7 @@ impl Registry {
             .iter()
             .filter(|(_, e)| {
                 let used = e.used.load(Ordering::Relaxed).max(e.tenant.last_used());
-                e.tenant.calls_in_flight() == 0
+                !e.tenant.held_elsewhere()
                     && Duration::from_millis(now.saturating_sub(used)) >= e.tenant.idle_timeout
             })
             .map(|(name, _)| name.clone())
@@ -470,7 +480,7 @@ impl Registry {
                 // Checked again under the lock: a caller may have come.
                 let still_idle = loaded.tenants.get(name).is_some_and(|e| {
                     let used = e.used.load(Ordering::Relaxed).max(e.tenant.last_used());
-                    e.tenant.calls_in_flight() == 0
+                    !e.tenant.held_elsewhere()
                         && Duration::from_millis(now.saturating_sub(used)) >= e.tenant.idle_timeout
                 });
                 if still_idle && let Some(entry) = remove_entry(&mut loaded, name) {
@@ -496,7 +506,12 @@ impl Registry {
                 .read()
                 .tenants
                 .values()
-                .flat_map(|e| e.tenant.slots.iter().map(|s| (e.tenant.name.clone(), s.clone())))
+                .flat_map(|e| {
+                    e.tenant
+                        .slots
+                        .iter()
+                        .map(|s| (e.tenant.name.clone(), s.clone()))
+                })
                 .collect()
         })
     }
@@ -524,7 +539,7 @@ fn make_room(loaded: &mut Loaded, max: usize, keep: &str) -> Vec<Entry> {
         loaded
             .tenants
             .iter()
-            .filter(|(name, e)| name.as_str() != keep && e.tenant.calls_in_flight() == 0)
+            .filter(|(name, e)| name.as_str() != keep && !e.tenant.held_elsewhere())
             .map(|(name, e)| (name.clone(), e.used.load(Ordering::Relaxed)))
             .collect(),
         |(_, used)| *used,

@@ -40,6 +40,7 @@ mod search;
 mod state;
 mod subjects;
 mod tasks;
+mod tenant_store;
 mod third_party;
 mod tls;
 mod watch_resource;
