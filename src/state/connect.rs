@@ -80,6 +80,7 @@ impl StateStore {
         Ok(StateStore {
             pool,
             backend,
+            url: url.into(),
             keys,
             migrated: std::sync::Arc::default(),
         })

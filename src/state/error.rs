@@ -19,6 +19,12 @@ pub enum Record {
     Held,
     /// A task (SEP-2663) a worker follows.
     Task,
+    /// A tenant's spec written through the admin API.
+    Tenant,
+    /// A secret of a tenant written through the admin API.
+    TenantSecret,
+    /// An entry of the tenants' change log, or of their token index.
+    TenantChange,
 }
 
 impl std::fmt::Display for Record {
@@ -29,6 +35,9 @@ impl std::fmt::Display for Record {
             Record::Pending => "pending authorization",
             Record::Held => "held consent",
             Record::Task => "task",
+            Record::Tenant => "tenant spec",
+            Record::TenantSecret => "tenant secret",
+            Record::TenantChange => "tenant change",
         })
     }
 }

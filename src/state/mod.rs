@@ -108,6 +108,9 @@ pub enum Replaced {
 pub struct StateStore {
     pool: AnyPool,
     backend: Backend,
+    /// The URL as opened (may hold a password: never shown), for the
+    /// connections that are not the pool's (PostgreSQL's `LISTEN`).
+    url: std::sync::Arc<str>,
     keys: KeyRing,
     migrated: std::sync::Arc<OnceCell<()>>,
 }

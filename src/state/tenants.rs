@@ -17,11 +17,32 @@
 //! the tenant created after it). Every write is one transaction that writes
 //! the row, its tokens and its change; on PostgreSQL it also sends
 //! `NOTIFY toolgate_tenants, '<name>'`, delivered when it commits.
+//!
+//! # One writer at a time
+//! Tenant writes are serialized: on SQLite the first statement of each
+//! write transaction is a write (the file's single writer lock, waited for
+//! up to the busy timeout), on PostgreSQL each takes the transaction-scoped
+//! advisory lock [`TENANT_LOCK_KEY`] first. So of two writes expecting the
+//! same version exactly one wins, and the change log's sequence numbers
+//! become visible in order: a follower reading the changes after `seq`
+//! never misses one committed later with a smaller number.
 
 use std::collections::HashMap;
 
-use super::{StateError, StateStore};
+use sqlx::{Any, Transaction};
+
+use super::keys::aad;
+use super::{Backend, Record, StateError, StateStore, get, now_ms};
 use crate::callers::TokenDigest;
+use crate::config::Secret;
+
+/// The PostgreSQL advisory lock every tenant write holds until it commits:
+/// the ASCII bytes of `tgtenant` as a big-endian 64-bit integer.
+pub const TENANT_LOCK_KEY: i64 = i64::from_be_bytes(*b"tgtenant");
+
+/// Most names one statement of [`StateStore::tenant_versions`] or
+/// [`StateStore::secrets`] asks for (bound parameters are limited).
+const NAMES_PER_QUERY: usize = 500;
 
 /// The PostgreSQL channel a write notifies (payload: the tenant's name).
 pub const TENANT_CHANNEL: &str = "toolgate_tenants";
@@ -126,14 +147,173 @@ impl TenantNotices {
     ///
     /// # Errors
     /// [`StateError::Unavailable`] when the connection is lost (the
-    /// caller resyncs, then listens again).
+    /// caller resyncs, then listens again: the next call reconnects and
+    /// listens on the channel again; notices sent meanwhile are lost).
     pub async fn next(&mut self) -> Result<String, StateError> {
-        let _ = &mut self.listener;
-        todo!("helper: store-admin")
+        match self.listener.try_recv().await {
+            Ok(Some(notice)) => Ok(notice.payload().to_owned()),
+            Ok(None) => Err(StateError::Unavailable(sqlx::Error::Io(
+                std::io::Error::new(
+                    std::io::ErrorKind::ConnectionAborted,
+                    "the connection listening for tenant changes was lost",
+                ),
+            ))),
+            Err(error) => Err(StateError::Unavailable(error)),
+        }
     }
 }
 
+/// The associated data of tenant `name`'s spec at `version`: a spec moved
+/// to another tenant's row, or an older spec put back, does not open.
+fn spec_aad(name: &str, version: i64) -> Vec<u8> {
+    aad("tenant-spec", &[name, &version.to_string()])
+}
+
+/// The associated data of secret `name` of `tenant`.
+fn secret_aad(tenant: &str, name: &str) -> Vec<u8> {
+    aad("tenant-secret", &[tenant, name])
+}
+
+/// What a change did (the `kind` column).
+#[derive(Clone, Copy)]
+enum ChangeKind {
+    Put,
+    Secret,
+    Delete,
+}
+
+impl ChangeKind {
+    fn as_str(self) -> &'static str {
+        match self {
+            ChangeKind::Put => "put",
+            ChangeKind::Secret => "secret",
+            ChangeKind::Delete => "delete",
+        }
+    }
+}
+
+fn db(error: sqlx::Error) -> StateError {
+    StateError::from_sqlx(error)
+}
+
+/// `$first, $first+1, ...`: `count` placeholders.
+fn placeholders(first: usize, count: usize) -> String {
+    (first..first + count)
+        .map(|n| format!("${n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 impl StateStore {
+    /// Starts a tenant write: a transaction holding the tenants' write
+    /// lock (see the module's documentation).
+    async fn begin_tenant_write(&self) -> Result<Transaction<'static, Any>, StateError> {
+        let pool = self.ready().await?;
+        let mut tx = pool.begin().await.map_err(db)?;
+        if self.backend == Backend::Postgres {
+            // `count` so the Any driver has a column type it knows (the
+            // lock function returns `void`).
+            sqlx::query("SELECT count(*) FROM (SELECT pg_advisory_xact_lock($1)) AS locked")
+                .bind(TENANT_LOCK_KEY)
+                .execute(&mut *tx)
+                .await
+                .map_err(db)?;
+        }
+        Ok(tx)
+    }
+
+    /// Appends a change of `tenant` to the log; returns its sequence
+    /// number (the tenant's new version, unless it is a delete).
+    async fn insert_change(
+        tx: &mut Transaction<'static, Any>,
+        tenant: &str,
+        kind: ChangeKind,
+    ) -> Result<i64, StateError> {
+        let row = sqlx::query(
+            "INSERT INTO toolgate_tenant_changes (tenant, kind, at_ms) VALUES ($1, $2, $3) \
+             RETURNING seq",
+        )
+        .bind(tenant)
+        .bind(kind.as_str())
+        .bind(now_ms())
+        .fetch_one(&mut **tx)
+        .await
+        .map_err(db)?;
+        get(&row, 0, Record::TenantChange)
+    }
+
+    /// Sends the tenant's notice (PostgreSQL; delivered on commit).
+    async fn notify(
+        &self,
+        tx: &mut Transaction<'static, Any>,
+        tenant: &str,
+    ) -> Result<(), StateError> {
+        if self.backend == Backend::Postgres {
+            sqlx::query("SELECT count(*) FROM (SELECT pg_notify($1, $2)) AS notified")
+                .bind(TENANT_CHANNEL)
+                .bind(tenant)
+                .execute(&mut **tx)
+                .await
+                .map_err(db)?;
+        }
+        Ok(())
+    }
+
+    /// The stored version of `name`, read inside a write.
+    async fn current_version(
+        tx: &mut Transaction<'static, Any>,
+        name: &str,
+    ) -> Result<Option<i64>, StateError> {
+        let row = sqlx::query("SELECT version FROM toolgate_tenants WHERE name = $1")
+            .bind(name)
+            .fetch_optional(&mut **tx)
+            .await
+            .map_err(db)?;
+        row.map(|row| get(&row, 0, Record::Tenant)).transpose()
+    }
+
+    /// Replaces `tenant`'s token index with `tokens` (in spec order).
+    async fn replace_tokens(
+        tx: &mut Transaction<'static, Any>,
+        tenant: &str,
+        tokens: &[TokenDigest],
+    ) -> Result<(), TenantWriteError> {
+        sqlx::query("DELETE FROM toolgate_tenant_tokens WHERE tenant = $1")
+            .bind(tenant)
+            .execute(&mut **tx)
+            .await
+            .map_err(db)?;
+        for (index, digest) in tokens.iter().enumerate() {
+            let written = sqlx::query(
+                "INSERT INTO toolgate_tenant_tokens (digest, tenant, token_index) \
+                 VALUES ($1, $2, $3) ON CONFLICT (digest) DO NOTHING RETURNING token_index",
+            )
+            .bind(digest.as_bytes().to_vec())
+            .bind(tenant)
+            .bind(i64::try_from(index).unwrap_or(i64::MAX))
+            .fetch_optional(&mut **tx)
+            .await
+            .map_err(db)?;
+            if written.is_some() {
+                continue;
+            }
+            let owner = sqlx::query("SELECT tenant FROM toolgate_tenant_tokens WHERE digest = $1")
+                .bind(digest.as_bytes().to_vec())
+                .fetch_one(&mut **tx)
+                .await
+                .map_err(db)?;
+            let owner: String = get(&owner, 0, Record::TenantChange)?;
+            // The same token twice in one spec selects this tenant once.
+            if owner != tenant {
+                return Err(TenantWriteError::TokenTaken {
+                    index,
+                    tenant: owner,
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Creates or replaces tenant `name` with `spec` if it is as `expect`
     /// says, replacing its token index with `tokens` (the digests of its
     /// resolved `tokens`, in spec order), in one transaction with its
@@ -149,8 +329,41 @@ impl StateStore {
         expect: Expect,
         tokens: &[TokenDigest],
     ) -> Result<i64, TenantWriteError> {
-        let _ = (name, spec, expect, tokens);
-        todo!("helper: store-admin")
+        let mut tx = self.begin_tenant_write().await?;
+        let version = Self::insert_change(&mut tx, name, ChangeKind::Put).await?;
+        let sealed = self.keys.seal(spec.as_bytes(), &spec_aad(name, version));
+        let query = match expect {
+            Expect::Absent => sqlx::query(
+                "INSERT INTO toolgate_tenants (name, version, sealed, updated_at_ms) \
+                 VALUES ($1, $2, $3, $4) ON CONFLICT (name) DO NOTHING RETURNING version",
+            ),
+            Expect::Any => sqlx::query(
+                "INSERT INTO toolgate_tenants (name, version, sealed, updated_at_ms) \
+                 VALUES ($1, $2, $3, $4) ON CONFLICT (name) DO UPDATE \
+                 SET version = excluded.version, sealed = excluded.sealed, \
+                     updated_at_ms = excluded.updated_at_ms \
+                 RETURNING version",
+            ),
+            Expect::Version(_) => sqlx::query(
+                "UPDATE toolgate_tenants SET version = $2, sealed = $3, updated_at_ms = $4 \
+                 WHERE name = $1 AND version = $5 RETURNING version",
+            ),
+        };
+        let query = query.bind(name).bind(version).bind(sealed).bind(now_ms());
+        let query = match expect {
+            Expect::Version(expected) => query.bind(expected),
+            Expect::Absent | Expect::Any => query,
+        };
+        let written = query.fetch_optional(&mut *tx).await.map_err(db)?;
+        if written.is_none() {
+            let current = Self::current_version(&mut tx, name).await?;
+            tx.rollback().await.map_err(db)?;
+            return Err(TenantWriteError::VersionMismatch { current });
+        }
+        Self::replace_tokens(&mut tx, name, tokens).await?;
+        self.notify(&mut tx, name).await?;
+        tx.commit().await.map_err(db)?;
+        Ok(version)
     }
 
     /// Deletes tenant `name` (its tokens and secrets too) if it is as
@@ -160,17 +373,82 @@ impl StateStore {
     /// [`TenantWriteError::VersionMismatch`] (no tenant: `current: None`),
     /// or the store's error.
     pub async fn delete_tenant(&self, name: &str, expect: Expect) -> Result<i64, TenantWriteError> {
-        let _ = (name, expect);
-        todo!("helper: store-admin")
+        let mut tx = self.begin_tenant_write().await?;
+        Self::insert_change(&mut tx, name, ChangeKind::Delete).await?;
+        let deleted = match expect {
+            // Nothing to delete when none is expected.
+            Expect::Absent => None,
+            Expect::Any => {
+                sqlx::query("DELETE FROM toolgate_tenants WHERE name = $1 RETURNING version")
+                    .bind(name)
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(db)?
+            }
+            Expect::Version(expected) => sqlx::query(
+                "DELETE FROM toolgate_tenants WHERE name = $1 AND version = $2 RETURNING version",
+            )
+            .bind(name)
+            .bind(expected)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(db)?,
+        };
+        let Some(deleted) = deleted else {
+            let current = Self::current_version(&mut tx, name).await?;
+            tx.rollback().await.map_err(db)?;
+            return Err(TenantWriteError::VersionMismatch { current });
+        };
+        let version = get(&deleted, 0, Record::Tenant)?;
+        for sql in [
+            "DELETE FROM toolgate_tenant_tokens WHERE tenant = $1",
+            "DELETE FROM toolgate_tenant_secrets WHERE tenant = $1",
+        ] {
+            sqlx::query(sql)
+                .bind(name)
+                .execute(&mut *tx)
+                .await
+                .map_err(db)?;
+        }
+        self.notify(&mut tx, name).await?;
+        tx.commit().await.map_err(db)?;
+        Ok(version)
+    }
+
+    /// Opens a tenant row (`name`, `version`, `sealed`, `updated_at_ms`).
+    fn tenant_from_row(&self, row: &sqlx::any::AnyRow) -> Result<StoredTenant, StateError> {
+        let name: String = get(row, 0, Record::Tenant)?;
+        let version: i64 = get(row, 1, Record::Tenant)?;
+        let sealed: Vec<u8> = get(row, 2, Record::Tenant)?;
+        let updated_at_ms: i64 = get(row, 3, Record::Tenant)?;
+        let spec = self.open(&sealed, &spec_aad(&name, version), Record::Tenant)?;
+        let spec = String::from_utf8(spec).map_err(|_| StateError::Corrupt {
+            record: Record::Tenant,
+        })?;
+        Ok(StoredTenant {
+            name,
+            version,
+            spec,
+            updated_at_ms,
+        })
     }
 
     /// Tenant `name`, if stored.
     ///
     /// # Errors
-    /// The store's error.
+    /// [`StateError::Unavailable`] when the store cannot be reached,
+    /// [`StateError::Decrypt`] when no configured key opens the spec for
+    /// this name and version.
     pub async fn get_tenant(&self, name: &str) -> Result<Option<StoredTenant>, StateError> {
-        let _ = name;
-        todo!("helper: store-admin")
+        let pool = self.ready().await?;
+        let row = sqlx::query(
+            "SELECT name, version, sealed, updated_at_ms FROM toolgate_tenants WHERE name = $1",
+        )
+        .bind(name)
+        .fetch_optional(pool)
+        .await
+        .map_err(db)?;
+        row.map(|row| self.tenant_from_row(&row)).transpose()
     }
 
     /// Up to `limit` tenants by name after `after` (exclusive).
@@ -182,8 +460,18 @@ impl StateStore {
         after: Option<&str>,
         limit: u32,
     ) -> Result<Vec<StoredTenant>, StateError> {
-        let _ = (after, limit);
-        todo!("helper: store-admin")
+        let pool = self.ready().await?;
+        // Every name is longer than the empty string.
+        let rows = sqlx::query(
+            "SELECT name, version, sealed, updated_at_ms FROM toolgate_tenants \
+             WHERE name > $1 ORDER BY name LIMIT $2",
+        )
+        .bind(after.unwrap_or(""))
+        .bind(i64::from(limit))
+        .fetch_all(pool)
+        .await
+        .map_err(db)?;
+        rows.iter().map(|row| self.tenant_from_row(row)).collect()
     }
 
     /// How many tenants are stored.
@@ -191,7 +479,13 @@ impl StateStore {
     /// # Errors
     /// The store's error.
     pub async fn count_tenants(&self) -> Result<u64, StateError> {
-        todo!("helper: store-admin")
+        let pool = self.ready().await?;
+        let row = sqlx::query("SELECT COUNT(*) FROM toolgate_tenants")
+            .fetch_one(pool)
+            .await
+            .map_err(db)?;
+        let count: i64 = get(&row, 0, Record::Tenant)?;
+        Ok(u64::try_from(count).unwrap_or(0))
     }
 
     /// The tenant a token with this digest selects, and the token's index
@@ -203,8 +497,22 @@ impl StateStore {
         &self,
         digest: &TokenDigest,
     ) -> Result<Option<(String, usize)>, StateError> {
-        let _ = digest;
-        todo!("helper: store-admin")
+        let pool = self.ready().await?;
+        let row =
+            sqlx::query("SELECT tenant, token_index FROM toolgate_tenant_tokens WHERE digest = $1")
+                .bind(digest.as_bytes().to_vec())
+                .fetch_optional(pool)
+                .await
+                .map_err(db)?;
+        row.map(|row| {
+            let tenant: String = get(&row, 0, Record::TenantChange)?;
+            let index: i64 = get(&row, 1, Record::TenantChange)?;
+            let index = usize::try_from(index).map_err(|_| StateError::Corrupt {
+                record: Record::TenantChange,
+            })?;
+            Ok((tenant, index))
+        })
+        .transpose()
     }
 
     /// The stored versions of these tenants (absent: deleted): what a
@@ -216,11 +524,27 @@ impl StateStore {
         &self,
         names: &[String],
     ) -> Result<HashMap<String, i64>, StateError> {
-        let _ = names;
-        todo!("helper: store-admin")
+        let pool = self.ready().await?;
+        let mut versions = HashMap::with_capacity(names.len());
+        for chunk in names.chunks(NAMES_PER_QUERY) {
+            let sql = format!(
+                "SELECT name, version FROM toolgate_tenants WHERE name IN ({})",
+                placeholders(1, chunk.len())
+            );
+            let mut query = sqlx::query(&sql);
+            for name in chunk {
+                query = query.bind(name);
+            }
+            for row in query.fetch_all(pool).await.map_err(db)? {
+                versions.insert(get(&row, 0, Record::Tenant)?, get(&row, 1, Record::Tenant)?);
+            }
+        }
+        Ok(versions)
     }
 
     /// Up to `limit` changes after sequence number `after`, oldest first.
+    /// Numbers become visible in order (writes are serialized), with gaps
+    /// where a write was refused and rolled back.
     ///
     /// # Errors
     /// The store's error.
@@ -229,8 +553,32 @@ impl StateStore {
         after: i64,
         limit: u32,
     ) -> Result<Vec<TenantChange>, StateError> {
-        let _ = (after, limit);
-        todo!("helper: store-admin")
+        let pool = self.ready().await?;
+        let rows = sqlx::query(
+            "SELECT seq, tenant, kind, at_ms FROM toolgate_tenant_changes \
+             WHERE seq > $1 ORDER BY seq LIMIT $2",
+        )
+        .bind(after)
+        .bind(i64::from(limit))
+        .fetch_all(pool)
+        .await
+        .map_err(db)?;
+        rows.iter()
+            .map(|row| {
+                let seq: i64 = get(row, 0, Record::TenantChange)?;
+                let kind: String = get(row, 2, Record::TenantChange)?;
+                Ok(TenantChange {
+                    seq,
+                    tenant: get(row, 1, Record::TenantChange)?,
+                    version: if kind == ChangeKind::Delete.as_str() {
+                        0
+                    } else {
+                        seq
+                    },
+                    at_ms: get(row, 3, Record::TenantChange)?,
+                })
+            })
+            .collect()
     }
 
     /// The newest change's sequence number (0 with none).
@@ -238,25 +586,51 @@ impl StateStore {
     /// # Errors
     /// The store's error.
     pub async fn last_tenant_change(&self) -> Result<i64, StateError> {
-        todo!("helper: store-admin")
+        let pool = self.ready().await?;
+        let row = sqlx::query("SELECT COALESCE(MAX(seq), 0) FROM toolgate_tenant_changes")
+            .fetch_one(pool)
+            .await
+            .map_err(db)?;
+        get(&row, 0, Record::TenantChange)
     }
 
-    /// Deletes changes written before `before_ms` (the log's retention).
+    /// Deletes changes written before `before_ms` (the log's retention),
+    /// except the newest, so [`StateStore::last_tenant_change`] never goes
+    /// back. Returns how many were deleted.
     ///
     /// # Errors
     /// The store's error.
     pub async fn prune_tenant_changes(&self, before_ms: i64) -> Result<u64, StateError> {
-        let _ = before_ms;
-        todo!("helper: store-admin")
+        let pool = self.ready().await?;
+        let done = sqlx::query(
+            "DELETE FROM toolgate_tenant_changes WHERE at_ms < $1 \
+             AND seq < (SELECT MAX(seq) FROM toolgate_tenant_changes)",
+        )
+        .bind(before_ms)
+        .execute(pool)
+        .await
+        .map_err(db)?;
+        Ok(done.rows_affected())
     }
 
     /// Listens for tenant writes (PostgreSQL only; `None` on SQLite, which
-    /// is polled with [`StateStore::tenant_changes`]).
+    /// is polled with [`StateStore::tenant_changes`]). Listening has begun
+    /// when this returns: every write committed afterwards is a notice.
     ///
     /// # Errors
-    /// The store's error.
+    /// [`StateError::Unavailable`] when the store cannot be reached.
     pub async fn listen_tenants(&self) -> Result<Option<TenantNotices>, StateError> {
-        todo!("helper: store-admin")
+        if self.backend != Backend::Postgres {
+            return Ok(None);
+        }
+        let mut listener = sqlx::postgres::PgListener::connect(&self.url)
+            .await
+            .map_err(StateError::Unavailable)?;
+        listener
+            .listen(TENANT_CHANNEL)
+            .await
+            .map_err(StateError::Unavailable)?;
+        Ok(Some(TenantNotices { listener }))
     }
 
     /// Stores secret `name` of `tenant` (sealed, bound to both), and, when
@@ -274,8 +648,53 @@ impl StateStore {
         value: &[u8],
         tokens: Option<&[TokenDigest]>,
     ) -> Result<i64, TenantWriteError> {
-        let _ = (tenant, name, value, tokens);
-        todo!("helper: store-admin")
+        let mut tx = self.begin_tenant_write().await?;
+        let now = now_ms();
+        let row = sqlx::query(
+            "INSERT INTO toolgate_tenant_secrets (tenant, name, version, sealed, updated_at_ms) \
+             VALUES ($1, $2, 1, $3, $4) ON CONFLICT (tenant, name) DO UPDATE \
+             SET version = toolgate_tenant_secrets.version + 1, sealed = excluded.sealed, \
+                 updated_at_ms = excluded.updated_at_ms \
+             RETURNING version",
+        )
+        .bind(tenant)
+        .bind(name)
+        .bind(self.keys.seal(value, &secret_aad(tenant, name)))
+        .bind(now)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(db)?;
+        let secret_version: i64 = get(&row, 0, Record::TenantSecret)?;
+        let stored = sqlx::query("SELECT version, sealed FROM toolgate_tenants WHERE name = $1")
+            .bind(tenant)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(db)?;
+        if let Some(stored) = stored {
+            // The spec is sealed for its version: opened at the old one,
+            // sealed again for the new one.
+            let old: i64 = get(&stored, 0, Record::Tenant)?;
+            let sealed: Vec<u8> = get(&stored, 1, Record::Tenant)?;
+            let spec = self.open(&sealed, &spec_aad(tenant, old), Record::Tenant)?;
+            let version = Self::insert_change(&mut tx, tenant, ChangeKind::Secret).await?;
+            sqlx::query(
+                "UPDATE toolgate_tenants SET version = $2, sealed = $3, updated_at_ms = $4 \
+                 WHERE name = $1",
+            )
+            .bind(tenant)
+            .bind(version)
+            .bind(self.keys.seal(&spec, &spec_aad(tenant, version)))
+            .bind(now)
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?;
+            if let Some(tokens) = tokens {
+                Self::replace_tokens(&mut tx, tenant, tokens).await?;
+            }
+            self.notify(&mut tx, tenant).await?;
+        }
+        tx.commit().await.map_err(db)?;
+        Ok(secret_version)
     }
 
     /// Deletes secret `name` of `tenant`. Returns whether it existed.
@@ -283,8 +702,15 @@ impl StateStore {
     /// # Errors
     /// The store's error.
     pub async fn delete_secret(&self, tenant: &str, name: &str) -> Result<bool, StateError> {
-        let _ = (tenant, name);
-        todo!("helper: store-admin")
+        let pool = self.ready().await?;
+        let done =
+            sqlx::query("DELETE FROM toolgate_tenant_secrets WHERE tenant = $1 AND name = $2")
+                .bind(tenant)
+                .bind(name)
+                .execute(pool)
+                .await
+                .map_err(db)?;
+        Ok(done.rows_affected() > 0)
     }
 
     /// The names and versions of `tenant`'s secrets, by name.
@@ -292,21 +718,92 @@ impl StateStore {
     /// # Errors
     /// The store's error.
     pub async fn list_secrets(&self, tenant: &str) -> Result<Vec<SecretInfo>, StateError> {
-        let _ = tenant;
-        todo!("helper: store-admin")
+        let pool = self.ready().await?;
+        let rows = sqlx::query(
+            "SELECT name, version, updated_at_ms FROM toolgate_tenant_secrets \
+             WHERE tenant = $1 ORDER BY name",
+        )
+        .bind(tenant)
+        .fetch_all(pool)
+        .await
+        .map_err(db)?;
+        rows.iter()
+            .map(|row| {
+                Ok(SecretInfo {
+                    name: get(row, 0, Record::TenantSecret)?,
+                    version: get(row, 1, Record::TenantSecret)?,
+                    updated_at_ms: get(row, 2, Record::TenantSecret)?,
+                })
+            })
+            .collect()
     }
 
     /// The values of `tenant`'s secrets named in `names`, opened (absent
     /// names are left out).
     ///
     /// # Errors
-    /// The store's error, or a value that does not open.
+    /// The store's error, or a value that does not open (or is not UTF-8).
     pub async fn secrets(
         &self,
         tenant: &str,
         names: &[String],
-    ) -> Result<HashMap<String, crate::config::Secret>, StateError> {
-        let _ = (tenant, names);
-        todo!("helper: store-admin")
+    ) -> Result<HashMap<String, Secret>, StateError> {
+        let pool = self.ready().await?;
+        let mut values = HashMap::with_capacity(names.len());
+        for chunk in names.chunks(NAMES_PER_QUERY) {
+            let sql = format!(
+                "SELECT name, sealed FROM toolgate_tenant_secrets \
+                 WHERE tenant = $1 AND name IN ({})",
+                placeholders(2, chunk.len())
+            );
+            let mut query = sqlx::query(&sql).bind(tenant);
+            for name in chunk {
+                query = query.bind(name);
+            }
+            for row in query.fetch_all(pool).await.map_err(db)? {
+                let name: String = get(&row, 0, Record::TenantSecret)?;
+                let sealed: Vec<u8> = get(&row, 1, Record::TenantSecret)?;
+                let value = self.open(&sealed, &secret_aad(tenant, &name), Record::TenantSecret)?;
+                let value = String::from_utf8(value).map_err(|_| StateError::Corrupt {
+                    record: Record::TenantSecret,
+                })?;
+                values.insert(name, Secret::sourced(value));
+            }
+        }
+        Ok(values)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seals_bind_their_row() {
+        assert_ne!(spec_aad("acme", 3), spec_aad("acme", 4));
+        assert_ne!(spec_aad("acme", 3), spec_aad("globex", 3));
+        assert_ne!(secret_aad("acme", "token"), secret_aad("acme", "other"));
+        assert_ne!(secret_aad("acme", "3"), spec_aad("acme", 3));
+    }
+
+    #[test]
+    fn debug_hides_the_spec() {
+        let tenant = StoredTenant {
+            name: "acme".into(),
+            version: 7,
+            spec: "tokens: [hunter2]".into(),
+            updated_at_ms: 0,
+        };
+        let debug = format!("{tenant:?}");
+        assert!(
+            !debug.contains("hunter2") && debug.contains("<17 bytes>"),
+            "{debug}"
+        );
+    }
+
+    #[test]
+    fn placeholders_number_from_the_first() {
+        assert_eq!(placeholders(2, 3), "$2, $3, $4");
+        assert_eq!(placeholders(1, 1), "$1");
     }
 }

@@ -38,6 +38,7 @@ mod resources;
 mod routing;
 mod search;
 mod state;
+mod state_tenants;
 mod subjects;
 mod tasks;
 mod tenant_store;
