@@ -389,3 +389,85 @@ async fn a_gateway_on_sqlite_polls_the_tenants() {
     wait_until(&mut client, "a", "the delete", unauthenticated).await;
     gateway.shutdown().await;
 }
+
+/// `server__pid` as the tenant of `token`, waited for (bounded).
+async fn pid_of(client: &mut ToolGatewayClient<Channel>, token: &str, server: &str) -> u32 {
+    let started = Instant::now();
+    loop {
+        match invoke(client, token, &format!("{server}__pid"), "{}").await {
+            Ok(response) => return response.text.trim().parse().unwrap(),
+            Err(status) => assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "{server}__pid never answered: {status:?}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// With `tenant_store.max_loaded: 1`, loading a second tenant unloads the
+/// first (its children stop); the first's next caller loads it again.
+#[tokio::test]
+async fn loading_beyond_max_loaded_unloads_the_least_recently_used_tenant() {
+    const BETA: &str = "beta-store-token";
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("state.db").display());
+    let writer = store(&url).await;
+    writer
+        .put_tenant("acme", &spec(1), Expect::Absent, &digests())
+        .await
+        .unwrap();
+    writer
+        .put_tenant(
+            "beta",
+            &spec(1).replace(TOKEN, BETA),
+            Expect::Absent,
+            &[TokenDigest::of(BETA)],
+        )
+        .await
+        .unwrap();
+    let metrics = free_port();
+    let yaml = config(0, metrics, &url, "1s")
+        .replace("tenant_store:\n", "tenant_store:\n  max_loaded: 1\n");
+    let gateway = TestGateway::start(&yaml, &[]).await;
+    let mut client = gateway.client().await;
+    let page = scrape(metrics).await;
+    assert_eq!(
+        crate::common::sample(&page, "toolgate_store_tenants_loaded"),
+        Some("0".to_owned()),
+        "nothing is read at start"
+    );
+
+    let acme = pid_of(&mut client, TOKEN, "a").await;
+    assert!(crate::common::process_alive(acme));
+    let beta = pid_of(&mut client, BETA, "a").await;
+    assert_ne!(acme, beta);
+    let page = scrape(metrics).await;
+    assert_eq!(
+        crate::common::sample(&page, "toolgate_store_tenants_loaded"),
+        Some("1".to_owned())
+    );
+    assert_eq!(
+        crate::common::sample(&page, "toolgate_store_tenants_evicted_total"),
+        Some("1".to_owned())
+    );
+    let started = Instant::now();
+    while crate::common::process_alive(acme) {
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "the unloaded tenant's child {acme} still runs"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(crate::common::process_alive(beta));
+
+    // acme's next caller loads it again (and beta makes room).
+    let again = pid_of(&mut client, TOKEN, "a").await;
+    assert_ne!(again, acme);
+    let page = scrape(metrics).await;
+    assert_eq!(
+        crate::common::sample(&page, "toolgate_store_tenants_evicted_total"),
+        Some("2".to_owned())
+    );
+    gateway.shutdown().await;
+}
