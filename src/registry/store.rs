@@ -232,7 +232,13 @@ impl Registry {
             .await
             .map_err(|e| unavailable(&e))?;
         // The token index of the version loaded (the spec's tokens decide).
-        Ok(self.loaded_by_digest(digest))
+        let found = self.loaded_by_digest(digest);
+        if found.is_none() {
+            // Its tenant is not served (shadowed, or its spec does not
+            // validate here): not asked again until something changes.
+            store.remember_unknown(digest);
+        }
+        Ok(found)
     }
 
     /// The store tenant named `name`, loading it on first use.
