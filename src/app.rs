@@ -80,10 +80,11 @@ pub fn open_state(config: &Config) -> Result<Option<OpenedState>, AppError> {
         let input = &s.input;
         input.form || input.url || input.sampling || input.tasks
     });
-    if !uses_oauth && !may_ask {
+    let holds_tenants = config.tenant_store.is_some();
+    if !uses_oauth && !may_ask && !holds_tenants {
         return Ok(None);
     }
-    let keys = if config.state.keys.is_empty() && !uses_oauth {
+    let keys = if config.state.keys.is_empty() && !uses_oauth && !holds_tenants {
         tracing::info!(
             "state.keys is not set: the request_state of questions to workers is sealed with a \
              random key of this process; a retry that reaches another replica, or this one after \
@@ -263,6 +264,7 @@ pub async fn run_with_reload(
         });
     let (registry, stop_approvals) = start_registry(&config, env, &metrics, &oauth)?;
     let stop_consent = start_consent(&config, &oauth, &registry).await?;
+    let stop_follow = start_follow(&config, state.as_ref(), &registry);
     let (config, tenant_count) = without_tenants(config);
     let stop_reload = start_reload(reload, &config, &registry, &metrics);
     let abort = CancellationToken::new();
@@ -306,6 +308,7 @@ pub async fn run_with_reload(
         }
     };
     let background = Background {
+        follow: stop_follow,
         reload: stop_reload,
         approvals: stop_approvals,
         consent: stop_consent,
@@ -416,6 +419,26 @@ fn without_tenants(mut config: Config) -> (Config, usize) {
     let tenant_count = config.tenants.len();
     config.tenants = Vec::new();
     (config, tenant_count)
+}
+
+/// Serves the tenants of the state store when `tenant_store` is
+/// configured (loaded on first use) and starts the follower that keeps
+/// them as stored ([`crate::registry::follow`]); the token stops it.
+fn start_follow(
+    config: &Config,
+    state: Option<&OpenedState>,
+    registry: &Arc<Registry>,
+) -> CancellationToken {
+    let stop = CancellationToken::new();
+    if let (Some(settings), Some(state)) = (&config.tenant_store, state) {
+        registry.serve_store_tenants(state.store.clone());
+        tokio::spawn(crate::registry::follow::follow(
+            registry.clone(),
+            settings.clone(),
+            stop.clone(),
+        ));
+    }
+    stop
 }
 
 /// Starts the configuration reload watcher when there is a source to
@@ -608,6 +631,8 @@ async fn run_stages(config: &Config, shutdown: &Shutdown, stages: Stages<'_>) {
 
 /// What runs beside the gRPC server, each stopped by its token.
 struct Background {
+    /// The follower of the state store's tenants.
+    follow: CancellationToken,
     /// The configuration reload watcher.
     reload: CancellationToken,
     /// The approvals file watcher.
@@ -623,6 +648,7 @@ struct Background {
 /// listener.
 async fn close(background: Background, registry: &Registry, state: Option<&OpenedState>) {
     background.reload.cancel();
+    background.follow.cancel();
     background.approvals.cancel();
     // 5. Close every upstream session.
     tracing::info!("closing upstream sessions");

@@ -29,6 +29,7 @@ mod jwt;
 mod tokens;
 
 use std::borrow::Cow;
+use std::future::Future;
 
 pub use identity::{Caller, CallerIdentity, MAX_SUBJECT_LEN, Namespace, SUBJECT_METADATA, Subject};
 pub use jwt::{JwtCallers, MAX_TOKEN_BYTES, TokenError, VerifiedJwt};
@@ -61,26 +62,50 @@ pub enum CallerError {
     /// The caller's JWT is refused (or its issuer's keys cannot be loaded).
     #[error("unauthenticated: {0}")]
     Token(TokenError),
+    /// The credential is not one of a loaded tenant's, and the state store
+    /// (tenants written through the admin API) cannot be asked: retryable.
+    #[error("the tenant store cannot be reached: {0}")]
+    TenantStoreUnavailable(String),
 }
 
 /// The tenants callers authenticate against: one generation of the
-/// configuration (the registry's current one).
-pub trait Directory {
+/// configuration (the registry's current one), and the tenants of the
+/// state store, which are looked up (and loaded) when a caller first
+/// names them. A lookup that needs the store may fail with it
+/// unreachable ([`CallerError::TenantStoreUnavailable`]).
+pub trait Directory: Sync {
     /// What a tenant is to the caller of [`authenticate`].
-    type Tenant;
+    type Tenant: Send;
 
     /// The tenant a static token selects, and the caller it proves.
-    fn by_token(&self, token: &str) -> Option<(Self::Tenant, Caller)>;
+    ///
+    /// # Errors
+    /// The token is not known here and the state store cannot be asked.
+    fn by_token(
+        &self,
+        token: &str,
+    ) -> impl Future<Output = Result<Option<(Self::Tenant, Caller)>, CallerError>> + Send;
 
-    /// The tenant a static token with this digest selects (the re-check
-    /// of a caller whose token is no longer at hand).
+    /// The tenant a static token with this digest selects now, among the
+    /// tenants at hand (the re-check of a caller whose token is no longer
+    /// at hand; a caller being re-checked holds its tenant loaded).
     fn by_token_digest(&self, digest: &TokenDigest) -> Option<Self::Tenant>;
 
     /// The JWT issuers of the configuration (`callers.jwt`).
     fn jwt_callers(&self) -> JwtCallers;
 
-    /// The tenant named `name` (a JWT caller names its tenant).
-    fn tenant_named(&self, name: &str) -> Option<Self::Tenant>;
+    /// The tenant named `name` (a JWT caller names its tenant), looked up
+    /// in the state store when it is not at hand.
+    ///
+    /// # Errors
+    /// The name is not known here and the state store cannot be asked.
+    fn tenant_named(
+        &self,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<Self::Tenant>, CallerError>> + Send;
+
+    /// The tenant named `name` among the tenants at hand (the re-check).
+    fn loaded_tenant_named(&self, name: &str) -> Option<Self::Tenant>;
 }
 
 /// Who a request authenticated as: what goes into its extensions.
@@ -142,12 +167,14 @@ pub fn recheck<D: Directory>(
                     "the issuer's subject expression names another subject now".to_owned(),
                 )));
             }
-            directory.tenant_named(&verified.tenant).ok_or_else(|| {
-                CallerError::Token(TokenError::TenantUnknown(format!(
-                    "the token names tenant `{}`, which is not configured",
-                    quoted(&verified.tenant)
-                )))
-            })
+            directory
+                .loaded_tenant_named(&verified.tenant)
+                .ok_or_else(|| {
+                    CallerError::Token(TokenError::TenantUnknown(format!(
+                        "the token names tenant `{}`, which is not configured",
+                        quoted(&verified.tenant)
+                    )))
+                })
         }
         (Presented::Jwt(_), CallerIdentity::Token { .. }) => {
             Err(CallerError::Unauthenticated("unknown token"))
@@ -166,7 +193,9 @@ fn looks_like_jwt(token: &str) -> bool {
 ///
 /// # Errors
 /// No or malformed `authorization`, an unknown static token, a refused
-/// JWT ([`CallerError::Token`]), or an invalid `x-toolgate-subject`.
+/// JWT ([`CallerError::Token`]), an invalid `x-toolgate-subject`, or a
+/// credential not known here while the state store cannot be asked
+/// ([`CallerError::TenantStoreUnavailable`]).
 pub async fn authenticate<D: Directory>(
     directory: &D,
     headers: &http::HeaderMap,
@@ -184,7 +213,7 @@ pub async fn authenticate<D: Directory>(
             "the `authorization` metadata is not `Bearer <token>`",
         ))?;
     let header_subject = Subject::from_headers(headers).map_err(CallerError::InvalidSubject);
-    if let Some((tenant, caller)) = directory.by_token(token) {
+    if let Some((tenant, caller)) = directory.by_token(token).await? {
         // The tenant's token vouches for the subject it names, in the
         // namespace of static tokens.
         let subject = match header_subject? {
@@ -209,12 +238,15 @@ pub async fn authenticate<D: Directory>(
         .key_source(&verified.issuer)
         .cloned()
         .ok_or(CallerError::Token(TokenError::Issuer))?;
-    let tenant = directory.tenant_named(&verified.tenant).ok_or_else(|| {
-        CallerError::Token(TokenError::TenantUnknown(format!(
-            "the token names tenant `{}`, which is not configured",
-            quoted(&verified.tenant)
-        )))
-    })?;
+    let tenant = directory
+        .tenant_named(&verified.tenant)
+        .await?
+        .ok_or_else(|| {
+            CallerError::Token(TokenError::TenantUnknown(format!(
+                "the token names tenant `{}`, which is not configured",
+                quoted(&verified.tenant)
+            )))
+        })?;
     // The token names the subject; a header may only repeat it.
     if let Some(id) = header_subject?
         && Some(id) != verified.subject.id()

@@ -73,7 +73,7 @@ where
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let registry = self.registry.clone();
         Box::pin(async move {
-            match crate::callers::authenticate(&*registry, request.headers()).await {
+            match crate::callers::authenticate(&registry, request.headers()).await {
                 Ok(authenticated) => {
                     // The caller's credential goes no further than this layer.
                     request.headers_mut().remove(http::header::AUTHORIZATION);
@@ -117,7 +117,7 @@ impl Standing {
         caller: &crate::callers::Caller,
         subject: &crate::callers::Subject,
     ) -> Result<Arc<crate::registry::Tenant>, crate::callers::CallerError> {
-        crate::callers::recheck(&*self.registry, &self.presented, caller, subject)
+        crate::callers::recheck(&self.registry, &self.presented, caller, subject)
     }
 
     /// When the caller's JWT stops being accepted (`exp` plus its issuer's

@@ -106,6 +106,11 @@ pub enum CallError {
     /// was being routed, again and again; nothing was sent upstream.
     #[error("the tenant's configuration is being reloaded; nothing was sent upstream, retry")]
     Reloading,
+    /// The caller's token or tenant is not one the registry has loaded,
+    /// and the state store, which holds the tenants written through the
+    /// admin API, cannot be asked now (this reason: never a secret).
+    #[error("the tenant store cannot be reached to look up the caller's tenant: {0}")]
+    TenantStoreUnavailable(String),
     /// The answer is larger than the gateway may send
     /// (`limits.max_message_bytes`).
     #[error(
@@ -461,6 +466,9 @@ impl From<CallerError> for CallError {
             CallerError::Unauthenticated(message) => CallError::Unauthenticated(message),
             CallerError::InvalidSubject(message) => CallError::InvalidSubject(message),
             CallerError::Token(token) => CallError::Token(token),
+            CallerError::TenantStoreUnavailable(reason) => {
+                CallError::TenantStoreUnavailable(reason)
+            }
         }
     }
 }

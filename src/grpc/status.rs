@@ -60,6 +60,7 @@ pub fn classify(error: &CallError) -> (Code, &'static str) {
         CallError::ConsentStoreUnavailable(_) => (Code::Unavailable, "STATE_UNAVAILABLE"),
         CallError::ConsentNotYours { .. } => (Code::PermissionDenied, "CONSENT_SUBJECT_MISMATCH"),
         CallError::Reloading => (Code::Unavailable, "RELOADING"),
+        CallError::TenantStoreUnavailable(_) => (Code::Unavailable, "TENANT_STORE_UNAVAILABLE"),
         CallError::ResponseTooLarge { .. } => (Code::ResourceExhausted, "RESULT_TOO_LARGE"),
         CallError::ServerUnavailable { .. } => (Code::Unavailable, "UPSTREAM_UNAVAILABLE"),
         CallError::DeadlineExceeded { .. } => (Code::DeadlineExceeded, "DEADLINE_EXCEEDED"),
@@ -474,6 +475,7 @@ fn metadata(error: &CallError) -> HashMap<String, String> {
         | CallError::AuditUnavailable { .. }
         | CallError::Draining
         | CallError::Reloading
+        | CallError::TenantStoreUnavailable(_)
         | CallError::InvalidName { .. }
         | CallError::InvalidSubject(_)
         | CallError::ConsentCodeInvalid

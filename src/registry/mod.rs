@@ -12,10 +12,12 @@
 //! removed or replaced sessions close once the calls running on them end.
 
 pub mod approvals;
+pub mod follow;
 pub mod limits;
 mod oauth;
 pub mod reload;
 mod slot;
+mod store;
 mod supervisor;
 mod tenant;
 mod users;
@@ -181,27 +183,61 @@ pub struct Registry {
     /// Counts the configurations applied: watchers of it (long-lived
     /// streams) re-check their callers at each.
     applied: tokio::sync::watch::Sender<u64>,
+    /// The state store's tenants, once served ([`Registry::serve_store_tenants`]).
+    store: std::sync::OnceLock<store::StoreTenants>,
+    /// The configuration in force without its tenants, when `tenant_store`
+    /// is configured: what store tenants are validated against.
+    config: arc_swap::ArcSwapOption<Config>,
+    /// Woken when a configuration is applied: the follower validates the
+    /// loaded store tenants again.
+    config_changed: Notify,
 }
 
-/// Callers authenticate against the current generation.
-impl crate::callers::Directory for Registry {
+/// Callers authenticate against the current generation, then the tenants
+/// of the state store (loaded on first use).
+impl crate::callers::Directory for Arc<Registry> {
     type Tenant = Arc<Tenant>;
 
-    fn by_token(&self, token: &str) -> Option<(Arc<Tenant>, crate::callers::Caller)> {
-        self.authenticate(token)
+    async fn by_token(
+        &self,
+        token: &str,
+    ) -> Result<Option<(Arc<Tenant>, crate::callers::Caller)>, crate::callers::CallerError> {
+        if let Some(found) = self.authenticate(token) {
+            return Ok(Some(found));
+        }
+        let digest = crate::callers::TokenDigest::of(token);
+        Ok(self
+            .store_by_token(&digest)
+            .await?
+            .map(|(tenant, index)| (tenant, crate::callers::Caller::static_token(index))))
     }
 
     fn by_token_digest(&self, digest: &crate::callers::TokenDigest) -> Option<Arc<Tenant>> {
         let generation = self.generation.load();
-        let (tenant, _) = generation.tokens.tenant_for_digest(digest)?;
-        generation.tenants.get(tenant).cloned()
+        if let Some((tenant, _)) = generation.tokens.tenant_for_digest(digest) {
+            return generation.tenants.get(tenant).cloned();
+        }
+        self.loaded_by_digest(digest).map(|(tenant, _)| tenant)
     }
 
     fn jwt_callers(&self) -> crate::callers::JwtCallers {
         Registry::jwt_callers(self)
     }
 
-    fn tenant_named(&self, name: &str) -> Option<Arc<Tenant>> {
+    async fn tenant_named(
+        &self,
+        name: &str,
+    ) -> Result<Option<Arc<Tenant>>, crate::callers::CallerError> {
+        if let Some(tenant) = Registry::tenant_named(self, name) {
+            return Ok(Some(tenant));
+        }
+        if self.generation.load().jwt.is_empty() {
+            return Ok(None);
+        }
+        self.store_tenant_named(name).await
+    }
+
+    fn loaded_tenant_named(&self, name: &str) -> Option<Arc<Tenant>> {
         Registry::tenant_named(self, name)
     }
 }
@@ -273,6 +309,9 @@ impl Registry {
             approvals_file: Mutex::default(),
             approvals_file_moved: Notify::new(),
             applied: tokio::sync::watch::Sender::new(0),
+            store: std::sync::OnceLock::new(),
+            config: arc_swap::ArcSwapOption::empty(),
+            config_changed: Notify::new(),
         });
         registry.apply(config);
         registry.tasks.spawn(reap(registry.clone()));
@@ -283,10 +322,15 @@ impl Registry {
         self.generation.load_full()
     }
 
-    /// The tenant a bearer token selects, and the caller it proves.
+    /// The tenant a bearer token selects, and the caller it proves (among
+    /// the configuration's tenants and the store tenants loaded now).
     pub fn authenticate(&self, token: &str) -> Option<(Arc<Tenant>, crate::callers::Caller)> {
         let generation = self.generation.load();
-        let (tenant, token_index) = generation.tokens.tenant_for(token)?;
+        let Some((tenant, token_index)) = generation.tokens.tenant_for(token) else {
+            let (tenant, token_index) =
+                self.loaded_by_digest(&crate::callers::TokenDigest::of(token))?;
+            return Some((tenant, crate::callers::Caller::static_token(token_index)));
+        };
         let tenant = generation.tenants.get(tenant).cloned()?;
         Some((tenant, crate::callers::Caller::static_token(token_index)))
     }
@@ -297,11 +341,15 @@ impl Registry {
     }
 
     /// The current tenant named `name`, when JWT callers are configured
-    /// (they name their tenant; static tokens select it).
+    /// (they name their tenant; static tokens select it): one of the
+    /// configuration's, or a store tenant loaded now.
     pub fn tenant_named(&self, name: &str) -> Option<Arc<Tenant>> {
         let generation = self.generation.load();
-        let index = *generation.by_name.get(name)?;
-        generation.tenants.get(index).cloned()
+        match generation.by_name.get(name) {
+            Some(index) => generation.tenants.get(*index).cloned(),
+            None if generation.jwt.is_empty() => None,
+            None => self.loaded_named(name),
+        }
     }
 
     /// Where a tenant named `name` is defined outside the state store (the
@@ -414,85 +462,37 @@ impl Registry {
                 self.approvals_file_moved.notify_one();
             }
         }
+        if config.tenant_store.is_some() {
+            let mut kept = config.clone();
+            kept.tenants = Vec::new();
+            self.config.store(Some(Arc::new(kept)));
+            self.config_changed.notify_one();
+        }
         let old = self.current();
         let old_by_name: HashMap<&str, &Arc<Tenant>> =
             old.tenants.iter().map(|t| (t.name.as_str(), t)).collect();
         let mut kept: HashSet<*const Slot> = HashSet::new();
         let mut tenants = Vec::with_capacity(config.tenants.len());
         for tenant_config in &config.tenants {
-            let previous = old_by_name.get(tenant_config.name.as_str());
+            let previous = old_by_name.get(tenant_config.name.as_str()).copied();
             if previous.is_none() && !old.tenants.is_empty() {
                 summary.tenants_added.push(tenant_config.name.clone());
             }
-            let mut slots = Vec::with_capacity(tenant_config.servers.len());
-            for server in &tenant_config.servers {
-                let label = format!("{}/{}", tenant_config.name, server.name);
-                // Fingerprints only where there is a slot to compare with
-                // (not at start: 10,000 tenants would hash for nothing).
-                let reusable = previous.and_then(|t| {
-                    t.slots.iter().find(|s| {
-                        s.config.name == server.name && s.fingerprint() == server.fingerprint()
-                    })
-                });
-                match reusable {
-                    Some(slot) => {
-                        kept.insert(Arc::as_ptr(slot));
-                        slots.push(slot.clone());
-                        summary.servers_kept.push(label);
-                    }
-                    None => {
-                        let oauth = oauth::client_for(
-                            &tenant_config.name,
-                            server,
-                            self.spawner.oauth(),
-                            &self.metrics,
-                        );
-                        if let Err(reason) = &oauth {
-                            tracing::error!(tenant = %tenant_config.name, server = %server.name, %reason, "OAuth client not available");
-                        }
-                        let slot = Arc::new(Slot::new(
-                            server.clone(),
-                            self.shutdown.child_token(),
-                            oauth,
-                        ));
-                        slots.push(slot);
-                        summary.servers_started.push(label);
-                    }
-                }
-            }
-            let publication = previous
-                .map(|t| t.publication().clone())
-                .unwrap_or_else(|| Publication::new(self.spawner.now_ms()));
-            let tenant = Tenant::new(
+            tenants.push(self.build_tenant(
                 tenant_config,
-                slots,
-                config.limits.clone(),
-                publication,
-                previous.map(|t| t.as_ref()),
-                self.spawner.clone(),
-            );
-            if tenant.connect == ConnectMode::Eager || tenant.is_active() {
-                // Eager tenants connect now; a lazy tenant in use connects
-                // its added or changed servers now too.
-                tenant.connect_all();
-            }
-            tenants.push(tenant);
+                previous,
+                &config.limits,
+                &mut kept,
+                &mut summary,
+            ));
         }
         let new_names: HashSet<&str> = config.tenants.iter().map(|t| t.name.as_str()).collect();
         for tenant in &old.tenants {
-            if !new_names.contains(tenant.name.as_str()) {
+            let removed = !new_names.contains(tenant.name.as_str());
+            if removed {
                 summary.tenants_removed.push(tenant.name.clone());
-                tenant.publication().removed.cancel();
             }
-            for slot in &tenant.slots {
-                if !kept.contains(&Arc::as_ptr(slot)) {
-                    summary
-                        .servers_retired
-                        .push(format!("{}/{}", tenant.name, slot.config.name));
-                    self.metrics.session_closed(&tenant.name, &slot.config.name);
-                    self.retire(slot.clone());
-                }
-            }
+            self.retire_tenant(tenant, &kept, removed, &mut summary);
         }
         let jwt = crate::callers::JwtCallers::new(&config.callers, Some(&old.jwt));
         let by_name = if jwt.is_empty() {
@@ -510,9 +510,118 @@ impl Registry {
             jwt,
             by_name,
         }));
+        self.metrics.tenants().set_tenants(
+            "file",
+            config
+                .tenants
+                .iter()
+                .filter(|t| t.origin == crate::config::TenantOrigin::File)
+                .count(),
+        );
         // After the swap: a watcher woken now re-checks against it.
         self.applied.send_modify(|n| *n += 1);
         summary
+    }
+
+    /// The object of tenant `tenant_config` for a new generation (of the
+    /// configuration, or of one tenant of the state store): the servers of
+    /// `previous` whose configuration is unchanged (same fingerprint) keep
+    /// their slot and session (each added to `kept`), the others get a new
+    /// slot; the catalog history, limiter and usage carry over from
+    /// `previous`. Eager tenants, and lazy ones in use, connect their new
+    /// servers now.
+    fn build_tenant(
+        &self,
+        tenant_config: &crate::config::TenantConfig,
+        previous: Option<&Arc<Tenant>>,
+        limits: &crate::config::Limits,
+        kept: &mut HashSet<*const Slot>,
+        summary: &mut ReloadSummary,
+    ) -> Arc<Tenant> {
+        let mut slots = Vec::with_capacity(tenant_config.servers.len());
+        for server in &tenant_config.servers {
+            let label = format!("{}/{}", tenant_config.name, server.name);
+            // Fingerprints only where there is a slot to compare with
+            // (not at start: 10,000 tenants would hash for nothing).
+            let reusable = previous.and_then(|t| {
+                t.slots.iter().find(|s| {
+                    s.config.name == server.name && s.fingerprint() == server.fingerprint()
+                })
+            });
+            match reusable {
+                Some(slot) => {
+                    kept.insert(Arc::as_ptr(slot));
+                    slots.push(slot.clone());
+                    summary.servers_kept.push(label);
+                }
+                None => {
+                    let oauth = oauth::client_for(
+                        &tenant_config.name,
+                        server,
+                        self.spawner.oauth(),
+                        &self.metrics,
+                    );
+                    if let Err(reason) = &oauth {
+                        tracing::error!(tenant = %tenant_config.name, server = %server.name, %reason, "OAuth client not available");
+                    }
+                    let slot = Arc::new(Slot::new(
+                        server.clone(),
+                        self.shutdown.child_token(),
+                        oauth,
+                    ));
+                    slots.push(slot);
+                    summary.servers_started.push(label);
+                }
+            }
+        }
+        let publication = previous
+            .map(|t| t.publication().clone())
+            .unwrap_or_else(|| Publication::new(self.spawner.now_ms()));
+        let tenant = Tenant::new(
+            tenant_config,
+            slots,
+            limits.clone(),
+            publication,
+            previous.map(|t| t.as_ref()),
+            self.spawner.clone(),
+        );
+        if tenant.connect == ConnectMode::Eager || tenant.is_active() {
+            // Eager tenants connect now; a lazy tenant in use connects
+            // its added or changed servers now too.
+            tenant.connect_all();
+        }
+        tenant
+    }
+
+    /// Retires the slots of `old` (a tenant object being replaced or
+    /// removed) that the new generation did not keep: their sessions close
+    /// once the calls running on them end. A `removed` tenant's watchers
+    /// end too.
+    fn retire_tenant(
+        self: &Arc<Self>,
+        old: &Tenant,
+        kept: &HashSet<*const Slot>,
+        removed: bool,
+        summary: &mut ReloadSummary,
+    ) {
+        if removed {
+            old.publication().removed.cancel();
+        }
+        for slot in &old.slots {
+            if !kept.contains(&Arc::as_ptr(slot)) {
+                summary
+                    .servers_retired
+                    .push(format!("{}/{}", old.name, slot.config.name));
+                self.metrics.session_closed(&old.name, &slot.config.name);
+                self.retire(slot.clone());
+            }
+        }
+    }
+
+    /// The configuration in force (without its tenants), when
+    /// `tenant_store` is configured.
+    pub(super) fn store_config(&self) -> Option<Arc<Config>> {
+        self.config.load_full()
     }
 
     /// A receiver that changes at every configuration applied from now on
@@ -569,6 +678,8 @@ impl Registry {
             .iter()
             .flat_map(|t| t.slots.iter().cloned())
             .collect();
+        let store_slots = self.store_slots();
+        slots.extend(store_slots.iter().map(|(_, slot)| slot.clone()));
         slots.extend(self.retired.lock().expect("retired lock").drain(..));
         let closing = slots
             .into_iter()
@@ -583,6 +694,9 @@ impl Registry {
             for server in tenant.servers() {
                 self.metrics.session_closed(&tenant.name, &server.name);
             }
+        }
+        for (tenant, slot) in &store_slots {
+            self.metrics.session_closed(tenant, &slot.config.name);
         }
     }
 }
@@ -604,6 +718,7 @@ async fn reap(registry: Arc<Registry>) {
             }
         }
         reap_once(&registry);
+        registry.evict_idle_store_tenants();
     }
 }
 

@@ -371,6 +371,14 @@ impl Tenant {
         self.publication.in_flight.load(Ordering::Acquire)
     }
 
+    /// Whether anything but the registry holds this tenant: a call in
+    /// flight, a stream, or an older object of the same tenant (a stream
+    /// that started before a reload). Such a tenant is never unloaded.
+    pub(super) fn held_elsewhere(self: &Arc<Self>) -> bool {
+        // The registry's reference; the publication's is this object's.
+        Arc::strong_count(self) > 1 || Arc::strong_count(&self.publication.0) > 1
+    }
+
     pub(super) fn publication(&self) -> &Publication {
         &self.publication
     }

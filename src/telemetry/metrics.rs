@@ -17,6 +17,11 @@
 //! | `toolgate_tasks_total` | counter | tenant, server, tool, event |
 //! | `toolgate_tools_withheld` | gauge | tenant, server |
 //! | `toolgate_audit_failures_total` | counter | reason |
+//! | `toolgate_tenants` | gauge | source |
+//! | `toolgate_store_tenants_loaded` | gauge | |
+//! | `toolgate_store_tenants_evicted_total` | counter | |
+//! | `toolgate_store_tenant_loads_total` | counter | outcome |
+//! | `toolgate_tenant_change_lag_seconds` | histogram | |
 
 use std::sync::Arc;
 
@@ -30,8 +35,10 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 mod calls;
+mod tenants;
 
 pub use calls::{InFlight, TenantCalls, ToolCalls};
+pub use tenants::{LoadOutcome, TenantMetrics};
 
 /// Labels of a finished call.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -141,6 +148,7 @@ pub struct Metrics {
     input_rounds: Family<InputRoundLabels, Counter>,
     requests: Family<RequestLabels, Counter>,
     input_refused: Family<RefusedLabels, Counter>,
+    tenants: TenantMetrics,
 }
 
 /// A server's question refused upstream.
@@ -297,7 +305,9 @@ impl Metrics {
              went away)",
             input_refused.clone(),
         );
+        let tenants = TenantMetrics::register(&mut registry);
         Metrics {
+            tenants,
             registry,
             input_refused,
             call_families: calls::CallFamilies {
@@ -472,6 +482,11 @@ impl Metrics {
         };
         self.sessions_lost.get_or_create(&labels).inc();
         self.session_up.get_or_create(&labels).set(0);
+    }
+
+    /// The metrics of tenants' sources and of the state store's tenants.
+    pub fn tenants(&self) -> &TenantMetrics {
+        &self.tenants
     }
 
     /// Records that a session was closed by the gateway.

@@ -41,6 +41,7 @@ mod state;
 mod state_tenants;
 mod subjects;
 mod tasks;
+mod tenant_store;
 mod third_party;
 mod tls;
 mod watch_resource;
