@@ -164,23 +164,37 @@ impl Redactor {
         let mut values: Vec<&Secret> = Vec::new();
         values.extend(config.state.url.iter());
         values.extend(config.state.keys.iter());
-        for tenant in &config.tenants {
-            values.extend(tenant.tokens.iter());
-            for server in &tenant.servers {
-                match &server.transport {
-                    Transport::Http { headers, .. } => {
-                        values.extend(headers.iter().map(|(_, v)| v));
-                    }
-                    Transport::Stdio { env, .. } => {
-                        values.extend(env.iter().map(|(_, v)| v).filter(|v| v.is_sourced()));
-                    }
-                }
-                if let Some(oauth) = &server.oauth {
-                    values.extend(oauth.client_secret.iter());
-                    values.extend(oauth.private_key.iter());
-                }
-            }
+        if let Some(admin) = &config.admin {
+            values.extend(admin.tokens.iter());
         }
+        for tenant in &config.tenants {
+            tenant_values(tenant, &mut values);
+        }
+        Self::of_values(values)
+    }
+
+    /// The redactor of one tenant's own credentials (as
+    /// [`Redactor::for_config`] takes them of every tenant of the file): for
+    /// a tenant of `tenants_dir` or of the state store, whose credentials
+    /// the configuration's redactor does not hold. A stored secret
+    /// (`{stored: NAME}`) counts as read from a secret source.
+    pub fn for_tenant(tenant: &crate::config::TenantConfig) -> Self {
+        let mut values = Vec::new();
+        tenant_values(tenant, &mut values);
+        Self::of_values(values)
+    }
+
+    /// A redactor of this one's values and `other`'s.
+    pub fn merged(&self, other: &Redactor) -> Self {
+        Self::new(
+            self.patterns
+                .iter()
+                .chain(other.patterns.iter())
+                .map(|p| &**p),
+        )
+    }
+
+    fn of_values(values: Vec<&Secret>) -> Self {
         let mut exposed: Vec<&str> = Vec::with_capacity(values.len() * 2);
         for value in values {
             let text = value.expose();
@@ -265,6 +279,27 @@ impl Redactor {
     /// log line: redacted first, then cut to [`MAX_UPSTREAM_TEXT`] bytes.
     pub fn upstream_text(&self, text: &str) -> String {
         bounded(&self.redact(text), MAX_UPSTREAM_TEXT)
+    }
+}
+
+/// A tenant's credentials: its tokens, each HTTP header value, each stdio
+/// environment value read from a secret source, each OAuth client secret
+/// and private key.
+fn tenant_values<'a>(tenant: &'a crate::config::TenantConfig, values: &mut Vec<&'a Secret>) {
+    values.extend(tenant.tokens.iter());
+    for server in &tenant.servers {
+        match &server.transport {
+            Transport::Http { headers, .. } => {
+                values.extend(headers.iter().map(|(_, v)| v));
+            }
+            Transport::Stdio { env, .. } => {
+                values.extend(env.iter().map(|(_, v)| v).filter(|v| v.is_sourced()));
+            }
+        }
+        if let Some(oauth) = &server.oauth {
+            values.extend(oauth.client_secret.iter());
+            values.extend(oauth.private_key.iter());
+        }
     }
 }
 

@@ -115,13 +115,19 @@ impl Spawner {
         u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
-    pub(crate) fn supervise(&self, tenant: &str, slot: Arc<Slot>, stop: CancellationToken) {
+    pub(crate) fn supervise(
+        &self,
+        tenant: &str,
+        slot: Arc<Slot>,
+        stop: CancellationToken,
+        redactor: &SharedRedactor,
+    ) {
         self.tasks.spawn(
             supervisor::Supervisor {
                 env: self.env.clone(),
                 metrics: self.metrics.clone(),
                 max_result_bytes: self.max_result_bytes.load(Ordering::Relaxed),
-                redactor: self.redactor.clone(),
+                redactor: redactor.clone(),
                 oauth: self.oauth.clone(),
                 tenant: tenant.to_owned(),
                 slot,
@@ -452,6 +458,16 @@ impl Registry {
         self.spawner
             .redactor
             .store(Arc::new(Redactor::for_config(config)));
+        // Tenants of other sources redact the new configuration's
+        // credentials with their own (the ones built below already do).
+        for tenant in self
+            .current()
+            .tenants
+            .iter()
+            .chain(self.store_tenants_loaded().iter())
+        {
+            tenant.refresh_redactor();
+        }
         self.max_live
             .store(config.max_live_sessions.unwrap_or(0), Ordering::Relaxed);
         {

@@ -505,6 +505,18 @@ impl Registry {
             .set_store_loaded(store.read().tenants.len());
     }
 
+    /// Every loaded store tenant.
+    pub(super) fn store_tenants_loaded(&self) -> Vec<Arc<Tenant>> {
+        self.store.get().map_or_else(Vec::new, |store| {
+            store
+                .read()
+                .tenants
+                .values()
+                .map(|e| e.tenant.clone())
+                .collect()
+        })
+    }
+
     /// Every slot of every loaded store tenant (closed at shutdown).
     pub(super) fn store_slots(&self) -> Vec<(String, Arc<Slot>)> {
         self.store.get().map_or_else(Vec::new, |store| {

@@ -131,6 +131,14 @@ pub struct Tenant {
     /// Where the tenant is defined (the file, `tenants_dir`, the state
     /// store).
     pub origin: crate::config::TenantOrigin,
+    /// What is redacted from the tenant's upstream text, audit records and
+    /// errors: the configuration's redactor itself for a tenant of the
+    /// file (which holds its credentials); for a tenant of another source,
+    /// the configuration's credentials and its own (`own`), kept current
+    /// by [`Tenant::refresh_redactor`] at every reload.
+    redactor: crate::credentials::SharedRedactor,
+    /// A tenant of another source's own credentials.
+    own_credentials: Option<Arc<crate::credentials::Redactor>>,
 }
 
 /// Holds a tenant as busy while a call runs.
@@ -208,6 +216,14 @@ impl Tenant {
             Some(previous) if previous.limiter_config == config.limits => previous.limiter.clone(),
             _ => Arc::new(TenantLimiter::new(&config.limits)),
         };
+        let own_credentials = (config.origin != crate::config::TenantOrigin::File)
+            .then(|| Arc::new(crate::credentials::Redactor::for_tenant(config)));
+        let redactor = match &own_credentials {
+            None => spawner.redactor().clone(),
+            Some(own) => Arc::new(arc_swap::ArcSwap::from_pointee(
+                spawner.redactor().load().merged(own),
+            )),
+        };
         let tenant = Arc::new(Tenant {
             name: config.name.clone(),
             limiter,
@@ -225,6 +241,8 @@ impl Tenant {
                 .map(|rules| Arc::new(crate::policy::Policy::new(rules))),
             consent: config.consent.clone(),
             origin: config.origin.clone(),
+            redactor,
+            own_credentials,
         });
         {
             let mut owner = tenant.publication.owner.lock().expect("publication lock");
@@ -325,7 +343,8 @@ impl Tenant {
         let mut started = false;
         for slot in &self.slots {
             if let Some(stop) = slot.activate() {
-                self.spawner.supervise(&self.name, slot.clone(), stop);
+                self.spawner
+                    .supervise(&self.name, slot.clone(), stop, &self.redactor);
                 started = true;
             }
         }
@@ -612,9 +631,19 @@ impl Tenant {
         &self.limits
     }
 
-    /// The current configuration's credential redactor.
+    /// The tenant's credential redactor: the configuration's, and for a
+    /// tenant of `tenants_dir` or the state store its own credentials too.
     pub fn redactor(&self) -> Arc<crate::credentials::Redactor> {
-        self.spawner.redactor().load_full()
+        self.redactor.load_full()
+    }
+
+    /// After a reload changed the configuration's redactor: a tenant of
+    /// another source takes the new one with its own credentials.
+    pub(super) fn refresh_redactor(&self) {
+        if let Some(own) = &self.own_credentials {
+            self.redactor
+                .store(Arc::new(self.spawner.redactor().load().merged(own)));
+        }
     }
 
     /// The live session of server `index`.
@@ -704,7 +733,7 @@ impl Tenant {
                 &label,
                 spawner.env(),
                 spawner.max_result_bytes(),
-                spawner.redactor(),
+                &self.redactor,
                 super::oauth::options_for(&client, key),
             )
             .await
