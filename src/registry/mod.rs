@@ -15,6 +15,7 @@ pub mod approvals;
 pub mod limits;
 mod oauth;
 pub mod reload;
+pub mod tenants_dir;
 mod slot;
 mod supervisor;
 mod tenant;
