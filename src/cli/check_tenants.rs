@@ -44,7 +44,10 @@ pub(super) fn check_tenants_dir(mut config: Config) -> Result<Config, ExitCode> 
     let reports = match check_dir(&config, &ProcessEnv) {
         Ok(reports) => reports,
         Err(e) => {
-            eprintln!("toolgate: tenants_dir {}: cannot be listed: {e}", dir.path.display());
+            eprintln!(
+                "toolgate: tenants_dir {}: cannot be listed: {e}",
+                dir.path.display()
+            );
             return Err(ExitCode::from(EXIT_CONFIG));
         }
     };

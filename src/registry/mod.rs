@@ -15,10 +15,10 @@ pub mod approvals;
 pub mod limits;
 mod oauth;
 pub mod reload;
-pub mod tenants_dir;
 mod slot;
 mod supervisor;
 mod tenant;
+pub mod tenants_dir;
 mod users;
 mod watches;
 

@@ -104,7 +104,7 @@ enum Read {
     /// Its content is what was validated last time.
     Unchanged,
     /// Its content's digest, and the tenant or every error.
-    Validated([u8; 32], Result<TenantConfig, Vec<FieldError>>),
+    Validated([u8; 32], Result<Arc<TenantConfig>, Vec<FieldError>>),
 }
 
 /// Reads one tenant file and, unless its content's digest is `previous`,
@@ -129,7 +129,8 @@ fn read_tenant(
     if previous == Some(digest) {
         return Read::Unchanged;
     }
-    Read::Validated(digest, validate_bytes(&bytes, stem, path, config, env))
+    let outcome = validate_bytes(&bytes, stem, path, config, env).map(Arc::new);
+    Read::Validated(digest, outcome)
 }
 
 /// The file's bytes, refusing one larger than a spec may be.
@@ -223,7 +224,8 @@ impl DirFiles {
         let present: std::collections::HashSet<&Path> =
             seen.iter().map(|(p, _)| p.as_path()).collect();
         let before = self.files.len();
-        self.files.retain(|path, _| present.contains(path.as_path()));
+        self.files
+            .retain(|path, _| present.contains(path.as_path()));
         let mut changed = self.files.len() != before;
         let work: Vec<Work> = seen
             .into_iter()
@@ -232,7 +234,9 @@ impl DirFiles {
                 if !all && state.is_some_and(|s| s.stamp == Some(stamp)) {
                     return None;
                 }
-                let previous = state.filter(|s| !all && s.outcome.is_ok()).map(|s| s.digest);
+                let previous = state
+                    .filter(|s| !all && s.outcome.is_ok())
+                    .map(|s| s.digest);
                 Some(Work {
                     path,
                     stamp,
@@ -254,7 +258,7 @@ impl DirFiles {
                     changed = true;
                     state.stamp = stamp;
                     state.digest = digest;
-                    state.outcome = outcome.map(Arc::new);
+                    state.outcome = outcome;
                 }
                 (None, Read::Validated(digest, outcome)) => {
                     changed = true;
@@ -263,7 +267,7 @@ impl DirFiles {
                         FileState {
                             stamp,
                             digest,
-                            outcome: outcome.map(Arc::new),
+                            outcome,
                             serving: None,
                             reported: None,
                         },
@@ -524,7 +528,7 @@ pub fn check_files(config: &Config, paths: &[PathBuf], env: &dyn Environment) ->
             FileState {
                 stamp: None,
                 digest,
-                outcome: outcome.map(Arc::new),
+                outcome,
                 serving: None,
                 reported: None,
             },
@@ -584,9 +588,22 @@ mod tests {
         std::collections::HashMap::new()
     }
 
+    /// Writes `text` to `path`, modified an hour ago (so that its stamp is
+    /// trusted: only a new stamp makes it read again).
+    fn write_old(path: &Path, text: &str) {
+        std::fs::write(path, text).unwrap();
+        let hour_ago = SystemTime::now() - Duration::from_secs(3600);
+        let file = std::fs::File::options().write(true).open(path).unwrap();
+        file.set_modified(hour_ago).unwrap();
+    }
+
     fn tokens(files: &DirFiles, file: &Path) -> Vec<String> {
         let tenant = files.files[file].outcome.as_ref().unwrap();
-        tenant.tokens.iter().map(|t| t.expose().to_owned()).collect()
+        tenant
+            .tokens
+            .iter()
+            .map(|t| t.expose().to_owned())
+            .collect()
     }
 
     #[test]
@@ -599,7 +616,7 @@ mod tests {
 
         // The projected volume's layout: only `acme.yaml` is a tenant file.
         std::fs::create_dir(d.join("..v1")).unwrap();
-        std::fs::write(d.join("..v1/acme.yaml"), "tokens: [one]\nservers: []\n").unwrap();
+        write_old(&d.join("..v1/acme.yaml"), "tokens: [one]\nservers: []\n");
         std::os::unix::fs::symlink("..v1", d.join("..data")).unwrap();
         std::os::unix::fs::symlink("..data/acme.yaml", d.join("acme.yaml")).unwrap();
         std::fs::write(d.join("notes.txt"), "not a tenant").unwrap();
@@ -609,27 +626,40 @@ mod tests {
         assert_eq!(files.files.keys().collect::<Vec<_>>(), [&acme]);
         assert_eq!(tokens(&files, &acme), ["one"]);
 
-        // Nothing changed: nothing is validated again (the file was just
-        // written, so it is read, but its digest matches).
+        // Nothing changed: nothing is read again.
         assert!(!files.scan(d, &config, &env, false).unwrap());
+        assert!(files.files[&acme].stamp.is_some());
 
         // `..data` swapped to a new directory.
         std::fs::create_dir(d.join("..v2")).unwrap();
-        std::fs::write(d.join("..v2/acme.yaml"), "tokens: [two]\nservers: []\n").unwrap();
+        // The same size and modification time: only the inode (of the
+        // file the links lead to) differs.
+        write_old(&d.join("..v2/acme.yaml"), "tokens: [two]\nservers: []\n");
+        let old = std::fs::metadata(d.join("..v1/acme.yaml"))
+            .unwrap()
+            .modified();
+        let file = std::fs::File::options()
+            .write(true)
+            .open(d.join("..v2/acme.yaml"));
+        file.unwrap().set_modified(old.unwrap()).unwrap();
         std::os::unix::fs::symlink("..v2", d.join("..tmp")).unwrap();
         std::fs::rename(d.join("..tmp"), d.join("..data")).unwrap();
         assert!(files.scan(d, &config, &env, false).unwrap());
         assert_eq!(tokens(&files, &acme), ["two"]);
 
-        // A stamp that is not racy is trusted: the file is not read.
-        let state = files.files.get_mut(&acme).unwrap();
-        let stamp = Stamp::of(&std::fs::metadata(&acme).unwrap());
-        state.stamp = Some(stamp);
-        state.digest = [1; 32];
-        assert!(!files.scan(d, &config, &env, false).unwrap());
-        // Unless every file is read again (a configuration reload).
+        // Every file is read again at a configuration reload.
+        files.files.get_mut(&acme).unwrap().digest = [1; 32];
         assert!(files.scan(d, &config, &env, true).unwrap());
         assert_eq!(tokens(&files, &acme), ["two"]);
+
+        // A file just written is read at every scan until its time is a
+        // second old (a write within the same timestamp tick is not
+        // missed); unchanged content is not validated again.
+        std::fs::write(d.join("..v2/acme.yaml"), "tokens: [new]\nservers: []\n").unwrap();
+        assert!(files.scan(d, &config, &env, false).unwrap());
+        assert!(files.files[&acme].stamp.is_none());
+        assert!(!files.scan(d, &config, &env, false).unwrap());
+        assert_eq!(tokens(&files, &acme), ["new"]);
 
         // Removed.
         std::fs::remove_file(&acme).unwrap();

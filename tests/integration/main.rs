@@ -40,6 +40,7 @@ mod search;
 mod state;
 mod subjects;
 mod tasks;
+mod tenants_dir;
 mod third_party;
 mod tls;
 mod watch_resource;

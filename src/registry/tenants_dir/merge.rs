@@ -62,10 +62,7 @@ impl Taken {
         if let Some(origin) = self.names.get(&tenant.name) {
             errors.push(FieldError {
                 path: format!("{at}.name"),
-                message: format!(
-                    "tenant `{}` is already defined by {origin}",
-                    tenant.name
-                ),
+                message: format!("tenant `{}` is already defined by {origin}", tenant.name),
             });
         }
         for (index, token) in tenant.tokens.iter().enumerate() {
@@ -155,7 +152,11 @@ mod tests {
         let stem = path.file_stem().unwrap().to_str().unwrap();
         let spec = TenantSpec::parse(text, Some(stem)).unwrap();
         let source = SpecSource::Dir { file: path };
-        Arc::new(config.validate_tenant(spec, source, &HashMap::new()).unwrap())
+        Arc::new(
+            config
+                .validate_tenant(spec, source, &HashMap::new())
+                .unwrap(),
+        )
     }
 
     fn state(outcome: Result<Arc<TenantConfig>, Vec<FieldError>>) -> FileState {
@@ -172,7 +173,11 @@ mod tests {
         merged
             .refusals
             .iter()
-            .flat_map(|(p, r)| r.errors.iter().map(move |e| format!("{}: {e}", p.display())))
+            .flat_map(|(p, r)| {
+                r.errors
+                    .iter()
+                    .map(move |e| format!("{}: {e}", p.display()))
+            })
             .collect()
     }
 
@@ -184,7 +189,10 @@ mod tests {
             ("/d/filed.yaml", "tokens: [t1]\nservers: []\n"),
             ("/d/beta.json", "tokens: [t2]\nservers: []\n"),
             ("/d/beta.yaml", "tokens: [t3]\nservers: []\n"),
-            ("/d/gamma.yaml", "tokens: [t4, file-token, t2]\nservers: []\n"),
+            (
+                "/d/gamma.yaml",
+                "tokens: [t4, file-token, t2]\nservers: []\n",
+            ),
             ("/d/delta.yaml", "tokens: [t5]\nservers: []\n"),
         ] {
             files.insert(PathBuf::from(file), state(Ok(tenant(&config, file, text))));
@@ -231,7 +239,11 @@ mod tests {
         assert!(merged.refusals[0].1.previous_serving);
 
         // Valid but giving the file tenant's token: v1 still serves.
-        let v2 = tenant(&config, "/d/acme.yaml", "tokens: [file-token]\nservers: []\n");
+        let v2 = tenant(
+            &config,
+            "/d/acme.yaml",
+            "tokens: [file-token]\nservers: []\n",
+        );
         files.get_mut(&path).unwrap().outcome = Ok(v2);
         let merged = merge(&config.tenants, &mut files);
         assert!(Arc::ptr_eq(&merged.tenants[0], &v1));
