@@ -4,7 +4,8 @@
 //! file is refused (the log names the file and the field) while its
 //! previous version serves; a removed file ends its tenant; names and
 //! tokens taken by the configuration file or by an earlier file are
-//! refused naming both; the Kubernetes projected-volume swap is seen; and
+//! refused naming both; the Kubernetes projected-volume swap is seen; a
+//! configuration reload validates every file again (precedence too); and
 //! `toolgate check` validates tenant files offline.
 
 use std::path::{Path, PathBuf};
@@ -46,12 +47,13 @@ fn replace(path: &Path, text: &str) {
 }
 
 /// A gateway configuration: one file tenant `filed` (token `file-token`,
-/// no servers) and `tenants_dir` scanned every 200 ms.
-fn gateway_config(port: u16, metrics: u16, dir: &Path) -> String {
+/// no servers), then `more` tenants, and `tenants_dir` scanned every
+/// 200 ms.
+fn gateway_config(port: u16, metrics: u16, dir: &Path, more: &str) -> String {
     format!(
         "listen: \"127.0.0.1:{port}\"\nmetrics: {{listen: \"127.0.0.1:{metrics}\"}}\n\
          shutdown_delay: \"0s\"\ntenants:\n  - name: filed\n    tokens: [file-token]\n    \
-         servers: []\ntenants_dir:\n  path: {}\n  poll_interval: 200ms\n",
+         servers: []\n{more}tenants_dir:\n  path: {}\n  poll_interval: 200ms\n",
         dir.display()
     )
 }
@@ -141,12 +143,14 @@ struct Gateway {
     client: Client,
     log: PathBuf,
     metrics: u16,
+    port: u16,
+    config: PathBuf,
 }
 
 async fn start(work: &Path, dir: &Path) -> Gateway {
     let (port, metrics) = (free_port(), free_port());
     let config = work.join("toolgate.yaml");
-    std::fs::write(&config, gateway_config(port, metrics, dir)).unwrap();
+    std::fs::write(&config, gateway_config(port, metrics, dir, "")).unwrap();
     let log = work.join("gateway.log");
     let process = serve_binary(&config, &log, &[]);
     wait_for_port(port).await;
@@ -155,6 +159,8 @@ async fn start(work: &Path, dir: &Path) -> Gateway {
         client: client_at(port).await,
         log,
         metrics,
+        port,
+        config,
     }
 }
 
@@ -296,7 +302,7 @@ async fn files_added_changed_refused_and_removed() {
 }
 
 #[tokio::test]
-async fn kubernetes_projected_volume_swap_is_picked_up() {
+async fn the_projected_volume_swap_and_configuration_reloads_apply() {
     let work = tempfile::tempdir().unwrap();
     let dir = work.path().join("tenants");
     std::fs::create_dir(&dir).unwrap();
@@ -337,6 +343,33 @@ async fn kubernetes_projected_volume_swap_is_picked_up() {
     let log = std::fs::read_to_string(&gateway.log).unwrap();
     assert!(!log.contains("tenants_dir file refused"), "{log}");
     assert_eq!(files(metrics, "ok").await.as_deref(), Some("1"));
+
+    // A configuration reload (SIGHUP) validates every file again against
+    // the new configuration: one that now defines `acme` wins over the
+    // file, and the file's tenant serves again once it is gone.
+    let (pid, port, config) = (gateway.process.0.id(), gateway.port, gateway.config.clone());
+    let acme_in_file = "  - name: acme\n    tokens: [file-acme]\n    servers: []\n";
+    replace(&config, &gateway_config(port, metrics, &dir, acme_in_file));
+    signal(pid, "HUP");
+    eventually!(
+        "the file's acme serves",
+        listing(client, "file-acme").await.is_ok()
+    );
+    assert!(refused(client, "acme-2").await);
+    let line = log_line(&gateway.log, &["tenants_dir file refused", "acme.yaml"]).await;
+    assert!(
+        line.contains("tenant `acme` is already defined by the configuration file"),
+        "{line}"
+    );
+    assert_eq!(files(metrics, "invalid").await.as_deref(), Some("1"));
+    replace(&config, &gateway_config(port, metrics, &dir, ""));
+    signal(pid, "HUP");
+    eventually!(
+        "the directory's acme serves again",
+        serves(client, "acme-2", &["py"]).await
+    );
+    assert!(refused(client, "file-acme").await);
+    log_line(&gateway.log, &["tenants_dir file accepted", "acme.yaml"]).await;
     gateway.stop().await;
 }
 
