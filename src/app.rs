@@ -19,6 +19,7 @@ use crate::grpc::Gateway;
 use crate::grpc::drain::Drain;
 use crate::grpc::server::tool_gateway_server::ToolGatewayServer;
 use crate::registry::Registry;
+use crate::registry::tenants_dir::TenantSources;
 use crate::telemetry::{Metrics, metrics};
 
 /// After the grace period, how long cancelled calls get to send their
@@ -118,10 +119,12 @@ pub fn open_oauth(config: &Config) -> Result<Option<crate::registry::OAuthContex
 
 /// Whether some server uses OAuth.
 fn uses_oauth(config: &Config) -> bool {
-    config
-        .tenants
-        .iter()
-        .any(|t| t.servers.iter().any(|s| s.oauth.is_some()))
+    // A tenant of the state store may have OAuth servers, loaded any time.
+    config.tenant_store.is_some()
+        || config
+            .tenants
+            .iter()
+            .any(|t| t.servers.iter().any(|s| s.oauth.is_some()))
 }
 
 /// What OAuth servers share, over the opened state store; `None` when no
@@ -255,6 +258,7 @@ pub async fn run_with_reload(
     let metrics = Arc::new(Metrics::new());
     let stop_metrics = start_metrics(config.metrics_listen, &metrics).await?;
     config.log_warnings();
+    let (sources, config) = start_tenant_sources(config, &env, &metrics).await;
     let audit = start_audit(&config, env.as_ref(), &metrics);
     let state = open_state(&config)?;
     let oauth =
@@ -266,7 +270,7 @@ pub async fn run_with_reload(
     let stop_consent = start_consent(&config, &oauth, &registry).await?;
     let stop_follow = start_follow(&config, state.as_ref(), &registry);
     let (config, tenant_count) = without_tenants(config);
-    let stop_reload = start_reload(reload, &config, &registry, &metrics);
+    let stop_reload = start_reload(reload, &config, &registry, &metrics, sources);
     let abort = CancellationToken::new();
     let drain = Arc::new(Drain::default());
     let mut gateway =
@@ -441,13 +445,28 @@ fn start_follow(
     stop
 }
 
+/// Reads `tenants_dir` (off the async threads: thousands of files); the
+/// configuration to start the registry with has the file's tenants and
+/// the directory's.
+async fn start_tenant_sources(
+    config: Config,
+    env: &Arc<dyn Environment>,
+    metrics: &Arc<Metrics>,
+) -> (Arc<TenantSources>, Config) {
+    let (env, metrics) = (env.clone(), metrics.clone());
+    tokio::task::spawn_blocking(move || TenantSources::start(config, env, metrics))
+        .await
+        .expect("reading tenants_dir does not panic")
+}
+
 /// Starts the configuration reload watcher when there is a source to
-/// reload from; the token stops it.
+/// reload from, and the `tenants_dir` scanner; the token stops both.
 fn start_reload(
     reload: Option<crate::registry::reload::ConfigSource>,
     config: &Config,
     registry: &Arc<Registry>,
     metrics: &Arc<Metrics>,
+    sources: Arc<TenantSources>,
 ) -> CancellationToken {
     let stop = CancellationToken::new();
     if let Some(source) = reload {
@@ -456,9 +475,15 @@ fn start_reload(
             config.clone(),
             registry.clone(),
             metrics.clone(),
+            sources.clone(),
             stop.clone(),
         ));
     }
+    tokio::spawn(crate::registry::tenants_dir::watch(
+        sources,
+        registry.clone(),
+        stop.clone(),
+    ));
     stop
 }
 

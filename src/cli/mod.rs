@@ -5,6 +5,7 @@
 mod answerer;
 mod answers;
 mod approve;
+mod check_tenants;
 pub mod client;
 #[doc(hidden)]
 pub mod conformance;
@@ -51,17 +52,24 @@ enum Command {
         #[arg(long, short)]
         config: PathBuf,
     },
-    /// Validate the configuration, connect every server, print each
-    /// tenant's catalog and each tool withheld for want of approval
-    /// (approved hash → current hash); exit 1 if any server failed or was
-    /// refused, or a tool is withheld.
+    /// Validate the configuration (and every file of its `tenants_dir`),
+    /// connect every server, print each tenant's catalog and each tool
+    /// withheld for want of approval (approved hash → current hash); exit
+    /// 1 if any server failed or was refused, or a tool is withheld, 64 if
+    /// the configuration or a tenant file is invalid. With `--tenant`,
+    /// validate those one-tenant files only (offline).
     Check {
-        /// The YAML configuration file.
-        #[arg(long, short)]
-        config: PathBuf,
+        /// The YAML configuration file (with `--tenant`: the configuration
+        /// the files are validated against; without it, an empty one).
+        #[arg(long, short, required_unless_present = "tenant")]
+        config: Option<PathBuf>,
         /// Validate only; do not connect to any server.
         #[arg(long)]
         offline: bool,
+        /// One-tenant files (as in `tenants_dir`) to validate offline, each
+        /// named by its file name without the extension.
+        #[arg(long, value_name = "FILE", num_args = 1..)]
+        tenant: Vec<PathBuf>,
     },
     /// Connect the servers with `definitions: approved` and record the
     /// current definition hash of each of their tools in the approvals
@@ -128,9 +136,16 @@ pub fn main() -> ExitCode {
     runtime.block_on(async move {
         match cli.command {
             Command::Serve { config } => serve(config, cli.log_format).await,
-            Command::Check { config, offline } => {
+            Command::Check {
+                config,
+                offline,
+                tenant,
+            } => {
                 let guard = telemetry::init(cli.log_format.unwrap_or_default(), "warn");
-                let code = check(config, offline).await;
+                let code = match config {
+                    Some(config) if tenant.is_empty() => check(config, offline).await,
+                    config => check_tenants::check_tenant_files(config.as_deref(), &tenant),
+                };
                 guard.shutdown().await;
                 code
             }
@@ -344,6 +359,10 @@ async fn check(path: PathBuf, offline: bool) -> ExitCode {
     for warning in config.warnings() {
         println!("warning: {warning}");
     }
+    let config = match check_tenants::check_tenants_dir(config) {
+        Ok(config) => config,
+        Err(code) => return code,
+    };
     let approvals = match check_approvals(&config) {
         Ok(approvals) => approvals,
         Err(code) => return code,

@@ -20,6 +20,7 @@ mod slot;
 mod store;
 mod supervisor;
 mod tenant;
+pub mod tenants_dir;
 mod users;
 mod watches;
 

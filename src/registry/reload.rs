@@ -2,7 +2,9 @@
 //! changes (polled, which also catches the symlink swap Kubernetes uses to
 //! update a mounted ConfigMap). A new configuration is validated first; an
 //! invalid one is logged and counted, and the gateway keeps serving the
-//! old one. A valid one is applied by [`Registry::apply`].
+//! old one. A valid one is applied by [`Registry::apply`] with the tenants
+//! of its `tenants_dir`, each file read and validated against it again
+//! ([`TenantSources::reload`]); a refused one still rescans the directory.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -12,6 +14,7 @@ use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
 use super::Registry;
+use super::tenants_dir::TenantSources;
 use crate::config::{Config, Environment};
 use crate::telemetry::Metrics;
 
@@ -33,12 +36,15 @@ fn digest(path: &std::path::Path) -> Option<[u8; 32]> {
         .map(|bytes| Sha256::digest(&bytes).into())
 }
 
-/// Watches for reload triggers until `stop` is cancelled.
+/// Watches for reload triggers until `stop` is cancelled. `initial` is
+/// the configuration in force (its tenants are not needed); `sources` holds
+/// the tenants of the file and of `tenants_dir` the registry is built from.
 pub async fn watch(
     source: ConfigSource,
     initial: Config,
     registry: Arc<Registry>,
     metrics: Arc<Metrics>,
+    sources: Arc<TenantSources>,
     stop: CancellationToken,
 ) {
     use tokio::signal::unix::{SignalKind, signal};
@@ -71,9 +77,22 @@ pub async fn watch(
             Err(error) => {
                 tracing::error!(%trigger, %error, "configuration reload refused; still serving the previous configuration");
                 metrics.config_reload(false);
+                // The directory's changes still apply.
+                let (s, r) = (sources.clone(), registry.clone());
+                let _ = tokio::task::spawn_blocking(move || s.rescan(&r)).await;
             }
-            Ok(config) => {
-                let summary = registry.apply(&config);
+            Ok(mut config) => {
+                // Only the restart-only settings are compared later.
+                let tenants = std::mem::take(&mut config.tenants);
+                let settings = config.clone();
+                config.tenants = tenants;
+                config.log_warnings();
+                let (s, r) = (sources.clone(), registry.clone());
+                let Ok(summary) = tokio::task::spawn_blocking(move || s.reload(config, &r)).await
+                else {
+                    continue;
+                };
+                let config = settings;
                 tracing::info!(
                     %trigger,
                     tenants_added = ?summary.tenants_added,
@@ -84,7 +103,6 @@ pub async fn watch(
                     "configuration reloaded"
                 );
                 metrics.config_reload(true);
-                config.log_warnings();
                 for (what, changed) in [
                     ("listen", config.listen != applied.listen),
                     ("metrics", config.metrics_listen != applied.metrics_listen),
@@ -115,8 +133,6 @@ pub async fn watch(
                     }
                 }
                 applied = config;
-                // Only the restart-only settings are compared later.
-                applied.tenants = Vec::new();
             }
         }
     }

@@ -22,6 +22,7 @@
 //! | `toolgate_store_tenants_evicted_total` | counter | |
 //! | `toolgate_store_tenant_loads_total` | counter | outcome |
 //! | `toolgate_tenant_change_lag_seconds` | histogram | |
+//! | `toolgate_tenants_dir_files` | gauge | state |
 
 use std::sync::Arc;
 
@@ -149,6 +150,13 @@ pub struct Metrics {
     requests: Family<RequestLabels, Counter>,
     input_refused: Family<RefusedLabels, Counter>,
     tenants: TenantMetrics,
+    tenants_dir_files: Family<FileStateLabels, Gauge>,
+}
+
+/// The state of a `tenants_dir` file.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FileStateLabels {
+    state: String,
 }
 
 /// A server's question refused upstream.
@@ -306,10 +314,19 @@ impl Metrics {
             input_refused.clone(),
         );
         let tenants = TenantMetrics::register(&mut registry);
+        let tenants_dir_files = Family::<FileStateLabels, Gauge>::default();
+        registry.register(
+            "toolgate_tenants_dir_files",
+            "Files of tenants_dir by state: ok (its latest version serves), invalid (refused: \
+             it does not validate, or its name or a token is taken; its previous version may \
+             still serve)",
+            tenants_dir_files.clone(),
+        );
         Metrics {
             tenants,
             registry,
             input_refused,
+            tenants_dir_files,
             call_families: calls::CallFamilies {
                 calls,
                 call_duration,
@@ -453,6 +470,18 @@ impl Metrics {
         self.session_up
             .get_or_create(&server_labels)
             .set(i64::from(ok));
+    }
+
+    /// Sets `toolgate_tenants_dir_files`: `ok` files serve their latest
+    /// version, `invalid` ones were refused.
+    pub fn tenants_dir_files(&self, ok: usize, invalid: usize) {
+        for (state, count) in [("ok", ok), ("invalid", invalid)] {
+            self.tenants_dir_files
+                .get_or_create(&FileStateLabels {
+                    state: state.to_owned(),
+                })
+                .set(i64::try_from(count).unwrap_or(i64::MAX));
+        }
     }
 
     /// Counts a configuration reload.

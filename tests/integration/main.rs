@@ -42,6 +42,7 @@ mod state_tenants;
 mod subjects;
 mod tasks;
 mod tenant_store;
+mod tenants_dir;
 mod third_party;
 mod tls;
 mod watch_resource;

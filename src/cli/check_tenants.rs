@@ -1,0 +1,93 @@
+//! `toolgate check` for one-tenant files: `--tenant FILE...` validates
+//! files offline (against `--config`, or an empty configuration), and a
+//! configuration with `tenants_dir` has every file of it validated as the
+//! gateway would (precedence included).
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use super::EXIT_CONFIG;
+use crate::config::{Config, ProcessEnv, TenantConfig};
+use crate::registry::tenants_dir::{FileReport, check_dir, check_files};
+
+/// The configuration tenant files are checked against without `--config`:
+/// nothing but the defaults.
+const EMPTY_CONFIG: &str = "tenants_dir: {path: .}\n";
+
+/// `toolgate check --tenant FILE... [--config FILE]`: prints each file's
+/// tenant or every error (`FILE: tenants[acme].servers[0].url: ...`);
+/// exit 64 when any file is refused.
+pub(super) fn check_tenant_files(config: Option<&Path>, files: &[PathBuf]) -> ExitCode {
+    let config = match config {
+        Some(path) => match super::load(path) {
+            Ok(config) => config,
+            Err(code) => return code,
+        },
+        None => Config::from_yaml(EMPTY_CONFIG, "<empty>", Path::new("."), &ProcessEnv)
+            .expect("the empty configuration is valid"),
+    };
+    let reports = check_files(&config, files, &ProcessEnv);
+    if print(&reports) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_CONFIG)
+    }
+}
+
+/// Validates every file of `config.tenants_dir` (when set) and prints what
+/// it found. Returns `config` with the directory's tenants after the
+/// file's (what `serve` would serve), or exit 64 when a file is refused.
+pub(super) fn check_tenants_dir(mut config: Config) -> Result<Config, ExitCode> {
+    let Some(dir) = config.tenants_dir.clone() else {
+        return Ok(config);
+    };
+    let reports = match check_dir(&config, &ProcessEnv) {
+        Ok(reports) => reports,
+        Err(e) => {
+            eprintln!(
+                "toolgate: tenants_dir {}: cannot be listed: {e}",
+                dir.path.display()
+            );
+            return Err(ExitCode::from(EXIT_CONFIG));
+        }
+    };
+    let valid = reports.iter().filter(|r| r.errors.is_empty()).count();
+    println!(
+        "tenants_dir {}: {} file(s), {valid} valid",
+        dir.path.display(),
+        reports.len()
+    );
+    if !print(&reports) {
+        return Err(ExitCode::from(EXIT_CONFIG));
+    }
+    config.tenants.extend(
+        reports
+            .into_iter()
+            .filter_map(|r| r.tenant)
+            .map(|t| TenantConfig::clone(&t)),
+    );
+    Ok(config)
+}
+
+/// Prints each valid file on stdout and each error on stderr; whether
+/// every file is valid.
+fn print(reports: &[FileReport]) -> bool {
+    let mut valid = true;
+    for report in reports {
+        let file = report.file.display();
+        match (&report.tenant, report.errors.is_empty()) {
+            (Some(tenant), true) => println!(
+                "{file}: tenant {} is valid ({} server(s))",
+                tenant.name,
+                tenant.servers.len()
+            ),
+            _ => {
+                valid = false;
+                for error in &report.errors {
+                    eprintln!("{file}: {error}");
+                }
+            }
+        }
+    }
+    valid
+}
