@@ -17,6 +17,7 @@
 //! | `toolgate_tasks_total` | counter | tenant, server, tool, event |
 //! | `toolgate_tools_withheld` | gauge | tenant, server |
 //! | `toolgate_audit_failures_total` | counter | reason |
+//! | `toolgate_admin_requests_total` | counter | rpc, code |
 
 use std::sync::Arc;
 
@@ -141,6 +142,14 @@ pub struct Metrics {
     input_rounds: Family<InputRoundLabels, Counter>,
     requests: Family<RequestLabels, Counter>,
     input_refused: Family<RefusedLabels, Counter>,
+    admin_requests: Family<AdminLabels, Counter>,
+}
+
+/// A request of the admin API.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AdminLabels {
+    rpc: String,
+    code: String,
 }
 
 /// A server's question refused upstream.
@@ -297,6 +306,13 @@ impl Metrics {
              went away)",
             input_refused.clone(),
         );
+        let admin_requests = Family::<AdminLabels, Counter>::default();
+        registry.register(
+            "toolgate_admin_requests",
+            "Requests of the admin API (toolgate.admin.v1.Admin) by rpc and gRPC status code \
+             name (OK, UNAUTHENTICATED, INVALID_ARGUMENT, ABORTED, ...)",
+            admin_requests.clone(),
+        );
         Metrics {
             registry,
             input_refused,
@@ -319,6 +335,7 @@ impl Metrics {
             tools_withheld,
             input_rounds,
             requests,
+            admin_requests,
         }
     }
 
@@ -403,6 +420,17 @@ impl Metrics {
                 server: server.to_owned(),
                 tool: tool.to_owned(),
                 event: event.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Counts a request of the admin API by `rpc` and status `code` name
+    /// (`toolgate_admin_requests_total`).
+    pub fn admin_request(&self, rpc: &str, code: &str) {
+        self.admin_requests
+            .get_or_create(&AdminLabels {
+                rpc: rpc.to_owned(),
+                code: code.to_owned(),
             })
             .inc();
     }
