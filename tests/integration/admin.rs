@@ -65,6 +65,7 @@ struct Admin {
     _child: ChildGuard,
     client: AdminClient<Channel>,
     listen: u16,
+    admin_port: u16,
     metrics_port: u16,
 }
 
@@ -96,6 +97,7 @@ async fn start(state_url: Option<&str>, extra: &str) -> Admin {
         _child: child,
         client,
         listen,
+        admin_port,
         metrics_port,
     }
 }
@@ -722,6 +724,40 @@ async fn secrets(a: &mut Admin) {
     assert!(log.contains("admin: secret written"), "{log}");
 }
 
+/// A Python grpcio client (stubs generated from admin.proto with
+/// grpc_tools, ErrorInfo read with grpc_status): create, get, list, a
+/// refused create and a stale replace with their reasons, delete.
+async fn python_client(a: &Admin) {
+    let output = tokio::process::Command::new(python())
+        .arg(fixture("python/admin_client.py"))
+        .args(["--addr", &format!("127.0.0.1:{}", a.admin_port)])
+        .args(["--token", ADMIN, "--tenant", "python-made"])
+        .output()
+        .await
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let out: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(out["created"]["name"], "python-made", "{out}");
+    assert_eq!(out["got"], out["created"]);
+    assert!(
+        out["listed"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("python-made"))
+    );
+    assert_eq!(out["exists"]["code"], "ALREADY_EXISTS", "{out}");
+    assert_eq!(out["exists"]["reason"], "TENANT_EXISTS");
+    assert_eq!(out["exists"]["domain"], "toolgate");
+    assert_eq!(
+        out["exists"]["metadata"]["current_version"],
+        out["created"]["version"]
+    );
+    assert_eq!(out["stale"]["code"], "ABORTED");
+    assert_eq!(out["stale"]["reason"], "VERSION_MISMATCH");
+    assert_eq!(out["deleted"], out["replaced"]);
+    assert_eq!(out["gone"]["reason"], "TENANT_NOT_FOUND");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admin_api_on_sqlite() {
     let mut a = start(None, "").await;
@@ -729,6 +765,7 @@ async fn admin_api_on_sqlite() {
     refusals(&mut a).await;
     callers(&mut a).await;
     secrets(&mut a).await;
+    python_client(&a).await;
     host_access_when_allowed().await;
 }
 
