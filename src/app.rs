@@ -420,7 +420,10 @@ pub const ADMIN_SERVICE_NAME: &str = "toolgate.admin.v1.Admin";
 /// Starts the admin API on its own listener (`admin.listen`, never the
 /// workers' port) when `admin:` is configured, with a health service of
 /// its own; the token stops it. It validates specs against `config` (the
-/// configuration at start).
+/// configuration at start; JWT callers are the registry's current ones).
+/// Once the registry keeps the configuration in force (the state store's
+/// follower does), hand that in instead so a reload reaches admin callers
+/// and `admin.host_secrets` too.
 ///
 /// # Errors
 /// `admin.listen` cannot be bound.
