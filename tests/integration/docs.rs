@@ -469,7 +469,10 @@ fn screaming(code: &str) -> String {
 /// JSON-RPC table: every status a row names (`UNKNOWN` (`UNAVAILABLE` if
 /// ...)), and its reason.
 fn documented_reasons(page: &str) -> Vec<(BTreeSet<String>, String)> {
-    documented_reasons_under(page, &["Status codes and reasons", "Upstream JSON-RPC errors"])
+    documented_reasons_under(
+        page,
+        &["Status codes and reasons", "Upstream JSON-RPC errors"],
+    )
 }
 
 /// The (statuses, reason) rows of the tables under these headings.
