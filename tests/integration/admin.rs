@@ -776,3 +776,45 @@ async fn admin_api_on_postgres() {
     tenants_round_trip(&mut a).await;
     secrets(&mut a).await;
 }
+
+/// In process: the admin listener answers its health service and stops
+/// with the gateway.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_listener_stops_with_the_gateway() {
+    let dir = tempfile::tempdir().unwrap();
+    let admin_port = free_port();
+    let yaml = format!(
+        "state:\n  url: \"sqlite://{}/state.db\"\n  keys: [\"MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=\"]\nadmin:\n  listen: 127.0.0.1:{admin_port}\n  tokens: [\"{ADMIN}\"]\ntenants: []\n",
+        dir.path().display()
+    );
+    let gateway = TestGateway::start(&yaml, &[]).await;
+    wait_for_port(admin_port).await;
+    let channel = Channel::from_shared(format!("http://127.0.0.1:{admin_port}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut health = tonic_health::pb::health_client::HealthClient::new(channel.clone());
+    let serving = health
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: "toolgate.admin.v1.Admin".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        serving.status,
+        tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+    );
+    let mut client = AdminClient::new(channel);
+    client
+        .put_tenant(as_(ADMIN, put("first", "tokens: [first-token]\n", "")))
+        .await
+        .unwrap();
+    gateway.shutdown().await;
+    let refused = tokio::net::TcpStream::connect(("127.0.0.1", admin_port)).await;
+    assert!(
+        refused.is_err(),
+        "the admin listener is closed after shutdown"
+    );
+}
