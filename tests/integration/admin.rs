@@ -67,6 +67,7 @@ struct Admin {
     listen: u16,
     admin_port: u16,
     metrics_port: u16,
+    state_url: String,
 }
 
 async fn start(state_url: Option<&str>, extra: &str) -> Admin {
@@ -99,6 +100,7 @@ async fn start(state_url: Option<&str>, extra: &str) -> Admin {
         listen,
         admin_port,
         metrics_port,
+        state_url: url,
     }
 }
 
@@ -638,6 +640,33 @@ async fn secrets(a: &mut Admin) {
         .into_inner();
     assert!(after.version.parse::<i64>().unwrap() > t.version.parse::<i64>().unwrap());
     assert!(!after.spec_yaml.contains("rotated-value"));
+    // The token's secret rotated: the token index follows it.
+    c.put_secret(as_(ADMIN, put_secret("vault", "token", b"vault-token-2")))
+        .await
+        .unwrap();
+    let store = toolgate::state::StateStore::connect(
+        &a.state_url,
+        toolgate::state::KeyRing::from_base64(&["MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="])
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    let digest = toolgate::callers::TokenDigest::of;
+    assert_eq!(
+        store
+            .tenant_for_token(&digest("vault-token-2"))
+            .await
+            .unwrap(),
+        Some(("vault".to_owned(), 0))
+    );
+    assert_eq!(
+        store
+            .tenant_for_token(&digest("vault-token-1"))
+            .await
+            .unwrap(),
+        None
+    );
+    store.close().await;
     // A token secret that is another tenant's token: refused.
     let e = c
         .put_secret(as_(
@@ -663,7 +692,7 @@ async fn secrets(a: &mut Admin) {
         .iter()
         .map(|s| (s.name.as_str(), s.version.as_str()))
         .collect();
-    assert_eq!(names, [("api-key", "2"), ("token", "1")]);
+    assert_eq!(names, [("api-key", "2"), ("token", "2")]);
     let e = c
         .delete_secret(as_(
             ADMIN,
@@ -717,7 +746,12 @@ async fn secrets(a: &mut Admin) {
     // The value is nowhere: not in records, not in the log.
     let audit = std::fs::read_to_string(a.dir.join("audit.jsonl")).unwrap();
     let log = std::fs::read_to_string(a.dir.join("gateway.log")).unwrap();
-    for value in [SECRET_VALUE, "rotated-value", "vault-token-1"] {
+    for value in [
+        SECRET_VALUE,
+        "rotated-value",
+        "vault-token-1",
+        "vault-token-2",
+    ] {
         assert!(!audit.contains(value), "{value} in the audit trail");
         assert!(!log.contains(value), "{value} in the log");
     }
