@@ -67,7 +67,8 @@ pub struct OpenedState {
 }
 
 /// Opens the state store and its keys when a server uses OAuth, or may
-/// put questions to workers or run tasks (`servers[].input`). The store
+/// put questions to workers or run tasks (`servers[].input`), or the
+/// store holds tenants (`admin:` or `tenant_store:`). The store
 /// connects lazily, so a gateway that never uses it creates no file, and
 /// a store that is down at start fails only the calls that need it.
 /// Without `state.keys`, a random key of this process seals (logged at
@@ -81,6 +82,8 @@ pub fn open_state(config: &Config) -> Result<Option<OpenedState>, AppError> {
         let input = &s.input;
         input.form || input.url || input.sampling || input.tasks
     });
+    // Tenants in the state store (`admin:` or `tenant_store:`): state.keys
+    // is required then (the configuration says so).
     let holds_tenants = config.tenant_store.is_some();
     if !uses_oauth && !may_ask && !holds_tenants {
         return Ok(None);
@@ -266,11 +269,13 @@ pub async fn run_with_reload(
             audit: audit.clone(),
             ..context
         });
-    let (registry, stop_approvals) = start_registry(&config, env, &metrics, &oauth)?;
+    let (registry, stop_approvals) = start_registry(&config, env.clone(), &metrics, &oauth)?;
     let stop_consent = start_consent(&config, &oauth, &registry).await?;
     let stop_follow = start_follow(&config, state.as_ref(), &registry);
     let (config, tenant_count) = without_tenants(config);
     let stop_reload = start_reload(reload, &config, &registry, &metrics, sources);
+    let stop_admin =
+        start_admin(&config, state.as_ref(), &registry, &audit, &metrics, &env).await?;
     let abort = CancellationToken::new();
     let drain = Arc::new(Drain::default());
     let mut gateway =
@@ -316,6 +321,7 @@ pub async fn run_with_reload(
         reload: stop_reload,
         approvals: stop_approvals,
         consent: stop_consent,
+        admin: stop_admin,
         metrics: stop_metrics,
     };
     close(background, &registry, state.as_ref()).await;
@@ -411,6 +417,66 @@ async fn start_consent(
             crate::consent::router(registry.clone(), context.store.clone(), listener.clone());
         tokio::spawn(crate::consent::serve(bound, router, stop.clone()));
     }
+    Ok(stop)
+}
+
+/// The gRPC service name of the admin API (health reports it).
+pub const ADMIN_SERVICE_NAME: &str = "toolgate.admin.v1.Admin";
+
+/// Starts the admin API on its own listener (`admin.listen`, never the
+/// workers' port) when `admin:` is configured, with a health service of
+/// its own; the token stops it. It validates specs against `config` (the
+/// configuration at start; JWT callers are the registry's current ones).
+/// Once the registry keeps the configuration in force (the state store's
+/// follower does), hand that in instead so a reload reaches admin callers
+/// and `admin.host_secrets` too.
+///
+/// # Errors
+/// `admin.listen` cannot be bound.
+async fn start_admin(
+    config: &Config,
+    state: Option<&OpenedState>,
+    registry: &Arc<Registry>,
+    audit: &crate::audit::Audit,
+    metrics: &Arc<Metrics>,
+    env: &Arc<dyn Environment>,
+) -> Result<CancellationToken, AppError> {
+    let stop = CancellationToken::new();
+    let (Some(admin), Some(state)) = (&config.admin, state) else {
+        return Ok(stop);
+    };
+    let bound = bind(admin.listen).await?;
+    tracing::info!(addr = %local_addr(&bound), "admin API listener up");
+    // Specs are validated against the configuration in force: reloads
+    // reach the admin API too.
+    let in_force: Arc<dyn crate::admin::ConfigInForce> = Arc::new(crate::admin::Followed {
+        registry: registry.clone(),
+        initial: Arc::new(config.clone()),
+    });
+    let service = crate::admin::AdminService::new(
+        state.store.clone(),
+        registry.clone(),
+        in_force,
+        env.clone(),
+        audit.clone(),
+        metrics.clone(),
+    );
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health
+        .set_service_status(ADMIN_SERVICE_NAME, tonic_health::ServingStatus::Serving)
+        .await;
+    let incoming = TcpIncoming::from(bound).with_nodelay(Some(true));
+    let server = tonic::transport::Server::builder()
+        .add_service(health_service)
+        .add_service(crate::admin::server::admin_server::AdminServer::new(
+            service,
+        ))
+        .serve_with_incoming_shutdown(incoming, stop.clone().cancelled_owned());
+    tokio::spawn(async move {
+        if let Err(error) = server.await {
+            tracing::error!(%error, "admin API listener failed");
+        }
+    });
     Ok(stop)
 }
 
@@ -664,17 +730,20 @@ struct Background {
     approvals: CancellationToken,
     /// The OAuth consent listener.
     consent: CancellationToken,
+    /// The admin API listener.
+    admin: CancellationToken,
     /// The metrics listener.
     metrics: CancellationToken,
 }
 
-/// Step 5 of the shutdown: the watchers stop, every upstream session
-/// closes, then the consent listener, the state store and the metrics
-/// listener.
+/// Step 5 of the shutdown: the watchers and the admin listener stop,
+/// every upstream session closes, then the consent listener, the state
+/// store and the metrics listener.
 async fn close(background: Background, registry: &Registry, state: Option<&OpenedState>) {
     background.reload.cancel();
     background.follow.cancel();
     background.approvals.cancel();
+    background.admin.cancel();
     // 5. Close every upstream session.
     tracing::info!("closing upstream sessions");
     registry.shutdown().await;

@@ -9,3 +9,13 @@
 pub mod server {
     include!(concat!(env!("OUT_DIR"), "/server/toolgate.admin.v1.rs"));
 }
+
+mod auth;
+mod service;
+mod status;
+
+pub use auth::{AdminCaller, authenticate};
+pub use service::{
+    AdminService, ConfigInForce, DEFAULT_PAGE_SIZE, Followed, MAX_PAGE_SIZE, MAX_SECRET_BYTES,
+};
+pub use status::{AdminError, classify};

@@ -434,6 +434,25 @@ impl Audit {
         self.enqueue(record);
     }
 
+    /// Records a change made through the admin API without waiting: the
+    /// RPC, who made it, the tenant (and secret), the tenant's versions
+    /// before and after. Never a spec or a secret's value.
+    pub fn admin(&self, change: AdminChange<'_>) {
+        if self.0.is_none() {
+            return;
+        }
+        let mut record = Record::new(record::RecordKind::Admin, record::Outcome::Ok);
+        record.rpc = Some(change.rpc.to_owned());
+        record.caller = Some(change.caller);
+        record.peer = change.peer;
+        record.tenant = Some(change.tenant.to_owned());
+        record.secret = change.secret.map(str::to_owned);
+        record.old_version = change.old_version;
+        record.new_version = change.new_version;
+        record.code = Some("OK".to_owned());
+        self.enqueue(record);
+    }
+
     /// [`Audit::authorization`] with the address of the peer that caused
     /// the event (the consent listener's callbacks).
     pub fn authorization_from(
@@ -453,6 +472,25 @@ impl Audit {
             self.enqueue(record);
         }
     }
+}
+
+/// A change made through the admin API, for [`Audit::admin`].
+#[derive(Debug, Clone)]
+pub struct AdminChange<'a> {
+    /// The RPC (`PutTenant`, `DeleteTenant`, `PutSecret`, `DeleteSecret`).
+    pub rpc: &'a str,
+    /// Who made it.
+    pub caller: CallerRecord,
+    /// The caller's address (`ip:port`).
+    pub peer: Option<String>,
+    /// The tenant.
+    pub tenant: &'a str,
+    /// The secret's name (secret RPCs).
+    pub secret: Option<&'a str>,
+    /// The tenant's version before.
+    pub old_version: Option<i64>,
+    /// The tenant's version after.
+    pub new_version: Option<i64>,
 }
 
 #[cfg(test)]

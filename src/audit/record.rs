@@ -16,8 +16,10 @@ use serde::{Deserialize, Serialize};
 /// Version 3: records of kind `input` (questions handed to a worker, its
 /// answers), with `round` and `input`. Version 4: records of
 /// `ReadResource`, `GetPrompt`, `Complete` and `WatchResource`, with `uri`,
-/// `prompt`, `uri_template` and `bytes`.
-pub const SCHEMA_VERSION: u32 = 4;
+/// `prompt`, `uri_template` and `bytes`. Version 5: records of kind `admin`
+/// (changes made through the admin API), with `secret`, `old_version`,
+/// `new_version` and the caller kind `admin_token`.
+pub const SCHEMA_VERSION: u32 = 5;
 
 /// What a record is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -39,6 +41,10 @@ pub enum RecordKind {
     /// An event of a task (SEP-2663) a worker follows: `task_created`,
     /// `task_updated`, `task_completed`, `task_failed`, `task_cancelled`.
     Task,
+    /// A change made through the admin API (`PutTenant`, `DeleteTenant`,
+    /// `PutSecret`, `DeleteSecret`): who, which tenant (and secret), the
+    /// versions before and after; never a spec or a value.
+    Admin,
 }
 
 /// How a call or event ended.
@@ -69,6 +75,11 @@ pub enum CallerRecord {
     Token {
         /// The index in the tenant's `tokens`.
         token_index: usize,
+    },
+    /// An admin API caller's token: its position in `admin.tokens`.
+    AdminToken {
+        /// The index in `admin.tokens`.
+        admin_token_index: usize,
     },
     /// A JWT: its issuer and subject.
     Jwt {
@@ -236,6 +247,19 @@ pub struct Record {
     /// task id (never the id).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task: Option<String>,
+    /// `admin` records of `PutSecret` and `DeleteSecret`: the secret's
+    /// name (never its value).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<String>,
+    /// `admin` records: the tenant's version before the change (absent for
+    /// a create, or a secret of a tenant not stored yet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub old_version: Option<i64>,
+    /// `admin` records: the tenant's version after the change (absent for
+    /// a delete); for `PutSecret`, the tenant's new version when it is
+    /// stored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub new_version: Option<i64>,
     /// How it ended.
     pub outcome: Outcome,
     /// Whether the request was handed to the upstream server (calls only):
@@ -286,6 +310,9 @@ impl Record {
             round: None,
             input: None,
             task: None,
+            secret: None,
+            old_version: None,
+            new_version: None,
             outcome,
             sent: None,
             code: None,

@@ -149,6 +149,40 @@ impl JwtCallers {
     /// # Errors
     /// The token is refused: [`TokenError`] says why.
     pub async fn verify(&self, token: &str) -> Result<VerifiedJwt, TokenError> {
+        let (verifier, claims) = self.verified_claims(token).await?;
+        identify(verifier, claims)
+    }
+
+    /// Verifies `token` as an admin API caller's: its signature, time,
+    /// issuer and audience as for any caller, then its issuer's `admin`
+    /// expression (`callers.jwt[].admin`) over its claims instead of the
+    /// tenant and subject expressions. Returns the issuer, the `sub` claim
+    /// (empty when absent), and whether it is admitted: the expression
+    /// gives `true` (not when the issuer has no `admin` expression, or it
+    /// gives anything else or fails).
+    ///
+    /// # Errors
+    /// The token is refused: [`TokenError`] says why.
+    pub async fn verify_admin(&self, token: &str) -> Result<(String, String, bool), TokenError> {
+        let (verifier, claims) = self.verified_claims(token).await?;
+        let admitted = verifier
+            .config
+            .admin
+            .as_ref()
+            .is_some_and(|admin| matches!(admin.evaluate(&claims), Ok(cel::Value::Bool(true))));
+        let sub = claims
+            .get("sub")
+            .and_then(|s| s.as_str())
+            .unwrap_or_default()
+            .to_owned();
+        Ok((verifier.config.issuer.clone(), sub, admitted))
+    }
+
+    /// The issuer's verifier and the claims of `token`, verified.
+    async fn verified_claims(
+        &self,
+        token: &str,
+    ) -> Result<(&Verifier, serde_json::Value), TokenError> {
         if token.len() > MAX_TOKEN_BYTES {
             return Err(TokenError::Invalid(format!(
                 "longer than {MAX_TOKEN_BYTES} bytes"
@@ -202,7 +236,7 @@ impl JwtCallers {
                 "the claims are not a JSON object".to_owned(),
             ));
         }
-        identify(verifier, claims)
+        Ok((verifier, claims))
     }
 
     /// Re-checks a caller this gateway verified earlier (by `issuer`, with

@@ -636,8 +636,8 @@ impl Registry {
     }
 
     /// The configuration in force (without its tenants), when
-    /// `tenant_store` is configured.
-    pub(super) fn store_config(&self) -> Option<Arc<Config>> {
+    /// `tenant_store` is configured: the last one applied.
+    pub fn store_config(&self) -> Option<Arc<Config>> {
         self.config.load_full()
     }
 

@@ -23,6 +23,7 @@
 //! | `toolgate_store_tenant_loads_total` | counter | outcome |
 //! | `toolgate_tenant_change_lag_seconds` | histogram | |
 //! | `toolgate_tenants_dir_files` | gauge | state |
+//! | `toolgate_admin_requests_total` | counter | rpc, code |
 
 use std::sync::Arc;
 
@@ -151,12 +152,20 @@ pub struct Metrics {
     input_refused: Family<RefusedLabels, Counter>,
     tenants: TenantMetrics,
     tenants_dir_files: Family<FileStateLabels, Gauge>,
+    admin_requests: Family<AdminLabels, Counter>,
 }
 
 /// The state of a `tenants_dir` file.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct FileStateLabels {
     state: String,
+}
+
+/// A request of the admin API.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AdminLabels {
+    rpc: String,
+    code: String,
 }
 
 /// A server's question refused upstream.
@@ -322,6 +331,13 @@ impl Metrics {
              still serve)",
             tenants_dir_files.clone(),
         );
+        let admin_requests = Family::<AdminLabels, Counter>::default();
+        registry.register(
+            "toolgate_admin_requests",
+            "Requests of the admin API (toolgate.admin.v1.Admin) by rpc and gRPC status code \
+             name (OK, UNAUTHENTICATED, INVALID_ARGUMENT, ABORTED, ...)",
+            admin_requests.clone(),
+        );
         Metrics {
             tenants,
             registry,
@@ -346,6 +362,7 @@ impl Metrics {
             tools_withheld,
             input_rounds,
             requests,
+            admin_requests,
         }
     }
 
@@ -430,6 +447,17 @@ impl Metrics {
                 server: server.to_owned(),
                 tool: tool.to_owned(),
                 event: event.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Counts a request of the admin API by `rpc` and status `code` name
+    /// (`toolgate_admin_requests_total`).
+    pub fn admin_request(&self, rpc: &str, code: &str) {
+        self.admin_requests
+            .get_or_create(&AdminLabels {
+                rpc: rpc.to_owned(),
+                code: code.to_owned(),
             })
             .inc();
     }

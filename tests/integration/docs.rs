@@ -469,6 +469,14 @@ fn screaming(code: &str) -> String {
 /// JSON-RPC table: every status a row names (`UNKNOWN` (`UNAVAILABLE` if
 /// ...)), and its reason.
 fn documented_reasons(page: &str) -> Vec<(BTreeSet<String>, String)> {
+    documented_reasons_under(
+        page,
+        &["Status codes and reasons", "Upstream JSON-RPC errors"],
+    )
+}
+
+/// The (statuses, reason) rows of the tables under these headings.
+fn documented_reasons_under(page: &str, headings: &[&str]) -> Vec<(BTreeSet<String>, String)> {
     let mut rows = Vec::new();
     let mut heading = "";
     let mut columns: Option<(usize, usize)> = None;
@@ -478,7 +486,7 @@ fn documented_reasons(page: &str) -> Vec<(BTreeSet<String>, String)> {
             columns = None;
             continue;
         }
-        if !["Status codes and reasons", "Upstream JSON-RPC errors"].contains(&heading) {
+        if !headings.contains(&heading) {
             continue;
         }
         if !line.starts_with('|') {
@@ -530,14 +538,43 @@ fn the_documented_reasons_are_the_status_tables() {
     let page = std::fs::read_to_string(repo_root().join("docs/errors.md")).unwrap();
     let documented = documented_reasons(&page);
     assert!(documented.len() >= 40, "{documented:?}");
-    // The one status table of the code: every reason it answers, and the
-    // code it pairs each with where the pair is written out.
-    let source = std::fs::read_to_string(repo_root().join("src/grpc/status.rs")).unwrap();
+    let (reasons, pairs) = answered(&repo_root().join("src/grpc/status.rs"));
+    assert!(pairs.len() >= 40, "{pairs:?}");
+    let problems = compare(&documented, &reasons, &pairs, "src/grpc/status.rs");
+    assert!(
+        problems.is_empty(),
+        "docs/errors.md against the status table:\n{}",
+        problems.join("\n")
+    );
+}
+
+/// docs/errors.md's admin API table is src/admin/status.rs's.
+#[test]
+fn the_documented_admin_reasons_are_the_admin_status_table() {
+    let page = std::fs::read_to_string(repo_root().join("docs/errors.md")).unwrap();
+    let documented = documented_reasons_under(&page, &["Admin API"]);
+    assert!(documented.len() >= 15, "{documented:?}");
+    let (reasons, pairs) = answered(&repo_root().join("src/admin/status.rs"));
+    assert!(pairs.len() >= 15, "{pairs:?}");
+    let problems = compare(&documented, &reasons, &pairs, "src/admin/status.rs");
+    assert!(
+        problems.is_empty(),
+        "docs/errors.md's admin table against src/admin/status.rs:\n{}",
+        problems.join("\n")
+    );
+}
+
+/// A status table of the code: every reason it answers, and the code it
+/// pairs each with where the pair is written out.
+fn answered(path: &std::path::Path) -> (BTreeSet<String>, BTreeSet<(String, String)>) {
+    let source = std::fs::read_to_string(path).unwrap();
     let code: String = source
         .lines()
         .map(|l| l.split("//").next().unwrap_or(""))
         .collect::<Vec<_>>()
         .join("\n");
+    // Not the unit tests' strings.
+    let code = code.split("#[cfg(test)]").next().unwrap_or("").to_owned();
     let reasons: BTreeSet<String> = code
         .split('"')
         .skip(1)
@@ -557,10 +594,19 @@ fn the_documented_reasons_are_the_status_tables() {
             pairs.insert((screaming(&name), reason));
         }
     }
-    assert!(pairs.len() >= 40, "{pairs:?}");
+    (reasons, pairs)
+}
+
+/// What differs between documented rows and a status table.
+fn compare(
+    documented: &[(BTreeSet<String>, String)],
+    reasons: &BTreeSet<String>,
+    pairs: &BTreeSet<(String, String)>,
+    source: &str,
+) -> Vec<String> {
     let documented_names: BTreeSet<&str> = documented.iter().map(|(_, r)| r.as_str()).collect();
     let mut problems = Vec::new();
-    for reason in &reasons {
+    for reason in reasons {
         if !documented_names.contains(reason.as_str()) {
             problems.push(format!(
                 "`{reason}` is answered but not in docs/errors.md's tables"
@@ -570,11 +616,11 @@ fn the_documented_reasons_are_the_status_tables() {
     for reason in &documented_names {
         if !reasons.contains(*reason) {
             problems.push(format!(
-                "`{reason}` is documented but src/grpc/status.rs never answers it"
+                "`{reason}` is documented but {source} never answers it"
             ));
         }
     }
-    for (status, reason) in &pairs {
+    for (status, reason) in pairs {
         let listed = documented
             .iter()
             .any(|(statuses, r)| r == reason && statuses.contains(status));
@@ -584,11 +630,7 @@ fn the_documented_reasons_are_the_status_tables() {
             ));
         }
     }
-    assert!(
-        problems.is_empty(),
-        "docs/errors.md against the status table:\n{}",
-        problems.join("\n")
-    );
+    problems
 }
 
 /// A setting a page names with its default (`` `name` (default 2) ``) is a
