@@ -37,6 +37,7 @@ mod reload;
 mod resources;
 mod routing;
 mod search;
+mod sessions;
 mod state;
 mod subjects;
 mod tasks;

@@ -10,6 +10,8 @@
 //!   the idle baseline). RSS over the baseline, threads, and established
 //!   TCP connections to the upstream, once every session is up and again
 //!   after one call per pair, each after a quiet [`SETTLE`].
+//!   `RUST_LOG=error` gateways; the fast server declares no `listChanged`
+//!   (no `subscriptions/listen` stream is kept for it).
 //! - **one session in this process** ([`toolgate::upstream::connect`],
 //!   what the registry's slots hold): live tokio tasks, heap bytes (a
 //!   counting allocator, [`crate::alloc`]) and TCP connections per idle
@@ -25,9 +27,10 @@ use super::measure::{self, median};
 use super::report::fmt;
 use super::scale::{connections_to, scrape};
 
-/// Quiet time before a figure is read (connections settle, the runtime
-/// parks its workers).
-const SETTLE: Duration = Duration::from_secs(2);
+/// Quiet time before a figure of an idle pair is read: longer than a
+/// stateless session keeps its rmcp service after its last request (5 s,
+/// `upstream/lease.rs`), so connections settle and leases close.
+const SETTLE: Duration = Duration::from_secs(7);
 
 /// Sessions of each revision opened in this process for the per-session
 /// figures.
@@ -190,16 +193,14 @@ async fn live(
     Ok(Live { connected, called })
 }
 
-/// What one idle session holds in this process.
+/// What one session holds in this process: (tasks, heap KiB, TCP
+/// connections) idle after connect, in use (right after a call), and idle
+/// again after it.
 #[derive(Debug, Default, Clone, Copy)]
 struct PerSession {
-    tasks: f64,
-    heap_kib: f64,
-    connections: f64,
-    /// The same after one call on each session.
-    called_tasks: f64,
-    called_heap_kib: f64,
-    called_connections: f64,
+    idle: (f64, f64, f64),
+    in_use: (f64, f64, f64),
+    idle_after: (f64, f64, f64),
 }
 
 /// Opens [`IN_PROCESS`] sessions of `lifecycle` to `upstream` in this
@@ -255,6 +256,7 @@ async fn in_process(upstream: u16, lifecycle: &str) -> anyhow::Result<PerSession
         let call = CallRequest::new("echo", arguments, Duration::from_secs(10));
         connected.session.call(&call).await?;
     }
+    let in_use = read();
     tokio::time::sleep(SETTLE).await;
     let called = read();
     for connected in &sessions {
@@ -263,13 +265,17 @@ async fn in_process(upstream: u16, lifecycle: &str) -> anyhow::Result<PerSession
     warm.session.close().await;
     drop((sessions, warm));
     let n = IN_PROCESS as f64;
+    let per = |at: (f64, f64, f64)| {
+        (
+            (at.0 - before.0) / n,
+            (at.1 - before.1) / n,
+            (at.2 - before.2) / n,
+        )
+    };
     Ok(PerSession {
-        tasks: (connected.0 - before.0) / n,
-        heap_kib: (connected.1 - before.1) / n,
-        connections: (connected.2 - before.2) / n,
-        called_tasks: (called.0 - before.0) / n,
-        called_heap_kib: (called.1 - before.1) / n,
-        called_connections: (called.2 - before.2) / n,
+        idle: per(connected),
+        in_use: per(in_use),
+        idle_after: per(called),
     })
 }
 
@@ -321,7 +327,7 @@ pub async fn report(rounds: usize, tenants: usize) -> anyhow::Result<()> {
                 "connected",
                 (|l: &Live| l.connected) as fn(&Live) -> Process,
             ),
-            ("after one call per pair", |l: &Live| l.called),
+            ("idle after one call per pair", |l: &Live| l.called),
         ] {
             let rss = at(moment, |p| p.rss_mib) - base;
             if when == "connected" {
@@ -335,16 +341,24 @@ pub async fn report(rounds: usize, tenants: usize) -> anyhow::Result<()> {
                 fmt(at(moment, |p| p.connections), 0)
             );
         }
-        let per = |f: fn(&PerSession) -> f64| median(sessions[i].iter().map(f).collect());
-        println!(
-            "| one {revision} session in process, idle / after one call: tasks / heap KiB / TCP connections | {} / {} / {} ; {} / {} / {} | | |",
-            fmt(per(|s| s.tasks), 2),
-            fmt(per(|s| s.heap_kib), 1),
-            fmt(per(|s| s.connections), 2),
-            fmt(per(|s| s.called_tasks), 2),
-            fmt(per(|s| s.called_heap_kib), 1),
-            fmt(per(|s| s.called_connections), 2)
-        );
+        for (when, at) in [
+            (
+                "idle after connect",
+                (|s: &PerSession| s.idle) as fn(&PerSession) -> (f64, f64, f64),
+            ),
+            ("right after a call", |s: &PerSession| s.in_use),
+            ("idle after a call", |s: &PerSession| s.idle_after),
+        ] {
+            let per = |f: fn((f64, f64, f64)) -> f64| {
+                median(sessions[i].iter().map(|s| f(at(s))).collect())
+            };
+            println!(
+                "| one {revision} session in process, {when}: tasks / heap KiB / TCP connections | {} / {} / {} | | |",
+                fmt(per(|t| t.0), 2),
+                fmt(per(|t| t.1), 1),
+                fmt(per(|t| t.2), 2)
+            );
+        }
     }
     println!(
         "| {scope}: RSS over idle, 2026-07-28 / 2025-11-25 | {} | | |",
