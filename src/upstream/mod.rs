@@ -860,7 +860,7 @@ impl Session {
     /// # Errors
     /// A leased session is closed, or opening its service failed (the
     /// transport, or `server/discover`).
-    pub(super) async fn hold(&self) -> Result<lease::Live, UpstreamError> {
+    async fn hold(&self) -> Result<lease::Live, UpstreamError> {
         self.peers.hold().await.map_err(|error| match error {
             lease::OpenError::Upstream(error) => error,
             lease::OpenError::Service(error) => self.classify(error, false),
