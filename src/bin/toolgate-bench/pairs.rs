@@ -5,7 +5,9 @@
 //!
 //! Two views, in one run:
 //! - **the gateway process**: `--pairs-tenants` tenants (1,000 by default)
-//!   × 2 servers, `connect: eager`, one gateway per revision, against the
+//!   × 2 servers, one gateway per revision and per way of connecting
+//!   (`connect: eager`, all at start; `connect: lazy`, each tenant
+//!   activated by one call, 16 in flight), against the
 //!   same configuration with `connect: lazy` and no call (no live session:
 //!   the idle baseline). RSS over the baseline, threads, and established
 //!   TCP connections to the upstream, once every session is up and again
@@ -172,18 +174,27 @@ async fn baseline(dir: &std::path::Path, tenants: usize, upstream: u16) -> anyho
     Ok(Process::read(gateway.pid(), upstream))
 }
 
+/// How the pairs come to life: `eager` (every session at start, all at
+/// once) or `lazy` (each tenant activated by its first call, 16 calls in
+/// flight: how state store tenants come).
+const CONNECTS: [&str; 2] = ["eager", "lazy"];
+
 /// One revision's gateway: every pair connected, then called once.
 async fn live(
     dir: &std::path::Path,
     tenants: usize,
     upstream: u16,
     lifecycle: &str,
+    connect: &str,
 ) -> anyhow::Result<Live> {
-    let name = format!("{lifecycle}.yaml");
-    let (config, port, metrics_port) = config(dir, &name, tenants, upstream, "eager", lifecycle)?;
+    let name = format!("{lifecycle}-{connect}.yaml");
+    let (config, port, metrics_port) = config(dir, &name, tenants, upstream, connect, lifecycle)?;
     let gateway = spawn_gateway(&config);
     wait_port(port).await;
     wait_port(metrics_port).await;
+    if connect == "lazy" {
+        call_every_pair(port, tenants).await?;
+    }
     wait_live(metrics_port, tenants * 2).await?;
     tokio::time::sleep(SETTLE).await;
     let connected = Process::read(gateway.pid(), upstream);
@@ -291,7 +302,8 @@ pub async fn report(rounds: usize, tenants: usize) -> anyhow::Result<()> {
     let (server, upstream) = fast_http_server(0);
     wait_port(upstream).await;
     let mut idle = Vec::new();
-    let mut lives: [Vec<Live>; 2] = Default::default();
+    // By revision, then by `CONNECTS`.
+    let mut lives: [[Vec<Live>; 2]; 2] = Default::default();
     let mut sessions: [Vec<PerSession>; 2] = Default::default();
     for round in 0..rounds.max(1) {
         eprintln!(
@@ -301,7 +313,9 @@ pub async fn report(rounds: usize, tenants: usize) -> anyhow::Result<()> {
         idle.push(baseline(&dir, tenants, upstream).await?);
         for (i, (revision, lifecycle)) in REVISIONS.into_iter().enumerate() {
             eprintln!("round {}: idle pairs, {revision} ({lifecycle})", round + 1);
-            lives[i].push(live(&dir, tenants, upstream, lifecycle).await?);
+            for (j, connect) in CONNECTS.into_iter().enumerate() {
+                lives[i][j].push(live(&dir, tenants, upstream, lifecycle, connect).await?);
+            }
             sessions[i].push(in_process(upstream, lifecycle).await?);
         }
     }
@@ -317,29 +331,32 @@ pub async fn report(rounds: usize, tenants: usize) -> anyhow::Result<()> {
         fmt(base, 1),
         fmt(base_threads, 0)
     );
-    let mut over = [0.0; 2];
+    // RSS over idle of the connected pairs, by revision and `CONNECTS`.
+    let mut over = [[0.0; 2]; 2];
     for (i, (revision, lifecycle)) in REVISIONS.into_iter().enumerate() {
-        let at = |f: fn(&Live) -> Process, g: fn(&Process) -> f64| {
-            median(lives[i].iter().map(|l| g(&f(l))).collect())
-        };
-        for (when, moment) in [
-            (
-                "connected",
-                (|l: &Live| l.connected) as fn(&Live) -> Process,
-            ),
-            ("idle after one call per pair", |l: &Live| l.called),
-        ] {
-            let rss = at(moment, |p| p.rss_mib) - base;
-            if when == "connected" {
-                over[i] = rss;
+        for (j, connect) in CONNECTS.into_iter().enumerate() {
+            let at = |f: fn(&Live) -> Process, g: fn(&Process) -> f64| {
+                median(lives[i][j].iter().map(|l| g(&f(l))).collect())
+            };
+            for (when, moment) in [
+                (
+                    "connected",
+                    (|l: &Live| l.connected) as fn(&Live) -> Process,
+                ),
+                ("idle after one call per pair", |l: &Live| l.called),
+            ] {
+                let rss = at(moment, |p| p.rss_mib) - base;
+                if when == "connected" {
+                    over[i][j] = rss;
+                }
+                println!(
+                    "| {scope}, {revision} (`lifecycle: {lifecycle}`, `connect: {connect}`), {when}: RSS over idle (per pair) / threads / TCP connections to the upstream | {} MiB ({} KiB) / {} / {} | | |",
+                    fmt(rss, 1),
+                    fmt(rss * 1024.0 / pairs, 1),
+                    fmt(at(moment, |p| p.threads), 0),
+                    fmt(at(moment, |p| p.connections), 0)
+                );
             }
-            println!(
-                "| {scope}, {revision} (`lifecycle: {lifecycle}`), {when}: RSS over idle (per pair) / threads / TCP connections to the upstream | {} MiB ({} KiB) / {} / {} | | |",
-                fmt(rss, 1),
-                fmt(rss * 1024.0 / pairs, 1),
-                fmt(at(moment, |p| p.threads), 0),
-                fmt(at(moment, |p| p.connections), 0)
-            );
         }
         for (when, at) in [
             (
@@ -360,20 +377,22 @@ pub async fn report(rounds: usize, tenants: usize) -> anyhow::Result<()> {
             );
         }
     }
-    println!(
-        "| {scope}: RSS over idle, 2026-07-28 / 2025-11-25 | {} | | |",
-        fmt(over[0] / over[1], 2)
-    );
-    let scaled = over[0] * 2000.0 / pairs;
-    println!(
-        "| 1,000 tenants × 2 live 2026-07-28 pairs: RSS over idle{} | {} MiB | ≤ {GOAL_MIB} MiB | {} |",
-        if tenants == 1000 {
-            ""
-        } else {
-            " (scaled from this run)"
-        },
-        fmt(scaled, 1),
-        super::report::verdict(scaled <= GOAL_MIB)
-    );
+    for (j, connect) in CONNECTS.into_iter().enumerate() {
+        println!(
+            "| {scope}, `connect: {connect}`: RSS over idle, 2026-07-28 / 2025-11-25 | {} | | |",
+            fmt(over[0][j] / over[1][j], 2)
+        );
+        let scaled = over[0][j] * 2000.0 / pairs;
+        println!(
+            "| 1,000 tenants × 2 live 2026-07-28 pairs, `connect: {connect}`: RSS over idle{} | {} MiB | ≤ {GOAL_MIB} MiB | {} |",
+            if tenants == 1000 {
+                ""
+            } else {
+                " (scaled from this run)"
+            },
+            fmt(scaled, 1),
+            super::report::verdict(scaled <= GOAL_MIB)
+        );
+    }
     Ok(())
 }
