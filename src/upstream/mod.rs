@@ -273,7 +273,7 @@ impl Connecting<'_> {
         cancel: CancellationToken,
     ) -> Result<Connected, UpstreamError> {
         let leased = self.leased(&service, &group);
-        let transports = leased.then(|| self.transports());
+        let transports = leased.then(|| self.transports()).flatten();
         let Self {
             server,
             label,
@@ -513,16 +513,17 @@ impl Connecting<'_> {
             && self.options.elicitation_answerer.is_none()
     }
 
-    /// Fresh transports to the server, as the connect's (for leases).
-    fn transports(&self) -> lease::Transports {
+    /// Fresh transports to an HTTP server, as the connect's (for leases);
+    /// `None` for a stdio server.
+    fn transports(&self) -> Option<lease::Transports> {
         let Transport::Http { url, headers, tls } = &self.server.transport else {
-            unreachable!("leased sessions are HTTP sessions");
+            return None;
         };
         let (url, headers, tls) = (url.clone(), headers.clone(), tls.clone());
         let max_result_bytes = self.max_result_bytes;
         let redaction = self.redaction.clone();
         let bearer = self.options.bearer.clone();
-        Box::new(move || {
+        Some(Box::new(move || {
             http::transport(
                 &url,
                 &headers,
@@ -531,7 +532,7 @@ impl Connecting<'_> {
                 &redaction,
                 bearer.clone(),
             )
-        })
+        }))
     }
 }
 
