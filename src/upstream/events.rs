@@ -20,7 +20,9 @@ pub struct SessionEvents {
     tools: watch::Sender<u64>,
     prompts: watch::Sender<u64>,
     resources: watch::Sender<u64>,
-    updated: broadcast::Sender<String>,
+    /// Made by the first watcher: its buffer ([`UPDATES`] slots, about
+    /// 3 KiB) is not held by the many sessions nobody watches.
+    updated: std::sync::OnceLock<broadcast::Sender<String>>,
     /// The session's resource subscriptions, by URI (`WatchResource`).
     subscriptions: super::subscriptions::Subscriptions,
 }
@@ -31,7 +33,7 @@ impl Default for SessionEvents {
             tools: watch::Sender::new(0),
             prompts: watch::Sender::new(0),
             resources: watch::Sender::new(0),
-            updated: broadcast::Sender::new(UPDATES),
+            updated: std::sync::OnceLock::new(),
             subscriptions: super::subscriptions::Subscriptions::default(),
         }
     }
@@ -69,8 +71,10 @@ impl SessionEvents {
 
     /// The server said resource `uri` changed.
     pub fn resource_updated(&self, uri: String) {
-        // No receiver: nobody watches; nothing to do.
-        let _ = self.updated.send(uri);
+        // No channel or no receiver: nobody watches; nothing to do.
+        if let Some(updated) = self.updated.get() {
+            let _ = updated.send(uri);
+        }
     }
 
     /// The session's resource subscriptions.
@@ -80,6 +84,26 @@ impl SessionEvents {
 
     /// Every `resources/updated` from now on.
     pub fn resource_updates(&self) -> broadcast::Receiver<String> {
-        self.updated.subscribe()
+        self.updated
+            .get_or_init(|| broadcast::Sender::new(UPDATES))
+            .subscribe()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn updates_need_a_watcher_and_reach_it() {
+        let events = SessionEvents::default();
+        // Nobody watches: no buffer is made, and an update goes nowhere.
+        events.resource_updated("a://1".to_owned());
+        assert!(events.updated.get().is_none());
+        let mut updates = events.resource_updates();
+        assert!(events.updated.get().is_some());
+        events.resource_updated("a://2".to_owned());
+        assert_eq!(updates.try_recv().unwrap(), "a://2");
+        assert!(updates.try_recv().is_err());
     }
 }

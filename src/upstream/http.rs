@@ -25,6 +25,9 @@ use crate::credentials::Redaction;
 
 pub(crate) mod layer;
 
+/// A session's Streamable HTTP transport.
+pub(super) type HttpTransport = StreamableHttpClientTransport<Layered<TraceHeaders>>;
+
 /// Installs the process-wide TLS crypto provider (ring) once.
 fn ensure_crypto_provider() {
     static INSTALL: std::sync::Once = std::sync::Once::new();
@@ -61,7 +64,7 @@ pub(super) fn transport(
     max_result_bytes: usize,
     redaction: &Redaction,
     bearer: Option<Bearer>,
-) -> Result<StreamableHttpClientTransport<Layered<TraceHeaders>>, UpstreamError> {
+) -> Result<HttpTransport, UpstreamError> {
     ensure_crypto_provider();
     let mut custom = HashMap::new();
     for (name, value) in headers {

@@ -10,6 +10,7 @@ mod events;
 mod handler;
 mod http;
 pub mod input;
+mod lease;
 mod listing;
 mod prompts;
 mod redact;
@@ -63,7 +64,9 @@ pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
 /// A live MCP client session.
 #[derive(Debug)]
 pub struct Session {
-    peer: Peer<RoleClient>,
+    /// Its rmcp service: standing, or leased per burst of requests for a
+    /// stateless HTTP session ([`lease`]).
+    peers: lease::Peers,
     client: handler::GatewayClient,
     label: Label,
     cancel: CancellationToken,
@@ -72,6 +75,9 @@ pub struct Session {
     /// stdio, no live process is left in the child's process group. (One
     /// channel for both: each costs a few hundred bytes per session.)
     end: watch::Receiver<End>,
+    /// A leased session's end, set when it is closed (no task watches a
+    /// service loop for it: a leased session has none between requests).
+    end_tx: Option<watch::Sender<End>>,
     /// The stdio child's pid (and process group), for log lines.
     pid: Option<u32>,
     /// Removes configured credentials and live OAuth tokens from what the
@@ -266,6 +272,8 @@ impl Connecting<'_> {
         deadline: tokio::time::Instant,
         cancel: CancellationToken,
     ) -> Result<Connected, UpstreamError> {
+        let leased = self.leased(&service, &group);
+        let transports = leased.then(|| self.transports()).flatten();
         let Self {
             server,
             label,
@@ -329,26 +337,51 @@ impl Connecting<'_> {
         let client = service.service().clone();
         let pid = group.as_ref().map(stdio::Group::pid);
         let (end_tx, end) = watch::channel(End::Running);
-        // Every end of the session passes here (closed, evicted, replaced,
-        // dropped, the server exited or crashed): once the service loop is
-        // over, the session is reported ended at once (calls in flight fail
-        // now, the supervisor may reconnect), then a stdio server's whole
-        // process group is stopped, and only then is the session closed.
-        tokio::spawn(async move {
-            let _ = service.waiting().await;
-            let _ = end_tx.send(End::Ended);
-            if let Some(group) = group {
-                group.stop().await;
+        let (peers, end_tx) = match (transports, peer.peer_info()) {
+            // Stateless over HTTP: the connect's service is the first
+            // lease; the session ends only when closed.
+            (Some(transports), Some(info)) => {
+                let leases = lease::Leases::start(
+                    service,
+                    (*info).clone(),
+                    transports,
+                    cancel.clone(),
+                    lease::LINGER,
+                );
+                (
+                    lease::Peers::Leased {
+                        first: peer,
+                        leases,
+                    },
+                    Some(end_tx),
+                )
             }
-            let _ = end_tx.send(End::Closed);
-        });
+            _ => {
+                // Every end of the session passes here (closed, evicted,
+                // replaced, dropped, the server exited or crashed): once
+                // the service loop is over, the session is reported ended
+                // at once (calls in flight fail now, the supervisor may
+                // reconnect), then a stdio server's whole process group is
+                // stopped, and only then is the session closed.
+                tokio::spawn(async move {
+                    let _ = service.waiting().await;
+                    let _ = end_tx.send(End::Ended);
+                    if let Some(group) = group {
+                        group.stop().await;
+                    }
+                    let _ = end_tx.send(End::Closed);
+                });
+                (lease::Peers::Standing(peer), None)
+            }
+        };
         Ok(Connected {
             session: Arc::new(Session {
-                peer,
+                peers,
                 client,
                 label: label.clone(),
                 cancel,
                 end,
+                end_tx,
                 pid,
                 redaction,
                 redact_results: server.redact_results,
@@ -464,6 +497,43 @@ impl Connecting<'_> {
         };
         handler::GatewayClient::new(self.redaction.clone(), questions)
     }
+
+    /// Whether a started session is leased ([`lease`]): stateless (no
+    /// `initialize` in its revision), over HTTP, and not driven through
+    /// its peer by `toolgate conformance-client` (which answers
+    /// elicitations itself and keeps one service).
+    fn leased(&self, service: &Service, group: &Option<stdio::Group>) -> bool {
+        let stateless = service
+            .peer()
+            .peer_info()
+            .is_some_and(|info| !info.protocol_version.has_initialize());
+        stateless
+            && group.is_none()
+            && matches!(self.server.transport, Transport::Http { .. })
+            && self.options.elicitation_answerer.is_none()
+    }
+
+    /// Fresh transports to an HTTP server, as the connect's (for leases);
+    /// `None` for a stdio server.
+    fn transports(&self) -> Option<lease::Transports> {
+        let Transport::Http { url, headers, tls } = &self.server.transport else {
+            return None;
+        };
+        let (url, headers, tls) = (url.clone(), headers.clone(), tls.clone());
+        let max_result_bytes = self.max_result_bytes;
+        let redaction = self.redaction.clone();
+        let bearer = self.options.bearer.clone();
+        Some(Box::new(move || {
+            http::transport(
+                &url,
+                &headers,
+                tls.as_ref(),
+                max_result_bytes,
+                &redaction,
+                bearer.clone(),
+            )
+        }))
+    }
 }
 
 /// Runs the MCP lifecycle of `lifecycle` over `transport` with `client`.
@@ -492,7 +562,10 @@ where
         .clone()
         .unwrap_or(rmcp::model::ProtocolVersion::LATEST_WITH_INITIALIZE);
     let client = client.with_initialize_version(version);
-    rmcp::service::serve_client_with_lifecycle_and_ct(client, transport, mode, cancel.clone()).await
+    // A child token: dropping the service (a leased session's first)
+    // must not end the session.
+    rmcp::service::serve_client_with_lifecycle_and_ct(client, transport, mode, cancel.child_token())
+        .await
 }
 
 /// Describes a handshake failure: the server's text with the configured
@@ -653,8 +726,8 @@ impl Session {
                 .client
                 .ties()
                 .register(call.accepts, call.asker.clone());
-            let handle = self
-                .peer
+            let live = self.hold().await?;
+            let handle = live
                 .send_request_with_option(request, options)
                 .await
                 .map_err(|e| self.classify(e, false))?;
@@ -663,7 +736,7 @@ impl Session {
             // From here on, leaving early (timeout, caller gone, session
             // lost) tells the server with `notifications/cancelled`.
             let mut cancel = CancelOnDrop {
-                peer: self.peer.clone(),
+                peer: live.clone(),
                 id: Some(handle.id.clone()),
             };
             let _tracking = call
@@ -741,7 +814,7 @@ impl Session {
                     %error,
                     "transport failed; the session will be reconnected"
                 );
-                self.cancel.cancel();
+                self.stop();
                 error
             }
             error @ UpstreamError::HttpStatus { .. } => {
@@ -774,10 +847,44 @@ impl Session {
         self.client.events()
     }
 
-    /// The session's rmcp peer, for requests [`Session::call`] does not
-    /// make (`toolgate conformance-client`, `subscriptions/listen`).
+    /// The session's rmcp peer as of connect, for what the server said it
+    /// is (`peer_info`), and for `toolgate conformance-client`, whose
+    /// sessions keep their service. A leased session's is closed between
+    /// requests: send with [`Session::hold`].
     pub(crate) fn peer(&self) -> &Peer<RoleClient> {
-        &self.peer
+        self.peers.info_peer()
+    }
+
+    /// A peer to send on, held (a leased session's service stays open
+    /// while it is, and is opened now if none is).
+    ///
+    /// # Errors
+    /// A leased session is closed, or opening its service failed (the
+    /// transport, or `server/discover`).
+    async fn hold(&self) -> Result<lease::Live, UpstreamError> {
+        self.peers.hold().await.map_err(|error| match error {
+            lease::OpenError::Upstream(error) => error,
+            lease::OpenError::Service(error) => self.classify(error, false),
+        })
+    }
+
+    /// Whether a leased session's service is open now (`false` for a
+    /// standing session), for tests of what an idle session holds.
+    #[doc(hidden)]
+    pub fn holds_service(&self) -> bool {
+        self.peers.leases().is_some_and(|leases| leases.is_open())
+    }
+
+    /// Ends the session now: its service loop is cancelled; a leased
+    /// session is closed at once (nothing of it is left to wait for).
+    fn stop(&self) {
+        self.cancel.cancel();
+        if let Some(leases) = self.peers.leases() {
+            leases.close();
+        }
+        if let Some(end) = &self.end_tx {
+            end.send_replace(End::Closed);
+        }
     }
 
     /// Closes the session: for stdio, stdin closed, the grace, then
@@ -785,7 +892,7 @@ impl Session {
     /// session deleted for HTTP. Returns once that is done (for stdio: no
     /// live process left in the group), bounded by [`CLOSE_TIMEOUT`].
     pub async fn close(&self) {
-        self.cancel.cancel();
+        self.stop();
         let mut closed = self.end.clone();
         if tokio::time::timeout(CLOSE_TIMEOUT, closed.wait_for(|end| *end == End::Closed))
             .await
@@ -805,14 +912,15 @@ impl Session {
 /// task that watches it stops the child's process group.
 impl Drop for Session {
     fn drop(&mut self) {
-        self.cancel.cancel();
+        self.stop();
     }
 }
 
 /// Sends `notifications/cancelled` for a request abandoned before its
 /// answer arrived.
 struct CancelOnDrop {
-    peer: Peer<RoleClient>,
+    /// Held: a stateless session's service stays open to send it.
+    peer: lease::Live,
     id: Option<RequestId>,
 }
 

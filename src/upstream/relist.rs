@@ -31,10 +31,10 @@ impl Session {
         if let Some(bearer) = &self.bearer {
             bearer.refresh().await?;
         }
-        tokio::time::timeout(
-            timeout,
-            list_all_tools(&self.peer, max_pages, &self.redaction),
-        )
+        tokio::time::timeout(timeout, async {
+            let live = self.hold().await?;
+            list_all_tools(&live, max_pages, &self.redaction).await
+        })
         .await
         .map_err(|_| UpstreamError::Timeout(timeout))?
     }
@@ -54,10 +54,13 @@ impl Session {
             return Some(Err(format!("prompts/list failed: {e}")));
         }
         Some(
-            tokio::time::timeout(
-                timeout,
-                list_all_prompts(&self.peer, max_pages, &self.redaction),
-            )
+            tokio::time::timeout(timeout, async {
+                let live = self
+                    .hold()
+                    .await
+                    .map_err(|e| format!("prompts/list failed: {e}"))?;
+                list_all_prompts(&live, max_pages, &self.redaction).await
+            })
             .await
             .unwrap_or_else(|_| {
                 Err(format!(
@@ -101,7 +104,26 @@ impl Session {
         let mut backoff = Duration::from_secs(1);
         let mut reopened = false;
         while !self.is_ended() {
-            match self.peer.listen(filter.clone()).await {
+            // Held while the stream is open: a stateless session's
+            // service stays open with it.
+            let live = match self.hold().await {
+                Ok(live) => live,
+                Err(error) => {
+                    tracing::debug!(
+                        tenant = %self.label.tenant,
+                        server = %self.label.server,
+                        %error,
+                        "subscriptions/listen for list changes: no service"
+                    );
+                    tokio::select! {
+                        () = tokio::time::sleep(backoff) => {}
+                        () = self.wait_ended() => return,
+                    }
+                    backoff = (backoff * 2).min(MAX_LISTEN_BACKOFF);
+                    continue;
+                }
+            };
+            match live.listen(filter.clone()).await {
                 Ok(mut subscription) => {
                     // Opened again: what changed while none was open is
                     // read again.

@@ -98,13 +98,13 @@ impl Session {
         let timeout = request.timeout;
         let mut ended = self.end.clone();
         async {
-            let handle = self
-                .peer
+            let live = self.hold().await?;
+            let handle = live
                 .send_request_with_option(request.request.clone(), options)
                 .await
                 .map_err(|e| self.classify(e, false))?;
             let mut cancel = CancelOnDrop {
-                peer: self.peer.clone(),
+                peer: live.clone(),
                 id: Some(handle.id.clone()),
             };
             let result = tokio::select! {
@@ -138,7 +138,8 @@ impl Session {
     /// handshake.
     #[must_use]
     pub fn server_capabilities(&self) -> ServerCapabilities {
-        self.peer
+        self.peers
+            .info_peer()
             .peer_info()
             .map(|info| info.capabilities.clone())
             .unwrap_or_default()
@@ -149,7 +150,8 @@ impl Session {
     /// instead of `resources/subscribe`).
     #[must_use]
     pub fn is_stateless(&self) -> bool {
-        self.peer
+        self.peers
+            .info_peer()
             .peer_info()
             .is_some_and(|info| !info.protocol_version.has_initialize())
     }

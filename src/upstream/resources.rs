@@ -278,13 +278,13 @@ impl Session {
         if cache.listen.set(stop.clone().drop_guard()).is_err() {
             return;
         }
-        let peer = self.peer.clone();
+        let peers = self.peers.clone();
         let events = self.client.events().clone();
         let listening = cache.listening.clone();
         let mut end = self.end.clone();
         let label = self.label.clone();
         tokio::spawn(async move {
-            let run = listen_loop(&peer, &events, &listening, &label);
+            let run = listen_loop(&peers, &events, &listening, &label);
             tokio::select! {
                 () = run => {}
                 () = stop.cancelled() => {}
@@ -452,7 +452,7 @@ impl Session {
 /// is stopped. While no stream is open, `listening` is false (listings are
 /// then not reused), and each (re)opening counts as a change.
 async fn listen_loop(
-    peer: &rmcp::service::Peer<rmcp::service::RoleClient>,
+    peers: &super::lease::Peers,
     events: &SessionEvents,
     listening: &AtomicBool,
     label: &super::Label,
@@ -462,8 +462,15 @@ async fn listen_loop(
         let filter = SubscriptionFilter::builder()
             .resources_list_changed()
             .build();
-        match peer.listen(filter).await {
-            Ok(mut subscription) => {
+        // Held while the stream is open: a stateless session's service
+        // stays open with it.
+        let listened = match peers.hold().await {
+            Ok(live) => live.listen(filter).await.map(|s| (s, live)),
+            Err(super::lease::OpenError::Service(error)) => Err(error),
+            Err(super::lease::OpenError::Upstream(_)) => Err(rmcp::ServiceError::TransportClosed),
+        };
+        match listened {
+            Ok((mut subscription, _live)) => {
                 listening.store(true, Ordering::Release);
                 // What changed before the stream was open was not heard.
                 events.list_changed(ListKind::Resources);

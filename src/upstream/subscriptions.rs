@@ -127,7 +127,9 @@ enum Feed {
     /// 2025-11-25: the session's `notifications/resources/updated`.
     Updates(broadcast::Receiver<String>),
     /// 2026-07-28: the listen stream of this URI.
-    Listen(Box<rmcp::service::Subscription>),
+    /// (Held with the service it streams on: a stateless session's
+    /// service stays open while the stream does.)
+    Listen(Box<rmcp::service::Subscription>, super::lease::Live),
 }
 
 impl Session {
@@ -208,12 +210,13 @@ impl Session {
             let filter = SubscriptionFilter::builder()
                 .resource_subscription(uri)
                 .build();
+            let live = self.hold().await?;
             let listening = tokio::select! {
-                listening = tokio::time::timeout(timeout, self.peer.listen(filter)) => listening,
+                listening = tokio::time::timeout(timeout, live.listen(filter)) => listening,
                 () = self.wait_ended() => return Err(UpstreamError::Lost),
             };
             return match listening {
-                Ok(Ok(subscription)) => Ok(Feed::Listen(Box::new(subscription))),
+                Ok(Ok(subscription)) => Ok(Feed::Listen(Box::new(subscription), live)),
                 Ok(Err(error)) => Err(self.classify(error, true)),
                 Err(_) => Err(UpstreamError::Timeout(timeout)),
             };
@@ -325,7 +328,7 @@ impl Follower {
     /// Undoes the subscription (the last watcher left).
     async fn unsubscribe(&self, feed: Feed) {
         let result = match feed {
-            Feed::Listen(mut subscription) => subscription
+            Feed::Listen(mut subscription, _live) => subscription
                 .cancel()
                 .await
                 .map_err(|e| self.session.classify(e, true)),
@@ -364,7 +367,7 @@ async fn next_update(session: &Session, uri: &str, feed: &mut Feed) -> Option<St
                 Err(broadcast::error::RecvError::Closed) => return None,
             }
         },
-        Feed::Listen(subscription) => loop {
+        Feed::Listen(subscription, _) => loop {
             match subscription.next().await {
                 Ok(Some(ServerNotification::ResourceUpdatedNotification(update))) => {
                     let updated = update.params.uri;

@@ -17,7 +17,7 @@ use rmcp::model::{
     ErrorCode, ErrorData, GetTaskParams, GetTaskRequest, InputResponses, JsonObject,
     RequestMetaObject, ServerResult, TASKS_EXTENSION_ID, UpdateTaskParams, UpdateTaskRequest,
 };
-use rmcp::service::{Peer, PeerRequestOptions, RoleClient};
+use rmcp::service::PeerRequestOptions;
 use serde_json::Value;
 use tokio::time::Instant;
 use tracing::Instrument;
@@ -230,8 +230,8 @@ impl Session {
         let mut ended = self.end.clone();
         async {
             let options = PeerRequestOptions::no_options().with_meta(self.tasks_meta());
-            let handle = self
-                .peer
+            let live = self.hold().await?;
+            let handle = live
                 .send_request_with_option(request, options)
                 .await
                 .map_err(|e| self.classify(e, false))?;
@@ -268,7 +268,7 @@ impl Session {
     ) -> Result<CallToolResult, UpstreamError> {
         let task_id = created.task.task_id;
         let mut cancel = CancelTaskOnDrop {
-            peer: self.peer.clone(),
+            peer: self.hold().await?,
             meta: self.tasks_meta(),
             task_id: Some(task_id.clone()),
         };
@@ -408,7 +408,8 @@ async fn ask(
 /// deadline passed, the caller went away), in the background and bounded
 /// by [`CANCEL_TIMEOUT`].
 struct CancelTaskOnDrop {
-    peer: Peer<RoleClient>,
+    /// Held: a stateless session's service stays open to send it.
+    peer: super::lease::Live,
     meta: RequestMetaObject,
     task_id: Option<String>,
 }

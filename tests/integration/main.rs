@@ -38,6 +38,7 @@ mod reload;
 mod resources;
 mod routing;
 mod search;
+mod sessions;
 mod state;
 mod state_tenants;
 mod subjects;

@@ -39,6 +39,13 @@ pub(crate) struct Args {
     /// Only the many-tenant figures (memory), `--rounds` times.
     #[arg(long)]
     pub(crate) only_tenants: bool,
+    /// Only the idle-pair figures: what a live 2026-07-28 tenant × server
+    /// pair holds against a 2025-11-25 one (`--pairs-tenants` × 2 pairs).
+    #[arg(long)]
+    pub(crate) only_idle_pairs: bool,
+    /// Tenants of the idle-pair figures (each with 2 servers).
+    #[arg(long, default_value_t = 1000)]
+    pub(crate) pairs_tenants: usize,
     /// Skip the Python-client figure (grpc.aio, 16 in flight).
     #[arg(long)]
     pub(crate) skip_python: bool,

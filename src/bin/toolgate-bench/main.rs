@@ -9,6 +9,7 @@
 //! ```
 //! See docs/performance.md.
 
+mod alloc;
 mod args;
 mod ask_server;
 mod floor;
@@ -20,6 +21,7 @@ mod measure;
 mod memory;
 mod offerings;
 mod offerings_server;
+mod pairs;
 mod paths;
 mod policy;
 mod policy_audit;
@@ -36,6 +38,10 @@ use args::{Args, Cmd};
 use harness::toolgate_exe;
 use paths::{Figures, Path_, build_paths, mcpo, measure};
 use tenants::many_tenants;
+
+/// Counts live heap bytes for `--only-idle-pairs` ([`alloc`]).
+#[global_allocator]
+static ALLOC: alloc::Counting = alloc::Counting;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -67,6 +73,11 @@ async fn main() -> anyhow::Result<()> {
         toolgate_exe().exists(),
         "build the gateway first: cargo build --release"
     );
+    if args.only_idle_pairs {
+        println!("| target | figure | goal | |");
+        println!("| --- | --- | --- | --- |");
+        return pairs::report(args.rounds, args.pairs_tenants).await;
+    }
     if args.only_tenants {
         return memory::report(args.rounds).await;
     }

@@ -58,7 +58,7 @@ const SETTLE: Duration = Duration::from_secs(3);
 
 /// Session figures from the gateway's /metrics at the end of the run.
 #[derive(Debug, Default)]
-struct Metrics {
+pub(crate) struct Metrics {
     /// `toolgate_upstream_connects_total{result="ok"}`: sessions opened.
     opened: f64,
     /// `toolgate_upstream_connects_total{result="failed"}`.
@@ -68,7 +68,7 @@ struct Metrics {
     /// `toolgate_upstream_session_lost_total`.
     lost: f64,
     /// Sum of `toolgate_upstream_session_up`: live at the end.
-    live: f64,
+    pub(crate) live: f64,
     /// Series of `toolgate_upstream_session_up`: tenant × server pairs
     /// that ever connected.
     ever_connected: f64,
@@ -220,7 +220,7 @@ async fn worker(
     (latencies, failures)
 }
 
-async fn scrape(port: u16) -> anyhow::Result<Metrics> {
+pub(crate) async fn scrape(port: u16) -> anyhow::Result<Metrics> {
     let text = reqwest::get(format!("http://127.0.0.1:{port}/metrics"))
         .await?
         .error_for_status()?
@@ -290,7 +290,7 @@ async fn run(duration: Duration) -> anyhow::Result<Figures> {
 /// Established TCP connections (IPv4) in `pid`'s network namespace whose
 /// remote port is one of `ports`: the client side of connections to the
 /// upstreams, all the gateway's.
-fn connections_to(pid: u32, ports: &[u16]) -> usize {
+pub(crate) fn connections_to(pid: u32, ports: &[u16]) -> usize {
     let table = std::fs::read_to_string(format!("/proc/{pid}/net/tcp")).unwrap_or_default();
     table
         .lines()
