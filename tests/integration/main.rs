@@ -28,6 +28,7 @@ mod limits;
 mod oauth;
 mod oauth_oidc;
 mod oauth_redaction;
+mod onboarding;
 mod ops;
 mod policy;
 mod policy_targets;

@@ -23,12 +23,12 @@ const SECRET: &str = "sk-live-4f1b2c3d4e5f60718293a4b5";
 const MAX_MESSAGE: usize = 2048;
 
 /// `tests/fixtures/python/echo_auth_server.py` running; killed on drop.
-struct Upstream {
+pub(crate) struct Upstream {
     _child: ChildGuard,
-    port: u16,
+    pub(crate) port: u16,
 }
 
-fn start_upstream(args: &[&str]) -> Upstream {
+pub(crate) fn start_upstream(args: &[&str]) -> Upstream {
     let mut child = Command::new(python())
         .arg(fixture("python/echo_auth_server.py"))
         .args(args)
