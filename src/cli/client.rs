@@ -99,7 +99,13 @@ pub struct CallArgs {
 }
 
 pub(super) fn token(connection: &Connection) -> Result<String, String> {
-    match &connection.token_file {
+    token_from(connection.token_file.as_deref(), "TOOLGATE_TOKEN")
+}
+
+/// A bearer token from `--token-file` (one trailing newline trimmed), else
+/// from the environment variable `var`.
+pub(super) fn token_from(file: Option<&Path>, var: &str) -> Result<String, String> {
+    match file {
         Some(path) => {
             let mut text = std::fs::read_to_string(path)
                 .map_err(|e| format!("cannot read --token-file {}: {e}", path.display()))?;
@@ -111,10 +117,10 @@ pub(super) fn token(connection: &Connection) -> Result<String, String> {
             }
             Ok(text)
         }
-        None => std::env::var("TOOLGATE_TOKEN")
+        None => std::env::var(var)
             .ok()
             .filter(|t| !t.is_empty())
-            .ok_or_else(|| "no token: set TOOLGATE_TOKEN or pass --token-file".to_owned()),
+            .ok_or_else(|| format!("no token: set {var} or pass --token-file")),
     }
 }
 

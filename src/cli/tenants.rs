@@ -211,25 +211,7 @@ impl Admin {
 }
 
 fn admin_token(c: &AdminConnection) -> Result<String, String> {
-    match &c.token_file {
-        Some(path) => {
-            let mut text = std::fs::read_to_string(path)
-                .map_err(|e| format!("cannot read --token-file {}: {e}", path.display()))?;
-            if text.ends_with('\n') {
-                text.pop();
-            }
-            if text.is_empty() {
-                return Err(format!("--token-file {} is empty", path.display()));
-            }
-            Ok(text)
-        }
-        None => std::env::var("TOOLGATE_ADMIN_TOKEN")
-            .ok()
-            .filter(|t| !t.is_empty())
-            .ok_or_else(|| {
-                "no admin token: set TOOLGATE_ADMIN_TOKEN or pass --token-file".to_owned()
-            }),
-    }
+    super::client::token_from(c.token_file.as_deref(), "TOOLGATE_ADMIN_TOKEN")
 }
 
 /// One tenant of a file to apply: its name and its spec's text.

@@ -151,3 +151,31 @@ pub(crate) fn fast_http_server(tools: usize) -> (Proc, u16) {
     ]);
     (spawn(command), port)
 }
+
+/// Milliseconds from `started` until the gateway on `port` answers health
+/// `SERVING` (polled every 2 ms, for at most a minute).
+pub(crate) async fn serving_ms(port: u16, started: std::time::Instant) -> anyhow::Result<f64> {
+    loop {
+        if let Ok(endpoint) =
+            tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
+            && let Ok(channel) = endpoint.connect().await
+        {
+            let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
+            if let Ok(r) = health
+                .check(tonic_health::pb::HealthCheckRequest {
+                    service: String::new(),
+                })
+                .await
+                && r.get_ref().status
+                    == tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+            {
+                return Ok(started.elapsed().as_secs_f64() * 1000.0);
+            }
+        }
+        anyhow::ensure!(
+            started.elapsed() < Duration::from_secs(60),
+            "the gateway on port {port} never answered SERVING"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::harness::{fast_http_server, free_port, grpc, spawn_gateway, wait_port};
+use crate::harness::{fast_http_server, free_port, grpc, serving_ms, spawn_gateway, wait_port};
 use crate::measure;
 use toolgate::pb;
 
@@ -43,27 +43,7 @@ pub(crate) async fn many_tenants() -> anyhow::Result<(f64, f64, f64)> {
     let (config, gw_port) = write("idle.yaml", 10_000, "lazy", 1)?;
     let started = Instant::now();
     let gw = spawn_gateway(&config);
-    let serving_ms = loop {
-        if let Ok(channel) =
-            tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{gw_port}"))?
-                .connect()
-                .await
-        {
-            let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
-            if let Ok(r) = health
-                .check(tonic_health::pb::HealthCheckRequest {
-                    service: String::new(),
-                })
-                .await
-                && r.get_ref().status
-                    == tonic_health::pb::health_check_response::ServingStatus::Serving as i32
-            {
-                break started.elapsed().as_secs_f64() * 1000.0;
-            }
-        }
-        anyhow::ensure!(started.elapsed() < Duration::from_secs(60), "never SERVING");
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    };
+    let serving_ms = serving_ms(gw_port, started).await?;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let idle_rss = measure::rss_mib(gw.pid());
     drop(gw);
