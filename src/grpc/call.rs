@@ -646,6 +646,18 @@ impl Target<'_> {
                 .await
                 .map_err(|error| self.upstream(error))
         } else {
+            match self.tenant.session(index) {
+                Ok(session) => return Ok(session),
+                Err(SessionUnavailable::Down(_)) if self.tenant.replacement().is_some() => {
+                    // Replaced between routing and now (a reload, a change
+                    // of a stored tenant): nothing was sent, so the call
+                    // goes to the server of this name in the tenant now.
+                    if let Some(session) = self.replaced_session().await {
+                        return Ok(session);
+                    }
+                }
+                Err(_) => {}
+            }
             self.tenant
                 .session(index)
                 .map_err(|e| CallError::ServerUnavailable {
@@ -657,6 +669,20 @@ impl Target<'_> {
                     },
                 })
         }
+    }
+
+    /// The session of this call's server in the tenant object that
+    /// replaced the one it routed by, once that one has settled (bounded):
+    /// `None` when the name now routes elsewhere or nowhere.
+    async fn replaced_session(&self) -> Option<Arc<Session>> {
+        let newer = self.tenant.replacement()?;
+        let catalog = newer.settled_catalog(LIST_SETTLE_WAIT).await;
+        let Resolved { tenant, catalog } = newer.resolve(catalog).ok()?;
+        let tool = catalog.get(self.name)?;
+        if tool.server != self.tool.server || tool.upstream_name != self.tool.upstream_name {
+            return None;
+        }
+        tenant.session(tool.server_index).ok()
     }
 
     /// What is left of the caller's deadline (if it set one), and the

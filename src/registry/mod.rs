@@ -591,6 +591,17 @@ impl Registry {
                 }
             }
         }
+        // A tenant that connects now (eager, or lazy and in use) shows
+        // its new servers as connecting from its first catalog on: a call
+        // arriving in between waits for them instead of finding neither
+        // the tool nor a server that may bring it.
+        let connect_now =
+            tenant_config.connect == ConnectMode::Eager || previous.is_some_and(|t| t.is_active());
+        if connect_now {
+            for slot in &slots {
+                slot.expect_connect();
+            }
+        }
         let publication = previous
             .map(|t| t.publication().clone())
             .unwrap_or_else(|| Publication::new(self.spawner.now_ms()));
@@ -602,7 +613,7 @@ impl Registry {
             previous.map(|t| t.as_ref()),
             self.spawner.clone(),
         );
-        if tenant.connect == ConnectMode::Eager || tenant.is_active() {
+        if connect_now || tenant.is_active() {
             // Eager tenants connect now; a lazy tenant in use connects
             // its added or changed servers now too.
             tenant.connect_all();

@@ -125,6 +125,17 @@ impl Slot {
         Some(token)
     }
 
+    /// Marks a slot that is about to be activated as connecting (not
+    /// idle), before the catalog that first shows it is published.
+    pub(super) fn expect_connect(&self) {
+        if self.activation.lock().expect("slot lock").is_none() {
+            let mut state = self.state.lock().expect("slot lock");
+            if matches!(*state, SlotState::Idle) {
+                *state = SlotState::Connecting;
+            }
+        }
+    }
+
     /// Whether a supervisor runs for this slot.
     pub(super) fn is_active(&self) -> bool {
         self.activation.lock().expect("slot lock").is_some()

@@ -290,6 +290,18 @@ impl Tenant {
         Err(Unresolved::Unsettled)
     }
 
+    /// The tenant object that replaced this one (a reload, or a change of
+    /// a tenant of the state store), if one did and still serves.
+    pub fn replacement(&self) -> Option<Arc<Tenant>> {
+        let owner = self
+            .publication
+            .owner
+            .lock()
+            .expect("publication lock")
+            .upgrade()?;
+        (owner.stamp != self.stamp && !self.publication.removed.is_cancelled()).then_some(owner)
+    }
+
     /// The tenant's per-tool policy; `None` when it has no rules (every
     /// caller sees and calls every tool).
     pub fn policy(&self) -> Option<&Arc<crate::policy::Policy>> {
