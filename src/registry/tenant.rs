@@ -133,11 +133,12 @@ pub struct Tenant {
     pub origin: crate::config::TenantOrigin,
     /// What is redacted from the tenant's upstream text, audit records and
     /// errors: the configuration's redactor itself for a tenant of the
-    /// file (which holds its credentials); for a tenant of another source,
+    /// file or `tenants_dir` (which it holds the credentials of); for a
+    /// tenant of the state store,
     /// the configuration's credentials and its own (`own`), kept current
     /// by [`Tenant::refresh_redactor`] at every reload.
     redactor: crate::credentials::SharedRedactor,
-    /// A tenant of another source's own credentials.
+    /// A tenant of the state store's own credentials.
     own_credentials: Option<Arc<crate::credentials::Redactor>>,
 }
 
@@ -216,7 +217,10 @@ impl Tenant {
             Some(previous) if previous.limiter_config == config.limits => previous.limiter.clone(),
             _ => Arc::new(TenantLimiter::new(&config.limits)),
         };
-        let own_credentials = (config.origin != crate::config::TenantOrigin::File)
+        // A tenant of the state store is not in the configuration the
+        // shared redactor is built from (the file's and `tenants_dir`'s
+        // tenants are): it adds its own credentials.
+        let own_credentials = matches!(config.origin, crate::config::TenantOrigin::Store { .. })
             .then(|| Arc::new(crate::credentials::Redactor::for_tenant(config)));
         let redactor = match &own_credentials {
             None => spawner.redactor().clone(),
