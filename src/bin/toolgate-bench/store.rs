@@ -65,8 +65,9 @@ pub async fn report() -> anyhow::Result<()> {
     );
 
     // 1. Start with 100,000 stored tenants: SERVING, RSS before traffic.
+    let spawned = Instant::now();
     let a = Replica::start(&dir, "a", &pg.url())?;
-    let start_ms = serving_ms(a.port, Instant::now()).await?;
+    let start_ms = serving_ms(a.port, spawned).await?;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let rss_before = measure::rss_mib(a.proc.pid());
     row(
