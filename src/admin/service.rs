@@ -139,8 +139,7 @@ impl AdminService {
         spec_yaml: &str,
         replaced: Option<(&str, &str)>,
     ) -> Result<crate::config::TenantConfig, AdminError> {
-        let spec = TenantSpec::parse(spec_yaml, Some(name))
-            .map_err(|e| AdminError::InvalidSpec { errors: e.errors })?;
+        let spec = TenantSpec::parse(spec_yaml, Some(name)).map_err(AdminError::InvalidSpec)?;
         let names: Vec<String> = spec.stored_references().into_iter().collect();
         let mut stored = self.store.secrets(name, &names).await?;
         if let Some((secret, value)) = replaced
@@ -158,7 +157,7 @@ impl AdminService {
                 },
                 self.env.as_ref(),
             )
-            .map_err(|e| AdminError::InvalidSpec { errors: e.errors })
+            .map_err(AdminError::InvalidSpec)
     }
 
     /// The digests of a validated tenant's tokens, refused when one is a
@@ -333,9 +332,9 @@ impl AdminService {
                     .await
                 {
                     Ok(valid) => tokens = Some(self.digests(&valid)?),
-                    Err(AdminError::InvalidSpec { errors }) => tracing::warn!(
+                    Err(AdminError::InvalidSpec(spec)) => tracing::warn!(
                         tenant = %req.tenant,
-                        errors = errors.len(),
+                        errors = spec.errors.len(),
                         "admin: the stored spec does not validate with the new secret; its token index is left as it was"
                     ),
                     Err(other) => return Err(other),

@@ -13,7 +13,7 @@ use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
 use crate::callers::TokenError;
-use crate::config::{FieldError, TenantOrigin};
+use crate::config::TenantOrigin;
 use crate::grpc::status::DOMAIN;
 use crate::state::StateError;
 
@@ -57,11 +57,8 @@ pub enum AdminError {
     #[error("value: {0}")]
     InvalidSecret(&'static str),
     /// The spec does not parse or validate: every error, with its path.
-    #[error("the spec is invalid: {}", list(.errors))]
-    InvalidSpec {
-        /// Every problem, with its path.
-        errors: Vec<FieldError>,
-    },
+    #[error("the spec is invalid: {0}")]
+    InvalidSpec(crate::config::SpecError),
     /// A create of a tenant that exists.
     #[error("tenant `{name}` exists (version {version}); replace it with its expected_version")]
     TenantExists {
@@ -132,14 +129,6 @@ pub enum AdminError {
     Store(#[from] StateError),
 }
 
-fn list(errors: &[FieldError]) -> String {
-    errors
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join("; ")
-}
-
 /// The status code and stable reason of an error.
 pub fn classify(error: &AdminError) -> (Code, &'static str) {
     match error {
@@ -153,7 +142,7 @@ pub fn classify(error: &AdminError) -> (Code, &'static str) {
         AdminError::InvalidVersion => (Code::InvalidArgument, "INVALID_VERSION"),
         AdminError::InvalidPageToken => (Code::InvalidArgument, "INVALID_PAGE_TOKEN"),
         AdminError::InvalidSecret(_) => (Code::InvalidArgument, "INVALID_SECRET"),
-        AdminError::InvalidSpec { .. } => (Code::InvalidArgument, "INVALID_SPEC"),
+        AdminError::InvalidSpec(_) => (Code::InvalidArgument, "INVALID_SPEC"),
         AdminError::TenantExists { .. } => (Code::AlreadyExists, "TENANT_EXISTS"),
         AdminError::VersionMismatch { .. } => (Code::Aborted, "VERSION_MISMATCH"),
         AdminError::TenantNotFound { .. } => (Code::NotFound, "TENANT_NOT_FOUND"),
@@ -218,8 +207,8 @@ impl From<AdminError> for Status {
     fn from(error: AdminError) -> Status {
         let (code, reason) = classify(&error);
         let mut details = ErrorDetails::with_error_info(reason, DOMAIN, metadata(&error));
-        if let AdminError::InvalidSpec { errors } = &error {
-            for e in errors {
+        if let AdminError::InvalidSpec(spec) = &error {
+            for e in &spec.errors {
                 details.add_bad_request_violation(e.path.clone(), e.message.clone());
             }
         }
@@ -248,18 +237,18 @@ mod tests {
 
     #[test]
     fn an_invalid_spec_carries_every_path() {
-        let status = Status::from(AdminError::InvalidSpec {
+        let status = Status::from(AdminError::InvalidSpec(crate::config::SpecError {
             errors: vec![
-                FieldError {
+                crate::config::FieldError {
                     path: "tenants[a].servers[0].command".into(),
                     message: "refused".into(),
                 },
-                FieldError {
+                crate::config::FieldError {
                     path: "tenants[a].tokens[0]".into(),
                     message: "refused too".into(),
                 },
             ],
-        });
+        }));
         assert_eq!(status.code(), Code::InvalidArgument);
         let details = status.get_error_details();
         assert_eq!(details.error_info().unwrap().reason, "INVALID_SPEC");
