@@ -102,6 +102,7 @@ mod tests {
             tokens: tokens.iter().map(|t| Secret::new(*t)).collect(),
             allow_stdio_servers: false,
             host_secrets: HostSecrets::default(),
+            tls: None,
         }
     }
 

@@ -40,6 +40,7 @@ pub(crate) struct RawAdmin {
     pub(crate) allow_stdio_servers: bool,
     #[serde(default)]
     pub(crate) host_secrets: RawHostSecrets,
+    pub(crate) tls: Option<super::listener_tls::RawListenerTls>,
 }
 
 /// `admin.host_secrets` as written.
@@ -80,6 +81,8 @@ pub struct AdminConfig {
     pub allow_stdio_servers: bool,
     /// The host's variables and files such tenants may reference.
     pub host_secrets: HostSecrets,
+    /// TLS on the admin listener (`admin.tls`); plaintext when unset.
+    pub tls: Option<super::ListenerTls>,
 }
 
 /// How replicas follow the tenants of the state store (`tenant_store:`):
@@ -169,11 +172,15 @@ pub(super) fn admin(
         }
     }
     host_secrets.files = files;
+    let tls = raw
+        .tls
+        .and_then(|tls| super::listener_tls::listener_tls(errors, "admin", tls, base));
     (errors.0.len() == before).then(|| AdminConfig {
         listen: addr.expect("checked"),
         tokens,
         allow_stdio_servers: raw.allow_stdio_servers,
         host_secrets,
+        tls,
     })
 }
 

@@ -44,6 +44,12 @@ pub const DEFAULT_ALGORITHMS: &[Algorithm] = &[
 ];
 /// The only variable a claim expression may name.
 const CLAIMS_VARIABLE: &str = "claims";
+/// The only variable a `callers.mtls` expression may name.
+const CERT_VARIABLE: &str = "cert";
+/// The subject expression of a `callers.mtls` entry when `subject` is not
+/// set: the certificate's SPIFFE ID, or the tenant itself without one.
+pub const DEFAULT_CERT_SUBJECT_EXPRESSION: &str =
+    "cert.spiffe_id != null ? cert.spiffe_id.id : null";
 
 /// `callers:` as written.
 #[derive(Debug, Default, Deserialize)]
@@ -51,6 +57,17 @@ const CLAIMS_VARIABLE: &str = "claims";
 pub(crate) struct RawCallers {
     #[serde(default)]
     pub(crate) jwt: Vec<RawJwtIssuer>,
+    #[serde(default)]
+    pub(crate) mtls: Vec<RawMtlsCaller>,
+}
+
+/// One `callers.mtls[]` entry as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawMtlsCaller {
+    pub(crate) trust_domain: Option<String>,
+    pub(crate) tenant: String,
+    pub(crate) subject: Option<String>,
 }
 
 /// One `callers.jwt[]` entry as written.
@@ -85,6 +102,26 @@ pub struct CallersConfig {
     /// Issuers whose JWTs are accepted, in file order. Empty: static tokens
     /// only.
     pub jwt: Vec<JwtIssuer>,
+    /// Callers identified by their client certificate on the gRPC port
+    /// (verified against `grpc.tls.client_ca_file`), in file order: the
+    /// first entry whose `trust_domain` matches decides.
+    pub mtls: Vec<MtlsCaller>,
+}
+
+/// Callers identified by a verified client certificate (`callers.mtls[]`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct MtlsCaller {
+    /// Only certificates whose SPIFFE ID is of this trust domain match
+    /// the entry (`cluster.local`); any verified certificate when unset.
+    pub trust_domain: Option<String>,
+    /// Names the caller's tenant: a CEL expression over `cert`.
+    pub tenant: ClaimExpression,
+    /// Names the subject: a CEL expression over `cert` that evaluates to a
+    /// string, or `null` for the tenant itself
+    /// ([`DEFAULT_CERT_SUBJECT_EXPRESSION`] by default).
+    pub subject: ClaimExpression,
+    /// Where the entry is in the file (`callers.mtls[0]`), for messages.
+    pub path: String,
 }
 
 /// An issuer whose JWTs authenticate callers (`callers.jwt[]`).
@@ -140,12 +177,15 @@ pub enum JwksSource {
     },
 }
 
-/// A CEL expression over a verified token's `claims`, compiled once per
-/// configuration.
+/// A CEL expression over a verified token's `claims` (or, for
+/// `callers.mtls`, a verified certificate's fields, `cert`), compiled once
+/// per configuration.
 #[derive(Clone)]
 pub struct ClaimExpression {
     source: String,
     program: Arc<cel::Program>,
+    /// The one variable it may name: `claims` or `cert`.
+    variable: &'static str,
 }
 
 impl std::fmt::Debug for ClaimExpression {
@@ -175,22 +215,37 @@ impl ClaimExpression {
     /// # Errors
     /// Not valid CEL, or names a variable other than `claims`.
     pub fn compile(source: &str) -> Result<Self, String> {
+        Self::compile_over(source, CLAIMS_VARIABLE)
+    }
+
+    /// Compiles `source`, an expression over the verified certificate
+    /// (`cert`) of a `callers.mtls` caller.
+    ///
+    /// # Errors
+    /// Not valid CEL, or names a variable other than `cert`.
+    pub fn compile_cert(source: &str) -> Result<Self, String> {
+        Self::compile_over(source, CERT_VARIABLE)
+    }
+
+    fn compile_over(source: &str, variable: &'static str) -> Result<Self, String> {
+        let what = if variable == CERT_VARIABLE {
+            "the verified client certificate"
+        } else {
+            "the verified token's claims"
+        };
         let program = cel_env()
             .compile(source)
             .map_err(|e| format!("not a valid CEL expression: {}", one_line(&e.to_string())))?;
         let references = program.references();
-        if let Some(unknown) = references
-            .variables()
-            .into_iter()
-            .find(|v| *v != CLAIMS_VARIABLE)
-        {
+        if let Some(unknown) = references.variables().into_iter().find(|v| *v != variable) {
             return Err(format!(
-                "names the variable `{unknown}`; the only variable is `{CLAIMS_VARIABLE}` (the verified token's claims)"
+                "names the variable `{unknown}`; the only variable is `{variable}` ({what})"
             ));
         }
         Ok(Self {
             source: source.to_owned(),
             program: Arc::new(program),
+            variable,
         })
     }
 
@@ -199,16 +254,17 @@ impl ClaimExpression {
         &self.source
     }
 
-    /// Runs the expression with `claims` bound.
+    /// Runs the expression with its variable (`claims` or `cert`) bound to
+    /// `value`.
     ///
     /// # Errors
-    /// The expression fails on these claims (a missing key, a wrong type):
+    /// The expression fails on this value (a missing key, a wrong type):
     /// CEL's message.
-    pub fn evaluate(&self, claims: &serde_json::Value) -> Result<cel::Value, String> {
+    pub fn evaluate(&self, value: &serde_json::Value) -> Result<cel::Value, String> {
         let mut context = cel::Context::with_env(cel_env().clone());
         context
-            .add_variable(CLAIMS_VARIABLE, claims)
-            .map_err(|e| format!("the claims cannot be read by CEL: {e}"))?;
+            .add_variable(self.variable, value)
+            .map_err(|e| format!("the {} cannot be read by CEL: {e}", self.variable))?;
         self.program.execute(&context).map_err(|e| e.to_string())
     }
 }
@@ -236,7 +292,59 @@ pub(super) fn callers(errors: &mut Errors, raw: RawCallers, base: &Path) -> Call
             jwt.push(issuer);
         }
     }
-    CallersConfig { jwt }
+    let mtls = raw
+        .mtls
+        .into_iter()
+        .enumerate()
+        .filter_map(|(index, entry)| mtls_caller(errors, &format!("callers.mtls[{index}]"), entry))
+        .collect();
+    CallersConfig { jwt, mtls }
+}
+
+/// Validates one `callers.mtls[]` entry.
+fn mtls_caller(errors: &mut Errors, path: &str, raw: RawMtlsCaller) -> Option<MtlsCaller> {
+    let before = errors.0.len();
+    if let Some(domain) = &raw.trust_domain
+        && !is_trust_domain(domain)
+    {
+        errors.push(
+            format!("{path}.trust_domain"),
+            format!(
+                "`{domain}` is not a SPIFFE trust domain (lowercase letters, digits, `.`, `-` and `_`, \
+                 without `spiffe://`), e.g. cluster.local"
+            ),
+        );
+    }
+    let mut compile = |field: &str, source: &str| match ClaimExpression::compile_cert(source) {
+        Ok(expression) => Some(expression),
+        Err(message) => {
+            errors.push(format!("{path}.{field}"), message);
+            None
+        }
+    };
+    let tenant = compile("tenant", &raw.tenant);
+    let subject = compile(
+        "subject",
+        raw.subject
+            .as_deref()
+            .unwrap_or(DEFAULT_CERT_SUBJECT_EXPRESSION),
+    );
+    (errors.0.len() == before).then(|| MtlsCaller {
+        trust_domain: raw.trust_domain,
+        tenant: tenant.expect("compiled"),
+        subject: subject.expect("compiled"),
+        path: path.to_owned(),
+    })
+}
+
+/// Whether `text` is a SPIFFE trust domain name (the SPIFFE ID standard:
+/// lowercase letters, digits, dots, dashes and underscores).
+fn is_trust_domain(text: &str) -> bool {
+    !text.is_empty()
+        && text.len() <= 255
+        && text.bytes().all(|b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'-' | b'_')
+        })
 }
 
 fn jwt_issuer(

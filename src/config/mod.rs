@@ -8,6 +8,7 @@ mod audit;
 mod callers;
 mod fields;
 mod input;
+mod listener_tls;
 pub mod names;
 mod oauth;
 mod parse;
@@ -33,11 +34,12 @@ pub use admin::{
 pub use approvals::{ApprovalsConfig, Definitions};
 pub use audit::{AuditArguments, AuditConfig, AuditDestination, DEFAULT_AUDIT_QUEUE};
 pub use callers::{
-    CallersConfig, ClaimExpression, DEFAULT_ALGORITHMS, DEFAULT_CLOCK_SKEW,
-    DEFAULT_JWKS_MIN_REFRESH_INTERVAL, DEFAULT_JWKS_REFRESH_INTERVAL, DEFAULT_SUBJECT_EXPRESSION,
-    JwksSource, JwtIssuer, MAX_CLOCK_SKEW,
+    CallersConfig, ClaimExpression, DEFAULT_ALGORITHMS, DEFAULT_CERT_SUBJECT_EXPRESSION,
+    DEFAULT_CLOCK_SKEW, DEFAULT_JWKS_MIN_REFRESH_INTERVAL, DEFAULT_JWKS_REFRESH_INTERVAL,
+    DEFAULT_SUBJECT_EXPRESSION, JwksSource, JwtIssuer, MAX_CLOCK_SKEW, MtlsCaller,
 };
 pub use input::{InputConfig, Root};
+pub use listener_tls::{ClientAuth, ListenerTls, LoadedTls, TlsFileError};
 pub use oauth::{
     DEFAULT_STATE_URL, Grant, OAuthListener, ServerOAuth, StateConfig, TokenEndpointAuth,
     client_name,
@@ -94,6 +96,8 @@ pub struct Config {
     /// Address of the Prometheus metrics listener; no metrics listener when
     /// unset.
     pub metrics_listen: Option<SocketAddr>,
+    /// TLS on the metrics listener (`metrics.tls`); plaintext when unset.
+    pub metrics_tls: Option<ListenerTls>,
     /// gRPC transport settings.
     pub grpc: GrpcSettings,
     /// Size and shape limits.
@@ -199,6 +203,24 @@ pub struct TenantLimits {
     pub rate_per_second: Option<std::num::NonZeroU32>,
     /// Burst size of the rate limit.
     pub burst: Option<std::num::NonZeroU32>,
+    /// The same limits for each subject of the tenant
+    /// (`limits.per_subject`), on top of the tenant's own.
+    pub per_subject: Option<SubjectLimits>,
+}
+
+/// `tenants[].limits.per_subject`: limits each subject of a tenant gets
+/// on its own, so one looping agent cannot starve its tenant. A subject is
+/// keyed as its credentials are ([`crate::callers::Subject::key`]: how the
+/// caller authenticated and the id), and counted per replica.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SubjectLimits {
+    /// Calls of one subject running at once; beyond, calls wait up to the
+    /// tenant's `queue_timeout`, then get RESOURCE_EXHAUSTED.
+    pub max_concurrent_calls: Option<usize>,
+    /// Sustained calls per second of one subject (token bucket).
+    pub rate_per_second: Option<std::num::NonZeroU32>,
+    /// Burst size of one subject's rate limit.
+    pub burst: Option<std::num::NonZeroU32>,
 }
 
 /// How a session is established.
@@ -245,6 +267,8 @@ pub struct GrpcSettings {
     pub tcp_keepalive: Duration,
     /// Concurrent streams per HTTP/2 connection.
     pub max_concurrent_streams: u32,
+    /// TLS on the gRPC port (`grpc.tls`); plaintext when unset.
+    pub tls: Option<ListenerTls>,
 }
 
 impl Default for GrpcSettings {
@@ -254,6 +278,7 @@ impl Default for GrpcSettings {
             keepalive_timeout: Duration::from_secs(10),
             tcp_keepalive: Duration::from_secs(60),
             max_concurrent_streams: 1024,
+            tls: None,
         }
     }
 }

@@ -47,6 +47,9 @@ pub struct OAuthListener {
     /// Allow metadata and token endpoints on private and link-local
     /// addresses (tests and private deployments only).
     pub allow_private_addresses: bool,
+    /// TLS on the consent listener (`oauth.tls`); plaintext when unset
+    /// (behind a TLS-terminating ingress).
+    pub tls: Option<super::ListenerTls>,
 }
 
 impl OAuthListener {
@@ -212,7 +215,11 @@ pub(super) fn state(
 }
 
 /// Validates `oauth:`.
-pub(super) fn listener(errors: &mut Errors, raw: RawOAuth) -> Option<OAuthListener> {
+pub(super) fn listener(
+    errors: &mut Errors,
+    raw: RawOAuth,
+    base: &std::path::Path,
+) -> Option<OAuthListener> {
     let before = errors.0.len();
     let listen = match raw.listen.as_deref() {
         None => {
@@ -243,6 +250,9 @@ pub(super) fn listener(errors: &mut Errors, raw: RawOAuth) -> Option<OAuthListen
             }
         },
     };
+    let tls = raw
+        .tls
+        .and_then(|tls| super::listener_tls::listener_tls(errors, "oauth", tls, base));
     if errors.0.len() != before {
         return None;
     }
@@ -250,6 +260,7 @@ pub(super) fn listener(errors: &mut Errors, raw: RawOAuth) -> Option<OAuthListen
         listen: listen?,
         public_url: public_url?,
         allow_private_addresses: raw.allow_private_addresses,
+        tls,
     })
 }
 

@@ -52,6 +52,7 @@ pub(crate) struct RawOAuth {
     pub(crate) public_url: Option<String>,
     #[serde(default)]
     pub(crate) allow_private_addresses: bool,
+    pub(crate) tls: Option<super::listener_tls::RawListenerTls>,
 }
 
 /// An HTTP server's OAuth 2.1 client settings.
@@ -72,6 +73,7 @@ pub(crate) struct RawServerOAuth {
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawMetrics {
     pub(crate) listen: String,
+    pub(crate) tls: Option<super::listener_tls::RawListenerTls>,
 }
 
 /// gRPC server transport settings.
@@ -82,6 +84,7 @@ pub(crate) struct RawGrpc {
     pub(crate) keepalive_timeout: Option<String>,
     pub(crate) tcp_keepalive: Option<String>,
     pub(crate) max_concurrent_streams: Option<u32>,
+    pub(crate) tls: Option<super::listener_tls::RawListenerTls>,
 }
 
 /// Gateway-wide size and shape limits.
@@ -114,6 +117,17 @@ pub(crate) struct RawSessions {
 pub(crate) struct RawTenantLimits {
     pub(crate) max_concurrent_calls: Option<usize>,
     pub(crate) queue_timeout: Option<String>,
+    pub(crate) rate_per_second: Option<u32>,
+    pub(crate) burst: Option<u32>,
+    pub(crate) per_subject: Option<RawSubjectLimits>,
+}
+
+/// `tenants[].limits.per_subject`: the same limits, for each subject of
+/// the tenant.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawSubjectLimits {
+    pub(crate) max_concurrent_calls: Option<usize>,
     pub(crate) rate_per_second: Option<u32>,
     pub(crate) burst: Option<u32>,
 }

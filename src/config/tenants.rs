@@ -13,7 +13,7 @@ use super::names;
 use super::raw::{RawServer, RawTenant, RawTenantLimits, RawValue};
 use super::servers::{Defaults, validate_server};
 use super::sources::Sources;
-use super::{Secret, ServerConfig, TenantConfig, TenantConsent, TenantLimits};
+use super::{Secret, ServerConfig, SubjectLimits, TenantConfig, TenantConsent, TenantLimits};
 
 /// Token digest → (tenant index, path), to find tokens shared by tenants
 /// without keeping or printing the token itself.
@@ -289,22 +289,25 @@ fn servers(
 /// The tenant's call limits: concurrency with its queue timeout, and a
 /// rate with its burst.
 fn tenant_limits(errors: &mut Errors, path: &str, raw: RawTenantLimits) -> TenantLimits {
-    let rate_per_second = at_least_one_or_none(
-        errors,
-        &format!("{path}.rate_per_second"),
-        raw.rate_per_second,
-    )
-    .and_then(NonZeroU32::new);
-    let burst =
-        at_least_one_or_none(errors, &format!("{path}.burst"), raw.burst).and_then(NonZeroU32::new);
-    if burst.is_some() && rate_per_second.is_none() {
-        errors.push(format!("{path}.burst"), "set `rate_per_second` too");
-    }
+    let (rate_per_second, burst) = rate(errors, path, raw.rate_per_second, raw.burst);
     let max_concurrent_calls = at_least_one_or_none(
         errors,
         &format!("{path}.max_concurrent_calls"),
         raw.max_concurrent_calls,
     );
+    let per_subject = raw.per_subject.map(|raw| {
+        let path = format!("{path}.per_subject");
+        let (rate_per_second, burst) = rate(errors, &path, raw.rate_per_second, raw.burst);
+        SubjectLimits {
+            max_concurrent_calls: at_least_one_or_none(
+                errors,
+                &format!("{path}.max_concurrent_calls"),
+                raw.max_concurrent_calls,
+            ),
+            rate_per_second,
+            burst,
+        }
+    });
     TenantLimits {
         max_concurrent_calls,
         queue_timeout: duration_or_zero(
@@ -315,7 +318,27 @@ fn tenant_limits(errors: &mut Errors, path: &str, raw: RawTenantLimits) -> Tenan
         ),
         rate_per_second,
         burst,
+        per_subject,
     }
+}
+
+/// `rate_per_second` and its `burst` (which needs the rate) of a limits
+/// block at `path`.
+fn rate(
+    errors: &mut Errors,
+    path: &str,
+    rate_per_second: Option<u32>,
+    burst: Option<u32>,
+) -> (Option<NonZeroU32>, Option<NonZeroU32>) {
+    let rate_per_second =
+        at_least_one_or_none(errors, &format!("{path}.rate_per_second"), rate_per_second)
+            .and_then(NonZeroU32::new);
+    let burst =
+        at_least_one_or_none(errors, &format!("{path}.burst"), burst).and_then(NonZeroU32::new);
+    if burst.is_some() && rate_per_second.is_none() {
+        errors.push(format!("{path}.burst"), "set `rate_per_second` too");
+    }
+    (rate_per_second, burst)
 }
 
 #[cfg(test)]

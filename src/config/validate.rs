@@ -12,6 +12,7 @@ use std::path::Path;
 use super::fields::{
     Errors, at_least_one, at_least_one_or_none, duration, duration_or_zero, socket_addr,
 };
+use super::listener_tls::listener_tls;
 use super::raw::{RawConfig, RawGrpc, RawLimits, RawMetrics};
 use super::{
     Config, DEFAULT_LISTEN, DEFAULT_SHUTDOWN_DELAY, DEFAULT_SHUTDOWN_GRACE, Environment,
@@ -35,7 +36,11 @@ pub(super) fn validate(
         DEFAULT_SHUTDOWN_DELAY,
     );
     let metrics_listen = metrics_listen(&mut errors, raw.metrics.as_ref(), listen);
-    let grpc = grpc_settings(&mut errors, raw.grpc.unwrap_or_default());
+    let metrics_tls = raw
+        .metrics
+        .and_then(|m| m.tls)
+        .and_then(|tls| listener_tls(&mut errors, "metrics", tls, base));
+    let grpc = grpc_settings(&mut errors, raw.grpc.unwrap_or_default(), base);
     let limits = limits(&mut errors, raw.limits.unwrap_or_default());
     let max_live_sessions = at_least_one_or_none(
         &mut errors,
@@ -52,7 +57,7 @@ pub(super) fn validate(
     let state = super::oauth::state(&mut errors, raw.state.unwrap_or_default(), base, env);
     let oauth = raw
         .oauth
-        .and_then(|raw| super::oauth::listener(&mut errors, raw));
+        .and_then(|raw| super::oauth::listener(&mut errors, raw, base));
     let approvals = raw
         .approvals
         .and_then(|raw| super::approvals::approvals(&mut errors, raw, base));
@@ -84,6 +89,17 @@ pub(super) fn validate(
         &super::sources::Sources::file(base, env),
     );
 
+    if !callers.mtls.is_empty()
+        && grpc
+            .tls
+            .as_ref()
+            .is_none_or(|tls| tls.client_ca_file.is_none())
+    {
+        errors.push(
+            "callers.mtls",
+            "needs `grpc.tls` with `client_ca_file` (the CAs caller certificates are verified against)",
+        );
+    }
     oauth_requirements(&mut errors, &tenants, &state, oauth.as_ref());
     super::approvals::requirements(&mut errors, &tenants, approvals.as_ref());
     if !errors.0.is_empty() {
@@ -96,6 +112,7 @@ pub(super) fn validate(
         reflection: raw.reflection.unwrap_or(true),
         log_format: raw.log_format,
         metrics_listen,
+        metrics_tls,
         grpc,
         limits,
         max_live_sessions,
@@ -269,7 +286,7 @@ fn limits(errors: &mut Errors, raw: RawLimits) -> Limits {
 }
 
 /// Validates `grpc:`.
-fn grpc_settings(errors: &mut Errors, raw: RawGrpc) -> GrpcSettings {
+fn grpc_settings(errors: &mut Errors, raw: RawGrpc, base: &Path) -> GrpcSettings {
     let defaults = GrpcSettings::default();
     let max_concurrent_streams = at_least_one(
         errors,
@@ -297,6 +314,9 @@ fn grpc_settings(errors: &mut Errors, raw: RawGrpc) -> GrpcSettings {
             defaults.tcp_keepalive,
         ),
         max_concurrent_streams,
+        tls: raw
+            .tls
+            .and_then(|tls| listener_tls(errors, "grpc", tls, base)),
     }
 }
 

@@ -1,0 +1,275 @@
+//! TLS on the gateway's own listeners (`grpc.tls`, `metrics.tls`,
+//! `oauth.tls`, `admin.tls`): the raw block, its validation (every file
+//! is read and checked at load, so a bad file fails the configuration and
+//! `toolgate check`, not the first handshake) and the domain type the
+//! listeners are built from. The listeners re-read the files when they
+//! change (`crate::listen`) through [`ListenerTls::load`], the same check.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use serde::Deserialize;
+
+use super::fields::Errors;
+
+/// A `tls:` block of a listener as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawListenerTls {
+    /// PEM: the listener's certificate, then its intermediates.
+    pub(crate) cert_file: Option<String>,
+    /// PEM: the certificate's private key (PKCS#8, PKCS#1 or SEC1).
+    pub(crate) key_file: Option<String>,
+    /// PEM: the CAs client certificates are verified against.
+    pub(crate) client_ca_file: Option<String>,
+    /// `none`, `optional` or `required`.
+    pub(crate) client_auth: Option<String>,
+}
+
+/// Whether a listener asks callers for a certificate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientAuth {
+    /// No client certificate is asked for (the default without
+    /// `client_ca_file`).
+    None,
+    /// A client certificate is asked for and verified against
+    /// `client_ca_file` when sent; a client without one still connects
+    /// (the default with `client_ca_file`).
+    Optional,
+    /// A client without a certificate that verifies against
+    /// `client_ca_file` fails the handshake.
+    Required,
+}
+
+impl ClientAuth {
+    /// The name as written in the configuration.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClientAuth::None => "none",
+            ClientAuth::Optional => "optional",
+            ClientAuth::Required => "required",
+        }
+    }
+}
+
+/// TLS on one listener: where its certificate, key and client CAs are.
+/// The files are read at load ([`ListenerTls::load`]) and again whenever
+/// they change on disk.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ListenerTls {
+    /// Which listener: `grpc`, `metrics`, `oauth` or `admin` (the
+    /// `listener` label of the TLS metrics, and the start of every
+    /// message's path: `grpc.tls.cert_file`).
+    pub listener: &'static str,
+    /// The certificate chain (leaf first), PEM.
+    pub cert_file: PathBuf,
+    /// The private key, PEM.
+    pub key_file: PathBuf,
+    /// The CA certificates client certificates are verified against, PEM.
+    pub client_ca_file: Option<PathBuf>,
+    /// Whether a client certificate is asked for or required.
+    pub client_auth: ClientAuth,
+}
+
+impl fmt::Debug for ListenerTls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ListenerTls")
+            .field("listener", &self.listener)
+            .field("cert_file", &self.cert_file)
+            .field("key_file", &self.key_file)
+            .field("client_ca_file", &self.client_ca_file)
+            .field("client_auth", &self.client_auth)
+            .finish()
+    }
+}
+
+/// What a listener's files hold, read and checked: the certified key and
+/// the client CAs. Its `Debug` never shows the key.
+#[derive(Clone)]
+pub struct LoadedTls {
+    /// The certificate chain and its signing key.
+    pub certified: Arc<rustls::sign::CertifiedKey>,
+    /// The client CAs (empty without `client_ca_file`).
+    pub client_cas: Arc<rustls::RootCertStore>,
+    /// When the leaf certificate stops being valid (`notAfter`).
+    pub not_after: SystemTime,
+    /// A SHA-256 over the three files' contents: equal when nothing
+    /// changed.
+    pub digest: [u8; 32],
+}
+
+impl fmt::Debug for LoadedTls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LoadedTls")
+            .field("chain", &self.certified.cert.len())
+            .field("client_cas", &self.client_cas.len())
+            .field("not_after", &self.not_after)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a listener's files cannot be used: which field's file, and what
+/// is wrong with it (never the key's contents).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{path}: {message}")]
+pub struct TlsFileError {
+    /// The field whose file is at fault (`grpc.tls.key_file`).
+    pub path: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl ListenerTls {
+    /// Reads and checks the files: the chain parses and is not expired,
+    /// the key parses and matches the leaf, the client CAs parse and are
+    /// usable trust anchors.
+    ///
+    /// # Errors
+    /// The first file at fault, naming its field.
+    pub fn load(&self) -> Result<LoadedTls, TlsFileError> {
+        let at = |field: &str, message: String| TlsFileError {
+            path: format!("{}.tls.{field}", self.listener),
+            message,
+        };
+        let cert_bytes = read(&self.cert_file).map_err(|m| at("cert_file", m))?;
+        let key_bytes = read(&self.key_file).map_err(|m| at("key_file", m))?;
+        let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&cert_bytes)
+            .collect::<Result<_, _>>()
+            .map_err(|e| at("cert_file", format!("not valid PEM: {e}")))?;
+        if chain.is_empty() {
+            return Err(at(
+                "cert_file",
+                format!(
+                    "{} holds no PEM certificate (-----BEGIN CERTIFICATE-----)",
+                    self.cert_file.display()
+                ),
+            ));
+        }
+        let key = PrivateKeyDer::from_pem_slice(&key_bytes).map_err(|_| {
+            at(
+                "key_file",
+                format!(
+                    "{} holds no PEM private key (PKCS#8, PKCS#1 or SEC1)",
+                    self.key_file.display()
+                ),
+            )
+        })?;
+        let provider = rustls::crypto::ring::default_provider();
+        let certified = rustls::sign::CertifiedKey::from_der(chain, key, &provider)
+            .map_err(|e| at("key_file", format!("does not match cert_file: {e}")))?;
+        let mut client_cas = rustls::RootCertStore::empty();
+        let mut ca_bytes = Vec::new();
+        if let Some(file) = &self.client_ca_file {
+            ca_bytes = read(file).map_err(|m| at("client_ca_file", m))?;
+            for cert in CertificateDer::pem_slice_iter(&ca_bytes) {
+                let cert = cert.map_err(|e| at("client_ca_file", format!("not valid PEM: {e}")))?;
+                client_cas.add(cert).map_err(|e| {
+                    at(
+                        "client_ca_file",
+                        format!("a certificate is not a usable CA certificate: {e}"),
+                    )
+                })?;
+            }
+            if client_cas.is_empty() {
+                return Err(at(
+                    "client_ca_file",
+                    format!("{} holds no PEM certificate", file.display()),
+                ));
+            }
+        }
+        use sha2::{Digest, Sha256};
+        let mut h = Sha256::new();
+        for bytes in [&cert_bytes, &key_bytes, &ca_bytes] {
+            h.update((bytes.len() as u64).to_le_bytes());
+            h.update(bytes);
+        }
+        Ok(LoadedTls {
+            certified: Arc::new(certified),
+            client_cas: Arc::new(client_cas),
+            // The contract: replaced by the leaf's notAfter.
+            not_after: SystemTime::UNIX_EPOCH,
+            digest: h.finalize().into(),
+        })
+    }
+}
+
+/// A file's bytes, or why it cannot be read.
+fn read(path: &Path) -> Result<Vec<u8>, String> {
+    std::fs::read(path).map_err(|e| format!("cannot read file {}: {}", path.display(), e.kind()))
+}
+
+/// Validates a listener's `tls:` block (`listener` is `grpc`, `metrics`,
+/// `oauth` or `admin`); paths are resolved against the configuration
+/// file's directory, and the files are read and checked.
+pub(super) fn listener_tls(
+    errors: &mut Errors,
+    listener: &'static str,
+    raw: RawListenerTls,
+    base: &Path,
+) -> Option<ListenerTls> {
+    let before = errors.0.len();
+    let file = |errors: &mut Errors, field: &str, value: Option<String>, required: bool| {
+        let path = format!("{listener}.tls.{field}");
+        match value {
+            None if required => {
+                errors.push(path, "required: a PEM file");
+                None
+            }
+            None => None,
+            Some(text) if text.is_empty() => {
+                errors.push(path, "needs a path");
+                None
+            }
+            Some(text) => Some(base.join(text)),
+        }
+    };
+    let cert_file = file(errors, "cert_file", raw.cert_file, true);
+    let key_file = file(errors, "key_file", raw.key_file, true);
+    let client_ca_file = file(errors, "client_ca_file", raw.client_ca_file, false);
+    let client_auth = match (raw.client_auth.as_deref(), &client_ca_file) {
+        (None, None) => ClientAuth::None,
+        (None, Some(_)) => ClientAuth::Optional,
+        (Some("none"), _) => ClientAuth::None,
+        (Some(auth @ ("optional" | "required")), ca) => {
+            if ca.is_none() {
+                errors.push(
+                    format!("{listener}.tls.client_auth"),
+                    format!(
+                        "`{auth}` needs `client_ca_file` (the CAs client certificates are verified against)"
+                    ),
+                );
+            }
+            if auth == "optional" {
+                ClientAuth::Optional
+            } else {
+                ClientAuth::Required
+            }
+        }
+        (Some(other), _) => {
+            errors.push(
+                format!("{listener}.tls.client_auth"),
+                format!("`{other}` is not one of none, optional, required"),
+            );
+            ClientAuth::None
+        }
+    };
+    if errors.0.len() != before {
+        return None;
+    }
+    let tls = ListenerTls {
+        listener,
+        cert_file: cert_file?,
+        key_file: key_file?,
+        client_ca_file,
+        client_auth,
+    };
+    if let Err(e) = tls.load() {
+        errors.push(e.path, e.message);
+        return None;
+    }
+    Some(tls)
+}
