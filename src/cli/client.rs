@@ -46,9 +46,13 @@ pub(super) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Where the gateway is and who the caller is.
 #[derive(Debug, Args)]
 pub struct Connection {
-    /// The gateway's gRPC address.
+    /// The gateway's gRPC address: `host:port`, `http://...`, or
+    /// `https://...` for a gateway with `grpc.tls`.
     #[arg(long, default_value = "http://127.0.0.1:50051", env = "TOOLGATE_ADDR")]
     pub(super) addr: String,
+    /// TLS to the gateway.
+    #[command(flatten)]
+    pub(super) tls: super::channel::ClientTls,
     /// A file holding the bearer token (one trailing newline is trimmed).
     /// Without it, the token is read from the TOOLGATE_TOKEN variable.
     #[arg(long)]
@@ -138,20 +142,13 @@ pub(super) fn request<T>(
     Ok(request)
 }
 
-pub(super) async fn connect(addr: &str) -> Result<ToolGatewayClient<Channel>, tonic::Status> {
-    let addr = if addr.contains("://") {
-        addr.to_owned()
-    } else {
-        format!("http://{addr}")
-    };
-    let endpoint = tonic::transport::Endpoint::from_shared(addr)
-        .map_err(|e| tonic::Status::invalid_argument(format!("--addr: {e}")))?
-        .connect_timeout(Duration::from_secs(5));
-    let channel = endpoint
-        .connect()
-        .await
-        .map_err(|e| tonic::Status::unavailable(format!("cannot connect: {e}")))?;
-    Ok(ToolGatewayClient::new(channel))
+pub(super) async fn connect(c: &Connection) -> Result<ToolGatewayClient<Channel>, tonic::Status> {
+    use super::channel::ChannelError;
+    match super::channel::open(&c.addr, &c.tls, "the gateway").await {
+        Ok(channel) => Ok(ToolGatewayClient::new(channel)),
+        Err(ChannelError::Usage(message)) => Err(tonic::Status::invalid_argument(message)),
+        Err(ChannelError::Unavailable(message)) => Err(tonic::Status::unavailable(message)),
+    }
 }
 
 /// Prints a failed status and turns it into the exit code.
@@ -202,7 +199,7 @@ pub async fn tools(args: ToolsArgs) -> ExitCode {
         Ok(r) => r,
         Err(e) => return usage(&e),
     };
-    let listing = match connect(&c.addr).await {
+    let listing = match connect(c).await {
         Ok(mut client) => client.list_tools(request).await,
         Err(status) => Err(status),
     };
@@ -334,7 +331,7 @@ pub async fn call(args: CallArgs) -> ExitCode {
         accepts_task: args.task,
         ..Default::default()
     };
-    let mut client = match connect(&c.addr).await {
+    let mut client = match connect(c).await {
         Ok(client) => client,
         Err(status) => return fail(&status, c.json),
     };

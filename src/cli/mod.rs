@@ -5,6 +5,7 @@
 mod answerer;
 mod answers;
 mod approve;
+mod channel;
 mod check_tenants;
 pub mod client;
 #[doc(hidden)]

@@ -77,7 +77,7 @@ macro_rules! rpc {
             Ok(r) => r,
             Err(e) => return Err(usage(&e)),
         };
-        let answer = match connect(&c.addr).await {
+        let answer = match connect(c).await {
             Ok(mut client) => client.$method(request).await,
             Err(status) => Err(status),
         };

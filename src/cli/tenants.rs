@@ -35,6 +35,9 @@ pub(super) struct AdminConnection {
         env = "TOOLGATE_ADMIN_ADDR"
     )]
     addr: String,
+    /// TLS to the admin API (`admin.tls`).
+    #[command(flatten)]
+    tls: super::channel::ClientTls,
     /// A file holding the admin bearer token (one trailing newline is
     /// trimmed). Without it, the token is read from TOOLGATE_ADMIN_TOKEN.
     #[arg(long)]
@@ -174,20 +177,14 @@ impl Admin {
         let token = format!("Bearer {token}")
             .parse()
             .map_err(|_| usage("the admin token is not valid in an HTTP header"))?;
-        let addr = if c.addr.contains("://") {
-            c.addr.clone()
-        } else {
-            format!("http://{}", c.addr)
-        };
-        let endpoint = tonic::transport::Endpoint::from_shared(addr)
-            .map_err(|e| usage(&format!("--addr: {e}")))?
-            .connect_timeout(Duration::from_secs(5));
-        let channel = endpoint.connect().await.map_err(|e| {
-            fail(
-                &tonic::Status::unavailable(format!("cannot connect to the admin API: {e}")),
-                c.json,
-            )
-        })?;
+        let channel = super::channel::open(&c.addr, &c.tls, "the admin API")
+            .await
+            .map_err(|e| match e {
+                super::channel::ChannelError::Usage(message) => usage(&message),
+                super::channel::ChannelError::Unavailable(message) => {
+                    fail(&tonic::Status::unavailable(message), c.json)
+                }
+            })?;
         Ok(Admin {
             client: AdminClient::new(channel),
             token,
