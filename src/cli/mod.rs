@@ -12,6 +12,7 @@ pub mod client;
 pub mod conformance;
 pub mod demo;
 mod follow;
+mod health;
 mod offerings;
 mod prompt;
 pub mod subjects;
@@ -93,6 +94,9 @@ enum Command {
     Prompts(offerings::PromptsArgs),
     /// Render one prompt through a running gateway (arguments key=value).
     Prompt(offerings::PromptArgs),
+    /// Ask a running gateway's gRPC health service (an exec probe for a
+    /// gateway with `grpc.tls`); exit 0 when SERVING.
+    Health(health::HealthArgs),
     /// Manage the tenants of the state store through a running gateway's
     /// admin API (token: TOOLGATE_ADMIN_TOKEN or --token-file).
     Tenants {
@@ -166,6 +170,7 @@ pub fn main() -> ExitCode {
                 code
             }
             Command::Tenants { command } => tenants::run(command).await,
+            Command::Health(args) => health::run(args).await,
             Command::Tools(args) => client::tools(args).await,
             Command::Call(args) => client::call(args).await,
             Command::Resources(args) => offerings::resources(args).await,

@@ -13,6 +13,7 @@ mod binary;
 mod catalog;
 mod cli_input;
 mod cli_offerings;
+mod cli_tls;
 mod complete;
 mod consent;
 mod docs;
