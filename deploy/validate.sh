@@ -18,7 +18,8 @@
 #      inline, each with its reason (checkov.io/skipN annotations, # checkov:skip);
 #   4. when a toolgate binary exists (TOOLGATE_BIN, target/release, target/debug):
 #      `toolgate check --offline` on config.yaml and on the config.yaml of each
-#      component (components/*), secrets replaced by placeholders.
+#      component (components/*), secrets replaced by placeholders (and the `tls`
+#      component's certificate by a throwaway one made with openssl).
 #
 # Components (optional features an overlay adds, e.g. components/tenants) are
 # rendered on top of the base in a temporary overlay and validated in 2. and 3.
@@ -334,13 +335,20 @@ for var in sorted({v for c in configs for v in env_vars(yaml.safe_load(c.read_te
     exports.append(f"export {var}={shlex.quote(value)}")
 Path(sys.argv[4]).write_text("".join(line + "\n" for line in exports))
 PY
-    mkdir -p "$work/admin" "$work/tenants"
+    mkdir -p "$work/admin" "$work/tenants" "$work/tls"
     printf 'placeholder-admin-token\n' >"$work/admin/admin-token"
+    # The `tls` component's Secret: a throwaway self-signed certificate (its
+    # own CA), valid for a day.
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 \
+        -subj /CN=toolgate -addext subjectAltName=DNS:toolgate \
+        -keyout "$work/tls/tls.key" -out "$work/tls/tls.crt" 2>/dev/null
+    cp "$work/tls/tls.crt" "$work/tls/ca.crt"
     for config in "$K8S/config.yaml" "$K8S"/components/*/config.yaml; do
         [[ -e "$config" ]] || continue
         sed -e "s|/etc/toolgate/secrets/|$work/secrets/|g" \
             -e "s|/etc/toolgate/admin/|$work/admin/|g" \
             -e "s|/etc/toolgate/tenants|$work/tenants|g" \
+            -e "s|/etc/toolgate/tls/|$work/tls/|g" \
             "$config" >"$work/config.yaml"
         # shellcheck disable=SC1091
         if (source "$work/env" && "$bin" check --offline --config "$work/config.yaml"); then

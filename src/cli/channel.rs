@@ -30,6 +30,11 @@ pub(super) struct ClientTls {
     /// --cert-file.
     #[arg(long, env = "TOOLGATE_KEY_FILE", requires = "cert_file")]
     pub(super) key_file: Option<PathBuf>,
+    /// The name the gateway's certificate must be valid for, when it is
+    /// not the host of --addr (a probe connecting to 127.0.0.1 checks the
+    /// Service's name).
+    #[arg(long, env = "TOOLGATE_SERVER_NAME")]
+    pub(super) server_name: Option<String>,
 }
 
 /// Why no channel could be opened: a usage error (exit 2: an address or
@@ -70,9 +75,10 @@ fn endpoint(addr: &str, tls: &ClientTls) -> Result<Endpoint, ChannelError> {
         None if wants_tls => format!("https://{addr}"),
         None => format!("http://{addr}"),
     };
-    if !wants_tls && tls.cert_file.is_some() {
+    if !wants_tls && (tls.cert_file.is_some() || tls.server_name.is_some()) {
         return Err(ChannelError::Usage(
-            "--cert-file is for TLS: use an https:// --addr (and --ca-file unless the system's roots apply)"
+            "--cert-file and --server-name are for TLS: use an https:// --addr (and --ca-file \
+             unless the system's roots apply)"
                 .to_owned(),
         ));
     }
@@ -85,6 +91,9 @@ fn endpoint(addr: &str, tls: &ClientTls) -> Result<Endpoint, ChannelError> {
             Some(file) => config.ca_certificate(Certificate::from_pem(read("--ca-file", file)?)),
             None => config.with_native_roots(),
         };
+        if let Some(name) = &tls.server_name {
+            config = config.domain_name(name.clone());
+        }
         if let (Some(cert), Some(key)) = (&tls.cert_file, &tls.key_file) {
             config = config.identity(Identity::from_pem(
                 read("--cert-file", cert)?,
