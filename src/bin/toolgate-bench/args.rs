@@ -84,6 +84,11 @@ pub(crate) struct Args {
     /// two replicas following writes of the admin API, `tenants_dir`.
     #[arg(long)]
     pub(crate) only_store: bool,
+    /// Only TLS on the gRPC port against plaintext: InvokeTool p50, calls/s
+    /// and gateway CPU per call on a reused connection, and the cost of a
+    /// new connection's handshake.
+    #[arg(long)]
+    pub(crate) only_tls: bool,
 }
 
 /// The internal servers the benchmark starts as child processes (each a

@@ -14,7 +14,8 @@ use tokio::net::TcpListener;
 /// The certificates and the TLS listener, shared with the TLS tests.
 #[path = "../../../tests/common/tls_server.rs"]
 mod tls_server;
-use tls_server::{TlsListener, make_certs};
+use tls_server::TlsListener;
+pub(super) use tls_server::make_certs;
 
 use super::args::Args;
 use super::harness::Proc;

@@ -16,6 +16,7 @@ mod floor;
 mod harness;
 mod https;
 mod input;
+mod listener_tls;
 mod listing;
 mod measure;
 mod memory;
@@ -98,6 +99,11 @@ async fn main() -> anyhow::Result<()> {
     }
     if args.only_http {
         return https::report(&args).await;
+    }
+    if args.only_tls {
+        println!("| target | figure | goal | |");
+        println!("| --- | --- | --- | --- |");
+        return listener_tls::report(args.rounds, args.sequential, args.duration).await;
     }
     if args.only_python
         || args.only_scale

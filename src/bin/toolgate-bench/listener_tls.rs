@@ -1,0 +1,206 @@
+//! TLS on the gateway's gRPC port against plaintext (`--only-tls`): two
+//! gateways in front of the fast stdio server, one with `grpc.tls` (a
+//! P-256 certificate for 127.0.0.1 made for the run by the `openssl` CLI),
+//! one without. Interleaved rounds, each on a connection reused for every
+//! call: InvokeTool p50, calls/s at 16 in flight and the gateway's CPU per
+//! call at 16 in flight. Then the handshake: a new connection for each
+//! call (TCP, and the TLS handshake on the TLS gateway), its p50 and the
+//! gateway's CPU per connection.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use toolgate::pb;
+
+use super::measure::{self, CallFn, median};
+
+const PLAIN: &str = "plaintext";
+const TLS: &str = "TLS 1.3";
+
+/// New connections (one call each) per round of the handshake figure.
+const HANDSHAKES: usize = 300;
+
+type Client = pb::tool_gateway_client::ToolGatewayClient<tonic::transport::Channel>;
+
+/// The endpoint of a gateway on `port`, over TLS trusting `ca` when given.
+fn endpoint(port: u16, ca: Option<&Path>) -> anyhow::Result<tonic::transport::Endpoint> {
+    let scheme = if ca.is_some() { "https" } else { "http" };
+    let mut endpoint =
+        tonic::transport::Endpoint::from_shared(format!("{scheme}://127.0.0.1:{port}"))?
+            .tcp_nodelay(true);
+    if let Some(ca) = ca {
+        endpoint = endpoint.tls_config(
+            tonic::transport::ClientTlsConfig::new()
+                .ca_certificate(tonic::transport::Certificate::from_pem(std::fs::read(ca)?)),
+        )?;
+    }
+    Ok(endpoint)
+}
+
+/// One InvokeTool of `fast__echo` on `client`.
+fn invoke(client: Client) -> CallFn {
+    Arc::new(move || {
+        let mut client = client.clone();
+        Box::pin(async move {
+            client.invoke_tool(request()).await?;
+            Ok(())
+        })
+    })
+}
+
+/// A new connection, then one InvokeTool on it.
+fn connect_and_invoke(endpoint: tonic::transport::Endpoint) -> CallFn {
+    Arc::new(move || {
+        let endpoint = endpoint.clone();
+        Box::pin(async move {
+            let mut client = Client::new(endpoint.connect().await?);
+            client.invoke_tool(request()).await?;
+            Ok(())
+        })
+    })
+}
+
+fn request() -> tonic::Request<pb::InvokeToolRequest> {
+    super::harness::authed(pb::InvokeToolRequest {
+        name: "fast__echo".into(),
+        arguments_json: r#"{"message":"hello"}"#.into(),
+        ..Default::default()
+    })
+}
+
+/// One measured gateway and its figures over rounds.
+struct Path_ {
+    name: &'static str,
+    gateway: super::harness::Proc,
+    reused: CallFn,
+    fresh: CallFn,
+    p50: Vec<f64>,
+    rps: Vec<f64>,
+    cpu_ms: Vec<f64>,
+    connect_p50: Vec<f64>,
+    connect_cpu_ms: Vec<f64>,
+}
+
+impl Path_ {
+    async fn measure(&mut self, sequential: usize, duration: Duration) -> anyhow::Result<()> {
+        let pid = self.gateway.pid();
+        self.p50
+            .push(measure::sequential(&self.reused, sequential).await?.p50);
+        let before = measure::cpu_seconds(pid);
+        let (rate, calls) = measure::throughput(&self.reused, 16, duration).await?;
+        let after = measure::cpu_seconds(pid);
+        self.rps.push(rate);
+        self.cpu_ms
+            .push((after - before) * 1000.0 / calls.max(1) as f64);
+        let before = measure::cpu_seconds(pid);
+        let latency = measure::sequential(&self.fresh, HANDSHAKES).await?;
+        let after = measure::cpu_seconds(pid);
+        self.connect_p50.push(latency.p50);
+        self.connect_cpu_ms
+            .push((after - before) * 1000.0 / HANDSHAKES as f64);
+        Ok(())
+    }
+}
+
+/// Runs the figures and prints their rows of the targets table.
+///
+/// # Errors
+/// When the certificates cannot be made, a gateway does not start, or a
+/// call fails.
+pub async fn report(rounds: usize, sequential: usize, duration: Duration) -> anyhow::Result<()> {
+    let dir = std::env::temp_dir().join(format!(
+        "toolgate-bench-listener-tls-{}",
+        std::process::id()
+    ));
+    super::https::make_certs(&dir)?;
+    let exe = super::harness::exe().display().to_string();
+    let servers = format!("      - name: fast\n        command: [\"{exe}\", \"mcp-server\"]\n");
+    let tls_block = format!(
+        "grpc:\n  tls:\n    cert_file: \"{}\"\n    key_file: \"{}\"\n",
+        dir.join("server.pem").display(),
+        dir.join("server.key").display()
+    );
+    let ca = dir.join("ca.pem");
+    let mut paths = Vec::new();
+    for (name, top, ca) in [
+        (PLAIN, String::new(), None),
+        (TLS, tls_block, Some(ca.as_path())),
+    ] {
+        let (gateway, port) = super::harness::gateway_with(|_| top.clone(), &servers).await;
+        let endpoint = endpoint(port, ca)?;
+        let client = Client::new(endpoint.connect().await?);
+        let reused = invoke(client);
+        // Until the server is listed (connected), then warm up.
+        let started = std::time::Instant::now();
+        while reused().await.is_err() {
+            anyhow::ensure!(
+                started.elapsed() < Duration::from_secs(30),
+                "{name}: fast__echo never listed"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        measure::sequential(&reused, 200).await?;
+        paths.push(Path_ {
+            name,
+            gateway,
+            reused,
+            fresh: connect_and_invoke(endpoint),
+            p50: Vec::new(),
+            rps: Vec::new(),
+            cpu_ms: Vec::new(),
+            connect_p50: Vec::new(),
+            connect_cpu_ms: Vec::new(),
+        });
+    }
+    for round in 0..rounds.max(1) {
+        for path in &mut paths {
+            eprintln!("round {}: listener TLS: {}", round + 1, path.name);
+            path.measure(sequential, duration).await?;
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let fig = |p: &Path_| {
+        [
+            median(p.p50.clone()),
+            median(p.rps.clone()),
+            median(p.cpu_ms.clone()),
+            median(p.connect_p50.clone()),
+            median(p.connect_cpu_ms.clone()),
+        ]
+    };
+    let [plain, tls] = [fig(&paths[0]), fig(&paths[1])];
+    let fmt = super::report::fmt;
+    println!(
+        "| InvokeTool p50, reused connection: TLS {} ms / plaintext {} ms | {} ms added | | |",
+        fmt(tls[0], 3),
+        fmt(plain[0], 3),
+        fmt(tls[0] - plain[0], 3)
+    );
+    println!(
+        "| calls/s @16, reused connection: TLS {} / plaintext {} | {} | | |",
+        fmt(tls[1], 0),
+        fmt(plain[1], 0),
+        fmt(tls[1] / plain[1], 2)
+    );
+    println!(
+        "| gateway CPU ms/call @16: TLS {} / plaintext {} | {} | | |",
+        fmt(tls[2], 3),
+        fmt(plain[2], 3),
+        fmt(tls[2] / plain[2], 2)
+    );
+    println!(
+        "| new connection + InvokeTool p50: TLS {} ms / plaintext {} ms | {} ms for the handshake | | |",
+        fmt(tls[3], 3),
+        fmt(plain[3], 3),
+        fmt(tls[3] - plain[3], 3)
+    );
+    println!(
+        "| gateway CPU ms per new connection + call: TLS {} / plaintext {} | {} ms for the handshake | | |",
+        fmt(tls[4], 3),
+        fmt(plain[4], 3),
+        fmt(tls[4] - plain[4], 3)
+    );
+    drop(paths);
+    Ok(())
+}
