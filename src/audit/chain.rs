@@ -71,6 +71,18 @@ pub(super) struct Chained {
     pub(super) head: Head,
 }
 
+/// Where the chain stands after a write of `chained` that failed once
+/// `written` bytes were written: past the last line written whole (but
+/// perhaps for its newline, which the writer adds before its next write),
+/// else where it stood `before`.
+pub(super) fn landed(chained: &[Chained], written: usize, before: Head) -> Head {
+    chained
+        .iter()
+        .rev()
+        .find(|line| line.end - 1 <= written)
+        .map_or(before, |line| line.head)
+}
+
 /// The writer's end of the chain.
 #[derive(Debug)]
 pub(super) struct Chain {
@@ -211,6 +223,24 @@ mod tests {
         // A record read back and written again is the same line.
         let again = String::from_utf8(serialise(&two)).unwrap();
         assert_eq!(again.trim_end(), lines[1]);
+    }
+
+    #[test]
+    fn a_write_cut_short_leaves_the_chain_after_the_last_whole_line() {
+        let mut chain = Chain::new();
+        let before = chain.head();
+        let mut out = Vec::new();
+        let chained = [
+            chain.append(&record("a"), &mut out),
+            chain.append(&record("b"), &mut out),
+        ];
+        let first = chained[0].end;
+        assert_eq!(landed(&chained, 0, before), before);
+        assert_eq!(landed(&chained, first - 2, before), before);
+        // All but the newline: the line is whole once the newline is added.
+        assert_eq!(landed(&chained, first - 1, before), chained[0].head);
+        assert_eq!(landed(&chained, first + 5, before), chained[0].head);
+        assert_eq!(landed(&chained, out.len() - 1, before), chained[1].head);
     }
 
     #[test]

@@ -13,7 +13,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::AuditFailure;
-use super::chain::{Chain, ChainReason, Chained};
+use super::chain::{Chain, ChainReason, Chained, landed};
 use super::digest::hex;
 use crate::config::AuditDestination;
 use crate::telemetry::Metrics;
@@ -388,12 +388,7 @@ impl Writer {
             self.sink.write(buffer).map_err(|(error, written)| {
                 // The chain goes on from the last line written whole (but
                 // for its newline, which the repair adds).
-                let landed = chained
-                    .iter()
-                    .rev()
-                    .find(|line| line.end - 1 <= written)
-                    .map_or(before, |line| line.head);
-                self.chain.set_head(landed);
+                self.chain.set_head(landed(&chained, written, before));
                 error
             })
         });
@@ -479,6 +474,43 @@ mod tests {
         let fresh = lines(&path);
         assert_eq!(fresh.len(), 1);
         assert_eq!(fresh[0].tool.as_deref(), Some("b"));
+    }
+
+    #[tokio::test]
+    async fn one_chain_runs_across_moved_files_and_restarts() {
+        use crate::audit::ChainReason;
+        use crate::audit::verify::verify_files;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let metrics = Arc::new(Metrics::new());
+        let audit = Audit::start(&config(path.clone(), false), None, metrics.clone());
+        audit.write(call("a")).await.unwrap();
+        audit.write(call("b")).await.unwrap();
+        let moved = dir.path().join("audit.jsonl.1");
+        std::fs::rename(&path, &moved).unwrap();
+        audit.write(call("c")).await.unwrap();
+        drop(audit);
+        let old = lines(&moved);
+        assert_eq!(old[0].chain.map(|c| c.reason), Some(ChainReason::Start));
+        assert_eq!((old[0].seq, old[0].prev.as_deref()), (Some(1), None));
+        let new = lines(&path);
+        assert_eq!(new[0].chain.map(|c| c.reason), Some(ChainReason::Moved));
+        assert_eq!(new[0].seq, Some(3));
+        // A new process appending to the file goes on from its last record.
+        let again = Audit::start(&config(path.clone(), false), None, metrics);
+        again.write(call("d")).await.unwrap();
+        let new = lines(&path);
+        assert_eq!(new[1].chain.map(|c| c.reason), Some(ChainReason::Resume));
+        assert_eq!(new[1].seq, Some(4));
+        let summary = verify_files(&[moved.clone(), path.clone()]).unwrap();
+        assert_eq!((summary.records, summary.last.unwrap().0), (4, 4));
+        // Without the older file, the newer one's first record links to a
+        // record not given.
+        let summary = verify_files(std::slice::from_ref(&path)).unwrap();
+        assert!(
+            summary.notes[0].contains("before the first file"),
+            "{summary:?}"
+        );
     }
 
     #[tokio::test]

@@ -342,7 +342,7 @@ async fn tenants_round_trip(a: &mut Admin) {
 
     let records = admin_records(&a.dir, 10).await;
     let first = &records[0];
-    assert_eq!(first["v"], 5);
+    assert_eq!(first["v"], 6);
     assert_eq!(first["rpc"], "PutTenant");
     assert_eq!(first["tenant"], "globex");
     assert_eq!(first["new_version"], v1);
