@@ -4,7 +4,8 @@
 //! What holds in an intact chain: every record has `seq`, one more than
 //! the record before; every record's `prev` is the SHA-256 of the line
 //! before it as written (across files: of the previous file's last
-//! record); the first record of each file carries `chain`. Allowed, and
+//! record); the first record of the oldest file carries `chain` (as the
+//! writer marks the first record of every file it opens). Allowed, and
 //! reported: records of an earlier schema (no `seq`) before the chain's
 //! first record; lines that are not records (a write cut short) right
 //! before a marked record or at the very end; a marked record without
@@ -38,8 +39,8 @@ pub enum Problem {
     /// A record that is neither marked nor linked.
     #[error("no `prev`: only a file's first record may start a chain")]
     NoPrev,
-    /// A file's first record does not carry `chain`: records before it
-    /// were cut off the file.
+    /// The first file's first record does not carry `chain`: records
+    /// before it were cut off the file.
     #[error("the file's first record has no `chain` mark: records before it were removed")]
     NotMarked,
     /// A marked record without `prev` after records of the same file.
@@ -260,7 +261,11 @@ impl Verifier {
             self.last = Some(self.last_here(None, hash));
             return Ok(());
         };
-        if self.in_file == 0 && marked.is_none() {
+        // A file's first record is marked, so that records cut from the
+        // start of the oldest file show. In a later file an unmarked first
+        // record is checked against the file before (a copy-and-truncate
+        // rotation splits the chain at any record).
+        if self.in_file == 0 && marked.is_none() && self.last.is_none() {
             return Err(here(Problem::NotMarked));
         }
         match (&fields.prev, &self.last) {
@@ -468,6 +473,18 @@ mod tests {
         one.remove(0);
         let broken = check(&[("a", one)]).unwrap_err();
         assert_eq!(broken.problem, Problem::NotMarked);
+    }
+
+    #[test]
+    fn a_chain_split_between_files_at_any_record_still_links() {
+        let mut chain = Chain::new();
+        let mut one = lines(&mut chain, ChainReason::Start, 4);
+        let two = one.split_off(2);
+        let summary = check(&[("a.1", one.clone()), ("a", two.clone())]).unwrap();
+        assert_eq!(summary.records, 4);
+        // Without its first record, the second file does not link.
+        let broken = check(&[("a.1", one), ("a", two[1..].to_vec())]).unwrap_err();
+        assert_eq!(broken.problem, Problem::Missing { seq: 4, after: 2 });
     }
 
     #[test]
