@@ -200,20 +200,21 @@ impl Sink {
                 write_counting(&mut out, bytes)
                     .and_then(|()| out.flush().map_err(|error| (error, bytes.len())))
             }
-            AuditDestination::File(_) => {
-                let open = self
-                    .file
-                    .as_mut()
-                    .ok_or_else(|| (std::io::Error::other("not open"), 0))?;
-                if self.torn {
+            AuditDestination::File(_) => match self.file.as_mut() {
+                None => Err((std::io::Error::other("not open"), 0)),
+                Some(open) => {
                     // The last failed write may have left half a line.
-                    if !ends_with_newline(&open.file).map_err(|error| (error, 0))? {
-                        open.file.write_all(b"\n").map_err(|error| (error, 0))?;
-                    }
-                    self.torn = false;
+                    let repaired = if self.torn {
+                        end_line(&mut open.file).map_err(|error| (error, 0))
+                    } else {
+                        Ok(())
+                    };
+                    repaired.and_then(|()| {
+                        self.torn = false;
+                        write_counting(&mut open.file, bytes)
+                    })
                 }
-                write_counting(&mut open.file, bytes)
-            }
+            },
         };
         if result.is_err() {
             self.torn = true;
@@ -278,15 +279,20 @@ fn last_record_line(file: &std::fs::File, len: u64) -> std::io::Result<Option<Ve
     }
 }
 
-fn ends_with_newline(file: &std::fs::File) -> std::io::Result<bool> {
+/// Ends the file's last line with a newline unless it has one (or the
+/// file is empty).
+fn end_line(file: &mut std::fs::File) -> std::io::Result<()> {
     use std::os::unix::fs::FileExt as _;
     let len = file.metadata()?.len();
     if len == 0 {
-        return Ok(true);
+        return Ok(());
     }
     let mut last = [0u8; 1];
     file.read_at(&mut last, len - 1)?;
-    Ok(last[0] == b'\n')
+    if last[0] != b'\n' {
+        file.write_all(b"\n")?;
+    }
+    Ok(())
 }
 
 /// The writer thread's state.
@@ -511,6 +517,33 @@ mod tests {
             summary.notes[0].contains("before the first file"),
             "{summary:?}"
         );
+    }
+
+    #[tokio::test]
+    async fn a_line_cut_short_is_ended_and_the_chain_goes_on_from_the_last_whole_one() {
+        use crate::audit::ChainReason;
+        use crate::audit::verify::verify_files;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let metrics = Arc::new(Metrics::new());
+        let audit = Audit::start(&config(path.clone(), false), None, metrics.clone());
+        audit.write(call("a")).await.unwrap();
+        audit.write(call("b")).await.unwrap();
+        drop(audit);
+        // A write cut short: half a record, no newline.
+        let mut text = std::fs::read_to_string(&path).unwrap();
+        text.push_str(r#"{"v":6,"seq":3,"prev":"00"#);
+        std::fs::write(&path, &text).unwrap();
+        let again = Audit::start(&config(path.clone(), false), None, metrics);
+        again.write(call("c")).await.unwrap();
+        let written = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<&str> = written.lines().collect();
+        assert_eq!(lines.len(), 4, "{written}");
+        let resumed: Record = serde_json::from_str(lines[3]).unwrap();
+        assert_eq!(resumed.chain.map(|c| c.reason), Some(ChainReason::Resume));
+        assert_eq!(resumed.seq, Some(3), "after the last whole record");
+        let summary = verify_files(std::slice::from_ref(&path)).unwrap();
+        assert_eq!((summary.records, summary.torn), (3, 1));
     }
 
     #[tokio::test]
