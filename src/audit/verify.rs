@@ -48,7 +48,7 @@ pub enum Problem {
     UnlinkedInFile,
     /// The record's line is not the one the next record links to.
     #[error(
-        "edited: its SHA-256 is not the `prev` of the record after it ({next_file}:{next_line})"
+        "edited: its SHA-256 is not the `prev` of the record after it ({next_file}:{next_line}); this record, or that `prev`, was changed after it was written"
     )]
     Edited {
         /// The file of the record after it.
