@@ -32,9 +32,11 @@
 //! the writer thread (group commit, reopening) in `writer`, the layer that
 //! records refusals before the service in `refusals`.
 
+mod chain;
 mod digest;
 mod record;
 mod refusals;
+pub mod verify;
 mod writer;
 
 use std::sync::Arc;
@@ -44,6 +46,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::{CancellationToken, DropGuard};
 
+pub use chain::{ChainMark, ChainReason};
 pub use digest::DigestKey;
 pub use record::{
     ArgumentsRecord, CallerRecord, InputItem, Outcome, Record, RecordKind, SCHEMA_VERSION,

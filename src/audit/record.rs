@@ -5,6 +5,7 @@
 
 use std::time::{Duration, SystemTime};
 
+use super::chain::ChainMark;
 use super::digest::DigestKey;
 use crate::config::AuditArguments;
 use crate::credentials::Redactor;
@@ -18,8 +19,10 @@ use serde::{Deserialize, Serialize};
 /// `ReadResource`, `GetPrompt`, `Complete` and `WatchResource`, with `uri`,
 /// `prompt`, `uri_template` and `bytes`. Version 5: records of kind `admin`
 /// (changes made through the admin API), with `secret`, `old_version`,
-/// `new_version` and the caller kind `admin_token`.
-pub const SCHEMA_VERSION: u32 = 5;
+/// `new_version` and the caller kind `admin_token`. Version 6: the hash
+/// chain: every record has `seq` and (but for an unlinked start) `prev`,
+/// and the first record of each file `chain`.
+pub const SCHEMA_VERSION: u32 = 6;
 
 /// What a record is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -178,6 +181,20 @@ pub struct InputItem {
 pub struct Record {
     /// The schema version ([`SCHEMA_VERSION`]).
     pub v: u32,
+    /// The record's place in this replica's chain (1, 2, ...): set by the
+    /// writer as it writes the line, never by whoever makes the record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seq: Option<u64>,
+    /// Lowercase hex SHA-256 of the line written before this one (as
+    /// written, without its newline; in the previous file for a file's
+    /// first record); absent only where a chain starts with nothing to link
+    /// to. Set by the writer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prev: Option<String>,
+    /// On the first record of each file the writer opened: why it opened
+    /// it. Set by the writer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chain: Option<ChainMark>,
     /// When the call ended or the event happened: RFC 3339, UTC,
     /// milliseconds (`2025-06-01T12:00:00.123Z`).
     pub time: String,
@@ -291,6 +308,9 @@ impl Record {
     pub fn new(kind: RecordKind, outcome: Outcome) -> Self {
         Self {
             v: SCHEMA_VERSION,
+            seq: None,
+            prev: None,
+            chain: None,
             time: now(),
             kind,
             rpc: None,

@@ -13,6 +13,8 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::AuditFailure;
+use super::chain::{Chain, ChainReason, Chained, landed};
+use super::digest::hex;
 use crate::config::AuditDestination;
 use crate::telemetry::Metrics;
 
@@ -60,8 +62,26 @@ pub(super) async fn reopen_on_hangup(queue: mpsc::WeakSender<Message>, stop: Can
 pub(super) struct Sink {
     destination: AuditDestination,
     file: Option<OpenFile>,
-    /// A write failed part-way: the file may end in a partial line.
+    /// Standard output: whether the next record continues what was
+    /// written (false at first, and after a failed write).
+    stdout_open: bool,
+    /// Why the destination is opened next time it is.
+    reason: ChainReason,
+    /// Whether a destination was ever opened (until then every open is
+    /// the start).
+    anchored: bool,
+    /// A destination opened since the writer last looked.
+    fresh: Option<Fresh>,
+    /// A write failed part-way, or a file was just opened: the file may end
+    /// in a partial line.
     torn: bool,
+}
+
+/// A destination the sink opened anew: why, and the last record line of
+/// the file it appends to when the chain continues from it.
+pub(super) struct Fresh {
+    pub(super) reason: ChainReason,
+    pub(super) last_line: Option<Vec<u8>>,
 }
 
 struct OpenFile {
@@ -75,6 +95,10 @@ impl Sink {
         Self {
             destination,
             file: None,
+            stdout_open: false,
+            reason: ChainReason::Start,
+            anchored: false,
+            fresh: None,
             torn: false,
         }
     }
@@ -93,10 +117,33 @@ impl Sink {
         }
     }
 
+    /// Closes the destination: it is opened anew (for `reason`) with the
+    /// next batch.
+    fn reopen(&mut self, reason: ChainReason) {
+        self.file = None;
+        self.stdout_open = false;
+        if self.anchored {
+            self.reason = reason;
+        }
+    }
+
+    /// The destination opened since the last call, if one was.
+    fn take_fresh(&mut self) -> Option<Fresh> {
+        self.fresh.take()
+    }
+
     /// Opens the file when it is not open, or when the path no longer
     /// names the open file (moved away, replaced).
     pub(super) fn ensure_open(&mut self) -> std::io::Result<()> {
         let Some(path) = self.path().cloned() else {
+            if !self.stdout_open {
+                self.stdout_open = true;
+                self.anchored = true;
+                self.fresh = Some(Fresh {
+                    reason: self.reason,
+                    last_line: None,
+                });
+            }
             return Ok(());
         };
         if let Some(open) = &self.file {
@@ -104,7 +151,7 @@ impl Sink {
                 Ok(now) if now.dev() == open.dev && now.ino() == open.ino => return Ok(()),
                 _ => {
                     tracing::info!(path = %path.display(), "audit file moved or replaced: opening the path anew");
-                    self.file = None;
+                    self.reopen(ChainReason::Moved);
                 }
             }
         }
@@ -118,6 +165,24 @@ impl Sink {
         if !meta.is_file() {
             return Err(std::io::Error::other("not a regular file"));
         }
+        let mut fresh = Fresh {
+            reason: self.reason,
+            last_line: None,
+        };
+        if self.reason == ChainReason::Start && meta.len() > 0 {
+            // The process starts on a file with records: continue its chain.
+            fresh.last_line = last_record_line(&file, meta.len())?;
+            if fresh.last_line.is_some() {
+                fresh.reason = ChainReason::Resume;
+            } else {
+                tracing::warn!(path = %path.display(), "no record found at the end of the audit file: its chain restarts unlinked");
+            }
+        }
+        self.fresh = Some(fresh);
+        // Unless said otherwise, the next open is for a move.
+        self.reason = ChainReason::Moved;
+        self.anchored = true;
+        self.torn = true;
         self.file = Some(OpenFile {
             dev: meta.dev(),
             ino: meta.ino(),
@@ -127,51 +192,113 @@ impl Sink {
     }
 
     /// Writes `bytes` in one call (one `write(2)` unless the kernel writes
-    /// short).
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<()> {
-        match &self.destination {
+    /// short). On failure, says how many bytes were written before it.
+    fn write(&mut self, bytes: &[u8]) -> Result<(), (std::io::Error, usize)> {
+        let result = match &self.destination {
             AuditDestination::Stdout => {
                 let mut out = std::io::stdout().lock();
-                out.write_all(bytes)?;
-                out.flush()
+                write_counting(&mut out, bytes)
+                    .and_then(|()| out.flush().map_err(|error| (error, bytes.len())))
             }
-            AuditDestination::File(_) => {
-                let open = self
-                    .file
-                    .as_mut()
-                    .ok_or_else(|| std::io::Error::other("not open"))?;
-                if self.torn {
+            AuditDestination::File(_) => match self.file.as_mut() {
+                None => Err((std::io::Error::other("not open"), 0)),
+                Some(open) => {
                     // The last failed write may have left half a line.
-                    if !ends_with_newline(&open.file)? {
-                        open.file.write_all(b"\n")?;
-                    }
-                    self.torn = false;
+                    let repaired = if self.torn {
+                        end_line(&mut open.file).map_err(|error| (error, 0))
+                    } else {
+                        Ok(())
+                    };
+                    repaired.and_then(|()| {
+                        self.torn = false;
+                        write_counting(&mut open.file, bytes)
+                    })
                 }
-                let result = open.file.write_all(bytes);
-                if result.is_err() {
-                    self.torn = true;
-                    self.file = None;
-                }
-                result
-            }
+            },
+        };
+        if result.is_err() {
+            self.torn = true;
+            self.reopen(ChainReason::Recovered);
         }
+        result
     }
 }
 
-fn ends_with_newline(file: &std::fs::File) -> std::io::Result<bool> {
+/// `write_all`, saying on failure how many bytes were written.
+fn write_counting(
+    out: &mut impl std::io::Write,
+    bytes: &[u8],
+) -> Result<(), (std::io::Error, usize)> {
+    let mut written = 0;
+    while written < bytes.len() {
+        match out.write(&bytes[written..]) {
+            Ok(0) => {
+                return Err((std::io::Error::from(std::io::ErrorKind::WriteZero), written));
+            }
+            Ok(n) => written += n,
+            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(error) => return Err((error, written)),
+        }
+    }
+    Ok(())
+}
+
+/// How far back from its end a file is read for its last record.
+const MAX_TAIL: u64 = 16 << 20;
+
+/// The last whole line of `file` (`len` bytes) that is a JSON object,
+/// without its newline: the record a resumed chain links to. `None` when
+/// none is within the last [`MAX_TAIL`] bytes.
+fn last_record_line(file: &std::fs::File, len: u64) -> std::io::Result<Option<Vec<u8>>> {
+    use std::os::unix::fs::FileExt as _;
+    let mut window: u64 = 64 << 10;
+    loop {
+        let start = len.saturating_sub(window);
+        let mut tail = vec![0u8; (len - start) as usize];
+        file.read_exact_at(&mut tail, start)?;
+        // Only lines that end in a newline are whole; the first one is cut
+        // unless the window reaches the start of the file.
+        let mut whole: Vec<&[u8]> = tail.split_inclusive(|&byte| byte == b'\n').collect();
+        if start > 0 && !whole.is_empty() {
+            whole.remove(0);
+        }
+        let found = whole
+            .iter()
+            .rev()
+            .filter_map(|line| line.strip_suffix(b"\n"))
+            .find(|line| {
+                serde_json::from_slice::<serde_json::Value>(line).is_ok_and(|v| v.is_object())
+            });
+        if let Some(line) = found {
+            return Ok(Some(line.to_vec()));
+        }
+        if start == 0 || window >= MAX_TAIL {
+            return Ok(None);
+        }
+        window = (window * 4).min(MAX_TAIL);
+    }
+}
+
+/// Ends the file's last line with a newline unless it has one (or the
+/// file is empty).
+fn end_line(file: &mut std::fs::File) -> std::io::Result<()> {
     use std::os::unix::fs::FileExt as _;
     let len = file.metadata()?.len();
     if len == 0 {
-        return Ok(true);
+        return Ok(());
     }
     let mut last = [0u8; 1];
     file.read_at(&mut last, len - 1)?;
-    Ok(last[0] == b'\n')
+    if last[0] != b'\n' {
+        file.write_all(b"\n")?;
+    }
+    Ok(())
 }
 
 /// The writer thread's state.
 pub(super) struct Writer {
     sink: Sink,
+    chain: Chain,
     receiver: mpsc::Receiver<Message>,
     healthy: Arc<AtomicBool>,
     metrics: Arc<Metrics>,
@@ -189,6 +316,7 @@ impl Writer {
         let (queue, receiver) = mpsc::channel(capacity);
         let writer = Writer {
             sink,
+            chain: Chain::new(),
             receiver,
             healthy,
             metrics,
@@ -202,6 +330,7 @@ impl Writer {
 
     /// Writes batches until every handle is dropped.
     fn run(mut self) {
+        self.take_fresh();
         let mut batch = Vec::with_capacity(MAX_BATCH);
         let mut buffer = Vec::with_capacity(64 << 10);
         while let Some(first) = self.receiver.blocking_recv() {
@@ -216,28 +345,58 @@ impl Writer {
         }
     }
 
+    /// Marks the next record when the sink opened a destination anew, and
+    /// logs where the chain stands (an anchor outside the file).
+    fn take_fresh(&mut self) {
+        let Some(fresh) = self.sink.take_fresh() else {
+            return;
+        };
+        if let Some(line) = &fresh.last_line {
+            self.chain.resume_after(line);
+        }
+        self.chain.mark(fresh.reason);
+        let head = self.chain.head();
+        tracing::info!(
+            sink = %self.sink.describe(),
+            reason = fresh.reason.as_str(),
+            next_seq = head.next_seq,
+            prev = head.last.as_ref().map(|hash| hex(hash)).unwrap_or_default(),
+            "audit chain: destination opened"
+        );
+    }
+
     fn write_batch(&mut self, batch: &mut Vec<Message>, buffer: &mut Vec<u8>) {
         buffer.clear();
         let mut acks = Vec::with_capacity(batch.len());
-        let mut lines = 0u64;
+        let mut lines = Vec::with_capacity(batch.len());
         for message in batch.drain(..) {
             match message {
                 Message::Line(line, ack) => {
-                    buffer.extend_from_slice(&line);
-                    lines += 1;
+                    lines.push(line);
                     acks.extend(ack);
                 }
                 Message::Flush(ack) => acks.push(ack),
-                Message::Reopen => self.sink.file = None,
+                Message::Reopen => self.sink.reopen(ChainReason::Hangup),
             }
         }
+        let count = lines.len() as u64;
         let started = Instant::now();
+        let before = self.chain.head();
         let result = self.sink.ensure_open().and_then(|()| {
-            if buffer.is_empty() {
-                Ok(())
-            } else {
-                self.sink.write(buffer)
+            self.take_fresh();
+            if lines.is_empty() {
+                return Ok(());
             }
+            let chained: Vec<Chained> = lines
+                .iter()
+                .map(|line| self.chain.append(line, buffer))
+                .collect();
+            self.sink.write(buffer).map_err(|(error, written)| {
+                // The chain goes on from the last line written whole (but
+                // for its newline, which the repair adds).
+                self.chain.set_head(landed(&chained, written, before));
+                error
+            })
         });
         let ok = result.is_ok();
         let was_healthy = self.healthy.swap(ok, Ordering::Relaxed);
@@ -248,17 +407,17 @@ impl Writer {
                 }
                 let slow = started.elapsed();
                 if slow > Duration::from_secs(1) {
-                    tracing::warn!(sink = %self.sink.describe(), elapsed_ms = slow.as_millis() as u64, lines, "slow audit write");
+                    tracing::warn!(sink = %self.sink.describe(), elapsed_ms = slow.as_millis() as u64, lines = count, "slow audit write");
                 }
             }
             Err(error) => {
-                for _ in 0..lines {
+                for _ in 0..count {
                     self.metrics.audit_failure(AuditFailure::Write.label());
                 }
                 if was_healthy {
-                    tracing::error!(sink = %self.sink.describe(), %error, lines, "audit records not written");
+                    tracing::error!(sink = %self.sink.describe(), %error, lines = count, "audit records not written");
                 } else {
-                    tracing::debug!(sink = %self.sink.describe(), %error, lines, "audit records not written");
+                    tracing::debug!(sink = %self.sink.describe(), %error, lines = count, "audit records not written");
                 }
             }
         }
@@ -321,6 +480,70 @@ mod tests {
         let fresh = lines(&path);
         assert_eq!(fresh.len(), 1);
         assert_eq!(fresh[0].tool.as_deref(), Some("b"));
+    }
+
+    #[tokio::test]
+    async fn one_chain_runs_across_moved_files_and_restarts() {
+        use crate::audit::ChainReason;
+        use crate::audit::verify::verify_files;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let metrics = Arc::new(Metrics::new());
+        let audit = Audit::start(&config(path.clone(), false), None, metrics.clone());
+        audit.write(call("a")).await.unwrap();
+        audit.write(call("b")).await.unwrap();
+        let moved = dir.path().join("audit.jsonl.1");
+        std::fs::rename(&path, &moved).unwrap();
+        audit.write(call("c")).await.unwrap();
+        drop(audit);
+        let old = lines(&moved);
+        assert_eq!(old[0].chain.map(|c| c.reason), Some(ChainReason::Start));
+        assert_eq!((old[0].seq, old[0].prev.as_deref()), (Some(1), None));
+        let new = lines(&path);
+        assert_eq!(new[0].chain.map(|c| c.reason), Some(ChainReason::Moved));
+        assert_eq!(new[0].seq, Some(3));
+        // A new process appending to the file goes on from its last record.
+        let again = Audit::start(&config(path.clone(), false), None, metrics);
+        again.write(call("d")).await.unwrap();
+        let new = lines(&path);
+        assert_eq!(new[1].chain.map(|c| c.reason), Some(ChainReason::Resume));
+        assert_eq!(new[1].seq, Some(4));
+        let summary = verify_files(&[moved.clone(), path.clone()]).unwrap();
+        assert_eq!((summary.records, summary.last.unwrap().0), (4, 4));
+        // Without the older file, the newer one's first record links to a
+        // record not given.
+        let summary = verify_files(std::slice::from_ref(&path)).unwrap();
+        assert!(
+            summary.notes[0].contains("before the first file"),
+            "{summary:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_line_cut_short_is_ended_and_the_chain_goes_on_from_the_last_whole_one() {
+        use crate::audit::ChainReason;
+        use crate::audit::verify::verify_files;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let metrics = Arc::new(Metrics::new());
+        let audit = Audit::start(&config(path.clone(), false), None, metrics.clone());
+        audit.write(call("a")).await.unwrap();
+        audit.write(call("b")).await.unwrap();
+        drop(audit);
+        // A write cut short: half a record, no newline.
+        let mut text = std::fs::read_to_string(&path).unwrap();
+        text.push_str(r#"{"v":6,"seq":3,"prev":"00"#);
+        std::fs::write(&path, &text).unwrap();
+        let again = Audit::start(&config(path.clone(), false), None, metrics);
+        again.write(call("c")).await.unwrap();
+        let written = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<&str> = written.lines().collect();
+        assert_eq!(lines.len(), 4, "{written}");
+        let resumed: Record = serde_json::from_str(lines[3]).unwrap();
+        assert_eq!(resumed.chain.map(|c| c.reason), Some(ChainReason::Resume));
+        assert_eq!(resumed.seq, Some(3), "after the last whole record");
+        let summary = verify_files(std::slice::from_ref(&path)).unwrap();
+        assert_eq!((summary.records, summary.torn), (3, 1));
     }
 
     #[tokio::test]

@@ -1,10 +1,11 @@
 //! The command line: `serve`, `check` and `demo`, the client verbs
-//! `tools` and `call` (in [`client`]), and `state migrate-subjects` (in
+//! `tools` and `call` (in [`client`]), `audit verify`, and `state migrate-subjects` (in
 //! [`subjects`]).
 
 mod answerer;
 mod answers;
 mod approve;
+mod audit;
 mod channel;
 mod check_tenants;
 pub mod client;
@@ -103,6 +104,11 @@ enum Command {
         #[command(subcommand)]
         command: tenants::TenantsCommand,
     },
+    /// Work with audit files: `verify` checks their hash chain.
+    Audit {
+        #[command(subcommand)]
+        command: audit::AuditCommand,
+    },
     /// Maintain the state store (upstream OAuth tokens).
     State {
         #[command(subcommand)]
@@ -171,6 +177,7 @@ pub fn main() -> ExitCode {
             }
             Command::Tenants { command } => tenants::run(command).await,
             Command::Health(args) => health::run(args).await,
+            Command::Audit { command } => audit::run(command),
             Command::Tools(args) => client::tools(args).await,
             Command::Call(args) => client::call(args).await,
             Command::Resources(args) => offerings::resources(args).await,

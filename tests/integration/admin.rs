@@ -342,7 +342,11 @@ async fn tenants_round_trip(a: &mut Admin) {
 
     let records = admin_records(&a.dir, 10).await;
     let first = &records[0];
-    assert_eq!(first["v"], 5);
+    assert_eq!(first["v"], 6);
+    // Admin changes are in the replica's one hash chain, with its calls
+    // and refusals.
+    assert!(first["seq"].as_u64().is_some(), "{first}");
+    toolgate::audit::verify::verify_files(&[a.dir.join("audit.jsonl")]).unwrap();
     assert_eq!(first["rpc"], "PutTenant");
     assert_eq!(first["tenant"], "globex");
     assert_eq!(first["new_version"], v1);

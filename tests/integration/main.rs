@@ -8,6 +8,7 @@ mod admin;
 mod approvals;
 mod architecture;
 mod audit;
+mod audit_chain;
 mod auth;
 mod binary;
 mod catalog;
