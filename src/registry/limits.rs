@@ -194,6 +194,44 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_subject_past_its_limits_takes_nothing_of_its_tenants() {
+        use crate::callers::Namespace;
+        let limiter = TenantLimiter::new(
+            "acme",
+            &TenantLimits {
+                rate_per_second: Some(NonZeroU32::MIN),
+                burst: NonZeroU32::new(3),
+                max_concurrent_calls: Some(2),
+                queue_timeout: Duration::ZERO,
+                per_subject: Some(crate::config::SubjectLimits {
+                    rate_per_second: Some(NonZeroU32::MIN),
+                    burst: NonZeroU32::new(2),
+                    max_concurrent_calls: Some(1),
+                }),
+            },
+        );
+        let alice = Subject::named(Namespace::Token, "alice").unwrap();
+        let bob = Subject::named(Namespace::Token, "bob").unwrap();
+        let held = limiter.admit(&alice).await.unwrap();
+        // Alice's second call: her own slot is taken (one tenant token
+        // spent), then her bucket is empty.
+        assert_eq!(
+            limiter.admit(&alice).await.unwrap_err(),
+            Shed::SubjectConcurrency(1)
+        );
+        for _ in 0..5 {
+            assert!(matches!(
+                limiter.admit(&alice).await,
+                Err(Shed::SubjectRate(_))
+            ));
+        }
+        // Bob gets the tenant's last token and its other slot.
+        let _bob = limiter.admit(&bob).await.unwrap();
+        assert!(matches!(limiter.admit(&bob).await, Err(Shed::Rate(_))));
+        drop(held);
+    }
+
+    #[tokio::test]
     async fn rate_sheds_beyond_the_burst() {
         let limiter = TenantLimiter::new(
             "acme",
