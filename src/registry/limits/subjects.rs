@@ -398,6 +398,41 @@ mod tests {
         assert_eq!(limiter.rate_subjects(), 0);
     }
 
+    /// As if the last sweep was `ago`.
+    fn swept_ago(limiter: &SubjectLimiter, ago: Duration) {
+        *limiter.swept.lock().unwrap() = Instant::now().checked_sub(ago).unwrap();
+    }
+
+    #[test]
+    fn checks_drop_full_buckets_every_sweep_interval() {
+        let limiter = SubjectLimiter::new("acme", &limits(Some(1000), Some(1), None), 100);
+        for i in 0..50 {
+            limiter.check_rate(&subject(&format!("s{i}"))).unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        limiter.check_rate(&subject("late")).unwrap();
+        assert_eq!(
+            limiter.rate_subjects(),
+            51,
+            "not yet: swept at most every 10 s"
+        );
+        swept_ago(&limiter, SWEEP_INTERVAL);
+        limiter.check_rate(&subject("later")).unwrap();
+        // `late`'s bucket (taken from 0 ms ago) may not be full yet.
+        assert!(limiter.rate_subjects() <= 2, "{}", limiter.rate_subjects());
+    }
+
+    #[test]
+    fn at_the_cap_idle_buckets_make_room_sooner() {
+        let limiter = SubjectLimiter::new("acme", &limits(Some(1000), Some(1), None), 2);
+        limiter.check_rate(&subject("alice")).unwrap();
+        limiter.check_rate(&subject("bob")).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        swept_ago(&limiter, FULL_SWEEP_INTERVAL);
+        limiter.check_rate(&subject("carol")).unwrap();
+        assert_eq!(limiter.rate_subjects(), 1, "carol has a bucket of her own");
+    }
+
     #[test]
     fn subjects_past_the_cap_share_one_bucket() {
         let limiter = SubjectLimiter::new("acme", &limits(Some(1), Some(1), None), 2);
