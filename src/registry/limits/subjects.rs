@@ -79,7 +79,7 @@ impl SubjectLimiter {
         });
         let slots = limits
             .max_concurrent_calls
-            .map(|limit| Arc::new(SubjectSlots::new(limit, max_subjects)));
+            .map(|limit| Arc::new(SubjectSlots::new(tenant, limit, max_subjects)));
         Self {
             tenant: tenant.to_owned(),
             rate,
@@ -151,19 +151,23 @@ impl SubjectLimiter {
             return;
         }
         *swept = Instant::now();
+        let before = rate.len();
         rate.retain_recent();
-        rate.shrink_to_fit();
-        let still_full = rate.len() >= self.max_subjects;
+        let after = rate.len();
+        if after < before / 2 {
+            rate.shrink_to_fit();
+        }
+        let still_full = after >= self.max_subjects;
         if still_full && !self.overflowing.swap(true, Ordering::Relaxed) {
             tracing::warn!(
                 tenant = %self.tenant,
                 max_subjects = self.max_subjects,
-                "limits.per_subject: as many subjects as tracked at most are active; new subjects share one rate bucket until some go idle"
+                "limits.per_subject: the most subjects a tenant may have rate buckets of their own are active; subjects without one share one bucket until some go idle"
             );
         } else if !still_full && self.overflowing.swap(false, Ordering::Relaxed) {
             tracing::info!(
                 tenant = %self.tenant,
-                "limits.per_subject: subjects went idle; every subject has its own rate bucket again"
+                "limits.per_subject: subjects went idle; every subject has a rate bucket of its own again"
             );
         }
     }
@@ -236,19 +240,26 @@ impl ShrinkableKeyedStateStore<Arc<str>> for BoundedStore {
 /// someone holds or waits for one of its slots), and one set shared by
 /// every subject beyond.
 struct SubjectSlots {
+    /// The tenant (for the log line when subjects overflow).
+    tenant: String,
     limit: usize,
     max: usize,
     subjects: Mutex<HashMap<Arc<str>, Arc<Semaphore>>>,
     overflow: Arc<Semaphore>,
+    /// Whether new subjects share the overflow slots (logged once per
+    /// episode; changed under the map's lock).
+    overflowing: AtomicBool,
 }
 
 impl SubjectSlots {
-    fn new(limit: usize, max: usize) -> Self {
+    fn new(tenant: &str, limit: usize, max: usize) -> Self {
         Self {
+            tenant: tenant.to_owned(),
             limit,
             max,
             subjects: Mutex::new(HashMap::new()),
             overflow: Arc::new(Semaphore::new(limit)),
+            overflowing: AtomicBool::new(false),
         }
     }
 
@@ -271,8 +282,16 @@ impl SubjectSlots {
             subjects.retain(|_, semaphore| Arc::strong_count(semaphore) > 1);
         }
         if subjects.len() >= self.max {
+            if !self.overflowing.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    tenant = %self.tenant,
+                    max_subjects = self.max,
+                    "limits.per_subject: the most subjects a tenant may have concurrency slots of their own have calls running; subjects without them share one set until some finish"
+                );
+            }
             return (None, self.overflow.clone());
         }
+        self.overflowing.store(false, Ordering::Relaxed);
         let key: Arc<str> = Arc::from(key);
         let semaphore = Arc::new(Semaphore::new(self.limit));
         subjects.insert(key.clone(), semaphore.clone());
