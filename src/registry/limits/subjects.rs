@@ -417,6 +417,20 @@ mod tests {
         assert_eq!(limiter.rate_subjects(), 0);
     }
 
+    #[test]
+    fn the_same_id_vouched_for_another_way_is_another_subject() {
+        let limiter = SubjectLimiter::new("acme", &limits(Some(1), Some(1), None), 10);
+        let by_token = subject("alice");
+        let by_jwt = Subject::named(Namespace::Jwt("https://idp.example"), "alice").unwrap();
+        let by_other_issuer =
+            Subject::named(Namespace::Jwt("https://other.example"), "alice").unwrap();
+        for alice in [&by_token, &by_jwt, &by_other_issuer] {
+            assert!(limiter.check_rate(alice).is_ok(), "{}", alice.key());
+        }
+        assert!(limiter.check_rate(&by_jwt).is_err());
+        assert_eq!(limiter.rate_subjects(), 3);
+    }
+
     /// As if the last sweep was `ago`.
     fn swept_ago(limiter: &SubjectLimiter, ago: Duration) {
         *limiter.swept.lock().unwrap() = Instant::now().checked_sub(ago).unwrap();
