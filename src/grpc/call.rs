@@ -222,7 +222,7 @@ async fn invoke(
     // Load shedding: a bounded wait for a slot, never an unbounded queue.
     let _admission = authenticated
         .limiter
-        .admit()
+        .admit(&context.subject)
         .await
         .map_err(|shed| CallError::Shed(shed, None))?;
     let Resolved { tenant, catalog } =

@@ -169,7 +169,7 @@ async fn run(
     check(request)?;
     let _admission = authenticated
         .limiter
-        .admit()
+        .admit(subject)
         .await
         .map_err(|shed| CallError::Shed(shed, None))?;
     let routed = route(authenticated, request, context, (caller, subject), routing).await?;

@@ -406,6 +406,13 @@ fn shed_message(shed: &crate::registry::limits::Shed, server: Option<&str>) -> S
             "server `{}` concurrency limit reached (max_concurrent_calls = {n})",
             server.unwrap_or("?")
         ),
+        Shed::SubjectRate(wait) => format!(
+            "the caller's subject rate limit reached (limits.per_subject.rate_per_second); retry in {} ms",
+            wait.as_millis().max(1)
+        ),
+        Shed::SubjectConcurrency(n) => format!(
+            "the caller's subject concurrency limit reached (limits.per_subject.max_concurrent_calls = {n})"
+        ),
     }
 }
 

@@ -138,14 +138,16 @@ impl Gateway {
     }
 
     /// The caller's tenant for a catalog RPC (ListTools, SearchTools,
-    /// WatchTools): each takes one token from the tenant's rate bucket
+    /// WatchTools): each takes one token from the subject's rate bucket
+    /// (`limits.per_subject.rate_per_second`) and the tenant's
     /// (`limits.rate_per_second`), like a call; concurrency limits are for
     /// calls only.
     fn listing_tenant<T>(&self, request: &Request<T>) -> Result<(Arc<Tenant>, Busy), Status> {
         let (tenant, busy) = self.tenant(request)?;
+        let (_, subject) = caller_of(request);
         tenant
             .limiter
-            .check_rate()
+            .check_rate(&subject)
             .map_err(|shed| Status::from(CallError::Shed(shed, None)))?;
         Ok((tenant, busy))
     }

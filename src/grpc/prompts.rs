@@ -254,7 +254,7 @@ async fn render(
     }
     let _admission = authenticated
         .limiter
-        .admit()
+        .admit(&context.subject)
         .await
         .map_err(|shed| CallError::Shed(shed, None))?;
     let Resolved { tenant, catalog } =

@@ -168,7 +168,7 @@ impl Reader<'_> {
         }
         let _admission = tenant
             .limiter
-            .admit()
+            .admit(self.subject)
             .await
             .map_err(|shed| CallError::Shed(shed, None))?;
         let _server_slot = match tenant.server_limit(index) {

@@ -109,6 +109,12 @@ pub fn classify(error: &CallError) -> (Code, &'static str) {
             crate::registry::limits::Shed::ServerConcurrency(_) => {
                 (Code::ResourceExhausted, "SERVER_CONCURRENCY_LIMIT")
             }
+            crate::registry::limits::Shed::SubjectRate(_) => {
+                (Code::ResourceExhausted, "SUBJECT_RATE_LIMITED")
+            }
+            crate::registry::limits::Shed::SubjectConcurrency(_) => {
+                (Code::ResourceExhausted, "SUBJECT_CONCURRENCY_LIMIT")
+            }
         },
         CallError::Upstream {
             error, idempotent, ..
@@ -336,6 +342,12 @@ fn metadata(error: &CallError) -> HashMap<String, String> {
                 crate::registry::limits::Shed::ServerConcurrency(n) => {
                     ("max_concurrent_calls", Some(n))
                 }
+                crate::registry::limits::Shed::SubjectRate(_) => {
+                    ("limits.per_subject.rate_per_second", None)
+                }
+                crate::registry::limits::Shed::SubjectConcurrency(n) => {
+                    ("limits.per_subject.max_concurrent_calls", Some(n))
+                }
             };
             metadata.insert("limit".to_owned(), limit.to_owned());
             if let Some(value) = value {
@@ -514,9 +526,11 @@ impl From<CallError> for Status {
         // reached the upstream (or the tool is idempotent). A call that may
         // have acted is UNKNOWN, without RetryInfo.
         let retry = match &error {
-            CallError::Shed(crate::registry::limits::Shed::Rate(wait), _) => {
-                Some((*wait).max(Duration::from_millis(1)))
-            }
+            CallError::Shed(
+                crate::registry::limits::Shed::Rate(wait)
+                | crate::registry::limits::Shed::SubjectRate(wait),
+                _,
+            ) => Some((*wait).max(Duration::from_millis(1))),
             CallError::Shed(..) => Some(SHED_RETRY_DELAY),
             _ if code == Code::Unavailable => Some(RETRY_DELAY),
             _ => None,

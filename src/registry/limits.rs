@@ -1,6 +1,9 @@
-//! Call limits: per-tenant rate (token bucket) and concurrency, and
-//! per-server concurrency, each with a bounded wait. Beyond a limit a call
-//! is shed at once with RESOURCE_EXHAUSTED; nothing queues without bound.
+//! Call limits: per-tenant rate (token bucket) and concurrency, the same
+//! per subject of a tenant ([`subjects`]), and per-server concurrency, each
+//! with a bounded wait. Beyond a limit a call is shed at once with
+//! RESOURCE_EXHAUSTED; nothing queues without bound.
+
+pub mod subjects;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,7 +12,10 @@ use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use crate::callers::Subject;
 use crate::config::TenantLimits;
+
+pub use subjects::{MAX_SUBJECTS, SubjectLimiter, SubjectPermit};
 
 /// Which limit shed a call.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -20,6 +26,11 @@ pub enum Shed {
     TenantConcurrency(usize),
     /// The server's `max_concurrent_calls`.
     ServerConcurrency(usize),
+    /// The subject's `limits.per_subject.rate_per_second`; retry after the
+    /// given time.
+    SubjectRate(Duration),
+    /// The subject's `limits.per_subject.max_concurrent_calls`.
+    SubjectConcurrency(usize),
 }
 
 /// A concurrency limit with a bounded wait.
@@ -58,11 +69,12 @@ impl Concurrency {
     }
 }
 
-/// A tenant's limits.
+/// A tenant's limits, and its subjects'.
 pub struct TenantLimiter {
     rate: Option<DefaultDirectRateLimiter>,
     concurrency: Option<Concurrency>,
     queue_timeout: Duration,
+    subjects: Option<SubjectLimiter>,
 }
 
 impl std::fmt::Debug for TenantLimiter {
@@ -71,6 +83,7 @@ impl std::fmt::Debug for TenantLimiter {
             .field("rate", &self.rate.is_some())
             .field("concurrency", &self.concurrency)
             .field("queue_timeout", &self.queue_timeout)
+            .field("subjects", &self.subjects)
             .finish()
     }
 }
@@ -79,11 +92,12 @@ impl std::fmt::Debug for TenantLimiter {
 #[derive(Debug, Default)]
 pub struct Admission {
     _tenant: Option<OwnedSemaphorePermit>,
+    _subject: Option<SubjectPermit>,
 }
 
 impl TenantLimiter {
-    /// Limits as configured.
-    pub fn new(limits: &TenantLimits) -> Self {
+    /// `tenant`'s limits as configured.
+    pub fn new(tenant: &str, limits: &TenantLimits) -> Self {
         let rate = limits.rate_per_second.map(|rate| {
             let burst = limits.burst.unwrap_or(rate);
             RateLimiter::direct(Quota::per_second(rate).allow_burst(burst))
@@ -92,6 +106,10 @@ impl TenantLimiter {
             rate,
             concurrency: limits.max_concurrent_calls.map(Concurrency::new),
             queue_timeout: limits.queue_timeout,
+            subjects: limits
+                .per_subject
+                .as_ref()
+                .map(|per_subject| SubjectLimiter::new(tenant, per_subject, MAX_SUBJECTS)),
         }
     }
 
@@ -100,12 +118,17 @@ impl TenantLimiter {
         self.queue_timeout
     }
 
-    /// Takes one token from the rate bucket (catalog RPCs count against
-    /// the tenant's rate, not its concurrency).
+    /// Takes one token from `subject`'s rate bucket, then one from the
+    /// tenant's (catalog RPCs count against the rates, not the
+    /// concurrency). The subject's comes first: a subject past its own
+    /// rate takes nothing from its tenant's.
     ///
     /// # Errors
-    /// The rate limit is reached.
-    pub fn check_rate(&self) -> Result<(), Shed> {
+    /// The subject's or the tenant's rate limit is reached.
+    pub fn check_rate(&self, subject: &Subject) -> Result<(), Shed> {
+        if let Some(subjects) = &self.subjects {
+            subjects.check_rate(subject)?;
+        }
         if let Some(rate) = &self.rate
             && let Err(not_until) = rate.check()
         {
@@ -116,21 +139,32 @@ impl TenantLimiter {
         Ok(())
     }
 
-    /// Admits a call or says which limit shed it.
+    /// Admits `subject`'s call or says which limit shed it: the rates,
+    /// then a slot of the subject's and one of the tenant's, both within
+    /// one `queue_timeout` (a subject waiting on its own limit holds none
+    /// of the tenant's slots).
     ///
     /// # Errors
-    /// The rate or concurrency limit is reached.
-    pub async fn admit(&self) -> Result<Admission, Shed> {
-        self.check_rate()?;
+    /// A rate or concurrency limit is reached.
+    pub async fn admit(&self, subject: &Subject) -> Result<Admission, Shed> {
+        self.check_rate(subject)?;
+        let deadline = tokio::time::Instant::now() + self.queue_timeout;
+        let subject = match &self.subjects {
+            Some(subjects) => subjects.acquire(subject, self.queue_timeout).await?,
+            None => None,
+        };
         let tenant = match &self.concurrency {
             Some(c) => Some(
-                c.acquire(self.queue_timeout)
+                c.acquire(deadline.saturating_duration_since(tokio::time::Instant::now()))
                     .await
                     .ok_or(Shed::TenantConcurrency(c.limit()))?,
             ),
             None => None,
         };
-        Ok(Admission { _tenant: tenant })
+        Ok(Admission {
+            _tenant: tenant,
+            _subject: subject,
+        })
     }
 }
 
@@ -142,29 +176,76 @@ mod tests {
 
     #[tokio::test]
     async fn concurrency_sheds_beyond_the_limit() {
-        let limiter = TenantLimiter::new(&TenantLimits {
-            max_concurrent_calls: Some(1),
-            queue_timeout: Duration::ZERO,
-            ..TenantLimits::default()
-        });
-        let first = limiter.admit().await.unwrap();
+        let limiter = TenantLimiter::new(
+            "acme",
+            &TenantLimits {
+                max_concurrent_calls: Some(1),
+                queue_timeout: Duration::ZERO,
+                ..TenantLimits::default()
+            },
+        );
+        let first = limiter.admit(&Subject::tenant()).await.unwrap();
         assert_eq!(
-            limiter.admit().await.unwrap_err(),
+            limiter.admit(&Subject::tenant()).await.unwrap_err(),
             Shed::TenantConcurrency(1)
         );
         drop(first);
-        assert!(limiter.admit().await.is_ok());
+        assert!(limiter.admit(&Subject::tenant()).await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_subject_past_its_limits_takes_nothing_of_its_tenants() {
+        use crate::callers::Namespace;
+        let limiter = TenantLimiter::new(
+            "acme",
+            &TenantLimits {
+                rate_per_second: Some(NonZeroU32::MIN),
+                burst: NonZeroU32::new(3),
+                max_concurrent_calls: Some(2),
+                queue_timeout: Duration::ZERO,
+                per_subject: Some(crate::config::SubjectLimits {
+                    rate_per_second: Some(NonZeroU32::MIN),
+                    burst: NonZeroU32::new(2),
+                    max_concurrent_calls: Some(1),
+                }),
+            },
+        );
+        let alice = Subject::named(Namespace::Token, "alice").unwrap();
+        let bob = Subject::named(Namespace::Token, "bob").unwrap();
+        let held = limiter.admit(&alice).await.unwrap();
+        // Alice's second call: her own slot is taken (one tenant token
+        // spent), then her bucket is empty.
+        assert_eq!(
+            limiter.admit(&alice).await.unwrap_err(),
+            Shed::SubjectConcurrency(1)
+        );
+        for _ in 0..5 {
+            assert!(matches!(
+                limiter.admit(&alice).await,
+                Err(Shed::SubjectRate(_))
+            ));
+        }
+        // Bob gets the tenant's last token and its other slot.
+        let _bob = limiter.admit(&bob).await.unwrap();
+        assert!(matches!(limiter.admit(&bob).await, Err(Shed::Rate(_))));
+        drop(held);
     }
 
     #[tokio::test]
     async fn rate_sheds_beyond_the_burst() {
-        let limiter = TenantLimiter::new(&TenantLimits {
-            rate_per_second: Some(NonZeroU32::MIN),
-            burst: NonZeroU32::new(2),
-            ..TenantLimits::default()
-        });
-        assert!(limiter.admit().await.is_ok());
-        assert!(limiter.admit().await.is_ok());
-        assert!(matches!(limiter.admit().await, Err(Shed::Rate(_))));
+        let limiter = TenantLimiter::new(
+            "acme",
+            &TenantLimits {
+                rate_per_second: Some(NonZeroU32::MIN),
+                burst: NonZeroU32::new(2),
+                ..TenantLimits::default()
+            },
+        );
+        assert!(limiter.admit(&Subject::tenant()).await.is_ok());
+        assert!(limiter.admit(&Subject::tenant()).await.is_ok());
+        assert!(matches!(
+            limiter.admit(&Subject::tenant()).await,
+            Err(Shed::Rate(_))
+        ));
     }
 }

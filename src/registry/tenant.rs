@@ -215,7 +215,7 @@ impl Tenant {
     ) -> Arc<Tenant> {
         let limiter = match previous {
             Some(previous) if previous.limiter_config == config.limits => previous.limiter.clone(),
-            _ => Arc::new(TenantLimiter::new(&config.limits)),
+            _ => Arc::new(TenantLimiter::new(&config.name, &config.limits)),
         };
         // A tenant of the state store is not in the configuration the
         // shared redactor is built from (the file's and `tenants_dir`'s

@@ -120,6 +120,9 @@ fn config_with(section: &str, entries: &[String], stdio: bool) -> Option<String>
         "`tenants[].limits`" => {
             format!("tenants: [{{name: t, tokens: [tok], limits: {{{flow}}}}}]")
         }
+        "`tenants[].limits.per_subject`" => {
+            format!("tenants: [{{name: t, tokens: [tok], limits: {{per_subject: {{{flow}}}}}}}]")
+        }
         "`tenants[].servers[]`" => {
             format!("tenants: [{{name: t, tokens: [tok], servers: [{{{server}, {flow}}}]}}]")
         }

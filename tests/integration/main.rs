@@ -44,6 +44,7 @@ mod search;
 mod sessions;
 mod state;
 mod state_tenants;
+mod subject_limits;
 mod subjects;
 mod tasks;
 mod tenant_store;

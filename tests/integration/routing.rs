@@ -362,15 +362,18 @@ async fn a_call_without_time_left_is_not_sent() {
     gateway.shutdown().await;
 }
 
-/// A reload that leaves a tenant's limits alone keeps its rate bucket: an
-/// unrelated edit (another tenant added) is no way around the limit.
+/// A reload that leaves a tenant's limits alone keeps its rate buckets,
+/// the tenant's and each subject's (`limits.per_subject`): an unrelated
+/// edit (another tenant added) is no way around the limits.
 #[tokio::test]
 async fn a_reload_keeps_the_rate_bucket_of_a_tenant_whose_limits_did_not_change() {
+    use toolgate::callers::{Namespace, Subject};
+    use toolgate::registry::limits::Shed;
     let server = serve_mcp(TestServer::new(&["echo"])).await;
     let env: Arc<std::collections::HashMap<String, String>> = Arc::default();
     let yaml = |extra: &str, rate: u32| {
         format!(
-            "tenants:\n  - name: t\n    tokens: [tok]\n    limits: {{ rate_per_second: {rate}, burst: 1 }}\n    servers:\n      - name: s\n        url: \"{}\"\n{extra}",
+            "tenants:\n  - name: t\n    tokens: [tok]\n    limits: {{ rate_per_second: {rate}, burst: 1, per_subject: {{ rate_per_second: 1, burst: 1 }} }}\n    servers:\n      - name: s\n        url: \"{}\"\n{extra}",
             server.url
         )
     };
@@ -378,26 +381,45 @@ async fn a_reload_keeps_the_rate_bucket_of_a_tenant_whose_limits_did_not_change(
         toolgate::config::Config::from_yaml(&text, "test.yaml", Path::new("."), env.as_ref())
             .unwrap()
     };
+    let alice = Subject::named(Namespace::Token, "alice").unwrap();
+    let bob = Subject::named(Namespace::Token, "bob").unwrap();
     let metrics = Arc::new(toolgate::telemetry::Metrics::new());
     let registry = toolgate::registry::Registry::start(&load(yaml("", 1)), env.clone(), metrics);
     let tenant = registry.authenticate("tok").unwrap().0;
-    tenant.limiter.check_rate().expect("the burst admits one");
-    assert!(tenant.limiter.check_rate().is_err(), "the bucket is empty");
+    tenant
+        .limiter
+        .check_rate(&alice)
+        .expect("the burst admits one");
+    assert!(
+        matches!(tenant.limiter.check_rate(&alice), Err(Shed::SubjectRate(_))),
+        "alice's bucket is empty"
+    );
+    assert!(
+        matches!(tenant.limiter.check_rate(&bob), Err(Shed::Rate(_))),
+        "the tenant's bucket is empty"
+    );
 
     let other = "  - name: u\n    tokens: [tok2]\n    servers: []\n";
     registry.apply(&load(yaml(other, 1)));
     let reloaded = registry.authenticate("tok").unwrap().0;
     assert!(!Arc::ptr_eq(&tenant, &reloaded), "a new tenant object");
     assert!(
-        reloaded.limiter.check_rate().is_err(),
+        matches!(
+            reloaded.limiter.check_rate(&alice),
+            Err(Shed::SubjectRate(_))
+        ),
+        "an unrelated reload refilled alice's bucket"
+    );
+    assert!(
+        reloaded.limiter.check_rate(&bob).is_err(),
         "an unrelated reload refilled the bucket"
     );
-    // Changed limits start a new bucket.
+    // Changed limits start new buckets.
     registry.apply(&load(yaml(other, 2)));
     let changed = registry.authenticate("tok").unwrap().0;
     changed
         .limiter
-        .check_rate()
+        .check_rate(&alice)
         .expect("new limits, new bucket");
     registry.shutdown().await;
 }
