@@ -88,6 +88,16 @@ pub enum CallerRecord {
         /// The `sub` claim.
         subject: String,
     },
+    /// A client certificate (`callers.mtls`): its SPIFFE ID or subject
+    /// DN, and its fingerprint (never the certificate).
+    Cert {
+        /// The trust domain of its SPIFFE ID (empty without one).
+        trust_domain: String,
+        /// Its SPIFFE ID, else its subject DN (RFC 4514).
+        id: String,
+        /// Lowercase hex SHA-256 of the certificate (DER).
+        sha256: String,
+    },
 }
 
 impl From<&crate::callers::CallerIdentity> for CallerRecord {
@@ -99,6 +109,15 @@ impl From<&crate::callers::CallerIdentity> for CallerRecord {
             crate::callers::CallerIdentity::Jwt { issuer, subject } => CallerRecord::Jwt {
                 issuer: issuer.clone(),
                 subject: subject.clone(),
+            },
+            crate::callers::CallerIdentity::Certificate {
+                trust_domain,
+                id,
+                sha256,
+            } => CallerRecord::Cert {
+                trust_domain: trust_domain.clone(),
+                id: id.clone(),
+                sha256: sha256.clone(),
             },
         }
     }
