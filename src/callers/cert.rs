@@ -318,11 +318,12 @@ mod tests {
         let mut dn = rcgen::DistinguishedName::new();
         dn.push(rcgen::DnType::CountryName, "DE");
         dn.push(rcgen::DnType::OrganizationName, "Acme, Inc.");
-        dn.push(rcgen::DnType::CommonName, " #worker+1 ");
+        dn.push(rcgen::DnType::OrganizationalUnitName, " ops");
+        dn.push(rcgen::DnType::CommonName, "#worker+1 ");
         params.distinguished_name = dn;
         let cert = PeerCertificate::from_der(&issue(params)).unwrap();
         // Last RDN first; `,`, `+`, a leading `#` and the edge spaces escaped.
-        assert_eq!(cert.subject(), r"CN=\ \#worker\+1\ ,O=Acme\, Inc.,C=DE");
+        assert_eq!(cert.subject(), r"CN=\#worker\+1\ ,OU=\ ops,O=Acme\, Inc.,C=DE");
         assert_eq!(cert.name(), cert.subject());
     }
 }
