@@ -96,8 +96,8 @@ impl PeerCertificate {
     /// The bytes are not an X.509 certificate x509-parser reads, or its
     /// subject alternative name extension is malformed.
     pub fn from_der(der: &[u8]) -> Result<Self, UnreadableCertificate> {
-        let (_, cert) = X509Certificate::from_der(der)
-            .map_err(|e| UnreadableCertificate(e.to_string()))?;
+        let (_, cert) =
+            X509Certificate::from_der(der).map_err(|e| UnreadableCertificate(e.to_string()))?;
         let mut uri_sans = Vec::new();
         let mut dns_sans = Vec::new();
         let sans = cert
@@ -169,12 +169,7 @@ impl PeerCertificate {
 fn rfc4514(name: &X509Name<'_>) -> String {
     let rdns: Vec<String> = name
         .iter()
-        .map(|rdn| {
-            rdn.iter()
-                .map(attribute)
-                .collect::<Vec<String>>()
-                .join("+")
-        })
+        .map(|rdn| rdn.iter().map(attribute).collect::<Vec<String>>().join("+"))
         .collect();
     rdns.into_iter().rev().collect::<Vec<_>>().join(",")
 }
@@ -308,7 +303,10 @@ mod tests {
         assert_eq!(two.to_cel()["spiffe_id"], serde_json::Value::Null);
         let bad = PeerCertificate::from_der(&with_sans(&[uri("spiffe://Upper/x")])).unwrap();
         assert_eq!(bad.spiffe_id(), None);
-        assert_eq!(bad.to_cel()["uri_sans"], serde_json::json!(["spiffe://Upper/x"]));
+        assert_eq!(
+            bad.to_cel()["uri_sans"],
+            serde_json::json!(["spiffe://Upper/x"])
+        );
         assert!(PeerCertificate::from_der(b"not a certificate").is_err());
     }
 
@@ -323,7 +321,10 @@ mod tests {
         params.distinguished_name = dn;
         let cert = PeerCertificate::from_der(&issue(params)).unwrap();
         // Last RDN first; `,`, `+`, a leading `#` and the edge spaces escaped.
-        assert_eq!(cert.subject(), r"CN=\#worker\+1\ ,OU=\ ops,O=Acme\, Inc.,C=DE");
+        assert_eq!(
+            cert.subject(),
+            r"CN=\#worker\+1\ ,OU=\ ops,O=Acme\, Inc.,C=DE"
+        );
         assert_eq!(cert.name(), cert.subject());
     }
 }

@@ -233,7 +233,9 @@ impl Caller {
         match &self.identity {
             CallerIdentity::Token { .. } => Namespace::Token,
             CallerIdentity::Jwt { issuer, .. } => Namespace::Jwt(issuer),
-            CallerIdentity::Certificate { trust_domain, .. } => Namespace::Certificate(trust_domain),
+            CallerIdentity::Certificate { trust_domain, .. } => {
+                Namespace::Certificate(trust_domain)
+            }
         }
     }
 

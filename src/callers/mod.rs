@@ -196,10 +196,9 @@ pub fn recheck<D: Directory>(
                 .identify(certificate)
                 .map_err(CallerError::Certificate)?;
             if verified.subject != *subject {
-                return Err(CallerError::Certificate(CertError::SubjectInvalid(format!(
-                    "{}.subject names another subject now",
-                    verified.path
-                ))));
+                return Err(CallerError::Certificate(CertError::SubjectInvalid(
+                    format!("{}.subject names another subject now", verified.path),
+                )));
             }
             directory
                 .loaded_tenant_named(&verified.tenant)
@@ -303,10 +302,11 @@ pub async fn authenticate<D: Directory>(
 ) -> Result<Authenticated<D::Tenant>, CallerError> {
     let cert_callers = directory.cert_callers();
     let certificate = match peer_certificate {
-        Some(der) if !cert_callers.is_empty() => Some(Arc::new(
-            PeerCertificate::from_der(der)
-                .map_err(|e| CallerError::Certificate(CertError::Unreadable(e)))?,
-        )),
+        Some(der) if !cert_callers.is_empty() => {
+            Some(Arc::new(PeerCertificate::from_der(der).map_err(|e| {
+                CallerError::Certificate(CertError::Unreadable(e))
+            })?))
+        }
         _ => None,
     };
     if headers.get(http::header::AUTHORIZATION).is_none()
