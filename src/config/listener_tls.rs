@@ -158,6 +158,7 @@ impl ListenerTls {
                 ),
             )
         })?;
+        let not_after = check_chain(&chain).map_err(|m| at("cert_file", m))?;
         let provider = rustls::crypto::ring::default_provider();
         let certified = rustls::sign::CertifiedKey::from_der(chain, key, &provider)
             .map_err(|e| at("key_file", format!("does not match cert_file: {e}")))?;
@@ -190,11 +191,51 @@ impl ListenerTls {
         Ok(LoadedTls {
             certified: Arc::new(certified),
             client_cas: Arc::new(client_cas),
-            // The issue's contract: replaced by the leaf's notAfter.
-            not_after: SystemTime::UNIX_EPOCH,
+            not_after,
             digest: h.finalize().into(),
         })
     }
+}
+
+/// Checks a listener's chain (leaf first): every certificate parses, the
+/// leaf has not expired, and each certificate is issued by the next one
+/// (issuer and subject names). Returns the leaf's `notAfter`.
+fn check_chain(chain: &[CertificateDer<'_>]) -> Result<SystemTime, String> {
+    let mut parsed = Vec::with_capacity(chain.len());
+    for (index, der) in chain.iter().enumerate() {
+        let (_, cert) = x509_parser::parse_x509_certificate(der).map_err(|e| {
+            format!(
+                "certificate {} of the chain is not valid X.509: {e}",
+                index + 1
+            )
+        })?;
+        parsed.push(cert);
+    }
+    let leaf = &parsed[0];
+    let not_after = leaf.validity().not_after;
+    let now = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+    if not_after.timestamp() < now {
+        return Err(format!(
+            "the certificate ({}) expired on {not_after}",
+            leaf.subject()
+        ));
+    }
+    for (index, pair) in parsed.windows(2).enumerate() {
+        if pair[0].issuer().as_raw() != pair[1].subject().as_raw() {
+            return Err(format!(
+                "the chain is not in order: certificate {} is issued by `{}`, but certificate {} \
+                 is `{}` (leaf first, then each issuer)",
+                index + 1,
+                pair[0].issuer(),
+                index + 2,
+                pair[1].subject()
+            ));
+        }
+    }
+    let seconds = u64::try_from(not_after.timestamp()).unwrap_or(0);
+    Ok(SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(seconds))
 }
 
 /// A file's bytes, or why it cannot be read.
