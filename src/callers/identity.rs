@@ -64,25 +64,18 @@ pub enum Namespace<'a> {
 }
 
 impl<'a> Namespace<'a> {
-    /// Parses the namespace as written on the command line: `token`,
-    /// `jwt:` and the issuer, or `cert:` and the trust domain (nothing
-    /// after `cert:` for certificates without a SPIFFE ID).
+    /// Parses the namespace as written on the command line (`toolgate
+    /// state migrate-subjects --as`, for rows stored before subject keys,
+    /// which no certificate caller named): `token`, or `jwt:` and the issuer.
     ///
     /// # Errors
-    /// None of these forms, or an empty issuer.
+    /// Neither form, or an empty issuer.
     pub fn parse(text: &'a str) -> Result<Self, &'static str> {
-        if let Some(domain) = text.strip_prefix(CERT_PREFIX) {
-            return if domain.contains(' ') {
-                Err("a trust domain has no space (`cert:cluster.local`)")
-            } else {
-                Ok(Namespace::Certificate(domain))
-            };
-        }
         match text.strip_prefix(JWT_PREFIX) {
             Some("") => Err("`jwt:` needs the issuer after it (`jwt:https://issuer.example`)"),
             Some(issuer) => Ok(Namespace::Jwt(issuer)),
             None if text == "token" => Ok(Namespace::Token),
-            None => Err("give `token`, `jwt:<issuer>` or `cert:<trust domain>`"),
+            None => Err("give `token` or `jwt:<issuer>`"),
         }
     }
 }
@@ -363,12 +356,7 @@ mod tests {
             Ok(Namespace::Jwt("https://issuer.example"))
         );
         assert!(Namespace::parse("jwt:").is_err());
-        assert_eq!(
-            Namespace::parse("cert:cluster.local"),
-            Ok(Namespace::Certificate("cluster.local"))
-        );
-        assert_eq!(Namespace::parse("cert:"), Ok(Namespace::Certificate("")));
-        assert!(Namespace::parse("cert:a b").is_err());
+        assert!(Namespace::parse("cert:cluster.local").is_err());
         assert!(Namespace::parse("tokens").is_err());
     }
 }
