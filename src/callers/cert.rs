@@ -21,6 +21,8 @@
 //! What is kept of a certificate is these fields and its SHA-256
 //! fingerprint, never the certificate itself.
 
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
 use sha2::{Digest, Sha256};
 use x509_parser::prelude::{FromDer, GeneralName, X509Certificate};
 use x509_parser::x509::{AttributeTypeAndValue, X509Name};
@@ -87,6 +89,7 @@ pub struct PeerCertificate {
     subject: String,
     spiffe_id: Option<SpiffeId>,
     sha256: [u8; 32],
+    not_after: SystemTime,
 }
 
 impl PeerCertificate {
@@ -121,6 +124,10 @@ impl PeerCertificate {
             dns_sans,
             spiffe_id,
             sha256: Sha256::digest(der).into(),
+            not_after: UNIX_EPOCH
+                + Duration::from_secs(
+                    u64::try_from(cert.validity().not_after.timestamp()).unwrap_or(0),
+                ),
         })
     }
 
@@ -132,6 +139,12 @@ impl PeerCertificate {
     /// The subject distinguished name (RFC 4514).
     pub fn subject(&self) -> &str {
         &self.subject
+    }
+
+    /// When the certificate stops being valid (its notAfter): a stream
+    /// authenticated by it ends then.
+    pub fn not_after(&self) -> SystemTime {
+        self.not_after
     }
 
     /// Lowercase hex SHA-256 of the certificate (DER).

@@ -191,6 +191,12 @@ pub fn recheck<D: Directory>(
             Ok(tenant)
         }
         (Presented::Certificate(certificate), _) => {
+            if certificate.not_after() <= std::time::SystemTime::now() {
+                return Err(CallerError::Certificate(CertError::Expired(format!(
+                    "the client certificate ({}) has expired (its notAfter passed)",
+                    quoted(certificate.name())
+                ))));
+            }
             let verified = directory
                 .cert_callers()
                 .identify(certificate)

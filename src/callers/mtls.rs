@@ -30,6 +30,10 @@ pub enum CertError {
     /// The entry's subject expression fails, or names an invalid subject.
     #[error("{0}")]
     SubjectInvalid(String),
+    /// The certificate of a long-lived stream's caller has expired since
+    /// the stream began (its connection's handshake verified it then).
+    #[error("{0}")]
+    Expired(String),
     /// The call's bearer token is of another tenant than the one its
     /// connection's certificate names.
     #[error("{0}")]

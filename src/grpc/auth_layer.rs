@@ -134,11 +134,15 @@ impl Standing {
     }
 
     /// When the caller's JWT stops being accepted (`exp` plus its issuer's
-    /// clock skew); `None` for a static token.
+    /// clock skew), or the client certificate of a caller without a token
+    /// expires (its notAfter); `None` for a static token.
     pub(crate) fn expires_at(
         &self,
         caller: &crate::callers::Caller,
     ) -> Option<std::time::SystemTime> {
+        if let crate::callers::Presented::Certificate(certificate) = &self.presented {
+            return Some(certificate.not_after());
+        }
         match &caller.identity {
             crate::callers::CallerIdentity::Jwt { issuer, .. } => self
                 .registry

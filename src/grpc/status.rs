@@ -178,6 +178,7 @@ fn classify_certificate(error: &crate::callers::CertError) -> (Code, &'static st
         CertError::TenantInvalid(_) => (Code::Unauthenticated, "CERTIFICATE_TENANT_INVALID"),
         CertError::TenantUnknown(_) => (Code::Unauthenticated, "CERTIFICATE_TENANT_UNKNOWN"),
         CertError::SubjectInvalid(_) => (Code::Unauthenticated, "CERTIFICATE_SUBJECT_INVALID"),
+        CertError::Expired(_) => (Code::Unauthenticated, "CERTIFICATE_EXPIRED"),
         CertError::Conflict(_) => (Code::Unauthenticated, "CALLER_IDENTITY_CONFLICT"),
     }
 }

@@ -65,7 +65,16 @@ impl Pki {
         sans: Vec<rcgen::SanType>,
         usage: rcgen::ExtendedKeyUsagePurpose,
     ) -> ClientCert {
-        let mut params = rcgen::CertificateParams::default();
+        self.issue_with(name, sans, usage, rcgen::CertificateParams::default())
+    }
+
+    fn issue_with(
+        &self,
+        name: &str,
+        sans: Vec<rcgen::SanType>,
+        usage: rcgen::ExtendedKeyUsagePurpose,
+        mut params: rcgen::CertificateParams,
+    ) -> ClientCert {
         params.subject_alt_names = sans;
         params.extended_key_usages = vec![usage];
         params
@@ -338,6 +347,7 @@ fn reason_of(error: &CallerError) -> &'static str {
         CallerError::Certificate(CertError::TenantUnknown(_)) => "CERTIFICATE_TENANT_UNKNOWN",
         CallerError::Certificate(CertError::SubjectInvalid(_)) => "CERTIFICATE_SUBJECT_INVALID",
         CallerError::Certificate(CertError::Conflict(_)) => "CALLER_IDENTITY_CONFLICT",
+        CallerError::Certificate(CertError::Expired(_)) => "CERTIFICATE_EXPIRED",
         CallerError::InvalidSubject(_) => "INVALID_SUBJECT",
         _ => "other",
     }
@@ -430,5 +440,29 @@ async fn each_certificate_refusal_has_its_reason_and_a_reload_rechecks() {
     assert_eq!(reason_of(&gone), "CERTIFICATE_UNMATCHED", "{gone}");
     // The token caller's certificate now matches no entry: the token alone.
     assert_eq!(recheck(&with_token).unwrap().name, "acme");
+
+    // A stream's certificate caller ends when its certificate expires
+    // (the handshake checked it only at the start).
+    registry.apply(
+        &Config::from_yaml(
+            &config_yaml(&pki, &gateway, url, ""),
+            "test.yaml",
+            dir.path(),
+            &env,
+        )
+        .unwrap(),
+    );
+    let mut params = rcgen::CertificateParams::default();
+    params.not_after = rcgen::date_time_ymd(2021, 1, 1);
+    let expired = pki.issue_with(
+        "expired",
+        vec![rcgen::SanType::URI(ACME_WORKER.try_into().unwrap())],
+        rcgen::ExtendedKeyUsagePurpose::ClientAuth,
+        params,
+    );
+    let old = authenticate(&[], Some(expired.der.clone())).await.unwrap();
+    let error = recheck(&old).unwrap_err();
+    assert_eq!(reason_of(&error), "CERTIFICATE_EXPIRED", "{error}");
+    assert_eq!(recheck(&ok).unwrap().name, "acme");
     registry.shutdown().await;
 }
