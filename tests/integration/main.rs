@@ -25,6 +25,7 @@ mod invoke;
 mod jwt;
 mod lazy;
 mod limits;
+mod listener_tls;
 mod oauth;
 mod oauth_oidc;
 mod oauth_redaction;
