@@ -178,6 +178,11 @@ impl Gateway {
 /// Runs grpc_client.py `list` with token `t` over TLS against `port`
 /// (`client`: the client certificate and key file names, if any).
 async fn grpcio_list(pki: &Pki, port: u16, client: Option<(&str, &str)>) -> Value {
+    grpcio_list_as(pki, port, client, "t").await
+}
+
+/// [`grpcio_list`] with `token`.
+async fn grpcio_list_as(pki: &Pki, port: u16, client: Option<(&str, &str)>, token: &str) -> Value {
     let mut args = vec![
         fixture("python/grpc_client.py").display().to_string(),
         "--addr".into(),
@@ -198,7 +203,7 @@ async fn grpcio_list(pki: &Pki, port: u16, client: Option<(&str, &str)>) -> Valu
     args.push("list".into());
     let output = tokio::process::Command::new(python())
         .args(&args)
-        .env("TOOLGATE_TOKEN", "t")
+        .env("TOOLGATE_TOKEN", token)
         .output()
         .await
         .unwrap();
@@ -332,6 +337,23 @@ async fn a_tls_1_1_client_is_refused_by_the_server_and_tls_1_2_1_3_with_h2_are_s
     let pki = Pki::new();
     let gateway = Gateway::start(&pki, &pki.block(""), "").await;
     let port = gateway.grpc;
+    // Clients that connect and never say hello hold up nobody: each
+    // handshake runs on its own (and gives up after 10 s).
+    let mut silent = Vec::new();
+    for _ in 0..3 {
+        silent.push(
+            tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .unwrap(),
+        );
+    }
+    let started = Instant::now();
+    assert!(grpcio_list(&pki, port, None).await.get("error").is_none());
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "a call behind silent clients took {:?}",
+        started.elapsed()
+    );
     // SECLEVEL=0 lets this OpenSSL offer TLS 1.1 at all: the refusal is
     // the server's alert, not the client declining to send a hello.
     let (ok, output) = s_client(port, &["-tls1_1", "-cipher", "DEFAULT:@SECLEVEL=0"]);
@@ -454,7 +476,13 @@ async fn a_certificate_rotated_under_load_fails_no_call_and_new_handshakes_get_i
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bad_replacement_is_kept_out_and_the_old_certificate_keeps_serving() {
     let pki = Pki::new();
-    let gateway = Gateway::start(&pki, &pki.block(""), "").await;
+    let audit = pki.dir.join("audit.jsonl");
+    let gateway = Gateway::start(
+        &pki,
+        &pki.block(""),
+        &format!("audit:\n  path: \"{}\"\n", audit.display()),
+    )
+    .await;
     let old = served_leaf(&pki, gateway.grpc).await;
     let refused = "toolgate_tls_reloads_total{listener=\"grpc\",outcome=\"refused\"}";
 
@@ -474,6 +502,31 @@ async fn a_bad_replacement_is_kept_out_and_the_old_certificate_keeps_serving() {
             .await
             .get("error")
             .is_none()
+    );
+    // A refused call over TLS is audited with its peer's address.
+    let out = grpcio_list_as(&pki, gateway.grpc, None, "not-a-token").await;
+    assert_eq!(out["error"]["code"], "UNAUTHENTICATED", "{out}");
+    let started = Instant::now();
+    let refusal = loop {
+        let text = std::fs::read_to_string(&audit).unwrap_or_default();
+        if let Some(record) = text
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|r| r["kind"] == "refusal")
+        {
+            break record;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "no refusal record:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        refusal["peer"]
+            .as_str()
+            .is_some_and(|p| p.starts_with("127.0.0.1:")),
+        "{refusal}"
     );
 
     // A real key, but not the certificate's.
@@ -590,4 +643,75 @@ async fn metrics_consent_and_admin_listeners_answer_over_tls() {
     let out: Value = serde_json::from_slice(&output.stdout)
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&output.stderr)));
     assert_eq!(out["status"], "SERVING", "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_prints_each_tls_listeners_certificate_and_warns_before_expiry() {
+    let pki = Pki::new();
+    // The metrics certificate expires in 10 days, the gRPC one in 60.
+    let (cert, key) = pki.ca.issue("expiring", 10);
+    std::fs::write(pki.dir.join("soon.pem"), cert).unwrap();
+    std::fs::write(pki.dir.join("soon-key.pem"), key).unwrap();
+    let metrics_tls = pki
+        .block("")
+        .replace(&pki.path("cert.pem"), &pki.path("soon.pem"))
+        .replace(&pki.path("key.pem"), &pki.path("soon-key.pem"));
+    let path = pki.dir.join("check.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "listen: 127.0.0.1:0\ngrpc:\n{}metrics:\n  listen: 127.0.0.1:0\n{metrics_tls}tenants:\n  - name: acme\n    tokens: [t]\n    servers: []\n",
+            pki.block("")
+        ),
+    )
+    .unwrap();
+    let check = || {
+        std::process::Command::new(toolgate_bin())
+            .args(["check", "--offline", "--config"])
+            .arg(&path)
+            .output()
+            .unwrap()
+    };
+    let output = check();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let line = |prefix: &str| {
+        stdout
+            .lines()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no `{prefix}` line:\n{stdout}"))
+            .to_owned()
+    };
+    let grpc = line("tls grpc: ");
+    assert!(grpc.contains("CN=gateway-1"), "{grpc}");
+    assert!(
+        grpc.contains("DNS:localhost") && grpc.contains("IP:127.0.0.1"),
+        "{grpc}"
+    );
+    assert!(grpc.contains("client_auth none"), "{grpc}");
+    assert!(line("tls metrics: ").contains("CN=expiring"), "{stdout}");
+    let warning = line("warning: metrics.tls.cert_file: the certificate expires in ");
+    assert!(warning.contains("soon.pem"), "{warning}");
+    assert!(
+        !stdout.contains("warning: grpc.tls"),
+        "60 days is not soon:\n{stdout}"
+    );
+
+    // A key that does not match is an error at load, naming the field.
+    std::fs::write(
+        pki.dir.join("soon-key.pem"),
+        KeyPair::generate().unwrap().serialize_pem(),
+    )
+    .unwrap();
+    let output = check();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(64), "{stderr}");
+    assert!(
+        stderr.contains("metrics.tls.key_file") && stderr.contains("does not match"),
+        "{stderr}"
+    );
 }
