@@ -595,7 +595,7 @@ async fn metrics_consent_and_admin_listeners_answer_over_tls() {
     let path = pki.dir.join("config.yaml");
     std::fs::write(&path, config).unwrap();
     let log = pki.dir.join("gateway.log");
-    let _child = serve_binary(&path, &log, &[]);
+    let child = serve_binary(&path, &log, &[]);
     for port in [metrics, consent, admin, grpc] {
         wait_for_port(port).await;
     }
@@ -643,6 +643,37 @@ async fn metrics_consent_and_admin_listeners_answer_over_tls() {
     let out: Value = serde_json::from_slice(&output.stdout)
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&output.stderr)));
     assert_eq!(out["status"], "SERVING", "{out}");
+
+    // The blocks are read at start only: a reload that changes one says so
+    // and keeps the listener as it is.
+    let text = std::fs::read_to_string(&path).unwrap();
+    let changed = text.replacen(
+        &format!("  listen: 127.0.0.1:{metrics}\n{tls}"),
+        &format!(
+            "  listen: 127.0.0.1:{metrics}\n{tls}    client_ca_file: \"{}\"\n    client_auth: required\n",
+            pki.path("ca.pem")
+        ),
+        1,
+    );
+    assert_ne!(changed, text);
+    std::fs::write(&path, changed).unwrap();
+    signal(child.0.id(), "HUP");
+    let started = Instant::now();
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.contains("only after a restart") && l.contains("metrics.tls"))
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "no restart-only warning for metrics.tls:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Still no client certificate needed.
+    let (status, _) = curl(&pki, &format!("https://127.0.0.1:{metrics}/metrics")).await;
+    assert_eq!(status, 200);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
