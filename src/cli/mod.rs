@@ -6,6 +6,7 @@ mod answerer;
 mod answers;
 mod approve;
 mod check_tenants;
+mod check_tls;
 pub mod client;
 #[doc(hidden)]
 pub mod conformance;
@@ -368,6 +369,7 @@ async fn check(path: PathBuf, offline: bool) -> ExitCode {
         Err(code) => return code,
     };
     check_audit(&config);
+    check_tls::check_listener_tls(&config);
     if offline {
         return ExitCode::SUCCESS;
     }

@@ -116,6 +116,7 @@ fn config_with(section: &str, entries: &[String], stdio: bool) -> Option<String>
         "`audit`" => format!("audit: {{path: audit.jsonl, {flow}}}\n{tenants}"),
         "`metrics`" => format!("metrics: {{listen: \"127.0.0.1:0\", {flow}}}\n{tenants}"),
         "`grpc`" => format!("grpc: {{{flow}}}\n{tenants}"),
+        "Listener TLS" => format!("grpc: {{tls: {{{flow}}}}}\n{tenants}"),
         "`limits`" => format!("limits: {{{flow}}}\n{tenants}"),
         "`sessions`" => format!("sessions: {{{flow}}}\n{tenants}"),
         "`defaults`" => format!("defaults: {{{flow}}}\n{tenants}"),

@@ -25,6 +25,7 @@ mod invoke;
 mod jwt;
 mod lazy;
 mod limits;
+mod listener_tls;
 mod mtls_callers;
 mod oauth;
 mod oauth_oidc;
