@@ -164,8 +164,8 @@ pub enum Presented {
     /// A client certificate alone (no token).
     Certificate(Arc<PeerCertificate>),
     /// A token (`Token` or `Jwt`) on a connection that presented a client
-    /// certificate a `callers.mtls` entry matched: the entry must keep
-    /// naming the token's tenant.
+    /// certificate while `callers.mtls` was configured: an entry that
+    /// matches the certificate must keep naming the token's tenant.
     TokenWithCertificate(Box<Presented>, Arc<PeerCertificate>),
 }
 
