@@ -512,6 +512,18 @@ mod tests {
             ),
             "{text}"
         );
+        let cert = crate::callers::CallerIdentity::Certificate {
+            trust_domain: "cluster.local".to_owned(),
+            id: "spiffe://cluster.local/ns/acme/sa/worker".to_owned(),
+            sha256: "ab".repeat(32),
+        };
+        record.caller = Some(CallerRecord::from(&cert));
+        let text = String::from_utf8(serialise(&record)).unwrap();
+        let expected = format!(
+            r#""caller":{{"kind":"cert","trust_domain":"cluster.local","id":"spiffe://cluster.local/ns/acme/sa/worker","sha256":"{}"}}"#,
+            "ab".repeat(32)
+        );
+        assert!(text.contains(&expected), "{text}");
     }
 
     #[test]
