@@ -18,6 +18,7 @@ use crate::grpc::AuthLayer;
 use crate::grpc::Gateway;
 use crate::grpc::drain::Drain;
 use crate::grpc::server::tool_gateway_server::ToolGatewayServer;
+use crate::listen::{Alpn, TlsIncoming, TlsListener};
 use crate::registry::Registry;
 use crate::registry::tenants_dir::TenantSources;
 use crate::telemetry::{Metrics, metrics};
@@ -53,6 +54,10 @@ pub enum AppError {
     /// The approvals file exists but cannot be read or is malformed.
     #[error("{0}")]
     Approvals(#[from] crate::approvals::ApprovalsError),
+    /// A listener's TLS files no longer load (they did when the
+    /// configuration was read).
+    #[error("{0}")]
+    Tls(#[from] crate::config::TlsFileError),
 }
 
 /// The state store and the keys that seal its values and the
@@ -259,7 +264,8 @@ pub async fn run_with_reload(
 ) -> Result<(), AppError> {
     let local = local_addr(&listener);
     let metrics = Arc::new(Metrics::new());
-    let stop_metrics = start_metrics(config.metrics_listen, &metrics).await?;
+    let stop_metrics =
+        start_metrics(config.metrics_listen, config.metrics_tls.as_ref(), &metrics).await?;
     config.log_warnings();
     let (sources, config) = start_tenant_sources(config, &env, &metrics).await;
     let audit = start_audit(&config, env.as_ref(), &metrics);
@@ -270,7 +276,7 @@ pub async fn run_with_reload(
             ..context
         });
     let (registry, stop_approvals) = start_registry(&config, env.clone(), &metrics, &oauth)?;
-    let stop_consent = start_consent(&config, &oauth, &registry).await?;
+    let stop_consent = start_consent(&config, &oauth, &registry, &metrics).await?;
     let stop_follow = start_follow(&config, state.as_ref(), &registry);
     let (config, tenant_count) = without_tenants(config);
     let stop_reload = start_reload(reload, &config, &registry, &metrics, sources);
@@ -295,6 +301,7 @@ pub async fn run_with_reload(
         &registry,
         &audit,
         health_service,
+        &metrics,
         stop_accepting.clone(),
     )?;
     tokio::pin!(server);
@@ -344,16 +351,28 @@ fn local_addr(listener: &TcpListener) -> String {
         .unwrap_or_default()
 }
 
-/// Starts the metrics listener when one is configured; the token stops it.
+/// Starts the metrics listener when one is configured (over TLS with
+/// `metrics.tls`); the token stops it.
 async fn start_metrics(
     addr: Option<SocketAddr>,
+    tls: Option<&crate::config::ListenerTls>,
     metrics: &Arc<Metrics>,
 ) -> Result<CancellationToken, AppError> {
     let stop = CancellationToken::new();
     if let Some(addr) = addr {
         let listener = bind(addr).await?;
-        tracing::info!(addr = %local_addr(&listener), "metrics listener up");
-        tokio::spawn(metrics::serve(listener, metrics.clone(), stop.clone()));
+        tracing::info!(addr = %local_addr(&listener), tls = tls.is_some(), "metrics listener up");
+        match tls {
+            Some(tls) => {
+                let incoming =
+                    TlsIncoming::start(listener, tls, Alpn::Http1, None, metrics.clone(), &stop)?;
+                let listener = TlsListener::from(incoming);
+                tokio::spawn(metrics::serve(listener, metrics.clone(), stop.clone()));
+            }
+            None => {
+                tokio::spawn(metrics::serve(listener, metrics.clone(), stop.clone()));
+            }
+        }
     }
     Ok(stop)
 }
@@ -398,12 +417,13 @@ fn start_registry(
     Ok((registry, stop))
 }
 
-/// Starts the OAuth consent listener when a server uses OAuth; the token
-/// stops it.
+/// Starts the OAuth consent listener when a server uses OAuth (over TLS
+/// with `oauth.tls`); the token stops it.
 async fn start_consent(
     config: &Config,
     oauth: &Option<crate::registry::OAuthContext>,
     registry: &Arc<Registry>,
+    metrics: &Arc<Metrics>,
 ) -> Result<CancellationToken, AppError> {
     let stop = CancellationToken::new();
     if let (Some(context), Some(listener)) = (oauth, &config.oauth) {
@@ -411,11 +431,26 @@ async fn start_consent(
         tracing::info!(
             addr = %local_addr(&bound),
             redirect_uris = %listener.redirect_uri("<tenant>", "<server>"),
+            tls = listener.tls.is_some(),
             "OAuth consent listener up"
         );
         let router =
             crate::consent::router(registry.clone(), context.store.clone(), listener.clone());
-        tokio::spawn(crate::consent::serve(bound, router, stop.clone()));
+        match &listener.tls {
+            Some(tls) => {
+                let incoming =
+                    TlsIncoming::start(bound, tls, Alpn::Http1, None, metrics.clone(), &stop)?;
+                // `tap_io` gives the handlers `ConnectInfo<SocketAddr>`.
+                let listener = axum::serve::ListenerExt::tap_io(
+                    TlsListener::from(incoming),
+                    |_: &mut tokio_rustls::server::TlsStream<tokio::net::TcpStream>| {},
+                );
+                tokio::spawn(crate::consent::serve(listener, router, stop.clone()));
+            }
+            None => {
+                tokio::spawn(crate::consent::serve(bound, router, stop.clone()));
+            }
+        }
     }
     Ok(stop)
 }
@@ -446,7 +481,7 @@ async fn start_admin(
         return Ok(stop);
     };
     let bound = bind(admin.listen).await?;
-    tracing::info!(addr = %local_addr(&bound), "admin API listener up");
+    tracing::info!(addr = %local_addr(&bound), tls = admin.tls.is_some(), "admin API listener up");
     // Specs are validated against the configuration in force: reloads
     // reach the admin API too.
     let in_force: Arc<dyn crate::admin::ConfigInForce> = Arc::new(crate::admin::Followed {
@@ -465,13 +500,21 @@ async fn start_admin(
     health
         .set_service_status(ADMIN_SERVICE_NAME, tonic_health::ServingStatus::Serving)
         .await;
-    let incoming = TcpIncoming::from(bound).with_nodelay(Some(true));
-    let server = tonic::transport::Server::builder()
+    let router = tonic::transport::Server::builder()
         .add_service(health_service)
         .add_service(crate::admin::server::admin_server::AdminServer::new(
             service,
-        ))
-        .serve_with_incoming_shutdown(incoming, stop.clone().cancelled_owned());
+        ));
+    let server: ServerFuture = match &admin.tls {
+        Some(tls) => {
+            let incoming = TlsIncoming::start(bound, tls, Alpn::H2, None, metrics.clone(), &stop)?;
+            Box::pin(router.serve_with_incoming_shutdown(incoming, stop.clone().cancelled_owned()))
+        }
+        None => {
+            let incoming = TcpIncoming::from(bound).with_nodelay(Some(true));
+            Box::pin(router.serve_with_incoming_shutdown(incoming, stop.clone().cancelled_owned()))
+        }
+    };
     tokio::spawn(async move {
         if let Err(error) = server.await {
             tracing::error!(%error, "admin API listener failed");
@@ -590,13 +633,19 @@ fn reflection(
     Ok(Some((builder().build_v1()?, builder().build_v1alpha()?)))
 }
 
-/// The gRPC server on `listener`, with its layers (refusal audit outermost,
-/// then the oversized-message status), HTTP/2 settings, and services
-/// (health, ToolGateway behind authentication, reflection); it stops
-/// accepting when `stop_accepting` is cancelled.
+/// A gRPC server running (plaintext or TLS incoming alike).
+type ServerFuture =
+    std::pin::Pin<Box<dyn Future<Output = Result<(), tonic::transport::Error>> + Send>>;
+
+/// The gRPC server on `listener` (over TLS with `grpc.tls`), with its
+/// layers (refusal audit outermost, then the oversized-message status),
+/// HTTP/2 settings, and services (health, ToolGateway behind
+/// authentication, reflection); it stops accepting when `stop_accepting`
+/// is cancelled.
 ///
 /// # Errors
-/// The reflection service cannot be built.
+/// The reflection service cannot be built, or the TLS files no longer load.
+#[allow(clippy::too_many_arguments)]
 fn grpc_server(
     config: &Config,
     listener: TcpListener,
@@ -606,8 +655,9 @@ fn grpc_server(
     health_service: tonic_health::pb::health_server::HealthServer<
         impl tonic_health::pb::health_server::Health,
     >,
+    metrics: &Arc<Metrics>,
     stop_accepting: CancellationToken,
-) -> Result<impl Future<Output = Result<(), tonic::transport::Error>>, AppError> {
+) -> Result<ServerFuture, AppError> {
     let service = tower::Layer::layer(
         &AuthLayer::new(registry.clone()),
         ToolGatewayServer::new(gateway)
@@ -616,9 +666,6 @@ fn grpc_server(
     );
     let reflection = reflection(config)?;
     let grpc = &config.grpc;
-    let incoming = TcpIncoming::from(listener)
-        .with_nodelay(Some(true))
-        .with_keepalive(Some(grpc.tcp_keepalive));
     let max_message_bytes = config.limits.max_message_bytes;
     let mut builder = tonic::transport::Server::builder()
         // Outermost: records ToolGateway calls refused before the service
@@ -637,7 +684,26 @@ fn grpc_server(
         .add_service(service)
         .add_optional_service(reflection.as_ref().map(|r| r.0.clone()))
         .add_optional_service(reflection.map(|r| r.1));
-    Ok(router.serve_with_incoming_shutdown(incoming, stop_accepting.cancelled_owned()))
+    let stop = stop_accepting.clone().cancelled_owned();
+    Ok(match &grpc.tls {
+        Some(tls) => {
+            let incoming = TlsIncoming::start(
+                listener,
+                tls,
+                Alpn::H2,
+                Some(grpc.tcp_keepalive),
+                metrics.clone(),
+                &stop_accepting,
+            )?;
+            Box::pin(router.serve_with_incoming_shutdown(incoming, stop))
+        }
+        None => {
+            let incoming = TcpIncoming::from(listener)
+                .with_nodelay(Some(true))
+                .with_keepalive(Some(grpc.tcp_keepalive));
+            Box::pin(router.serve_with_incoming_shutdown(incoming, stop))
+        }
+    })
 }
 
 /// What the staged drain turns off, one after the other.

@@ -91,6 +91,16 @@ pub enum CallerRecord {
         /// The `sub` claim.
         subject: String,
     },
+    /// A client certificate (`callers.mtls`): its SPIFFE ID or subject
+    /// DN, and its fingerprint (never the certificate).
+    Cert {
+        /// The trust domain of its SPIFFE ID (empty without one).
+        trust_domain: String,
+        /// Its SPIFFE ID, else its subject DN (RFC 4514).
+        id: String,
+        /// Lowercase hex SHA-256 of the certificate (DER).
+        sha256: String,
+    },
 }
 
 impl From<&crate::callers::CallerIdentity> for CallerRecord {
@@ -102,6 +112,15 @@ impl From<&crate::callers::CallerIdentity> for CallerRecord {
             crate::callers::CallerIdentity::Jwt { issuer, subject } => CallerRecord::Jwt {
                 issuer: issuer.clone(),
                 subject: subject.clone(),
+            },
+            crate::callers::CallerIdentity::Certificate {
+                trust_domain,
+                id,
+                sha256,
+            } => CallerRecord::Cert {
+                trust_domain: trust_domain.clone(),
+                id: id.clone(),
+                sha256: sha256.clone(),
             },
         }
     }
@@ -513,6 +532,18 @@ mod tests {
             ),
             "{text}"
         );
+        let cert = crate::callers::CallerIdentity::Certificate {
+            trust_domain: "cluster.local".to_owned(),
+            id: "spiffe://cluster.local/ns/acme/sa/worker".to_owned(),
+            sha256: "ab".repeat(32),
+        };
+        record.caller = Some(CallerRecord::from(&cert));
+        let text = String::from_utf8(serialise(&record)).unwrap();
+        let expected = format!(
+            r#""caller":{{"kind":"cert","trust_domain":"cluster.local","id":"spiffe://cluster.local/ns/acme/sa/worker","sha256":"{}"}}"#,
+            "ab".repeat(32)
+        );
+        assert!(text.contains(&expected), "{text}");
     }
 
     #[test]

@@ -134,10 +134,7 @@ where
         };
         let reached = Reached::default();
         request.extensions_mut().insert(reached.clone());
-        let peer = request
-            .extensions()
-            .get::<tonic::transport::server::TcpConnectInfo>()
-            .and_then(|info| info.remote_addr());
+        let peer = peer_addr(request.extensions());
         let trace_id = request
             .headers()
             .get("traceparent")
@@ -175,4 +172,18 @@ fn refusal_status<R>(response: &http::Response<R>) -> Option<tonic::Status> {
     let status = tonic::Status::from_header_map(response.headers())
         .or_else(|| response.extensions().get::<tonic::Status>().cloned())?;
     (status.code() != tonic::Code::Ok).then_some(status)
+}
+
+/// The caller's address: from the TCP connection, or the TCP connection
+/// under TLS (`grpc.tls`).
+fn peer_addr(extensions: &http::Extensions) -> Option<std::net::SocketAddr> {
+    use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
+    extensions
+        .get::<TcpConnectInfo>()
+        .or_else(|| {
+            extensions
+                .get::<TlsConnectInfo<TcpConnectInfo>>()
+                .map(TlsConnectInfo::get_ref)
+        })
+        .and_then(TcpConnectInfo::remote_addr)
 }

@@ -12,10 +12,16 @@
 //! | acting for the tenant itself (no subject) | `""` |
 //! | a static token naming `x-toolgate-subject: alice` | `token:alice` |
 //! | a JWT of issuer `https://issuer.example` whose subject is `alice` | `jwt:https://issuer.example alice` |
+//! | a client certificate of SPIFFE trust domain `cluster.local` whose subject expression gives `spiffe://cluster.local/ns/acme/sa/worker` | `cert:cluster.local spiffe://cluster.local/ns/acme/sa/worker` |
+//! | a client certificate without a SPIFFE ID whose subject expression gives `CN=worker` | `cert: CN=worker` |
 //!
 //! So a static token naming the subject a JWT issuer produces, or two
 //! issuers mapped to one tenant producing the same id, never reach each
-//! other's credentials. Every static token of a tenant is one principal
+//! other's credentials. A certificate's subject is keyed under the trust
+//! domain of the certificate's SPIFFE ID (the CA's SPIFFE namespace: two
+//! trust domains may issue the same path), empty for a certificate
+//! without one (any certificate `grpc.tls.client_ca_file` verifies); a
+//! trust domain has no space, so the first space ends it. Every static token of a tenant is one principal
 //! (`token:`): a token holder names any subject it likes, so telling the
 //! tokens apart would separate nothing an attacker could not cross, and
 //! rotating a token (two tokens configured for a while) must not lose
@@ -40,6 +46,9 @@ pub const MAX_SUBJECT_LEN: usize = 256;
 const TOKEN_PREFIX: &str = "token:";
 /// The key prefix of subjects a JWT names (then the issuer, a space, the id).
 const JWT_PREFIX: &str = "jwt:";
+/// The key prefix of subjects a client certificate names (then its trust
+/// domain, a space, the id).
+const CERT_PREFIX: &str = "cert:";
 
 /// How the caller that names a subject authenticated: the namespace of
 /// the subject's [key](Subject::key).
@@ -49,11 +58,15 @@ pub enum Namespace<'a> {
     Token,
     /// A JWT of this issuer (`iss`); its subject expression names the id.
     Jwt(&'a str),
+    /// A client certificate whose SPIFFE ID is of this trust domain (empty
+    /// without a SPIFFE ID); its `callers.mtls` entry names the id.
+    Certificate(&'a str),
 }
 
 impl<'a> Namespace<'a> {
-    /// Parses the namespace as written on the command line: `token`, or
-    /// `jwt:` and the issuer.
+    /// Parses the namespace as written on the command line (`toolgate
+    /// state migrate-subjects --as`, for rows stored before subject keys,
+    /// which no certificate caller named): `token`, or `jwt:` and the issuer.
     ///
     /// # Errors
     /// Neither form, or an empty issuer.
@@ -108,6 +121,7 @@ impl Subject {
         let key = match how {
             Namespace::Token => format!("{TOKEN_PREFIX}{id}"),
             Namespace::Jwt(issuer) => format!("{JWT_PREFIX}{issuer} {id}"),
+            Namespace::Certificate(domain) => format!("{CERT_PREFIX}{domain} {id}"),
         };
         Ok(Self {
             id: Some(Arc::from(id)),
@@ -123,7 +137,8 @@ impl Subject {
 
     /// The key the subject's credentials, sessions and consents are kept
     /// under: `""` for the tenant itself, `token:<id>` for a subject a
-    /// static token named, `jwt:<issuer> <id>` for one a JWT named.
+    /// static token named, `jwt:<issuer> <id>` for one a JWT named,
+    /// `cert:<trust domain> <id>` for one a client certificate named.
     pub fn key(&self) -> &str {
         &self.key
     }
@@ -141,6 +156,10 @@ impl Subject {
                 .strip_prefix(JWT_PREFIX)
                 .and_then(|rest| rest.rsplit_once(' '))
                 .is_some_and(|(issuer, id)| !issuer.is_empty() && check_id(id).is_ok())
+            || key
+                .strip_prefix(CERT_PREFIX)
+                .and_then(|rest| rest.split_once(' '))
+                .is_some_and(|(_, id)| check_id(id).is_ok())
     }
 
     /// The subject id `x-toolgate-subject` names in request metadata.
@@ -207,6 +226,9 @@ impl Caller {
         match &self.identity {
             CallerIdentity::Token { .. } => Namespace::Token,
             CallerIdentity::Jwt { issuer, .. } => Namespace::Jwt(issuer),
+            CallerIdentity::Certificate { trust_domain, .. } => {
+                Namespace::Certificate(trust_domain)
+            }
         }
     }
 
@@ -234,6 +256,16 @@ pub enum CallerIdentity {
         /// The `sub` claim.
         subject: String,
     },
+    /// A client certificate the gRPC port verified, matched by a
+    /// `callers.mtls` entry.
+    Certificate {
+        /// The trust domain of its SPIFFE ID (empty without one).
+        trust_domain: String,
+        /// Its SPIFFE ID, else its subject DN (RFC 4514).
+        id: String,
+        /// Lowercase hex SHA-256 of the certificate (DER).
+        sha256: String,
+    },
 }
 
 impl std::fmt::Display for CallerIdentity {
@@ -241,6 +273,9 @@ impl std::fmt::Display for CallerIdentity {
         match self {
             CallerIdentity::Token { index } => write!(f, "token[{index}]"),
             CallerIdentity::Jwt { issuer, subject } => write!(f, "jwt {issuer} {subject}"),
+            CallerIdentity::Certificate { id, sha256, .. } => {
+                write!(f, "cert {id} sha256:{sha256}")
+            }
         }
     }
 }
@@ -295,6 +330,8 @@ mod tests {
             "token:alice",
             "jwt:https://issuer.example alice",
             "jwt:an issuer with spaces alice",
+            "cert:cluster.local spiffe://cluster.local/ns/a/sa/b",
+            "cert: CN=worker",
         ] {
             assert!(Subject::is_key(key), "{key}");
         }
@@ -304,6 +341,8 @@ mod tests {
             "jwt:x",
             "token:",
             "jwt: alice",
+            "cert:cluster.local",
+            "cert:a b c",
         ] {
             assert!(!Subject::is_key(bare), "{bare}");
         }
@@ -317,6 +356,7 @@ mod tests {
             Ok(Namespace::Jwt("https://issuer.example"))
         );
         assert!(Namespace::parse("jwt:").is_err());
+        assert!(Namespace::parse("cert:cluster.local").is_err());
         assert!(Namespace::parse("tokens").is_err());
     }
 }

@@ -19,20 +19,37 @@
 //! id named by a static token and by a JWT, or by two issuers, are two
 //! subjects.
 //!
+//! A call without a bearer token whose connection presented a verified
+//! client certificate is authenticated by the certificate alone, when
+//! `callers.mtls` is configured ([`CertCallers`]): the first entry whose
+//! `trust_domain` matches names its tenant and subject. A call with a
+//! token is authenticated by the token, exactly as without a
+//! certificate; when its connection's certificate matches an entry, the
+//! tenant that entry names must be the token's, else the call is refused
+//! (CALLER_IDENTITY_CONFLICT): a stolen token is no use on a workload's
+//! connection, and a workload cannot borrow another tenant's token. The
+//! subject is then the token's. A certificate no entry matches leaves a
+//! token caller as it was (the certificate only secured the connection).
+//!
 //! This room knows configuration and nothing above it: the tenants it
 //! authenticates against come through the [`Directory`] trait, which the
 //! registry implements.
 
+mod cert;
 mod identity;
 mod jwks;
 mod jwt;
+mod mtls;
 mod tokens;
 
 use std::borrow::Cow;
 use std::future::Future;
+use std::sync::Arc;
 
+pub use cert::{PeerCertificate, SpiffeId, UnreadableCertificate};
 pub use identity::{Caller, CallerIdentity, MAX_SUBJECT_LEN, Namespace, SUBJECT_METADATA, Subject};
 pub use jwt::{JwtCallers, MAX_TOKEN_BYTES, TokenError, VerifiedJwt};
+pub use mtls::{CertCallers, CertError, VerifiedCert};
 pub(crate) use tokens::bearer;
 pub use tokens::{TokenDigest, TokenTable};
 
@@ -62,6 +79,10 @@ pub enum CallerError {
     /// The caller's JWT is refused (or its issuer's keys cannot be loaded).
     #[error("unauthenticated: {0}")]
     Token(TokenError),
+    /// The caller's client certificate is refused, or names another
+    /// tenant than its token.
+    #[error("unauthenticated: {0}")]
+    Certificate(CertError),
     /// The credential is not one of a loaded tenant's, and the state store
     /// (tenants written through the admin API) cannot be asked: retryable.
     #[error("the tenant store cannot be reached: {0}")]
@@ -94,6 +115,13 @@ pub trait Directory: Sync {
     /// The JWT issuers of the configuration (`callers.jwt`).
     fn jwt_callers(&self) -> JwtCallers;
 
+    /// The certificate callers of the configuration (`callers.mtls`).
+    fn cert_callers(&self) -> CertCallers;
+
+    /// The name of `tenant` (what a certificate's tenant expression is
+    /// compared with).
+    fn tenant_name<'t>(&self, tenant: &'t Self::Tenant) -> &'t str;
+
     /// The tenant named `name` (a JWT caller names its tenant), looked up
     /// in the state store when it is not at hand.
     ///
@@ -125,13 +153,20 @@ pub struct Authenticated<T> {
 /// What a caller presented, as much as a later re-check needs and never
 /// the credential: the digest of a static token, or the key source of the
 /// issuer that verified its JWT (the verified claims are the
-/// [`Caller`]'s).
+/// [`Caller`]'s), or what was read of its client certificate; with the
+/// certificate its token's connection presented, when one did.
 #[derive(Debug, Clone)]
 pub enum Presented {
     /// A static token, by digest.
     Token(TokenDigest),
     /// A JWT, verified with keys from this source.
     Jwt(crate::config::JwksSource),
+    /// A client certificate alone (no token).
+    Certificate(Arc<PeerCertificate>),
+    /// A token (`Token` or `Jwt`) on a connection that presented a client
+    /// certificate while `callers.mtls` was configured: an entry that
+    /// matches the certificate must keep naming the token's tenant.
+    TokenWithCertificate(Box<Presented>, Arc<PeerCertificate>),
 }
 
 /// Whether a caller authenticated earlier would still be accepted by the
@@ -150,6 +185,31 @@ pub fn recheck<D: Directory>(
     subject: &Subject,
 ) -> Result<D::Tenant, CallerError> {
     match (presented, &caller.identity) {
+        (Presented::TokenWithCertificate(token, certificate), _) => {
+            let tenant = recheck(directory, token, caller, subject)?;
+            agree(directory, &tenant, certificate)?;
+            Ok(tenant)
+        }
+        (Presented::Certificate(certificate), _) => {
+            if certificate.not_after() <= std::time::SystemTime::now() {
+                return Err(CallerError::Certificate(CertError::Expired(format!(
+                    "the client certificate ({}) has expired (its notAfter passed)",
+                    quoted(certificate.name())
+                ))));
+            }
+            let verified = directory
+                .cert_callers()
+                .identify(certificate)
+                .map_err(CallerError::Certificate)?;
+            if verified.subject != *subject {
+                return Err(CallerError::Certificate(CertError::SubjectInvalid(
+                    format!("{}.subject names another subject now", verified.path),
+                )));
+            }
+            directory
+                .loaded_tenant_named(&verified.tenant)
+                .ok_or_else(|| cert_tenant_unknown(&verified))
+        }
         (Presented::Token(digest), _) => {
             directory
                 .by_token_digest(digest)
@@ -176,7 +236,7 @@ pub fn recheck<D: Directory>(
                     )))
                 })
         }
-        (Presented::Jwt(_), CallerIdentity::Token { .. }) => {
+        (Presented::Jwt(_), CallerIdentity::Token { .. } | CallerIdentity::Certificate { .. }) => {
             Err(CallerError::Unauthenticated("unknown token"))
         }
     }
@@ -188,15 +248,122 @@ fn looks_like_jwt(token: &str) -> bool {
     token.bytes().filter(|b| *b == b'.').count() == 2
 }
 
-/// Authenticates a request from its headers, against the directory's
-/// tenants.
+/// The tenant `verified` names is not configured.
+fn cert_tenant_unknown(verified: &VerifiedCert) -> CallerError {
+    CallerError::Certificate(CertError::TenantUnknown(format!(
+        "{}.tenant names tenant `{}`, which is not configured",
+        verified.path,
+        quoted(&verified.tenant)
+    )))
+}
+
+/// Whether a token caller of `tenant` may call on a connection that
+/// presented `certificate`: no `callers.mtls` entry matches it, or the
+/// matching entry names `tenant`.
 ///
 /// # Errors
-/// No or malformed `authorization`, an unknown static token, a refused
-/// JWT ([`CallerError::Token`]), an invalid `x-toolgate-subject`, or a
-/// credential not known here while the state store cannot be asked
-/// ([`CallerError::TenantStoreUnavailable`]).
+/// The entry names another tenant ([`CertError::Conflict`]), or fails on
+/// the certificate.
+fn agree<D: Directory>(
+    directory: &D,
+    tenant: &D::Tenant,
+    certificate: &PeerCertificate,
+) -> Result<(), CallerError> {
+    let verified = match directory.cert_callers().identify(certificate) {
+        Ok(verified) => verified,
+        Err(CertError::Unmatched(_)) => return Ok(()),
+        Err(error) => return Err(CallerError::Certificate(error)),
+    };
+    let token_tenant = directory.tenant_name(tenant);
+    if verified.tenant == token_tenant {
+        return Ok(());
+    }
+    Err(CallerError::Certificate(CertError::Conflict(format!(
+        "the connection's client certificate ({}) is of tenant `{}` ({}.tenant) but the token is of \
+         tenant `{}`; a certificate and a token on one call must name the same tenant",
+        quoted(certificate.name()),
+        quoted(&verified.tenant),
+        verified.path,
+        quoted(token_tenant)
+    ))))
+}
+
+/// Authenticates a request from its headers and the client certificate
+/// its connection presented (the verified leaf, DER), against the
+/// directory's tenants: by its bearer token when it sends one (the
+/// certificate, when an entry matches it, must name the token's tenant),
+/// else by its certificate (`callers.mtls`).
+///
+/// # Errors
+/// No or malformed `authorization` and no certificate an entry accepts,
+/// an unknown static token, a refused JWT ([`CallerError::Token`]), a
+/// refused certificate or a token of another tenant than the
+/// certificate's ([`CallerError::Certificate`]), an invalid
+/// `x-toolgate-subject`, or a credential not known here while the state
+/// store cannot be asked ([`CallerError::TenantStoreUnavailable`]).
 pub async fn authenticate<D: Directory>(
+    directory: &D,
+    headers: &http::HeaderMap,
+    peer_certificate: Option<&[u8]>,
+) -> Result<Authenticated<D::Tenant>, CallerError> {
+    let cert_callers = directory.cert_callers();
+    let certificate = match peer_certificate {
+        Some(der) if !cert_callers.is_empty() => {
+            Some(Arc::new(PeerCertificate::from_der(der).map_err(|e| {
+                CallerError::Certificate(CertError::Unreadable(e))
+            })?))
+        }
+        _ => None,
+    };
+    if headers.get(http::header::AUTHORIZATION).is_none()
+        && let Some(certificate) = certificate
+    {
+        return by_certificate(directory, headers, &cert_callers, certificate).await;
+    }
+    let mut authenticated = by_token(directory, headers).await?;
+    if let Some(certificate) = certificate {
+        agree(directory, &authenticated.tenant, &certificate)?;
+        authenticated.presented =
+            Presented::TokenWithCertificate(Box::new(authenticated.presented), certificate);
+    }
+    Ok(authenticated)
+}
+
+/// Authenticates a caller without a token by its client certificate.
+async fn by_certificate<D: Directory>(
+    directory: &D,
+    headers: &http::HeaderMap,
+    cert_callers: &CertCallers,
+    certificate: Arc<PeerCertificate>,
+) -> Result<Authenticated<D::Tenant>, CallerError> {
+    let verified = cert_callers
+        .identify(&certificate)
+        .map_err(CallerError::Certificate)?;
+    let tenant = directory
+        .tenant_named(&verified.tenant)
+        .await?
+        .ok_or_else(|| cert_tenant_unknown(&verified))?;
+    // The entry names the subject; a header may only repeat it.
+    if let Some(id) = Subject::from_headers(headers).map_err(CallerError::InvalidSubject)?
+        && Some(id) != verified.subject.id()
+    {
+        return Err(CallerError::InvalidSubject(
+            "the x-toolgate-subject metadata differs from the subject the caller's certificate names (send none, or the same)",
+        ));
+    }
+    Ok(Authenticated {
+        tenant,
+        subject: verified.subject,
+        caller: Caller {
+            identity: verified.identity,
+            claims: Arc::new(certificate.to_cel()),
+        },
+        presented: Presented::Certificate(certificate),
+    })
+}
+
+/// Authenticates a caller by its bearer token (static or JWT).
+async fn by_token<D: Directory>(
     directory: &D,
     headers: &http::HeaderMap,
 ) -> Result<Authenticated<D::Tenant>, CallerError> {

@@ -8,6 +8,7 @@ mod approve;
 mod audit;
 mod channel;
 mod check_tenants;
+mod check_tls;
 pub mod client;
 #[doc(hidden)]
 pub mod conformance;
@@ -381,6 +382,7 @@ async fn check(path: PathBuf, offline: bool) -> ExitCode {
         Err(code) => return code,
     };
     check_audit(&config);
+    check_tls::check_listener_tls(&config);
     if offline {
         return ExitCode::SUCCESS;
     }

@@ -203,10 +203,16 @@ impl PartialEq for ClaimExpression {
 }
 
 /// The CEL environment expressions are compiled and run in (the standard
-/// functions and macros), built once.
+/// functions and macros, and the strings extension: `split`, `lowerAscii`,
+/// `replace`, `substring`, ...), built once.
 fn cel_env() -> &'static Arc<cel::Env> {
     static ENV: OnceLock<Arc<cel::Env>> = OnceLock::new();
-    ENV.get_or_init(|| Arc::new(cel::Env::stdlib()))
+    ENV.get_or_init(|| {
+        let mut env = cel::Env::stdlib();
+        env.add_extension(cel::extensions::strings)
+            .expect("the strings extension registers on the standard environment");
+        Arc::new(env)
+    })
 }
 
 impl ClaimExpression {

@@ -158,6 +158,7 @@ impl ListenerTls {
                 ),
             )
         })?;
+        let not_after = check_chain(&chain).map_err(|m| at("cert_file", m))?;
         let provider = rustls::crypto::ring::default_provider();
         let certified = rustls::sign::CertifiedKey::from_der(chain, key, &provider)
             .map_err(|e| at("key_file", format!("does not match cert_file: {e}")))?;
@@ -190,11 +191,51 @@ impl ListenerTls {
         Ok(LoadedTls {
             certified: Arc::new(certified),
             client_cas: Arc::new(client_cas),
-            // The issue's contract: replaced by the leaf's notAfter.
-            not_after: SystemTime::UNIX_EPOCH,
+            not_after,
             digest: h.finalize().into(),
         })
     }
+}
+
+/// Checks a listener's chain (leaf first): every certificate parses, the
+/// leaf has not expired, and each certificate is issued by the next one
+/// (issuer and subject names). Returns the leaf's `notAfter`.
+fn check_chain(chain: &[CertificateDer<'_>]) -> Result<SystemTime, String> {
+    let mut parsed = Vec::with_capacity(chain.len());
+    for (index, der) in chain.iter().enumerate() {
+        let (_, cert) = x509_parser::parse_x509_certificate(der).map_err(|e| {
+            format!(
+                "certificate {} of the chain is not valid X.509: {e}",
+                index + 1
+            )
+        })?;
+        parsed.push(cert);
+    }
+    let leaf = &parsed[0];
+    let not_after = leaf.validity().not_after;
+    let now = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+    if not_after.timestamp() < now {
+        return Err(format!(
+            "the certificate ({}) expired on {not_after}",
+            leaf.subject()
+        ));
+    }
+    for (index, pair) in parsed.windows(2).enumerate() {
+        if pair[0].issuer().as_raw() != pair[1].subject().as_raw() {
+            return Err(format!(
+                "the chain is not in order: certificate {} is issued by `{}`, but certificate {} \
+                 is `{}` (leaf first, then each issuer)",
+                index + 1,
+                pair[0].issuer(),
+                index + 2,
+                pair[1].subject()
+            ));
+        }
+    }
+    let seconds = u64::try_from(not_after.timestamp()).unwrap_or(0);
+    Ok(SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(seconds))
 }
 
 /// A file's bytes, or why it cannot be read.
@@ -272,4 +313,80 @@ pub(super) fn listener_tls(
         return None;
     }
     Some(tls)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+
+    /// A CA: its certificate (PEM) and issuer.
+    fn ca(name: &str) -> (String, Issuer<'static, KeyPair>) {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let cert = params.self_signed(&key).unwrap();
+        (cert.pem(), Issuer::new(params, key))
+    }
+
+    /// A leaf for `localhost` valid until the start of `until_year`.
+    fn leaf(issuer: &Issuer<'_, KeyPair>, until_year: i32) -> (String, String) {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
+        params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+        params.not_after = rcgen::date_time_ymd(until_year, 1, 1);
+        let cert = params.signed_by(&key, issuer).unwrap();
+        (cert.pem(), key.serialize_pem())
+    }
+
+    fn tls(dir: &Path, cert: &str, key: &str) -> ListenerTls {
+        std::fs::write(dir.join("cert.pem"), cert).unwrap();
+        std::fs::write(dir.join("key.pem"), key).unwrap();
+        ListenerTls {
+            listener: "admin",
+            cert_file: dir.join("cert.pem"),
+            key_file: dir.join("key.pem"),
+            client_ca_file: None,
+            client_auth: ClientAuth::None,
+        }
+    }
+
+    #[test]
+    fn not_after_is_the_leafs() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, issuer) = ca("root");
+        let (cert, key) = leaf(&issuer, 2300);
+        let loaded = tls(dir.path(), &cert, &key).load().unwrap();
+        let year_2300 = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(10_413_792_000);
+        assert_eq!(loaded.not_after, year_2300);
+    }
+
+    #[test]
+    fn an_expired_leaf_is_an_error_naming_cert_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, issuer) = ca("root");
+        let (cert, key) = leaf(&issuer, 2021);
+        let error = tls(dir.path(), &cert, &key).load().unwrap_err();
+        assert_eq!(error.path, "admin.tls.cert_file");
+        assert!(error.message.contains("expired"), "{error}");
+    }
+
+    #[test]
+    fn a_chain_out_of_order_is_an_error_naming_cert_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let (root_pem, _) = ca("root");
+        let (other_pem, issuer) = ca("intermediate");
+        let (cert, key) = leaf(&issuer, 2300);
+        // In order (leaf, its issuer): loads.
+        tls(dir.path(), &format!("{cert}{other_pem}"), &key)
+            .load()
+            .unwrap();
+        // Leaf, then a certificate that did not issue it.
+        let error = tls(dir.path(), &format!("{cert}{root_pem}"), &key)
+            .load()
+            .unwrap_err();
+        assert_eq!(error.path, "admin.tls.cert_file");
+        assert!(error.message.contains("not in order"), "{error}");
+    }
 }

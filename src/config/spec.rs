@@ -227,7 +227,7 @@ impl Config {
             &mut errors,
             &path,
             spec.raw,
-            !self.callers.jwt.is_empty(),
+            !self.callers.jwt.is_empty() || !self.callers.mtls.is_empty(),
             &self.spec_defaults.0,
             &src,
         );

@@ -19,8 +19,8 @@ use super::{Secret, ServerConfig, SubjectLimits, TenantConfig, TenantConsent, Te
 /// without keeping or printing the token itself.
 type TokenOwners = HashMap<[u8; 32], (usize, String)>;
 
-/// Validates `tenants:`; `jwt_callers` says whether `callers.jwt` lets a
-/// tenant go without static tokens.
+/// Validates `tenants:`; `jwt_callers` says whether `callers.jwt` or
+/// `callers.mtls` lets a tenant go without static tokens.
 pub(super) fn tenants(
     errors: &mut Errors,
     raw: Vec<RawTenant>,
@@ -44,7 +44,7 @@ pub(super) fn tenants(
         if tenant.tokens.is_empty() && !jwt_callers {
             errors.push(
                 format!("{path}.tokens"),
-                "at least one token is required (callers of this tenant could not authenticate; or configure callers.jwt)",
+                "at least one token is required (callers of this tenant could not authenticate; or configure callers.jwt or callers.mtls)",
             );
         }
         if let Some(first) = tenant_names.insert(tenant.name.clone(), index) {
@@ -85,7 +85,7 @@ pub(super) fn validate_one(
     if tenant.tokens.is_empty() && !jwt_callers {
         errors.push(
             format!("{path}.tokens"),
-            "at least one token is required (callers of this tenant could not authenticate; or configure callers.jwt)",
+            "at least one token is required (callers of this tenant could not authenticate; or configure callers.jwt or callers.mtls)",
         );
     }
     validate_tenant(

@@ -83,7 +83,7 @@ pub(super) fn validate(
     let tenants = super::tenants::tenants(
         &mut errors,
         raw.tenants,
-        !callers.jwt.is_empty(),
+        !callers.jwt.is_empty() || !callers.mtls.is_empty(),
         tenant_store.is_some() || tenants_dir.is_some(),
         &defaults,
         &super::sources::Sources::file(base, env),

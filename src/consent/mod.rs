@@ -25,7 +25,6 @@ use std::sync::Arc;
 use axum::extract::{ConnectInfo, Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{Html, IntoResponse, Response};
-use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{OAuthListener, TenantConsent};
@@ -83,8 +82,15 @@ pub fn router(
     router.with_state(state)
 }
 
-/// Serves the consent listener until `stop` is cancelled.
-pub async fn serve(listener: TcpListener, router: axum::Router, stop: CancellationToken) {
+/// Serves the consent listener until `stop` is cancelled, on a
+/// `TcpListener` or (TLS) a `crate::listen::TlsListener` wrapped in
+/// `tap_io` (both give handlers the peer's `ConnectInfo<SocketAddr>`).
+pub async fn serve<L>(listener: L, router: axum::Router, stop: CancellationToken)
+where
+    L: axum::serve::Listener,
+    L::Addr: std::fmt::Debug,
+    for<'a> SocketAddr: axum::extract::connect_info::Connected<axum::serve::IncomingStream<'a, L>>,
+{
     let service = router.into_make_service_with_connect_info::<SocketAddr>();
     if let Err(e) = axum::serve(listener, service)
         .with_graceful_shutdown(stop.cancelled_owned())

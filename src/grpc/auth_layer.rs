@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use tonic::server::NamedService;
+use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
 use tower::{Layer, Service};
 
 use crate::registry::Registry;
@@ -43,7 +44,9 @@ impl<S> Layer<S> for AuthLayer {
 
 /// The service [`AuthLayer`] makes: on success the request goes on with
 /// `Arc<Tenant>`, [`crate::callers::Subject`] and [`crate::callers::Caller`] in
-/// its extensions and without its `authorization` header; on failure the
+/// its extensions and without its `authorization` header (the client
+/// certificate, when the connection presented one, is read from its
+/// `TlsConnectInfo<TcpConnectInfo>`); on failure the
 /// answer is the gRPC status (`Status::into_http`).
 #[derive(Debug, Clone)]
 pub struct AuthService<S> {
@@ -73,7 +76,17 @@ where
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let registry = self.registry.clone();
         Box::pin(async move {
-            match crate::callers::authenticate(&registry, request.headers()).await {
+            // The leaf of the verified chain the connection presented (a
+            // TLS listener with client certificates only).
+            let peer_certs = request
+                .extensions()
+                .get::<TlsConnectInfo<TcpConnectInfo>>()
+                .and_then(TlsConnectInfo::peer_certs);
+            let leaf = peer_certs
+                .as_deref()
+                .and_then(|chain| chain.first())
+                .map(|der| der.as_ref());
+            match crate::callers::authenticate(&registry, request.headers(), leaf).await {
                 Ok(authenticated) => {
                     // The caller's credential goes no further than this layer.
                     request.headers_mut().remove(http::header::AUTHORIZATION);
@@ -121,17 +134,22 @@ impl Standing {
     }
 
     /// When the caller's JWT stops being accepted (`exp` plus its issuer's
-    /// clock skew); `None` for a static token.
+    /// clock skew), or the client certificate of a caller without a token
+    /// expires (its notAfter); `None` for a static token.
     pub(crate) fn expires_at(
         &self,
         caller: &crate::callers::Caller,
     ) -> Option<std::time::SystemTime> {
+        if let crate::callers::Presented::Certificate(certificate) = &self.presented {
+            return Some(certificate.not_after());
+        }
         match &caller.identity {
             crate::callers::CallerIdentity::Jwt { issuer, .. } => self
                 .registry
                 .jwt_callers()
                 .expires_at(issuer, &caller.claims),
-            crate::callers::CallerIdentity::Token { .. } => None,
+            crate::callers::CallerIdentity::Token { .. }
+            | crate::callers::CallerIdentity::Certificate { .. } => None,
         }
     }
 }

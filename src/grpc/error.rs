@@ -49,6 +49,10 @@ pub enum CallError {
     /// The caller's JWT is refused (or its issuer's keys cannot be loaded).
     #[error("unauthenticated: {0}")]
     Token(crate::callers::TokenError),
+    /// The caller's client certificate is refused, or names another
+    /// tenant than its token.
+    #[error("unauthenticated: {0}")]
+    Certificate(crate::callers::CertError),
     /// The server acts for each end user, and this call's subject has not
     /// authorized it yet: the user consents at `url`.
     #[error("server `{server}` needs the consent of this call's subject{}: open the authorization URL (in the status details) and retry after consenting", if .subject.is_empty() { " (the tenant itself: no x-toolgate-subject was sent)" } else { "" })]
@@ -473,6 +477,7 @@ impl From<CallerError> for CallError {
             CallerError::Unauthenticated(message) => CallError::Unauthenticated(message),
             CallerError::InvalidSubject(message) => CallError::InvalidSubject(message),
             CallerError::Token(token) => CallError::Token(token),
+            CallerError::Certificate(cert) => CallError::Certificate(cert),
             CallerError::TenantStoreUnavailable(reason) => {
                 CallError::TenantStoreUnavailable(reason)
             }

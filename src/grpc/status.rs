@@ -52,6 +52,7 @@ pub fn classify(error: &CallError) -> (Code, &'static str) {
         CallError::InvalidName { .. } => (Code::InvalidArgument, "INVALID_TOOL_NAME"),
         CallError::InvalidSubject(_) => (Code::InvalidArgument, "INVALID_SUBJECT"),
         CallError::Token(token) => classify_token(token),
+        CallError::Certificate(cert) => classify_certificate(cert),
         CallError::AuthorizationRequired { .. } => {
             (Code::FailedPrecondition, "UPSTREAM_AUTHORIZATION_REQUIRED")
         }
@@ -170,6 +171,21 @@ fn classify_token(error: &crate::callers::TokenError) -> (Code, &'static str) {
         TokenError::SubjectInvalid(_) => (Code::Unauthenticated, "TOKEN_SUBJECT_INVALID"),
         TokenError::Invalid(_) => (Code::Unauthenticated, "TOKEN_INVALID"),
         TokenError::KeysUnavailable { .. } => (Code::Unavailable, "JWKS_UNAVAILABLE"),
+    }
+}
+
+/// A refused client certificate is UNAUTHENTICATED with a reason per
+/// check.
+fn classify_certificate(error: &crate::callers::CertError) -> (Code, &'static str) {
+    use crate::callers::CertError;
+    match error {
+        CertError::Unreadable(_) => (Code::Unauthenticated, "CERTIFICATE_UNREADABLE"),
+        CertError::Unmatched(_) => (Code::Unauthenticated, "CERTIFICATE_UNMATCHED"),
+        CertError::TenantInvalid(_) => (Code::Unauthenticated, "CERTIFICATE_TENANT_INVALID"),
+        CertError::TenantUnknown(_) => (Code::Unauthenticated, "CERTIFICATE_TENANT_UNKNOWN"),
+        CertError::SubjectInvalid(_) => (Code::Unauthenticated, "CERTIFICATE_SUBJECT_INVALID"),
+        CertError::Expired(_) => (Code::Unauthenticated, "CERTIFICATE_EXPIRED"),
+        CertError::Conflict(_) => (Code::Unauthenticated, "CALLER_IDENTITY_CONFLICT"),
     }
 }
 
@@ -483,6 +499,7 @@ fn metadata(error: &CallError) -> HashMap<String, String> {
         CallError::InvalidCompletion(_) => {}
         CallError::Unauthenticated(_)
         | CallError::Token(_)
+        | CallError::Certificate(_)
         | CallError::ShuttingDown { .. }
         | CallError::AuditUnavailable { .. }
         | CallError::Draining

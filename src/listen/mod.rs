@@ -6,3 +6,18 @@
 //! files change: a new handshake gets the new ones, a connection already
 //! open keeps its own, and files that fail [`crate::config::ListenerTls::load`]
 //! are refused (a log line and a metric) while the last good ones serve.
+//!
+//! [`TlsIncoming`] is the stream of handshaken connections tonic serves
+//! (`serve_with_incoming_shutdown`); [`TlsListener`] wraps it for axum.
+
+mod describe;
+mod http;
+mod incoming;
+mod server_config;
+mod watch;
+
+pub use describe::{LeafSummary, describe_leaf};
+pub use http::TlsListener;
+pub use incoming::{HANDSHAKE_TIMEOUT, TlsIncoming};
+pub use server_config::Alpn;
+pub use watch::POLL_INTERVAL;

@@ -81,13 +81,15 @@ fn strings<'v, const N: usize>(fields: [(&'static str, &'v str); N]) -> Box<dyn 
     Box::new(CelMap::from(fields))
 }
 
-/// The `caller` variable: `kind` (`"token"` or `"jwt"`) and `issuer`
-/// (the JWT's `iss`; `""` for a static token), borrowing its strings.
+/// The `caller` variable: `kind` (`"token"`, `"jwt"` or `"cert"`) and
+/// `issuer` (the JWT's `iss`; a certificate's SPIFFE trust domain, `""`
+/// without one; `""` for a static token), borrowing its strings.
 pub(super) fn caller_val(caller: &crate::callers::Caller) -> Box<dyn Val + '_> {
     use crate::callers::CallerIdentity;
     let (kind, issuer) = match &caller.identity {
         CallerIdentity::Token { .. } => ("token", ""),
         CallerIdentity::Jwt { issuer, .. } => ("jwt", issuer.as_str()),
+        CallerIdentity::Certificate { trust_domain, .. } => ("cert", trust_domain.as_str()),
     };
     let fields: HashMap<CelMapKey<'_>, Box<dyn Val + '_>> = HashMap::from([
         (

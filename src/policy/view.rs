@@ -322,6 +322,9 @@ fn cache_key(policy: &Policy, caller: &Caller, subject: &Subject) -> [u8; 32] {
         let (kind, issuer) = match &caller.identity {
             crate::callers::CallerIdentity::Token { .. } => (1u8, ""),
             crate::callers::CallerIdentity::Jwt { issuer, .. } => (2u8, issuer.as_str()),
+            crate::callers::CallerIdentity::Certificate { trust_domain, .. } => {
+                (3u8, trust_domain.as_str())
+            }
         };
         hasher.update([3, kind]);
         hasher.update((issuer.len() as u64).to_le_bytes());

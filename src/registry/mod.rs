@@ -63,8 +63,19 @@ struct Generation {
     /// The JWT issuers (`callers.jwt`), their key caches kept across
     /// reloads that leave an issuer's keys' source unchanged.
     jwt: crate::callers::JwtCallers,
-    /// Tenant name → index in `tenants`, for JWT callers (empty without).
+    /// The certificate callers (`callers.mtls`).
+    mtls: crate::callers::CertCallers,
+    /// Tenant name → index in `tenants`, for JWT and certificate callers
+    /// (empty without).
     by_name: HashMap<String, usize>,
+}
+
+impl Generation {
+    /// Whether callers name their tenant (JWT or certificate callers are
+    /// configured), rather than only select it by a static token.
+    fn callers_name_tenants(&self) -> bool {
+        !self.jwt.is_empty() || !self.mtls.is_empty()
+    }
 }
 
 /// What a reload changed.
@@ -231,6 +242,14 @@ impl crate::callers::Directory for Arc<Registry> {
         Registry::jwt_callers(self)
     }
 
+    fn cert_callers(&self) -> crate::callers::CertCallers {
+        self.generation.load().mtls.clone()
+    }
+
+    fn tenant_name<'t>(&self, tenant: &'t Arc<Tenant>) -> &'t str {
+        &tenant.name
+    }
+
     async fn tenant_named(
         &self,
         name: &str,
@@ -238,7 +257,7 @@ impl crate::callers::Directory for Arc<Registry> {
         if let Some(tenant) = Registry::tenant_named(self, name) {
             return Ok(Some(tenant));
         }
-        if self.generation.load().jwt.is_empty() {
+        if !self.generation.load().callers_name_tenants() {
             return Ok(None);
         }
         self.store_tenant_named(name).await
@@ -294,6 +313,7 @@ impl Registry {
                 tenants: Vec::new(),
                 tokens: TokenTable::default(),
                 jwt: crate::callers::JwtCallers::default(),
+                mtls: crate::callers::CertCallers::default(),
                 by_name: HashMap::new(),
             }),
             applying: Mutex::new(()),
@@ -347,14 +367,14 @@ impl Registry {
         self.generation.load().jwt.clone()
     }
 
-    /// The current tenant named `name`, when JWT callers are configured
-    /// (they name their tenant; static tokens select it): one of the
+    /// The current tenant named `name`, when JWT or certificate callers
+    /// are configured (they name their tenant; static tokens select it): one of the
     /// configuration's, or a store tenant loaded now.
     pub fn tenant_named(&self, name: &str) -> Option<Arc<Tenant>> {
         let generation = self.generation.load();
         match generation.by_name.get(name) {
             Some(index) => generation.tenants.get(*index).cloned(),
-            None if generation.jwt.is_empty() => None,
+            None if !generation.callers_name_tenants() => None,
             None => self.loaded_named(name),
         }
     }
@@ -512,7 +532,8 @@ impl Registry {
             self.retire_tenant(tenant, &kept, removed, &mut summary);
         }
         let jwt = crate::callers::JwtCallers::new(&config.callers, Some(&old.jwt));
-        let by_name = if jwt.is_empty() {
+        let mtls = crate::callers::CertCallers::new(&config.callers);
+        let by_name = if jwt.is_empty() && mtls.is_empty() {
             HashMap::new()
         } else {
             tenants
@@ -525,6 +546,7 @@ impl Registry {
             tokens: TokenTable::new(config),
             tenants,
             jwt,
+            mtls,
             by_name,
         }));
         self.metrics.tenants().set_tenants(

@@ -124,6 +124,19 @@ pub async fn watch(
                     ("state", state_changed(&config, &applied)),
                     ("oauth", oauth_listener(&config) != oauth_listener(&applied)),
                     ("audit", config.audit != applied.audit),
+                    // The listeners' TLS blocks (their files are watched
+                    // by the listeners themselves).
+                    ("metrics.tls", config.metrics_tls != applied.metrics_tls),
+                    (
+                        "oauth.tls",
+                        config.oauth.as_ref().map(|o| &o.tls)
+                            != applied.oauth.as_ref().map(|o| &o.tls),
+                    ),
+                    (
+                        "admin.tls",
+                        config.admin.as_ref().map(|a| &a.tls)
+                            != applied.admin.as_ref().map(|a| &a.tls),
+                    ),
                 ] {
                     if changed {
                         tracing::warn!(

@@ -24,6 +24,9 @@
 //! | `toolgate_tenant_change_lag_seconds` | histogram | |
 //! | `toolgate_tenants_dir_files` | gauge | state |
 //! | `toolgate_admin_requests_total` | counter | rpc, code |
+//! | `toolgate_tls_certificate_expiry_timestamp_seconds` | gauge | listener |
+//! | `toolgate_tls_reloads_total` | counter | listener, outcome |
+//! | `toolgate_tls_handshake_failures_total` | counter | listener |
 
 use std::sync::Arc;
 
@@ -33,14 +36,15 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
-use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 mod calls;
 mod tenants;
+mod tls;
 
 pub use calls::{InFlight, TenantCalls, ToolCalls};
 pub use tenants::{LoadOutcome, TenantMetrics};
+pub use tls::TlsMetrics;
 
 /// Labels of a finished call.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -151,6 +155,7 @@ pub struct Metrics {
     requests: Family<RequestLabels, Counter>,
     input_refused: Family<RefusedLabels, Counter>,
     tenants: TenantMetrics,
+    tls: TlsMetrics,
     tenants_dir_files: Family<FileStateLabels, Gauge>,
     admin_requests: Family<AdminLabels, Counter>,
 }
@@ -323,6 +328,7 @@ impl Metrics {
             input_refused.clone(),
         );
         let tenants = TenantMetrics::register(&mut registry);
+        let tls = TlsMetrics::register(&mut registry);
         let tenants_dir_files = Family::<FileStateLabels, Gauge>::default();
         registry.register(
             "toolgate_tenants_dir_files",
@@ -340,6 +346,7 @@ impl Metrics {
         );
         Metrics {
             tenants,
+            tls,
             registry,
             input_refused,
             tenants_dir_files,
@@ -546,6 +553,11 @@ impl Metrics {
         &self.tenants
     }
 
+    /// The metrics of the listeners' TLS.
+    pub fn tls(&self) -> &TlsMetrics {
+        &self.tls
+    }
+
     /// Records that a session was closed by the gateway.
     pub fn session_closed(&self, tenant: &str, server: &str) {
         self.session_up
@@ -599,8 +611,13 @@ fn openmetrics_to_prometheus(text: &str) -> String {
     out
 }
 
-/// Serves `GET /metrics` on `listener` until `stop` is cancelled.
-pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, stop: CancellationToken) {
+/// Serves `GET /metrics` on `listener` (a `TcpListener`, or a
+/// `crate::listen::TlsListener`) until `stop` is cancelled.
+pub async fn serve<L>(listener: L, metrics: Arc<Metrics>, stop: CancellationToken)
+where
+    L: axum::serve::Listener,
+    L::Addr: std::fmt::Debug,
+{
     let router = axum::Router::new().route(
         "/metrics",
         axum::routing::get(move |headers: http::HeaderMap| {

@@ -110,9 +110,13 @@ fn config_with(section: &str, entries: &[String], stdio: bool) -> Option<String>
                 "callers: {{jwt: [{{issuer: \"https://idp.example\", audiences: [toolgate], tenant: \"'t'\", {flow}}}]}}\ntenants: [{{name: t}}]"
             )
         }
+        "`callers.mtls[]`" => format!(
+            "grpc: {{tls: {{cert_file: gw.pem, key_file: gw-key.pem, client_ca_file: ca.pem}}}}\ncallers: {{mtls: [{{tenant: \"'t'\", {flow}}}]}}\ntenants: [{{name: t}}]"
+        ),
         "`audit`" => format!("audit: {{path: audit.jsonl, {flow}}}\n{tenants}"),
         "`metrics`" => format!("metrics: {{listen: \"127.0.0.1:0\", {flow}}}\n{tenants}"),
         "`grpc`" => format!("grpc: {{{flow}}}\n{tenants}"),
+        "Listener TLS" => format!("grpc: {{tls: {{{flow}}}}}\n{tenants}"),
         "`limits`" => format!("limits: {{{flow}}}\n{tenants}"),
         "`sessions`" => format!("sessions: {{{flow}}}\n{tenants}"),
         "`defaults`" => format!("defaults: {{{flow}}}\n{tenants}"),

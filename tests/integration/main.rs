@@ -27,6 +27,8 @@ mod invoke;
 mod jwt;
 mod lazy;
 mod limits;
+mod listener_tls;
+mod mtls_callers;
 mod oauth;
 mod oauth_oidc;
 mod oauth_redaction;
