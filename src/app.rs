@@ -440,11 +440,7 @@ async fn start_consent(
             Some(tls) => {
                 let incoming =
                     TlsIncoming::start(bound, tls, Alpn::Http1, None, metrics.clone(), &stop)?;
-                // `tap_io` gives the handlers `ConnectInfo<SocketAddr>`.
-                let listener = axum::serve::ListenerExt::tap_io(
-                    TlsListener::from(incoming),
-                    |_: &mut tokio_rustls::server::TlsStream<tokio::net::TcpStream>| {},
-                );
+                let listener = TlsListener::from(incoming).with_peer_addr();
                 tokio::spawn(crate::consent::serve(listener, router, stop.clone()));
             }
             None => {

@@ -83,8 +83,8 @@ pub fn router(
 }
 
 /// Serves the consent listener until `stop` is cancelled, on a
-/// `TcpListener` or (TLS) a `crate::listen::TlsListener` wrapped in
-/// `tap_io` (both give handlers the peer's `ConnectInfo<SocketAddr>`).
+/// `TcpListener` or (TLS) a `crate::listen::PeerAddrTlsListener` (both
+/// give handlers the peer's `ConnectInfo<SocketAddr>`).
 pub async fn serve<L>(listener: L, router: axum::Router, stop: CancellationToken)
 where
     L: axum::serve::Listener,

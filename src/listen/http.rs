@@ -3,19 +3,31 @@
 use std::io;
 use std::net::SocketAddr;
 
+use axum::serve::{ListenerExt, TapIo};
 use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
 
 use super::incoming::TlsIncoming;
 
 /// [`TlsIncoming`] as an [`axum::serve::Listener`]; its address is the
-/// peer's `SocketAddr`. axum implements `ConnectInfo<SocketAddr>` for a
-/// listener wrapped in `tap_io`, so serve
-/// `TlsListener::from(incoming).tap_io(|_| {})` with
-/// `into_make_service_with_connect_info::<SocketAddr>()`.
+/// peer's `SocketAddr`. For handlers that take `ConnectInfo<SocketAddr>`,
+/// serve [`TlsListener::with_peer_addr`] instead.
 #[derive(Debug)]
 pub struct TlsListener {
     incoming: TlsIncoming,
+}
+
+/// A [`TlsListener`] that gives axum's `ConnectInfo<SocketAddr>` (axum
+/// implements it for listeners wrapped in `tap_io`).
+pub type PeerAddrTlsListener = TapIo<TlsListener, fn(&mut TlsStream<TcpStream>)>;
+
+impl TlsListener {
+    /// This listener for a router served with
+    /// `into_make_service_with_connect_info::<SocketAddr>()`.
+    pub fn with_peer_addr(self) -> PeerAddrTlsListener {
+        fn untouched(_: &mut TlsStream<TcpStream>) {}
+        self.tap_io(untouched as fn(&mut TlsStream<TcpStream>))
+    }
 }
 
 impl From<TlsIncoming> for TlsListener {

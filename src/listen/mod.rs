@@ -17,7 +17,7 @@ mod server_config;
 mod watch;
 
 pub use describe::{LeafSummary, describe_leaf};
-pub use http::TlsListener;
+pub use http::{PeerAddrTlsListener, TlsListener};
 pub use incoming::{HANDSHAKE_TIMEOUT, TlsIncoming};
 pub use server_config::Alpn;
 pub use watch::POLL_INTERVAL;
