@@ -76,13 +76,26 @@ pub fn toolgate_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_toolgate"))
 }
 
-/// A free loopback port (bound, then released).
+/// A free loopback port for a listener a test configures by number (a
+/// metrics or admin listener, a child's port): never handed out twice in
+/// this process, and taken below the kernel's ephemeral range (Linux:
+/// 32768 and up), so no `bind` to port 0 of this process or a child (a
+/// gateway's own port, an upstream) can take it between this check and its
+/// use; the start is spread by process id for concurrent test runs.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const LOW: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let start = std::process::id() * 997;
+    for _ in 0..SPAN {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = (LOW + start.wrapping_add(n) % SPAN) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {LOW}..{}", LOW + SPAN)
 }
 
 // ---------------------------------------------------------------------------
