@@ -29,6 +29,12 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Handshaken connections waiting for the server to take them.
 const QUEUE: usize = 128;
 
+/// Handshakes in progress at once on one listener. A connection accepted
+/// beyond it is closed at once (and counted as a failed handshake): a flood
+/// of connections that never speak holds at most this many tasks, each
+/// for at most [`HANDSHAKE_TIMEOUT`].
+pub const MAX_HANDSHAKES: usize = 1024;
+
 /// Pause after a failed `accept` (e.g. out of file descriptors), so the
 /// loop does not spin.
 const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(50);
@@ -73,6 +79,7 @@ impl TlsIncoming {
         let (queue, connections) = mpsc::channel(QUEUE);
         let accepting = Accepting {
             listener: tls.listener,
+            handshakes: Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES)),
             current: current.clone(),
             queue,
             metrics: metrics.clone(),
@@ -116,6 +123,8 @@ impl Stream for TlsIncoming {
 /// The accept loop of one listener.
 struct Accepting {
     listener: &'static str,
+    /// Permits for handshakes in progress ([`MAX_HANDSHAKES`]).
+    handshakes: Arc<tokio::sync::Semaphore>,
     current: Arc<ArcSwap<rustls::ServerConfig>>,
     queue: mpsc::Sender<TlsStream<TcpStream>>,
     metrics: Arc<Metrics>,
@@ -135,17 +144,25 @@ impl Accepting {
             match accepted {
                 None => return,
                 Some(Ok(stream)) => {
+                    let Ok(permit) = self.handshakes.clone().try_acquire_owned() else {
+                        tracing::debug!(
+                            listener = self.listener,
+                            limit = MAX_HANDSHAKES,
+                            "too many TLS handshakes in progress: connection closed"
+                        );
+                        self.metrics.tls().handshake_failed(self.listener);
+                        continue;
+                    };
                     // The configuration current at accept: a reload while
                     // this client handshakes does not change its certificate.
                     let config = self.current.load_full();
-                    tokio::spawn(handshake(
-                        self.listener,
-                        config,
-                        stream,
-                        self.queue.clone(),
-                        self.metrics.clone(),
-                        self.stop.clone(),
-                    ));
+                    let (queue, metrics, stop) =
+                        (self.queue.clone(), self.metrics.clone(), self.stop.clone());
+                    let listener = self.listener;
+                    tokio::spawn(async move {
+                        handshake(listener, config, stream, queue, metrics, stop).await;
+                        drop(permit);
+                    });
                 }
                 Some(Err(error)) => {
                     tracing::warn!(listener = self.listener, %error, "accept failed");

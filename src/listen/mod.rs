@@ -18,6 +18,6 @@ mod watch;
 
 pub use describe::{LeafSummary, describe_leaf};
 pub use http::{PeerAddrTlsListener, TlsListener};
-pub use incoming::{HANDSHAKE_TIMEOUT, TlsIncoming};
+pub use incoming::{HANDSHAKE_TIMEOUT, MAX_HANDSHAKES, TlsIncoming};
 pub use server_config::Alpn;
 pub use watch::POLL_INTERVAL;

@@ -181,6 +181,16 @@ pub fn authed<T>(token: &str, message: T) -> tonic::Request<T> {
     request
 }
 
+/// `message` with a static `token`, acting for `subject`
+/// (`x-toolgate-subject`).
+pub fn authed_as<T>(token: &str, subject: &str, message: T) -> tonic::Request<T> {
+    let mut request = authed(token, message);
+    request
+        .metadata_mut()
+        .insert("x-toolgate-subject", subject.parse().unwrap());
+    request
+}
+
 /// Lists the tools of the tenant that `token` selects.
 pub async fn list(client: &mut ToolGatewayClient<Channel>, token: &str) -> pb::ListToolsResponse {
     client

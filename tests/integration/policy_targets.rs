@@ -31,11 +31,7 @@ fn yaml() -> String {
 
 /// `message` as the tenant's token, acting for `subject`.
 fn as_subject<T>(subject: &str, message: T) -> tonic::Request<T> {
-    let mut request = authed(TOKEN, message);
-    request
-        .metadata_mut()
-        .insert("x-toolgate-subject", subject.parse().unwrap());
-    request
+    authed_as(TOKEN, subject, message)
 }
 
 fn template(uri_template: &str) -> pb::CompleteRequest {

@@ -27,11 +27,7 @@ fn yaml(limits: &str, url: &str) -> String {
 
 /// `message` as `subject` of the tenant's static token.
 fn as_subject<T>(subject: &str, message: T) -> tonic::Request<T> {
-    let mut request = authed(TOKEN, message);
-    request
-        .metadata_mut()
-        .insert("x-toolgate-subject", subject.parse().unwrap());
-    request
+    authed_as(TOKEN, subject, message)
 }
 
 /// Invokes `tool` as `subject`.
