@@ -116,11 +116,19 @@ fn read(option: &str, path: &Path) -> Result<Vec<u8>, ChannelError> {
 /// An error and its sources, on one line (tonic's transport errors say
 /// only "transport error" at the top).
 fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
+    with_sources(&error.to_string(), error.source())
+}
+
+/// `text`, then each of `source`'s chain after a colon (a part that only
+/// repeats the text before it is left out).
+pub(super) fn with_sources(text: &str, mut source: Option<&dyn std::error::Error>) -> String {
+    let mut text = text.to_owned();
     while let Some(inner) = source {
-        text.push_str(": ");
-        text.push_str(&inner.to_string());
+        let part = inner.to_string();
+        if !text.ends_with(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
         source = inner.source();
     }
     text

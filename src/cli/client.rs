@@ -158,9 +158,12 @@ pub(super) fn fail(status: &tonic::Status, json: bool) -> ExitCode {
         .get_details_error_info()
         .map(|i| i.reason)
         .unwrap_or_default();
+    // A status made of a transport failure says only "transport error":
+    // its sources say why (a TLS alert: the certificate required, unknown).
+    let message = super::channel::with_sources(status.message(), std::error::Error::source(status));
     if json {
         let value = serde_json::json!({
-            "error": { "code": format!("{:?}", status.code()), "reason": reason, "message": status.message() }
+            "error": { "code": format!("{:?}", status.code()), "reason": reason, "message": message }
         });
         println!("{value}");
     } else {
@@ -172,7 +175,7 @@ pub(super) fn fail(status: &tonic::Status, json: bool) -> ExitCode {
             } else {
                 format!(" ({reason})")
             },
-            status.message()
+            message
         );
     }
     ExitCode::from(u8::try_from(status.code() as i32).unwrap_or(2))

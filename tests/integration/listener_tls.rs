@@ -746,3 +746,63 @@ async fn check_prints_each_tls_listeners_certificate_and_warns_before_expiry() {
         "{stderr}"
     );
 }
+
+/// The client verbs over TLS: `toolgate tools` and `toolgate health`
+/// with `--ca-file` and a client certificate against `client_auth:
+/// required`; without the certificate the handshake fails (UNAVAILABLE);
+/// a name the certificate does not hold is refused unless `--server-name`
+/// gives one it does.
+#[tokio::test]
+async fn the_cli_speaks_tls_with_a_client_certificate() {
+    use super::binary::cli;
+    let pki = Pki::new();
+    let auth = format!(
+        "    client_ca_file: \"{}\"\n    client_auth: required\n",
+        pki.path("ca.pem")
+    );
+    let gateway = Gateway::start(&pki, &pki.block(&auth), "").await;
+    let https = format!("https://127.0.0.1:{}", gateway.grpc);
+    let (ca, cert, key) = (
+        pki.path("ca.pem"),
+        pki.path("client.pem"),
+        pki.path("client-key.pem"),
+    );
+    let tls = ["--ca-file", &ca, "--cert-file", &cert, "--key-file", &key];
+
+    let mut args = vec!["tools", "--addr", &https, "--json"];
+    args.extend(tls);
+    let (code, out, err) = cli(&args, Some("t")).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("\"tools\""), "{out}");
+
+    // Without a client certificate the handshake fails.
+    // (TLS 1.3: the client learns it on its first call, from the server's
+    // alert or the closed connection, whichever it reads first.)
+    let (code, out, err) = cli(&["tools", "--addr", &https, "--ca-file", &ca], Some("t")).await;
+    assert_ne!(code, 0, "{err}");
+    assert!(
+        out.is_empty() && err.contains("transport error"),
+        "{out}{err}"
+    );
+
+    // A bare host:port with --ca-file is TLS too.
+    let bare = format!("127.0.0.1:{}", gateway.grpc);
+    let mut args = vec!["health", "--addr", &bare];
+    args.extend(tls);
+    let (code, out, err) = cli(&args, None).await;
+    assert_eq!((code, out.trim()), (0, "SERVING"), "{err}");
+
+    // The certificate names localhost and 127.0.0.1, not `toolgate`.
+    let mut args = vec!["health", "--addr", &https, "--server-name", "toolgate"];
+    args.extend(tls);
+    let (code, _, err) = cli(&args, None).await;
+    assert_eq!(code, 14, "{err}");
+    let mut args = vec!["health", "--addr", &https, "--server-name", "localhost"];
+    args.extend(tls);
+    let (code, out, err) = cli(&args, None).await;
+    assert_eq!((code, out.trim()), (0, "SERVING"), "{err}");
+
+    // Plaintext to the TLS port: no answer a client can read.
+    let (code, _, err) = cli(&["health", "--addr", &bare], None).await;
+    assert_ne!(code, 0, "{err}");
+}
