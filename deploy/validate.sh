@@ -338,8 +338,8 @@ PY
     mkdir -p "$work/admin" "$work/tenants" "$work/tls"
     printf 'placeholder-admin-token\n' >"$work/admin/admin-token"
     # The `tls` component's Secret: a throwaway self-signed certificate (its
-    # own CA), valid for a day.
-    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 \
+    # own CA), valid long enough that `check` does not warn of its expiry.
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 60 \
         -subj /CN=toolgate -addext subjectAltName=DNS:toolgate \
         -keyout "$work/tls/tls.key" -out "$work/tls/tls.crt" 2>/dev/null
     cp "$work/tls/tls.crt" "$work/tls/ca.crt"

@@ -389,4 +389,42 @@ mod tests {
         assert_eq!(error.path, "admin.tls.cert_file");
         assert!(error.message.contains("not in order"), "{error}");
     }
+
+    #[test]
+    fn callers_mtls_needs_a_listener_that_asks_for_certificates() {
+        let dir = tempfile::tempdir().unwrap();
+        let (ca_pem, issuer) = ca("root");
+        let (cert, key) = leaf(&issuer, 2300);
+        tls(dir.path(), &cert, &key);
+        std::fs::write(dir.path().join("ca.pem"), ca_pem).unwrap();
+        let config = |tls_extra: &str| {
+            format!(
+                "grpc:\n  tls:\n    cert_file: cert.pem\n    key_file: key.pem\n{tls_extra}\
+                 callers:\n  mtls:\n    - tenant: '\"t\"'\ntenants: [{{name: t}}]\n"
+            )
+        };
+        let load = |yaml: &str| {
+            let env = std::collections::HashMap::<String, String>::new();
+            super::super::Config::from_yaml(yaml, "t.yaml", dir.path(), &env)
+                .map_err(|e| e.to_string())
+        };
+        let without_ca = load(&config("")).unwrap_err();
+        assert!(
+            without_ca.contains("callers.mtls: needs `grpc.tls` with `client_ca_file`"),
+            "{without_ca}"
+        );
+        let none = load(&config(
+            "    client_ca_file: ca.pem\n    client_auth: none\n",
+        ))
+        .unwrap_err();
+        assert!(
+            none.contains("callers.mtls: `grpc.tls.client_auth` is `none`"),
+            "{none}"
+        );
+        load(&config("    client_ca_file: ca.pem\n")).unwrap();
+        load(&config(
+            "    client_ca_file: ca.pem\n    client_auth: required\n",
+        ))
+        .unwrap();
+    }
 }

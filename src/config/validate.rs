@@ -15,8 +15,8 @@ use super::fields::{
 use super::listener_tls::listener_tls;
 use super::raw::{RawConfig, RawGrpc, RawLimits, RawMetrics};
 use super::{
-    Config, DEFAULT_LISTEN, DEFAULT_SHUTDOWN_DELAY, DEFAULT_SHUTDOWN_GRACE, Environment,
-    FieldError, GrpcSettings, Limits, OAuthListener, StateConfig, TenantConfig,
+    ClientAuth, Config, DEFAULT_LISTEN, DEFAULT_SHUTDOWN_DELAY, DEFAULT_SHUTDOWN_GRACE,
+    Environment, FieldError, GrpcSettings, Limits, OAuthListener, StateConfig, TenantConfig,
 };
 
 /// Validates the whole configuration.
@@ -89,16 +89,19 @@ pub(super) fn validate(
         &super::sources::Sources::file(base, env),
     );
 
-    if !callers.mtls.is_empty()
-        && grpc
-            .tls
-            .as_ref()
-            .is_none_or(|tls| tls.client_ca_file.is_none())
-    {
-        errors.push(
-            "callers.mtls",
-            "needs `grpc.tls` with `client_ca_file` (the CAs caller certificates are verified against)",
-        );
+    if !callers.mtls.is_empty() {
+        match &grpc.tls {
+            Some(tls) if tls.client_ca_file.is_some() && tls.client_auth != ClientAuth::None => {}
+            Some(tls) if tls.client_ca_file.is_some() => errors.push(
+                "callers.mtls",
+                "`grpc.tls.client_auth` is `none`: no client certificate is asked for, so no \
+                 entry could ever match (use `optional` or `required`)",
+            ),
+            _ => errors.push(
+                "callers.mtls",
+                "needs `grpc.tls` with `client_ca_file` (the CAs caller certificates are verified against)",
+            ),
+        }
     }
     oauth_requirements(&mut errors, &tenants, &state, oauth.as_ref());
     super::approvals::requirements(&mut errors, &tenants, approvals.as_ref());
