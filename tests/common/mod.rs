@@ -28,6 +28,7 @@ use toolgate::config::Config;
 use toolgate::pb;
 use toolgate::pb::tool_gateway_client::ToolGatewayClient;
 
+pub mod pki;
 mod tls;
 pub mod tls_server;
 pub use tls::serve_mcp_tls;

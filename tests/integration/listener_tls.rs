@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+use rcgen::{CertificateParams, DnType};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::Value;
@@ -19,35 +19,23 @@ use serde_json::Value;
 use crate::common::*;
 
 /// A test CA and what it issues.
-struct Ca {
-    issuer: Issuer<'static, KeyPair>,
-    pem: String,
-}
+struct Ca(pki::TestCa);
 
 impl Ca {
     fn new(name: &str) -> Ca {
-        let key = KeyPair::generate().unwrap();
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.distinguished_name.push(DnType::CommonName, name);
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        let cert = params.self_signed(&key).unwrap();
-        Ca {
-            issuer: Issuer::new(params, key),
-            pem: cert.pem(),
-        }
+        Ca(pki::TestCa::new(name))
     }
 
     /// A certificate for `localhost` and 127.0.0.1 named `cn`, valid for
     /// `days`: (certificate PEM, key PEM).
     fn issue(&self, cn: &str, days: u64) -> (String, String) {
-        let key = KeyPair::generate().unwrap();
         let mut params =
             CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()]).unwrap();
         params.distinguished_name.push(DnType::CommonName, cn);
         params.not_before = rcgen::date_time_ymd(2020, 1, 1);
         let (y, m, d) = date_in_days(days);
         params.not_after = rcgen::date_time_ymd(y, m, d);
-        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        let (cert, key) = self.0.sign(params);
         (cert.pem(), key.serialize_pem())
     }
 }
@@ -76,7 +64,7 @@ impl Pki {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().to_owned();
         let ca = Ca::new("toolgate test CA");
-        std::fs::write(path.join("ca.pem"), &ca.pem).unwrap();
+        std::fs::write(path.join("ca.pem"), ca.0.pem()).unwrap();
         let (cert, key) = ca.issue("gateway-1", 60);
         std::fs::write(path.join("cert.pem"), cert).unwrap();
         std::fs::write(path.join("key.pem"), key).unwrap();
@@ -220,7 +208,7 @@ async fn grpcio_list_as(pki: &Pki, port: u16, client: Option<(&str, &str)>, toke
 async fn served_leaf(pki: &Pki, port: u16) -> CertificateDer<'static> {
     let mut roots = rustls::RootCertStore::empty();
     roots
-        .add(CertificateDer::from_pem_slice(pki.ca.pem.as_bytes()).unwrap())
+        .add(CertificateDer::from_pem_slice(pki.ca.0.pem().as_bytes()).unwrap())
         .unwrap();
     let config = rustls::ClientConfig::builder_with_provider(Arc::new(
         rustls::crypto::ring::default_provider(),
@@ -540,11 +528,10 @@ async fn a_bad_replacement_is_kept_out_and_the_old_certificate_keeps_serving() {
 
     // An expired certificate with its own key.
     let (cert, key) = {
-        let key = KeyPair::generate().unwrap();
         let mut params = CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
         params.not_before = rcgen::date_time_ymd(2020, 1, 1);
         params.not_after = rcgen::date_time_ymd(2021, 1, 1);
-        let cert = params.signed_by(&key, &pki.ca.issuer).unwrap();
+        let (cert, key) = pki.ca.0.sign(params);
         (cert.pem(), key.serialize_pem())
     };
     pki.replace("key.pem", &key);
@@ -735,7 +722,7 @@ async fn check_prints_each_tls_listeners_certificate_and_warns_before_expiry() {
     // A key that does not match is an error at load, naming the field.
     std::fs::write(
         pki.dir.join("soon-key.pem"),
-        KeyPair::generate().unwrap().serialize_pem(),
+        rcgen::KeyPair::generate().unwrap().serialize_pem(),
     )
     .unwrap();
     let output = check();

@@ -23,7 +23,7 @@ const ACME_WORKER: &str = "spiffe://cluster.local/ns/acme/sa/worker";
 
 /// A CA and the certificates it issued, as PEM files in a directory.
 struct Pki {
-    ca: rcgen::Issuer<'static, rcgen::KeyPair>,
+    ca: pki::TestCa,
     dir: PathBuf,
 }
 
@@ -36,20 +36,10 @@ struct ClientCert {
 
 impl Pki {
     fn new(dir: &Path) -> Pki {
-        let mut params = rcgen::CertificateParams::default();
-        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        params.key_usages = vec![
-            rcgen::KeyUsagePurpose::KeyCertSign,
-            rcgen::KeyUsagePurpose::CrlSign,
-        ];
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, "test mesh CA");
-        let key = rcgen::KeyPair::generate().unwrap();
-        let cert = params.self_signed(&key).unwrap();
-        std::fs::write(dir.join("ca.pem"), cert.pem()).unwrap();
+        let ca = pki::TestCa::new("test mesh CA");
+        std::fs::write(dir.join("ca.pem"), ca.pem()).unwrap();
         Pki {
-            ca: rcgen::Issuer::new(params, key),
+            ca,
             dir: dir.to_owned(),
         }
     }
@@ -80,8 +70,7 @@ impl Pki {
         params
             .distinguished_name
             .push(rcgen::DnType::CommonName, name);
-        let key = rcgen::KeyPair::generate().unwrap();
-        let cert = params.signed_by(&key, &self.ca).unwrap();
+        let (cert, key) = self.ca.sign(params);
         let files = ClientCert {
             cert: self.dir.join(format!("{name}.pem")),
             key: self.dir.join(format!("{name}-key.pem")),
