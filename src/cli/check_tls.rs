@@ -1,6 +1,7 @@
 //! `toolgate check`: the certificate of each TLS listener (subject, SANs,
-//! expiry), with a warning when it expires soon. Bad files never get
-//! here: configuration load already refused them, naming the field.
+//! expiry), with a warning when it expires soon, and the callers
+//! identified by their certificates. Bad files never get here:
+//! configuration load already refused them, naming the field.
 
 use std::time::{Duration, SystemTime};
 
@@ -63,5 +64,28 @@ pub(super) fn check_listener_tls(config: &Config) {
                 tls.cert_file.display()
             );
         }
+    }
+}
+
+/// Prints a line per `callers.mtls` entry: which certificates it matches,
+/// its expressions, and the CA file certificates are verified against.
+pub(super) fn check_cert_callers(config: &Config) {
+    let ca_file = config
+        .grpc
+        .tls
+        .as_ref()
+        .and_then(|tls| tls.client_ca_file.as_ref());
+    for entry in &config.callers.mtls {
+        let matches = match &entry.trust_domain {
+            Some(domain) => format!("SPIFFE IDs of trust domain {domain}"),
+            None => "any verified certificate".to_owned(),
+        };
+        println!(
+            "{}: {matches}, tenant `{}`, subject `{}`, verified against {}",
+            entry.path,
+            entry.tenant.source(),
+            entry.subject.source(),
+            ca_file.map_or_else(|| "nothing".to_owned(), |f| f.display().to_string())
+        );
     }
 }

@@ -383,6 +383,7 @@ async fn check(path: PathBuf, offline: bool) -> ExitCode {
     };
     check_audit(&config);
     check_tls::check_listener_tls(&config);
+    check_tls::check_cert_callers(&config);
     if offline {
         return ExitCode::SUCCESS;
     }

@@ -571,7 +571,11 @@ impl Metrics {
     /// The metrics in the OpenMetrics text format.
     pub fn encode(&self) -> String {
         let mut text = String::new();
-        let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
+        // Writing into a String cannot fail; a metric whose encoding fails
+        // would leave the page cut short, so it is said once per scrape.
+        if let Err(error) = prometheus_client::encoding::text::encode(&mut text, &self.registry) {
+            tracing::error!(%error, "metrics encoding failed: the page is incomplete");
+        }
         text
     }
 

@@ -675,11 +675,13 @@ async fn check_prints_each_tls_listeners_certificate_and_warns_before_expiry() {
         .replace(&pki.path("cert.pem"), &pki.path("soon.pem"))
         .replace(&pki.path("key.pem"), &pki.path("soon-key.pem"));
     let path = pki.dir.join("check.yaml");
+    let grpc_tls = pki.block(&format!("    client_ca_file: \"{}\"\n", pki.path("ca.pem")));
     std::fs::write(
         &path,
         format!(
-            "listen: 127.0.0.1:0\ngrpc:\n{}metrics:\n  listen: 127.0.0.1:0\n{metrics_tls}tenants:\n  - name: acme\n    tokens: [t]\n    servers: []\n",
-            pki.block("")
+            "listen: 127.0.0.1:0\ngrpc:\n{grpc_tls}metrics:\n  listen: 127.0.0.1:0\n{metrics_tls}\
+             callers:\n  mtls:\n    - trust_domain: cluster.local\n      tenant: '\"acme\"'\n\
+             tenants:\n  - name: acme\n    tokens: [t]\n    servers: []\n"
         ),
     )
     .unwrap();
@@ -710,7 +712,14 @@ async fn check_prints_each_tls_listeners_certificate_and_warns_before_expiry() {
         grpc.contains("DNS:localhost") && grpc.contains("IP:127.0.0.1"),
         "{grpc}"
     );
-    assert!(grpc.contains("client_auth none"), "{grpc}");
+    assert!(grpc.contains("client_auth optional"), "{grpc}");
+    let mtls = line("callers.mtls[0]: ");
+    assert!(
+        mtls.contains("SPIFFE IDs of trust domain cluster.local")
+            && mtls.contains("tenant `\"acme\"`")
+            && mtls.contains("ca.pem"),
+        "{mtls}"
+    );
     assert!(line("tls metrics: ").contains("CN=expiring"), "{stdout}");
     let warning = line("warning: metrics.tls.cert_file: the certificate expires in ");
     assert!(warning.contains("soon.pem"), "{warning}");
