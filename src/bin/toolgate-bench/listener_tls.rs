@@ -1,11 +1,12 @@
-//! TLS on the gateway's gRPC port against plaintext (`--only-tls`): two
-//! gateways in front of the fast stdio server, one with `grpc.tls` (a
+//! TLS on the gateway's gRPC port against plaintext (`--only-tls`): three
+//! gateways in front of the fast stdio server: one with `grpc.tls` (a
 //! P-256 certificate for 127.0.0.1 made for the run by the `openssl` CLI),
-//! one without. Interleaved rounds, each on a connection reused for every
-//! call: InvokeTool p50, calls/s at 16 in flight and the gateway's CPU per
-//! call at 16 in flight. Then the handshake: a new connection for each
-//! call (TCP, and the TLS handshake on the TLS gateway), its p50 and the
-//! gateway's CPU per connection.
+//! one without, and one whose callers are identified by their client
+//! certificate (`callers.mtls`, a SPIFFE ID, no token). Interleaved rounds,
+//! each on a connection reused for every call: InvokeTool p50, calls/s at
+//! 16 in flight and the gateway's CPU per call at 16 in flight. Then the
+//! handshake: a new connection for each call (TCP, and the TLS handshake
+//! on the TLS gateways), its p50 and the gateway's CPU per connection.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -17,56 +18,102 @@ use super::measure::{self, CallFn, median};
 
 const PLAIN: &str = "plaintext";
 const TLS: &str = "TLS 1.3";
+const MTLS: &str = "TLS 1.3, certificate caller";
 
 /// New connections (one call each) per round of the handshake figure.
 const HANDSHAKES: usize = 300;
 
 type Client = pb::tool_gateway_client::ToolGatewayClient<tonic::transport::Channel>;
 
-/// The endpoint of a gateway on `port`, over TLS trusting `ca` when given.
-fn endpoint(port: u16, ca: Option<&Path>) -> anyhow::Result<tonic::transport::Endpoint> {
-    let scheme = if ca.is_some() { "https" } else { "http" };
+/// How a client reaches one gateway: plaintext, or TLS trusting `ca`
+/// (presenting `identity`, certificate and key files, when given); with
+/// the tenant's token, or none (a certificate caller).
+struct ClientSide<'a> {
+    ca: Option<&'a Path>,
+    identity: Option<(&'a Path, &'a Path)>,
+    token: bool,
+}
+
+/// The endpoint of a gateway on `port`.
+fn endpoint(port: u16, side: &ClientSide<'_>) -> anyhow::Result<tonic::transport::Endpoint> {
+    let scheme = if side.ca.is_some() { "https" } else { "http" };
     let mut endpoint =
         tonic::transport::Endpoint::from_shared(format!("{scheme}://127.0.0.1:{port}"))?
             .tcp_nodelay(true);
-    if let Some(ca) = ca {
-        endpoint = endpoint.tls_config(
-            tonic::transport::ClientTlsConfig::new()
-                .ca_certificate(tonic::transport::Certificate::from_pem(std::fs::read(ca)?)),
-        )?;
+    if let Some(ca) = side.ca {
+        let mut tls = tonic::transport::ClientTlsConfig::new()
+            .ca_certificate(tonic::transport::Certificate::from_pem(std::fs::read(ca)?));
+        if let Some((cert, key)) = side.identity {
+            tls = tls.identity(tonic::transport::Identity::from_pem(
+                std::fs::read(cert)?,
+                std::fs::read(key)?,
+            ));
+        }
+        endpoint = endpoint.tls_config(tls)?;
     }
     Ok(endpoint)
 }
 
 /// One InvokeTool of `fast__echo` on `client`.
-fn invoke(client: Client) -> CallFn {
+fn invoke(client: Client, token: bool) -> CallFn {
     Arc::new(move || {
         let mut client = client.clone();
         Box::pin(async move {
-            client.invoke_tool(request()).await?;
+            client.invoke_tool(request(token)).await?;
             Ok(())
         })
     })
 }
 
 /// A new connection, then one InvokeTool on it.
-fn connect_and_invoke(endpoint: tonic::transport::Endpoint) -> CallFn {
+fn connect_and_invoke(endpoint: tonic::transport::Endpoint, token: bool) -> CallFn {
     Arc::new(move || {
         let endpoint = endpoint.clone();
         Box::pin(async move {
             let mut client = Client::new(endpoint.connect().await?);
-            client.invoke_tool(request()).await?;
+            client.invoke_tool(request(token)).await?;
             Ok(())
         })
     })
 }
 
-fn request() -> tonic::Request<pb::InvokeToolRequest> {
-    super::harness::authed(pb::InvokeToolRequest {
+fn request(token: bool) -> tonic::Request<pb::InvokeToolRequest> {
+    let message = pb::InvokeToolRequest {
         name: "fast__echo".into(),
         arguments_json: r#"{"message":"hello"}"#.into(),
         ..Default::default()
-    })
+    };
+    if token {
+        super::harness::authed(message)
+    } else {
+        tonic::Request::new(message)
+    }
+}
+
+/// A client certificate of the run's CA whose SPIFFE ID names the tenant
+/// `bench` (`spiffe://cluster.local/ns/bench/sa/agent`), by the `openssl`
+/// CLI: `client.pem` and `client.key` in `dir`.
+fn make_client_cert(dir: &Path) -> anyhow::Result<()> {
+    std::fs::write(
+        dir.join("client.ext"),
+        "subjectAltName=URI:spiffe://cluster.local/ns/bench/sa/agent\nbasicConstraints=CA:FALSE\n\
+         keyUsage=digitalSignature\nextendedKeyUsage=clientAuth\n",
+    )?;
+    for step in [
+        "req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout client.key -out client.csr -subj /CN=agent",
+        "x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out client.pem -days 2 -extfile client.ext",
+    ] {
+        let output = std::process::Command::new("openssl")
+            .args(step.split_whitespace())
+            .current_dir(dir)
+            .output()?;
+        anyhow::ensure!(
+            output.status.success(),
+            "openssl {step}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    Ok(())
 }
 
 /// One measured gateway and its figures over rounds.
@@ -121,16 +168,39 @@ pub async fn report(rounds: usize, sequential: usize, duration: Duration) -> any
         dir.join("server.pem").display(),
         dir.join("server.key").display()
     );
+    make_client_cert(&dir)?;
     let ca = dir.join("ca.pem");
+    let mtls_block = format!(
+        "{tls_block}    client_ca_file: \"{}\"\n    client_auth: optional\n\
+         callers:\n  mtls:\n    - trust_domain: cluster.local\n      tenant: 'cert.spiffe_id.path.split(\"/\")[2]'\n",
+        ca.display()
+    );
+    let (cert, key) = (dir.join("client.pem"), dir.join("client.key"));
+    let plain = ClientSide {
+        ca: None,
+        identity: None,
+        token: true,
+    };
+    let tls = ClientSide {
+        ca: Some(&ca),
+        identity: None,
+        token: true,
+    };
+    let mtls = ClientSide {
+        ca: Some(&ca),
+        identity: Some((&cert, &key)),
+        token: false,
+    };
     let mut paths = Vec::new();
-    for (name, top, ca) in [
-        (PLAIN, String::new(), None),
-        (TLS, tls_block, Some(ca.as_path())),
+    for (name, top, side) in [
+        (PLAIN, String::new(), plain),
+        (TLS, tls_block, tls),
+        (MTLS, mtls_block, mtls),
     ] {
         let (gateway, port) = super::harness::gateway_with(|_| top.clone(), &servers).await;
-        let endpoint = endpoint(port, ca)?;
+        let endpoint = endpoint(port, &side)?;
         let client = Client::new(endpoint.connect().await?);
-        let reused = invoke(client);
+        let reused = invoke(client, side.token);
         // Until the server is listed (connected), then warm up.
         let started = std::time::Instant::now();
         while reused().await.is_err() {
@@ -145,7 +215,7 @@ pub async fn report(rounds: usize, sequential: usize, duration: Duration) -> any
             name,
             gateway,
             reused,
-            fresh: connect_and_invoke(endpoint),
+            fresh: connect_and_invoke(endpoint, side.token),
             p50: Vec::new(),
             rps: Vec::new(),
             cpu_ms: Vec::new(),
@@ -169,7 +239,7 @@ pub async fn report(rounds: usize, sequential: usize, duration: Duration) -> any
             median(p.connect_cpu_ms.clone()),
         ]
     };
-    let [plain, tls] = [fig(&paths[0]), fig(&paths[1])];
+    let [plain, tls, mtls] = [fig(&paths[0]), fig(&paths[1]), fig(&paths[2])];
     let fmt = super::report::fmt;
     println!(
         "| InvokeTool p50, reused connection: TLS {} ms / plaintext {} ms | {} ms added | | |",
@@ -200,6 +270,24 @@ pub async fn report(rounds: usize, sequential: usize, duration: Duration) -> any
         fmt(tls[4], 3),
         fmt(plain[4], 3),
         fmt(tls[4] - plain[4], 3)
+    );
+    println!(
+        "| InvokeTool p50, certificate caller (callers.mtls, no token) {} ms / TLS with a token {} ms | {} ms added | | |",
+        fmt(mtls[0], 3),
+        fmt(tls[0], 3),
+        fmt(mtls[0] - tls[0], 3)
+    );
+    println!(
+        "| gateway CPU ms/call @16: certificate caller {} / TLS with a token {} | {} ms added | | |",
+        fmt(mtls[2], 3),
+        fmt(tls[2], 3),
+        fmt(mtls[2] - tls[2], 3)
+    );
+    println!(
+        "| new connection + InvokeTool p50: certificate caller (mutual TLS) {} ms / TLS {} ms | {} ms added | | |",
+        fmt(mtls[3], 3),
+        fmt(tls[3], 3),
+        fmt(mtls[3] - tls[3], 3)
     );
     drop(paths);
     Ok(())
