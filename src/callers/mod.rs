@@ -49,7 +49,7 @@ use std::sync::Arc;
 pub use cert::{PeerCertificate, SpiffeId, UnreadableCertificate};
 pub use identity::{Caller, CallerIdentity, MAX_SUBJECT_LEN, Namespace, SUBJECT_METADATA, Subject};
 pub use jwt::{JwtCallers, MAX_TOKEN_BYTES, TokenError, VerifiedJwt};
-pub use mtls::{CertCallers, CertError, VerifiedCert};
+pub use mtls::{CertCallers, CertError, RECOGNIZED_CERTIFICATES, Recognized, VerifiedCert};
 pub(crate) use tokens::bearer;
 pub use tokens::{TokenDigest, TokenTable};
 
@@ -187,7 +187,8 @@ pub fn recheck<D: Directory>(
     match (presented, &caller.identity) {
         (Presented::TokenWithCertificate(token, certificate), _) => {
             let tenant = recheck(directory, token, caller, subject)?;
-            agree(directory, &tenant, certificate)?;
+            let identity = directory.cert_callers().identify(certificate);
+            agree(directory, &tenant, certificate, &identity)?;
             Ok(tenant)
         }
         (Presented::Certificate(certificate), _) => {
@@ -268,11 +269,12 @@ fn agree<D: Directory>(
     directory: &D,
     tenant: &D::Tenant,
     certificate: &PeerCertificate,
+    identity: &Result<VerifiedCert, CertError>,
 ) -> Result<(), CallerError> {
-    let verified = match directory.cert_callers().identify(certificate) {
+    let verified = match identity {
         Ok(verified) => verified,
         Err(CertError::Unmatched(_)) => return Ok(()),
-        Err(error) => return Err(CallerError::Certificate(error)),
+        Err(error) => return Err(CallerError::Certificate(error.clone())),
     };
     let token_tenant = directory.tenant_name(tenant);
     if verified.tenant == token_tenant {
@@ -307,24 +309,31 @@ pub async fn authenticate<D: Directory>(
     peer_certificate: Option<&[u8]>,
 ) -> Result<Authenticated<D::Tenant>, CallerError> {
     let cert_callers = directory.cert_callers();
-    let certificate = match peer_certificate {
-        Some(der) if !cert_callers.is_empty() => {
-            Some(Arc::new(PeerCertificate::from_der(der).map_err(|e| {
-                CallerError::Certificate(CertError::Unreadable(e))
-            })?))
-        }
+    let recognized = match peer_certificate {
+        Some(der) if !cert_callers.is_empty() => Some(
+            cert_callers
+                .recognize(der)
+                .map_err(CallerError::Certificate)?,
+        ),
         _ => None,
     };
     if headers.get(http::header::AUTHORIZATION).is_none()
-        && let Some(certificate) = certificate
+        && let Some(recognized) = recognized
     {
-        return by_certificate(directory, headers, &cert_callers, certificate).await;
+        return by_certificate(directory, headers, &recognized).await;
     }
     let mut authenticated = by_token(directory, headers).await?;
-    if let Some(certificate) = certificate {
-        agree(directory, &authenticated.tenant, &certificate)?;
-        authenticated.presented =
-            Presented::TokenWithCertificate(Box::new(authenticated.presented), certificate);
+    if let Some(recognized) = recognized {
+        agree(
+            directory,
+            &authenticated.tenant,
+            &recognized.certificate,
+            &recognized.identity,
+        )?;
+        authenticated.presented = Presented::TokenWithCertificate(
+            Box::new(authenticated.presented),
+            recognized.certificate.clone(),
+        );
     }
     Ok(authenticated)
 }
@@ -333,11 +342,11 @@ pub async fn authenticate<D: Directory>(
 async fn by_certificate<D: Directory>(
     directory: &D,
     headers: &http::HeaderMap,
-    cert_callers: &CertCallers,
-    certificate: Arc<PeerCertificate>,
+    recognized: &Recognized,
 ) -> Result<Authenticated<D::Tenant>, CallerError> {
-    let verified = cert_callers
-        .identify(&certificate)
+    let verified = recognized
+        .identity
+        .clone()
         .map_err(CallerError::Certificate)?;
     let tenant = directory
         .tenant_named(&verified.tenant)
@@ -356,9 +365,9 @@ async fn by_certificate<D: Directory>(
         subject: verified.subject,
         caller: Caller {
             identity: verified.identity,
-            claims: Arc::new(certificate.to_cel()),
+            claims: recognized.claims.clone(),
         },
-        presented: Presented::Certificate(certificate),
+        presented: Presented::Certificate(recognized.certificate.clone()),
     })
 }
 

@@ -4,7 +4,10 @@
 //! caller's tenant and subject with its CEL expressions over `cert`
 //! ([`super::cert`]).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+
+use hashlink::LruCache;
+use sha2::{Digest, Sha256};
 
 use super::cert::{PeerCertificate, UnreadableCertificate};
 use super::{CallerIdentity, Namespace, Subject, quoted};
@@ -54,18 +57,77 @@ pub struct VerifiedCert {
     pub path: String,
 }
 
-/// The `callers.mtls` entries of one configuration, in file order.
-#[derive(Debug, Clone, Default)]
+/// Certificates one configuration's entries keep recognized, the most
+/// recently seen first: a worker's calls on one connection (and its other
+/// connections) present the same certificate, which is then read and its
+/// expressions run once, not on every call.
+pub const RECOGNIZED_CERTIFICATES: usize = 4096;
+
+/// A certificate read and matched against one configuration's entries.
+#[derive(Debug)]
+pub struct Recognized {
+    /// The certificate's fields.
+    pub certificate: Arc<PeerCertificate>,
+    /// The `cert` value its expressions saw (the caller's claims).
+    pub claims: Arc<serde_json::Value>,
+    /// What the first matching entry says of it, or why it names nobody.
+    pub identity: Result<VerifiedCert, CertError>,
+}
+
+/// The `callers.mtls` entries of one configuration, in file order, and the
+/// certificates they recognized (by SHA-256 of the DER; at most
+/// [`RECOGNIZED_CERTIFICATES`], dropped with the configuration).
+#[derive(Debug, Clone)]
 pub struct CertCallers {
     entries: Arc<[MtlsCaller]>,
+    recognized: Arc<Mutex<LruCache<[u8; 32], Arc<Recognized>>>>,
+}
+
+impl Default for CertCallers {
+    fn default() -> Self {
+        Self::from_entries(Vec::new())
+    }
 }
 
 impl CertCallers {
     /// The entries of `config`.
     pub fn new(config: &CallersConfig) -> Self {
+        Self::from_entries(config.mtls.clone())
+    }
+
+    fn from_entries(entries: Vec<MtlsCaller>) -> Self {
         Self {
-            entries: config.mtls.iter().cloned().collect(),
+            entries: entries.into(),
+            recognized: Arc::new(Mutex::new(LruCache::new(RECOGNIZED_CERTIFICATES))),
         }
+    }
+
+    /// The verified leaf `der` read and matched ([`CertCallers::identify`]),
+    /// once per certificate and configuration.
+    ///
+    /// # Errors
+    /// The certificate cannot be read.
+    pub fn recognize(&self, der: &[u8]) -> Result<Arc<Recognized>, CertError> {
+        let digest: [u8; 32] = Sha256::digest(der).into();
+        if let Some(hit) = self.lock().get(&digest) {
+            return Ok(hit.clone());
+        }
+        let certificate = Arc::new(PeerCertificate::from_der(der)?);
+        let recognized = Arc::new(Recognized {
+            claims: Arc::new(certificate.to_cel()),
+            identity: self.identify(&certificate),
+            certificate,
+        });
+        self.lock().insert(digest, recognized.clone());
+        Ok(recognized)
+    }
+
+    /// The cache, whatever a panicking holder left (it holds no invariant
+    /// beyond its entries).
+    fn lock(&self) -> std::sync::MutexGuard<'_, LruCache<[u8; 32], Arc<Recognized>>> {
+        self.recognized
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Whether no entry is configured (certificates name no caller).
@@ -163,12 +225,14 @@ mod tests {
     }
 
     fn callers(entries: Vec<MtlsCaller>) -> CertCallers {
-        CertCallers {
-            entries: entries.into(),
-        }
+        CertCallers::from_entries(entries)
     }
 
     fn cert(uris: &[&str], cn: &str) -> PeerCertificate {
+        PeerCertificate::from_der(&cert_der(uris, cn)).unwrap()
+    }
+
+    fn cert_der(uris: &[&str], cn: &str) -> Vec<u8> {
         let mut params = rcgen::CertificateParams::default();
         params.subject_alt_names = uris
             .iter()
@@ -178,8 +242,38 @@ mod tests {
         dn.push(rcgen::DnType::CommonName, cn);
         params.distinguished_name = dn;
         let key = rcgen::KeyPair::generate().unwrap();
-        let der = params.self_signed(&key).unwrap().der().to_vec();
-        PeerCertificate::from_der(&der).unwrap()
+        params.self_signed(&key).unwrap().der().to_vec()
+    }
+
+    #[test]
+    fn a_certificate_is_read_and_matched_once_per_configuration() {
+        let entries = || vec![entry(0, Some("cluster.local"), NAMESPACE, DEFAULT_SUBJECT)];
+        let config = callers(entries());
+        let acme = cert_der(&["spiffe://cluster.local/ns/acme/sa/worker"], "w");
+        let first = config.recognize(&acme).unwrap();
+        assert_eq!(first.identity.as_ref().unwrap().tenant, "acme");
+        assert_eq!(first.claims["spiffe_id"]["path"], "/ns/acme/sa/worker");
+        // The same certificate again: the same reading, not a new one.
+        assert!(Arc::ptr_eq(&first, &config.recognize(&acme).unwrap()));
+        assert!(Arc::ptr_eq(
+            &first,
+            &config.clone().recognize(&acme).unwrap()
+        ));
+        // Another certificate is its own; a refusal is kept as well.
+        let other = cert_der(&["spiffe://elsewhere.example/ns/acme/sa/worker"], "w");
+        let refused = config.recognize(&other).unwrap();
+        assert!(matches!(refused.identity, Err(CertError::Unmatched(_))));
+        assert!(Arc::ptr_eq(&refused, &config.recognize(&other).unwrap()));
+        // Another configuration reads it anew.
+        assert!(!Arc::ptr_eq(
+            &first,
+            &callers(entries()).recognize(&acme).unwrap()
+        ));
+        // Not a certificate: unreadable, and nothing kept.
+        assert!(matches!(
+            config.recognize(b"not der"),
+            Err(CertError::Unreadable(_))
+        ));
     }
 
     const NAMESPACE: &str = r#"cert.spiffe_id.path.split("/")[2]"#;
