@@ -8,8 +8,6 @@
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 
-use super::digest::hex;
-
 /// Why a record is the first of a file the writer opened (`chain.reason`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -150,7 +148,7 @@ impl Chain {
         out.extend_from_slice(format!("\"seq\":{},", self.head.next_seq).as_bytes());
         if let Some(last) = &self.head.last {
             out.extend_from_slice(b"\"prev\":\"");
-            out.extend_from_slice(hex(last).as_bytes());
+            out.extend_from_slice(hex::encode(last).as_bytes());
             out.extend_from_slice(b"\",");
         }
         if let Some(reason) = self.mark.take() {
@@ -215,7 +213,7 @@ mod tests {
         assert_eq!(two.chain, None, "only a file's first record is marked");
         assert_eq!(
             two.prev.as_deref(),
-            Some(hex(&line_hash(lines[0].as_bytes())).as_str())
+            Some(hex::encode(line_hash(lines[0].as_bytes())).as_str())
         );
         assert_eq!(first.end, lines[0].len() + 1);
         assert_eq!(second.end, out.len());
@@ -253,7 +251,7 @@ mod tests {
         chain.append(&record("a"), &mut out);
         let record = parse(out.strip_suffix(b"\n").unwrap());
         assert_eq!(record.seq, Some(42));
-        assert_eq!(record.prev, Some(hex(&line_hash(last))));
+        assert_eq!(record.prev, Some(hex::encode(line_hash(last))));
         // A record written before the chain: linked, seq from 1.
         let mut chain = Chain::new();
         chain.resume_after(br#"{"v":5,"time":"t","kind":"call","outcome":"ok"}"#);

@@ -52,7 +52,7 @@ impl DigestKey {
         let mut hasher = Sha256::new();
         hasher.update(KEY_ID_LABEL);
         hasher.update(&key);
-        let mut id = hex(&hasher.finalize());
+        let mut id = hex::encode(hasher.finalize());
         id.truncate(16);
         Self {
             key,
@@ -79,18 +79,8 @@ impl DigestKey {
         let mut mac =
             Hmac::<Sha256>::new_from_slice(&self.key).expect("HMAC takes a key of any length");
         mac.update(bytes);
-        hex(&mac.finalize().into_bytes())
+        hex::encode(mac.finalize().into_bytes())
     }
-}
-
-/// Lowercase hex of `bytes`.
-pub(super) fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write as _;
-    let mut text = String::with_capacity(bytes.len() * 2);
-    for byte in bytes {
-        let _ = write!(text, "{byte:02x}");
-    }
-    text
 }
 
 #[cfg(test)]
@@ -110,7 +100,7 @@ mod tests {
         assert_ne!(a.hmac_hex(b"1234"), b.hmac_hex(b"1234"));
         assert_ne!(a.id(), b.id());
         assert_eq!(a.id().len(), 16);
-        let plain: String = hex(&Sha256::digest(b"1234"));
+        let plain: String = hex::encode(Sha256::digest(b"1234"));
         assert_ne!(a.hmac_hex(b"1234"), plain);
         assert!(a.is_configured());
     }

@@ -24,7 +24,6 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use super::chain::line_hash;
-use super::digest::hex;
 
 /// Why a chain is broken at a record.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -290,7 +289,7 @@ impl Verifier {
                         return Err(here(Problem::Missing { seq, after }));
                     }
                 }
-                if *prev != hex(&last.hash) {
+                if *prev != hex::encode(last.hash) {
                     if last.seq.is_some() {
                         return Err(Break {
                             file: last.file.clone(),
@@ -316,7 +315,7 @@ impl Verifier {
                 current.starts = marked.map(|reason| (reason, fields.prev.is_some()));
             }
         }
-        self.summary.last = Some((seq, hex(&hash)));
+        self.summary.last = Some((seq, hex::encode(hash)));
         self.last = Some(self.last_here(Some(seq), hash));
         Ok(())
     }

@@ -14,7 +14,6 @@ use tokio_util::sync::CancellationToken;
 
 use super::AuditFailure;
 use super::chain::{Chain, ChainReason, Chained, landed};
-use super::digest::hex;
 use crate::config::AuditDestination;
 use crate::telemetry::Metrics;
 
@@ -360,7 +359,7 @@ impl Writer {
             sink = %self.sink.describe(),
             reason = fresh.reason.as_str(),
             next_seq = head.next_seq,
-            prev = head.last.as_ref().map(|hash| hex(hash)).unwrap_or_default(),
+            prev = head.last.as_ref().map(hex::encode).unwrap_or_default(),
             "audit chain: destination opened"
         );
     }

@@ -149,7 +149,7 @@ impl PeerCertificate {
 
     /// Lowercase hex SHA-256 of the certificate (DER).
     pub fn fingerprint(&self) -> String {
-        hex(&self.sha256)
+        hex::encode(self.sha256)
     }
 
     /// What names the certificate's holder in logs and audit records: its
@@ -178,8 +178,9 @@ impl PeerCertificate {
 /// `name` as an RFC 4514 string: the RDNs last first, joined by `,`;
 /// the attributes of a multi-valued RDN joined by `+`; the short names of
 /// RFC 4514 (`CN`, `O`, ...), else the dotted OID; string values escaped,
-/// other values `#` and the hex of their content octets.
-fn rfc4514(name: &X509Name<'_>) -> String {
+/// other values `#` and the hex of their content octets. How `cert.subject`
+/// and `toolgate check` write a certificate's subject.
+pub fn rfc4514(name: &X509Name<'_>) -> String {
     let rdns: Vec<String> = name
         .iter()
         .map(|rdn| rdn.iter().map(attribute).collect::<Vec<String>>().join("+"))
@@ -207,14 +208,9 @@ fn attribute(attr: &AttributeTypeAndValue<'_>) -> String {
     .map_or_else(|| oid.to_id_string(), |(_, short)| short.to_owned());
     let value = match attr.as_str() {
         Ok(text) => escape(text),
-        Err(_) => format!("#{}", hex(attr.attr_value().as_bytes())),
+        Err(_) => format!("#{}", hex::encode(attr.attr_value().as_bytes())),
     };
     format!("{short}={value}")
-}
-
-/// Lowercase hex of `bytes`.
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// An attribute value escaped as RFC 4514 section 2.4 asks.
@@ -302,7 +298,7 @@ mod tests {
             })
         );
         assert_eq!(cert.name(), "spiffe://cluster.local/ns/acme/sa/worker");
-        assert_eq!(cert.fingerprint(), hex(&Sha256::digest(&der)));
+        assert_eq!(cert.fingerprint(), hex::encode(Sha256::digest(&der)));
     }
 
     #[test]

@@ -143,6 +143,12 @@ impl Subject {
         &self.key
     }
 
+    /// [`Subject::key`], shared (a map keyed by subjects takes it without
+    /// copying the text).
+    pub fn shared_key(&self) -> Arc<str> {
+        self.key.clone()
+    }
+
     /// Whether a stored subject `key` has the form [`Subject::key`] gives
     /// (the tenant's own `""` included); a bare id stored by a release
     /// before subject keys does not (unless it happens to start with

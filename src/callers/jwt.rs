@@ -328,40 +328,16 @@ fn identify(verifier: &Verifier, claims: serde_json::Value) -> Result<VerifiedJw
     let issuer = &verifier.config.issuer;
     {
         let path = &verifier.config.path;
-        let tenant = match verifier.config.tenant.evaluate(&claims) {
-            Ok(cel::Value::String(name)) => name.to_string(),
-            Ok(other) => {
-                return Err(TokenError::TenantUnknown(format!(
-                    "{path}.tenant gave a {}, not a tenant name",
-                    other.type_of()
-                )));
-            }
-            Err(reason) => {
-                return Err(TokenError::TenantUnknown(format!(
-                    "{path}.tenant names no tenant for this token: {}",
-                    super::quoted(&reason)
-                )));
-            }
-        };
-        let subject = match verifier.config.subject.evaluate(&claims) {
-            Ok(cel::Value::String(id)) => Subject::named(super::Namespace::Jwt(issuer), &id)
-                .map_err(|reason| {
-                    TokenError::SubjectInvalid(format!("{path}.subject: {reason}"))
-                })?,
-            Ok(cel::Value::Null) => Subject::tenant(),
-            Ok(other) => {
-                return Err(TokenError::SubjectInvalid(format!(
-                    "{path}.subject gave a {}, not a string",
-                    other.type_of()
-                )));
-            }
-            Err(reason) => {
-                return Err(TokenError::SubjectInvalid(format!(
-                    "{path}.subject names no subject for this token: {}",
-                    super::quoted(&reason)
-                )));
-            }
-        };
+        let tenant = super::expressions::tenant(&verifier.config.tenant, &claims, path, "token")
+            .map_err(TokenError::TenantUnknown)?;
+        let subject = super::expressions::subject(
+            &verifier.config.subject,
+            &claims,
+            path,
+            "token",
+            super::Namespace::Jwt(issuer),
+        )
+        .map_err(TokenError::SubjectInvalid)?;
         Ok(VerifiedJwt {
             issuer: issuer.clone(),
             sub: claims

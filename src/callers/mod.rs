@@ -36,6 +36,7 @@
 //! registry implements.
 
 mod cert;
+mod expressions;
 mod identity;
 mod jwks;
 mod jwt;
@@ -46,7 +47,7 @@ use std::borrow::Cow;
 use std::future::Future;
 use std::sync::Arc;
 
-pub use cert::{PeerCertificate, SpiffeId, UnreadableCertificate};
+pub use cert::{PeerCertificate, SpiffeId, UnreadableCertificate, rfc4514};
 pub use identity::{Caller, CallerIdentity, MAX_SUBJECT_LEN, Namespace, SUBJECT_METADATA, Subject};
 pub use jwt::{JwtCallers, MAX_TOKEN_BYTES, TokenError, VerifiedJwt};
 pub use mtls::{CertCallers, CertError, RECOGNIZED_CERTIFICATES, Recognized, VerifiedCert};

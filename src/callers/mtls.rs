@@ -113,9 +113,10 @@ impl CertCallers {
             return Ok(hit.clone());
         }
         let certificate = Arc::new(PeerCertificate::from_der(der)?);
+        let claims = Arc::new(certificate.to_cel());
         let recognized = Arc::new(Recognized {
-            claims: Arc::new(certificate.to_cel()),
-            identity: self.identify(&certificate),
+            identity: self.identify_with(&certificate, &claims),
+            claims,
             certificate,
         });
         self.lock().insert(digest, recognized.clone());
@@ -141,6 +142,15 @@ impl CertCallers {
     /// No entry matches ([`CertError::Unmatched`]), or its expressions
     /// fail or give no tenant name or valid subject.
     pub fn identify(&self, cert: &PeerCertificate) -> Result<VerifiedCert, CertError> {
+        self.identify_with(cert, &cert.to_cel())
+    }
+
+    /// [`CertCallers::identify`] with `value`, the certificate's `cert`.
+    fn identify_with(
+        &self,
+        cert: &PeerCertificate,
+        value: &serde_json::Value,
+    ) -> Result<VerifiedCert, CertError> {
         let spiffe = cert.spiffe_id();
         let entry = self
             .entries
@@ -163,40 +173,17 @@ impl CertCallers {
                 })
             })?;
         let path = &entry.path;
-        let value = cert.to_cel();
-        let tenant = match entry.tenant.evaluate(&value) {
-            Ok(cel::Value::String(name)) => name.to_string(),
-            Ok(other) => {
-                return Err(CertError::TenantInvalid(format!(
-                    "{path}.tenant gave a {}, not a tenant name",
-                    other.type_of()
-                )));
-            }
-            Err(reason) => {
-                return Err(CertError::TenantInvalid(format!(
-                    "{path}.tenant names no tenant for this certificate: {}",
-                    quoted(&reason)
-                )));
-            }
-        };
+        let tenant = super::expressions::tenant(&entry.tenant, value, path, "certificate")
+            .map_err(CertError::TenantInvalid)?;
         let trust_domain = spiffe.map_or("", |id| id.trust_domain.as_str());
-        let subject = match entry.subject.evaluate(&value) {
-            Ok(cel::Value::String(id)) => Subject::named(Namespace::Certificate(trust_domain), &id)
-                .map_err(|reason| CertError::SubjectInvalid(format!("{path}.subject: {reason}")))?,
-            Ok(cel::Value::Null) => Subject::tenant(),
-            Ok(other) => {
-                return Err(CertError::SubjectInvalid(format!(
-                    "{path}.subject gave a {}, not a string",
-                    other.type_of()
-                )));
-            }
-            Err(reason) => {
-                return Err(CertError::SubjectInvalid(format!(
-                    "{path}.subject names no subject for this certificate: {}",
-                    quoted(&reason)
-                )));
-            }
-        };
+        let subject = super::expressions::subject(
+            &entry.subject,
+            value,
+            path,
+            "certificate",
+            Namespace::Certificate(trust_domain),
+        )
+        .map_err(CertError::SubjectInvalid)?;
         Ok(VerifiedCert {
             tenant,
             subject,

@@ -29,7 +29,7 @@ pub(super) fn definition_hash(tool: &CatalogTool) -> String {
             Some(true) => 2,
         }]);
     }
-    hex(&hasher.finalize()[..16])
+    hex::encode(&hasher.finalize()[..16])
 }
 
 /// The version of a snapshot's tools.
@@ -44,15 +44,7 @@ pub fn version_of<'a>(tools: impl IntoIterator<Item = &'a CatalogTool>) -> Strin
     for tool in tools {
         hasher.update(tool.definition_hash.as_bytes());
     }
-    hex(&hasher.finalize()[..12])
-}
-
-fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write;
-    bytes.iter().fold(String::new(), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
-    })
+    hex::encode(&hasher.finalize()[..12])
 }
 
 /// SHA-256 over every field of a prompt a caller sees, domain-tagged
@@ -82,7 +74,7 @@ pub(super) fn prompt_hash(prompt: &super::CatalogPrompt) -> String {
         field(&argument.description);
         field(if argument.required { "1" } else { "0" });
     }
-    hex(&hasher.finalize()[..16])
+    hex::encode(&hasher.finalize()[..16])
 }
 
 /// The version of a snapshot's prompts (in catalog order).
@@ -92,5 +84,5 @@ pub(super) fn prompts_version(prompts: &[super::CatalogPrompt]) -> String {
     for prompt in prompts {
         hasher.update(prompt.definition_hash.as_bytes());
     }
-    hex(&hasher.finalize()[..12])
+    hex::encode(&hasher.finalize()[..12])
 }

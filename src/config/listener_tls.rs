@@ -182,19 +182,54 @@ impl ListenerTls {
                 ));
             }
         }
-        use sha2::{Digest, Sha256};
-        let mut h = Sha256::new();
-        for bytes in [&cert_bytes, &key_bytes, &ca_bytes] {
-            h.update((bytes.len() as u64).to_le_bytes());
-            h.update(bytes);
-        }
         Ok(LoadedTls {
             certified: Arc::new(certified),
             client_cas: Arc::new(client_cas),
             not_after,
-            digest: h.finalize().into(),
+            digest: contents_digest([Ok(&cert_bytes), Ok(&key_bytes), Ok(&ca_bytes)]),
         })
     }
+
+    /// A SHA-256 over the three files' contents as they are now, equal to
+    /// [`LoadedTls::digest`] when they load (no `client_ca_file` counts as
+    /// empty). A file that cannot be read counts as its error, so a file
+    /// that comes back is a change: what the listener's watcher compares.
+    pub fn files_digest(&self) -> [u8; 32] {
+        let read = |file: Option<&PathBuf>| {
+            file.map(std::fs::read)
+                .transpose()
+                .map(Option::unwrap_or_default)
+                .map_err(|e| e.kind())
+        };
+        let [cert, key, ca] = [
+            read(Some(&self.cert_file)),
+            read(Some(&self.key_file)),
+            read(self.client_ca_file.as_ref()),
+        ];
+        contents_digest(
+            [cert.as_deref(), key.as_deref(), ca.as_deref()].map(|part| part.map_err(|kind| *kind)),
+        )
+    }
+}
+
+/// The digest of a listener's three files: each one's length and bytes,
+/// or, for one that could not be read, a marker and its error.
+fn contents_digest(parts: [Result<&[u8], std::io::ErrorKind>; 3]) -> [u8; 32] {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for part in parts {
+        match part {
+            Ok(bytes) => {
+                h.update((bytes.len() as u64).to_le_bytes());
+                h.update(bytes);
+            }
+            Err(kind) => {
+                h.update(u64::MAX.to_le_bytes());
+                h.update(kind.to_string().as_bytes());
+            }
+        }
+    }
+    h.finalize().into()
 }
 
 /// Checks a listener's chain (leaf first): every certificate parses, the

@@ -37,7 +37,7 @@ const VERSION_TTL: Duration = Duration::from_secs(60);
 fn random_holder() -> String {
     let mut bytes = [0u8; 16];
     OsRng.fill_bytes(&mut bytes);
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    hex::encode(bytes)
 }
 
 /// The OAuth client's state in the [`StateStore`] (SQLite for one process,

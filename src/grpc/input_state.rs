@@ -210,7 +210,7 @@ pub(crate) struct Retry {
 pub(crate) fn arguments_digest(arguments: &JsonObject) -> String {
     let mut text = Vec::new();
     canonical(&serde_json::Value::Object(arguments.clone()), &mut text);
-    hex(&Sha256::digest(&text))
+    hex::encode(Sha256::digest(&text))
 }
 
 fn canonical(value: &serde_json::Value, out: &mut Vec<u8>) {
@@ -245,10 +245,6 @@ fn canonical(value: &serde_json::Value, out: &mut Vec<u8>) {
         }
         other => out.extend_from_slice(other.to_string().as_bytes()),
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The associated data of every state: its use, so that no other sealed

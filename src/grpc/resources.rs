@@ -77,10 +77,7 @@ impl ResourceFilter {
         Ok(Self {
             servers: request.servers.clone(),
             uris,
-            digest: hash.finalize()[..8]
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect(),
+            digest: hex::encode(&hash.finalize()[..8]),
         })
     }
 

@@ -506,11 +506,7 @@ fn random_id(prefix: &str) -> String {
 /// What logs and audit records show of a task id: the first 16 hex digits
 /// of its SHA-256.
 fn id_hash(task_id: &str) -> String {
-    sha2::Sha256::digest(task_id.as_bytes())
-        .iter()
-        .take(8)
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hex::encode(&sha2::Sha256::digest(task_id.as_bytes())[..8])
 }
 
 /// The API's status of a server's task status.

@@ -9,7 +9,7 @@ use crate::config::LoadedTls;
 /// The leaf certificate of a listener, as an operator reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeafSummary {
-    /// The subject (RFC 4514).
+    /// The subject (RFC 4514, as `callers.mtls` expressions see it).
     pub subject: String,
     /// The subject alternative names (`DNS:…`, `IP:…`, `URI:…`).
     pub sans: Vec<String>,
@@ -43,7 +43,7 @@ pub fn describe_leaf(loaded: &LoadedTls) -> Result<LeafSummary, String> {
         }
     }
     Ok(LeafSummary {
-        subject: cert.subject().to_string(),
+        subject: crate::callers::rfc4514(cert.subject()),
         sans,
         not_after: loaded.not_after,
     })
@@ -56,6 +56,6 @@ fn ip(bytes: &[u8]) -> String {
     } else if let Ok(v6) = <[u8; 16]>::try_from(bytes) {
         std::net::Ipv6Addr::from(v6).to_string()
     } else {
-        bytes.iter().map(|b| format!("{b:02x}")).collect()
+        hex::encode(bytes)
     }
 }

@@ -15,7 +15,6 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use arc_swap::ArcSwap;
-use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
 use super::server_config::{Alpn, server_config};
@@ -24,33 +23,6 @@ use crate::telemetry::Metrics;
 
 /// How often a TLS listener's files are read for changes.
 pub const POLL_INTERVAL: Duration = Duration::from_secs(2);
-
-/// A SHA-256 over the three files' contents, as [`ListenerTls::load`]
-/// digests them (equal to `LoadedTls::digest` when all are readable); a
-/// file that cannot be read counts as its error, so a file that comes
-/// back is a change.
-pub(super) fn files_digest(tls: &ListenerTls) -> [u8; 32] {
-    let mut h = Sha256::new();
-    let files = [
-        Some(&tls.cert_file),
-        Some(&tls.key_file),
-        tls.client_ca_file.as_ref(),
-    ];
-    for file in files {
-        match file.map(std::fs::read).transpose() {
-            Ok(bytes) => {
-                let bytes = bytes.unwrap_or_default();
-                h.update((bytes.len() as u64).to_le_bytes());
-                h.update(&bytes);
-            }
-            Err(error) => {
-                h.update(u64::MAX.to_le_bytes());
-                h.update(error.kind().to_string().as_bytes());
-            }
-        }
-    }
-    h.finalize().into()
-}
 
 /// Seconds since the Unix epoch (the expiry gauge's value).
 pub(super) fn unix_seconds(time: SystemTime) -> i64 {
@@ -82,7 +54,7 @@ enum Poll {
 
 /// Reads the files once and decides (blocking: file reads).
 fn poll(tls: &ListenerTls, alpn: Alpn, seen: &mut Seen) -> Poll {
-    let digest = files_digest(tls);
+    let digest = tls.files_digest();
     if digest == seen.applied {
         seen.failing = None;
         return Poll::Unchanged;
@@ -185,7 +157,7 @@ pub(super) async fn watch(
 
 /// The first bytes of a digest in hex (which content a log line is about).
 fn hex_prefix(digest: &[u8; 32]) -> String {
-    digest[..6].iter().map(|b| format!("{b:02x}")).collect()
+    hex::encode(&digest[..6])
 }
 
 #[cfg(test)]
@@ -217,7 +189,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         write_cert(dir.path(), "localhost");
         let tls = listener_tls(dir.path());
-        assert_eq!(files_digest(&tls), tls.load().unwrap().digest);
+        assert_eq!(tls.files_digest(), tls.load().unwrap().digest);
     }
 
     #[test]

@@ -121,7 +121,7 @@ fn prompts_version_of<'a>(prompts: impl Iterator<Item = &'a CatalogPrompt>) -> S
         }
     }
     let digest = hasher.finalize();
-    digest[..12].iter().map(|b| format!("{b:02x}")).collect()
+    hex::encode(&digest[..12])
 }
 
 impl View {

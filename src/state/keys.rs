@@ -45,7 +45,7 @@ impl TokenKey {
             "token-lease",
             &[&self.tenant, &self.subject, &self.server],
         ));
-        format!("token:{}", hex(&digest))
+        format!("token:{}", hex::encode(digest))
     }
 
     /// The associated data of this token row at `version`: the key's
@@ -133,11 +133,7 @@ pub(super) fn task_aad(task_id: &str, tenant: &str) -> Vec<u8> {
 /// The hash under which the pending flow of `state` (or the consent held
 /// under a code) is stored.
 pub(super) fn state_hash(state: &str) -> String {
-    hex(&Sha256::digest(state.as_bytes()))
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    hex::encode(Sha256::digest(state.as_bytes()))
 }
 
 #[cfg(test)]

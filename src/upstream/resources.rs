@@ -559,10 +559,7 @@ fn version_of(resources: &[Resource], templates: &[ResourceTemplate]) -> String 
         field(&opt(&t.description));
         field(&opt(&t.mime_type));
     }
-    hash.finalize()[..12]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hex::encode(&hash.finalize()[..12])
 }
 
 /// Takes configured credentials and live tokens out of a read's text

@@ -12,19 +12,16 @@ async fn health_answers_serving_and_exits_by_status() {
     let gateway = TestGateway::start("tenants:\n  - name: acme\n    tokens: [t]\n", &[]).await;
     let addr = gateway.addr.to_string();
 
+    let readiness = [
+        "health",
+        "--addr",
+        &addr,
+        "--service",
+        "toolgate.v1.ToolGateway",
+    ];
     let (code, out, err) = cli(&["health", "--addr", &addr], None).await;
     assert_eq!((code, out.trim()), (0, "SERVING"), "{err}");
-    let (code, out, err) = cli(
-        &[
-            "health",
-            "--addr",
-            &addr,
-            "--service",
-            "toolgate.v1.ToolGateway",
-        ],
-        None,
-    )
-    .await;
+    let (code, out, err) = cli(&readiness, None).await;
     assert_eq!((code, out.trim()), (0, "SERVING"), "{err}");
     // An unknown service is the health service's NOT_FOUND (exit 5).
     let (code, _, err) = cli(&["health", "--addr", &addr, "--service", "nope"], None).await;
@@ -34,17 +31,7 @@ async fn health_answers_serving_and_exits_by_status() {
     gateway.stop.drain();
     let mut seen = None;
     for _ in 0..50 {
-        let (code, out, _) = cli(
-            &[
-                "health",
-                "--addr",
-                &addr,
-                "--service",
-                "toolgate.v1.ToolGateway",
-            ],
-            None,
-        )
-        .await;
+        let (code, out, _) = cli(&readiness, None).await;
         if code == 1 {
             seen = Some(out);
             break;

@@ -116,6 +116,24 @@ fn make_client_cert(dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// One row of the table: a figure of two paths, and how they compare.
+struct Row {
+    what: &'static str,
+    digits: usize,
+    a: (&'static str, f64),
+    b: (&'static str, f64),
+    compare: Compare,
+}
+
+/// How a row compares its two figures.
+#[derive(Clone, Copy)]
+enum Compare {
+    /// The difference, with what it is.
+    Added(&'static str),
+    /// The ratio.
+    Ratio,
+}
+
 /// One measured gateway and its figures over rounds.
 struct Path_ {
     name: &'static str,
@@ -240,55 +258,105 @@ pub async fn report(rounds: usize, sequential: usize, duration: Duration) -> any
         ]
     };
     let [plain, tls, mtls] = [fig(&paths[0]), fig(&paths[1]), fig(&paths[2])];
+    let row = |index,
+               what,
+               digits,
+               a: (&'static str, &[f64; 5]),
+               b: (&'static str, &[f64; 5]),
+               compare| Row {
+        what,
+        digits,
+        a: (a.0, a.1[index]),
+        b: (b.0, b.1[index]),
+        compare,
+    };
+    let added = Compare::Added("ms added");
+    let handshake = Compare::Added("ms for the handshake");
+    let rows = [
+        row(
+            0,
+            "InvokeTool p50 ms, reused connection",
+            3,
+            ("TLS", &tls),
+            ("plaintext", &plain),
+            added,
+        ),
+        row(
+            1,
+            "calls/s @16, reused connection",
+            0,
+            ("TLS", &tls),
+            ("plaintext", &plain),
+            Compare::Ratio,
+        ),
+        row(
+            2,
+            "gateway CPU ms/call @16",
+            3,
+            ("TLS", &tls),
+            ("plaintext", &plain),
+            Compare::Ratio,
+        ),
+        row(
+            3,
+            "new connection + InvokeTool p50 ms",
+            3,
+            ("TLS", &tls),
+            ("plaintext", &plain),
+            handshake,
+        ),
+        row(
+            4,
+            "gateway CPU ms per new connection + call",
+            3,
+            ("TLS", &tls),
+            ("plaintext", &plain),
+            handshake,
+        ),
+        row(
+            0,
+            "InvokeTool p50 ms",
+            3,
+            ("certificate caller (callers.mtls, no token)", &mtls),
+            ("TLS with a token", &tls),
+            added,
+        ),
+        row(
+            2,
+            "gateway CPU ms/call @16",
+            3,
+            ("certificate caller", &mtls),
+            ("TLS with a token", &tls),
+            added,
+        ),
+        row(
+            3,
+            "new connection + InvokeTool p50 ms",
+            3,
+            ("certificate caller (mutual TLS)", &mtls),
+            ("TLS", &tls),
+            added,
+        ),
+    ];
     let fmt = super::report::fmt;
-    println!(
-        "| InvokeTool p50, reused connection: TLS {} ms / plaintext {} ms | {} ms added | | |",
-        fmt(tls[0], 3),
-        fmt(plain[0], 3),
-        fmt(tls[0] - plain[0], 3)
-    );
-    println!(
-        "| calls/s @16, reused connection: TLS {} / plaintext {} | {} | | |",
-        fmt(tls[1], 0),
-        fmt(plain[1], 0),
-        fmt(tls[1] / plain[1], 2)
-    );
-    println!(
-        "| gateway CPU ms/call @16: TLS {} / plaintext {} | {} | | |",
-        fmt(tls[2], 3),
-        fmt(plain[2], 3),
-        fmt(tls[2] / plain[2], 2)
-    );
-    println!(
-        "| new connection + InvokeTool p50: TLS {} ms / plaintext {} ms | {} ms for the handshake | | |",
-        fmt(tls[3], 3),
-        fmt(plain[3], 3),
-        fmt(tls[3] - plain[3], 3)
-    );
-    println!(
-        "| gateway CPU ms per new connection + call: TLS {} / plaintext {} | {} ms for the handshake | | |",
-        fmt(tls[4], 3),
-        fmt(plain[4], 3),
-        fmt(tls[4] - plain[4], 3)
-    );
-    println!(
-        "| InvokeTool p50, certificate caller (callers.mtls, no token) {} ms / TLS with a token {} ms | {} ms added | | |",
-        fmt(mtls[0], 3),
-        fmt(tls[0], 3),
-        fmt(mtls[0] - tls[0], 3)
-    );
-    println!(
-        "| gateway CPU ms/call @16: certificate caller {} / TLS with a token {} | {} ms added | | |",
-        fmt(mtls[2], 3),
-        fmt(tls[2], 3),
-        fmt(mtls[2] - tls[2], 3)
-    );
-    println!(
-        "| new connection + InvokeTool p50: certificate caller (mutual TLS) {} ms / TLS {} ms | {} ms added | | |",
-        fmt(mtls[3], 3),
-        fmt(tls[3], 3),
-        fmt(mtls[3] - tls[3], 3)
-    );
+    for Row {
+        what,
+        digits,
+        a: (a_name, a),
+        b: (b_name, b),
+        compare,
+    } in rows
+    {
+        let compared = match compare {
+            Compare::Added(unit) => format!("{} {unit}", fmt(a - b, 3)),
+            Compare::Ratio => fmt(a / b, 2),
+        };
+        println!(
+            "| {what}: {a_name} {} / {b_name} {} | {compared} | | |",
+            fmt(a, digits),
+            fmt(b, digits)
+        );
+    }
     drop(paths);
     Ok(())
 }

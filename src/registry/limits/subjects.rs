@@ -99,10 +99,9 @@ impl SubjectLimiter {
             return Ok(());
         };
         self.sweep(rate);
-        rate.check_key(&Arc::from(subject.key()))
-            .map_err(|not_until| {
-                Shed::SubjectRate(not_until.wait_time_from(DefaultClock::default().now()))
-            })
+        rate.check_key(&subject.shared_key()).map_err(|not_until| {
+            Shed::SubjectRate(not_until.wait_time_from(DefaultClock::default().now()))
+        })
     }
 
     /// One of `subject`'s concurrency slots, waiting at most `wait`.
