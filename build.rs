@@ -1,6 +1,8 @@
-//! Compiles `proto/toolgate/v1/toolgate.proto` (the workers' API) and
-//! `proto/toolgate/admin/v1/admin.proto` (the admin API) with protox (no
-//! system `protoc` needed) and generates the tonic server and client code.
+//! Compiles `proto/toolgate/v1/toolgate.proto` (the workers' API),
+//! `proto/toolgate/admin/v1/admin.proto` (the admin API) and
+//! `proto/toolgate/guard/v1/guard.proto` (the guard API toolgate calls)
+//! with protox (no system `protoc` needed) and generates the tonic server
+//! and client code.
 //!
 //! Two passes over the same descriptors: the messages and the client go to
 //! `OUT_DIR/toolgate.v1.rs` (`toolgate::pb`); the server alone goes to
@@ -13,6 +15,7 @@ fn main() -> anyhow::Result<()> {
     let protos = [
         "proto/toolgate/v1/toolgate.proto",
         "proto/toolgate/admin/v1/admin.proto",
+        "proto/toolgate/guard/v1/guard.proto",
     ];
     for proto in protos {
         println!("cargo:rerun-if-changed={proto}");
@@ -20,10 +23,15 @@ fn main() -> anyhow::Result<()> {
     println!("cargo:rerun-if-changed=migrations");
     let descriptors = protox::compile(protos, ["proto"])?;
     let out_dir = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
-    // Kept for server reflection.
+    // Kept for server reflection: the services the gateway serves, not the
+    // guard API it calls.
+    let mut served = descriptors.clone();
+    served
+        .file
+        .retain(|file| file.package() != "toolgate.guard.v1");
     std::fs::write(
         out_dir.join("toolgate_descriptor.bin"),
-        prost::Message::encode_to_vec(&descriptors),
+        prost::Message::encode_to_vec(&served),
     )?;
     tonic_prost_build::configure()
         .build_server(false)
@@ -37,6 +45,7 @@ fn main() -> anyhow::Result<()> {
         .out_dir(&server_dir)
         .extern_path(".toolgate.v1", "crate::pb")
         .extern_path(".toolgate.admin.v1", "crate::pb::admin")
+        .extern_path(".toolgate.guard.v1", "crate::pb::guard")
         .extern_path(
             ".toolgate.v1.ListToolsResponse",
             "crate::grpc::reply::ListToolsReply",

@@ -56,6 +56,20 @@ pub mod pb {
         tonic::include_proto!("toolgate.admin.v1");
     }
 
+    /// The guard API's messages, client and server (`toolgate.guard.v1`):
+    /// toolgate calls guards with the client; tests and the benchmark
+    /// serve it.
+    pub mod guard {
+        tonic::include_proto!("toolgate.guard.v1");
+
+        /// The generated `GuardService` server, for guards written in
+        /// Rust (the tests' and the benchmark's).
+        #[allow(missing_docs)]
+        pub mod server {
+            include!(concat!(env!("OUT_DIR"), "/server/toolgate.guard.v1.rs"));
+        }
+    }
+
     /// The encoded file descriptor set, for server reflection.
     pub const FILE_DESCRIPTOR_SET: &[u8] =
         tonic::include_file_descriptor_set!("toolgate_descriptor");

@@ -7,6 +7,7 @@ mod approvals;
 mod audit;
 mod callers;
 mod fields;
+mod guards;
 mod input;
 mod listener_tls;
 pub mod names;
@@ -38,11 +39,14 @@ pub use callers::{
     DEFAULT_CLOCK_SKEW, DEFAULT_JWKS_MIN_REFRESH_INTERVAL, DEFAULT_JWKS_REFRESH_INTERVAL,
     DEFAULT_SUBJECT_EXPRESSION, JwksSource, JwtIssuer, MAX_CLOCK_SKEW, MtlsCaller,
 };
+pub use guards::{
+    DEFAULT_GUARD_TIMEOUT, GuardConfig, GuardFailure, GuardPhases, MAX_GUARD_TIMEOUT,
+};
 pub use input::{InputConfig, Root};
 pub use listener_tls::{ClientAuth, ListenerTls, LoadedTls, TlsFileError};
 pub use oauth::{
-    DEFAULT_STATE_URL, Grant, OAuthListener, ServerOAuth, StateConfig, TokenEndpointAuth,
-    client_name,
+    DEFAULT_STATE_URL, Grant, IdentityProvider, OAuthListener, ServerOAuth, StateConfig,
+    SubjectTokenType, TokenEndpointAuth, client_name,
 };
 pub use secret::{Environment, ProcessEnv, Secret, SourceError, ValueSource};
 pub use sources::{HostSecrets, StoredSecrets};
@@ -119,6 +123,8 @@ pub struct Config {
     pub audit: Option<AuditConfig>,
     /// Every tenant of the file, in file order.
     pub tenants: Vec<TenantConfig>,
+    /// The guards (`guards:`) tenants and servers reference by name.
+    pub guards: Vec<GuardConfig>,
     /// The directory of one-tenant files (`tenants_dir`), when configured.
     pub tenants_dir: Option<TenantsDir>,
     /// The admin API (`admin:`), when configured.
@@ -305,6 +311,9 @@ pub struct TenantConfig {
     pub consent: TenantConsent,
     /// Where the tenant is defined.
     pub origin: TenantOrigin,
+    /// The guards (`guards[].name`) asked about every call of the tenant,
+    /// in order, before those of the call's server.
+    pub guards: Vec<String>,
 }
 
 /// Where a tenant is defined: the sources in the order they win when two
@@ -415,6 +424,9 @@ pub struct ServerConfig {
     pub input: InputConfig,
     /// The roots toolgate lists to the server (none by default).
     pub roots: Vec<Root>,
+    /// The guards (`guards[].name`) asked about every call to this server,
+    /// in order, after the tenant's.
+    pub guards: Vec<String>,
 }
 
 /// An operator's override of one tool's definition, applied before the

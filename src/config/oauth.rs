@@ -98,6 +98,15 @@ pub enum Grant {
     /// Each end user (`x-toolgate-subject`) consents in a browser; tokens
     /// are kept per (tenant, subject, server).
     AuthorizationCode,
+    /// OAuth 2.0 Token Exchange (RFC 8693): the JWT a `callers.jwt` caller
+    /// presented is exchanged for a token of the server; kept per (tenant,
+    /// subject, server) until it expires. No consent screen.
+    TokenExchange,
+    /// The enterprise-managed flow (SEP-990): the caller's ID token is
+    /// exchanged at the enterprise IdP for an identity assertion grant
+    /// (ID-JAG), then at the server's authorization server for its token;
+    /// kept per (tenant, subject, server) until it expires.
+    IdentityAssertion,
 }
 
 impl std::fmt::Display for Grant {
@@ -106,6 +115,8 @@ impl std::fmt::Display for Grant {
         f.write_str(match self {
             Grant::ClientCredentials => "client_credentials",
             Grant::AuthorizationCode => "authorization_code",
+            Grant::TokenExchange => "token_exchange",
+            Grant::IdentityAssertion => "identity_assertion",
         })
     }
 }
@@ -141,13 +152,81 @@ pub struct ServerOAuth {
     /// Scopes to ask for; when empty, those of the server's challenge or its
     /// `scopes_supported`.
     pub scopes: Vec<String>,
+    /// `token_exchange`: where the caller's JWT is exchanged; the token
+    /// endpoint discovered for the server when unset.
+    pub token_endpoint: Option<url::Url>,
+    /// `token_exchange`: the `audience` parameter of the exchange (besides
+    /// `resource`, always the server's URL); none when unset.
+    pub audience: Option<String>,
+    /// `token_exchange`: what the caller's JWT is to the token endpoint.
+    pub subject_token_type: SubjectTokenType,
+    /// `identity_assertion`: the enterprise IdP that turns the caller's ID
+    /// token into an identity assertion grant.
+    pub identity_provider: Option<IdentityProvider>,
 }
 
 impl ServerOAuth {
-    /// Whether tokens are per end user (subject) rather than per tenant.
+    /// Whether tokens are per end user (subject) rather than per tenant:
+    /// `authorization_code` and the delegation grants.
     pub fn per_user(&self) -> bool {
+        matches!(
+            self.grant,
+            Grant::AuthorizationCode | Grant::TokenExchange | Grant::IdentityAssertion
+        )
+    }
+
+    /// Whether an end user consents in a browser (`authorization_code`),
+    /// which needs the consent listener.
+    pub fn needs_consent(&self) -> bool {
         self.grant == Grant::AuthorizationCode
     }
+
+    /// Whether the token comes from the caller's own JWT (`token_exchange`,
+    /// `identity_assertion`): only `callers.jwt` callers may call the
+    /// server.
+    pub fn delegated(&self) -> bool {
+        matches!(self.grant, Grant::TokenExchange | Grant::IdentityAssertion)
+    }
+}
+
+/// What the caller's JWT is to a token exchange's token endpoint
+/// (`subject_token_type`, RFC 8693 section 3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum SubjectTokenType {
+    /// `urn:ietf:params:oauth:token-type:jwt` (the default).
+    #[default]
+    Jwt,
+    /// `urn:ietf:params:oauth:token-type:access_token`.
+    AccessToken,
+    /// `urn:ietf:params:oauth:token-type:id_token`.
+    IdToken,
+}
+
+impl SubjectTokenType {
+    /// The token type URI sent as `subject_token_type`.
+    pub fn uri(self) -> &'static str {
+        match self {
+            SubjectTokenType::Jwt => "urn:ietf:params:oauth:token-type:jwt",
+            SubjectTokenType::AccessToken => "urn:ietf:params:oauth:token-type:access_token",
+            SubjectTokenType::IdToken => "urn:ietf:params:oauth:token-type:id_token",
+        }
+    }
+}
+
+/// The enterprise IdP of `grant: identity_assertion`
+/// (`servers[].oauth.identity_provider`).
+#[derive(Debug, Clone)]
+pub struct IdentityProvider {
+    /// The IdP's issuer identifier; a caller's JWT must be of this issuer.
+    pub issuer: String,
+    /// The IdP's token endpoint; discovered from the issuer's metadata
+    /// (RFC 8414, then OpenID discovery) when unset.
+    pub token_endpoint: Option<url::Url>,
+    /// The gateway's client id at the IdP.
+    pub client_id: String,
+    /// The gateway's client secret at the IdP (`client_secret_basic`); a
+    /// public client when unset.
+    pub client_secret: Option<Secret>,
 }
 
 /// Validates `state:`.
@@ -276,14 +355,20 @@ pub(super) fn server(
     let grant = match raw.grant.as_str() {
         "client_credentials" => Some(Grant::ClientCredentials),
         "authorization_code" => Some(Grant::AuthorizationCode),
+        "token_exchange" => Some(Grant::TokenExchange),
+        "identity_assertion" => Some(Grant::IdentityAssertion),
         other => {
             errors.push(
                 format!("{path}.grant"),
-                format!("`{other}` is not a grant: client_credentials or authorization_code"),
+                format!(
+                    "`{other}` is not a grant: client_credentials, authorization_code, \
+                     token_exchange or identity_assertion"
+                ),
             );
             None
         }
     };
+    let delegation = delegation(errors, &path, grant, &raw_delegation(&raw), src);
     let token_endpoint_auth = match raw.token_endpoint_auth.as_deref() {
         None => None,
         Some("client_secret_basic") => Some(TokenEndpointAuth::ClientSecretBasic),
@@ -345,9 +430,16 @@ pub(super) fn server(
             );
         }
     }
+    if grant == Some(Grant::IdentityAssertion) && client_id.is_none() {
+        errors.push(
+            format!("{path}.client_id"),
+            "required for identity_assertion (the gateway's client at the server's authorization server)",
+        );
+    }
     if errors.0.len() != before {
         return None;
     }
+    let delegation = delegation?;
     Some(ServerOAuth {
         grant: grant?,
         client_id,
@@ -355,7 +447,159 @@ pub(super) fn server(
         private_key,
         token_endpoint_auth,
         scopes: raw.scopes,
+        token_endpoint: delegation.token_endpoint,
+        audience: delegation.audience,
+        subject_token_type: delegation.subject_token_type,
+        identity_provider: delegation.identity_provider,
     })
+}
+
+/// The delegation keys of a server's `oauth:`, validated.
+struct Delegation {
+    token_endpoint: Option<url::Url>,
+    audience: Option<String>,
+    subject_token_type: SubjectTokenType,
+    identity_provider: Option<IdentityProvider>,
+}
+
+/// The delegation keys as written, taken out of the raw block.
+struct RawDelegation<'a> {
+    token_endpoint: Option<&'a str>,
+    audience: Option<&'a str>,
+    subject_token_type: Option<&'a str>,
+    identity_provider: Option<&'a super::raw::RawIdentityProvider>,
+}
+
+fn raw_delegation(raw: &RawServerOAuth) -> RawDelegation<'_> {
+    RawDelegation {
+        token_endpoint: raw.token_endpoint.as_deref(),
+        audience: raw.audience.as_deref(),
+        subject_token_type: raw.subject_token_type.as_deref(),
+        identity_provider: raw.identity_provider.as_ref(),
+    }
+}
+
+/// Validates `token_endpoint`, `audience`, `subject_token_type` (only with
+/// `token_exchange`) and `identity_provider` (required with, and only
+/// with, `identity_assertion`).
+fn delegation(
+    errors: &mut Errors,
+    path: &str,
+    grant: Option<Grant>,
+    raw: &RawDelegation<'_>,
+    src: &super::sources::Sources<'_>,
+) -> Option<Delegation> {
+    let before = errors.0.len();
+    let exchange = grant == Some(Grant::TokenExchange);
+    let only_exchange = |errors: &mut Errors, key: &str, set: bool| {
+        if set && !exchange && grant.is_some() {
+            errors.push(
+                format!("{path}.{key}"),
+                "only used with grant: token_exchange",
+            );
+        }
+    };
+    only_exchange(errors, "token_endpoint", raw.token_endpoint.is_some());
+    only_exchange(errors, "audience", raw.audience.is_some());
+    only_exchange(
+        errors,
+        "subject_token_type",
+        raw.subject_token_type.is_some(),
+    );
+    let token_endpoint = raw
+        .token_endpoint
+        .and_then(|text| http_url(errors, &format!("{path}.token_endpoint"), text));
+    if raw.audience.is_some_and(|a| a.trim().is_empty()) {
+        errors.push(
+            format!("{path}.audience"),
+            "is empty: leave it out, or name the audience",
+        );
+    }
+    let subject_token_type = match raw.subject_token_type {
+        None | Some("jwt") => SubjectTokenType::Jwt,
+        Some("access_token") => SubjectTokenType::AccessToken,
+        Some("id_token") => SubjectTokenType::IdToken,
+        Some(other) => {
+            errors.push(
+                format!("{path}.subject_token_type"),
+                format!("`{other}` is not jwt, access_token or id_token"),
+            );
+            SubjectTokenType::Jwt
+        }
+    };
+    let assertion = grant == Some(Grant::IdentityAssertion);
+    let identity_provider = match (raw.identity_provider, assertion) {
+        (None, true) => {
+            errors.push(
+                format!("{path}.identity_provider"),
+                "required for identity_assertion: the enterprise IdP's issuer and the gateway's \
+                 client_id there",
+            );
+            None
+        }
+        (Some(_), false) if grant.is_some() => {
+            errors.push(
+                format!("{path}.identity_provider"),
+                "only used with grant: identity_assertion",
+            );
+            None
+        }
+        (Some(idp), _) => identity_provider(errors, &format!("{path}.identity_provider"), idp, src),
+        (None, false) => None,
+    };
+    if errors.0.len() != before {
+        return None;
+    }
+    Some(Delegation {
+        token_endpoint,
+        audience: raw.audience.map(str::to_owned),
+        subject_token_type,
+        identity_provider,
+    })
+}
+
+/// Validates `identity_provider`.
+fn identity_provider(
+    errors: &mut Errors,
+    path: &str,
+    raw: &super::raw::RawIdentityProvider,
+    src: &super::sources::Sources<'_>,
+) -> Option<IdentityProvider> {
+    let before = errors.0.len();
+    http_url(errors, &format!("{path}.issuer"), &raw.issuer)?;
+    let token_endpoint = raw
+        .token_endpoint
+        .as_deref()
+        .and_then(|text| http_url(errors, &format!("{path}.token_endpoint"), text));
+    let client_id = resolve(errors, &format!("{path}.client_id"), &raw.client_id, src)
+        .map(|s| s.expose().to_owned());
+    if client_id.as_deref() == Some("") {
+        errors.push(format!("{path}.client_id"), "is empty");
+    }
+    let client_secret = raw
+        .client_secret
+        .as_ref()
+        .and_then(|v| resolve(errors, &format!("{path}.client_secret"), v, src));
+    if errors.0.len() != before {
+        return None;
+    }
+    Some(IdentityProvider {
+        issuer: raw.issuer.clone(),
+        token_endpoint,
+        client_id: client_id?,
+        client_secret,
+    })
+}
+
+/// An http(s) URL with a host, or an error at `path`.
+fn http_url(errors: &mut Errors, path: &str, text: &str) -> Option<url::Url> {
+    match url::Url::parse(text) {
+        Ok(url) if matches!(url.scheme(), "http" | "https") && url.has_host() => Some(url),
+        _ => {
+            errors.push(path, format!("`{text}` is not an http(s) URL with a host"));
+            None
+        }
+    }
 }
 
 #[cfg(test)]

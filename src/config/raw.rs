@@ -31,6 +31,8 @@ pub(crate) struct RawConfig {
     pub(crate) tenant_store: Option<super::admin::RawTenantStore>,
     pub(crate) tenants_dir: Option<super::admin::RawTenantsDir>,
     #[serde(default)]
+    pub(crate) guards: Vec<super::guards::RawGuard>,
+    #[serde(default)]
     pub(crate) tenants: Vec<RawTenant>,
 }
 
@@ -66,6 +68,20 @@ pub(crate) struct RawServerOAuth {
     pub(crate) token_endpoint_auth: Option<String>,
     #[serde(default)]
     pub(crate) scopes: Vec<String>,
+    pub(crate) token_endpoint: Option<String>,
+    pub(crate) audience: Option<String>,
+    pub(crate) subject_token_type: Option<String>,
+    pub(crate) identity_provider: Option<RawIdentityProvider>,
+}
+
+/// The enterprise IdP of `grant: identity_assertion`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawIdentityProvider {
+    pub(crate) issuer: String,
+    pub(crate) token_endpoint: Option<String>,
+    pub(crate) client_id: RawValue,
+    pub(crate) client_secret: Option<RawValue>,
 }
 
 /// The Prometheus metrics listener.
@@ -171,6 +187,8 @@ pub(crate) struct RawTenant {
     pub(crate) policy: Vec<super::policy::RawRule>,
     pub(crate) consent_return_url: Option<String>,
     pub(crate) confirm_consent: Option<bool>,
+    #[serde(default)]
+    pub(crate) guards: Vec<String>,
 }
 
 /// One upstream MCP server of a tenant.
@@ -200,6 +218,8 @@ pub(crate) struct RawServer {
     pub(crate) definitions: Option<super::Definitions>,
     pub(crate) input: Option<super::input::RawInput>,
     pub(crate) roots: Option<Vec<super::input::RawRoot>>,
+    #[serde(default)]
+    pub(crate) guards: Vec<String>,
 }
 
 /// An operator's override of one tool's definition.

@@ -198,6 +198,7 @@ pub(super) fn validate_server(
         definitions: server.definitions.unwrap_or_default(),
         input,
         roots,
+        guards: server.guards,
     })
 }
 

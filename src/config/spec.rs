@@ -239,7 +239,9 @@ impl Config {
                 &self.state,
                 self.oauth.as_ref(),
                 self.approvals.as_ref(),
+                &self.callers,
             );
+            super::guards::references(&mut errors, &path, tenant, &self.guards);
         }
         match tenant {
             Some(mut tenant) if errors.0.is_empty() => {

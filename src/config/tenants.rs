@@ -152,6 +152,7 @@ fn validate_tenant(
         policy,
         consent,
         origin: super::TenantOrigin::File,
+        guards: tenant.guards,
     })
 }
 

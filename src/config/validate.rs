@@ -80,6 +80,11 @@ pub(super) fn validate(
              encrypted; give one base64 32-byte key, e.g. from {env: TOOLGATE_STATE_KEY})",
         );
     }
+    let guards = super::guards::guards(
+        &mut errors,
+        raw.guards,
+        &super::sources::Sources::file(base, env),
+    );
     let tenants = super::tenants::tenants(
         &mut errors,
         raw.tenants,
@@ -103,7 +108,10 @@ pub(super) fn validate(
             ),
         }
     }
-    oauth_requirements(&mut errors, &tenants, &state, oauth.as_ref());
+    for (t, tenant) in tenants.iter().enumerate() {
+        super::guards::references(&mut errors, &format!("tenants[{t}]"), tenant, &guards);
+    }
+    oauth_requirements(&mut errors, &tenants, &state, oauth.as_ref(), &callers);
     super::approvals::requirements(&mut errors, &tenants, approvals.as_ref());
     if !errors.0.is_empty() {
         return Err(errors.0);
@@ -125,6 +133,7 @@ pub(super) fn validate(
         callers,
         audit,
         tenants,
+        guards,
         tenants_dir,
         admin,
         tenant_store,
@@ -153,6 +162,7 @@ fn oauth_requirements(
     tenants: &[TenantConfig],
     state: &StateConfig,
     listener: Option<&OAuthListener>,
+    callers: &super::CallersConfig,
 ) {
     let oauth_servers = tenants.iter().enumerate().flat_map(|(t, tenant)| {
         tenant
@@ -173,12 +183,55 @@ fn oauth_requirements(
                 ),
             );
         }
-        if oauth.per_user() && listener.is_none() {
+        if oauth.needs_consent() && listener.is_none() {
             errors.push(
                 format!("tenants[{t}].servers[{s}].oauth.grant"),
                 "authorization_code needs the consent listener: set oauth.listen and oauth.public_url",
             );
         }
+        delegation_requirements(
+            errors,
+            &format!("tenants[{t}].servers[{s}].oauth"),
+            oauth,
+            callers,
+        );
+    }
+}
+
+/// What a delegation grant needs of the rest of the file: JWT callers
+/// (only their token can be exchanged), and for `identity_assertion` a
+/// `callers.jwt` issuer that is its identity provider.
+fn delegation_requirements(
+    errors: &mut Errors,
+    path: &str,
+    oauth: &super::ServerOAuth,
+    callers: &super::CallersConfig,
+) {
+    if !oauth.delegated() {
+        return;
+    }
+    if callers.jwt.is_empty() {
+        errors.push(
+            format!("{path}.grant"),
+            format!(
+                "{} exchanges the caller's JWT: configure callers.jwt (static-token and \
+                 certificate callers have none to exchange)",
+                oauth.grant
+            ),
+        );
+        return;
+    }
+    if let Some(idp) = &oauth.identity_provider
+        && !callers.jwt.iter().any(|issuer| issuer.issuer == idp.issuer)
+    {
+        errors.push(
+            format!("{path}.identity_provider.issuer"),
+            format!(
+                "`{}` is not a callers.jwt issuer: the caller's ID token must come from the \
+                 identity provider",
+                idp.issuer
+            ),
+        );
     }
 }
 
@@ -193,6 +246,7 @@ pub(super) fn tenant_requirements(
     state: &StateConfig,
     listener: Option<&OAuthListener>,
     approvals: Option<&super::ApprovalsConfig>,
+    callers: &super::CallersConfig,
 ) {
     for (s, server) in tenant.servers.iter().enumerate() {
         if let Some(oauth) = &server.oauth {
@@ -202,13 +256,19 @@ pub(super) fn tenant_requirements(
                     "needs state.keys in the file configuration (tokens are kept encrypted)",
                 );
             }
-            if oauth.per_user() && listener.is_none() {
+            if oauth.needs_consent() && listener.is_none() {
                 errors.push(
                     format!("{path}.servers[{s}].oauth.grant"),
                     "authorization_code needs the consent listener: set oauth.listen and \
                      oauth.public_url in the file configuration",
                 );
             }
+            delegation_requirements(
+                errors,
+                &format!("{path}.servers[{s}].oauth"),
+                oauth,
+                callers,
+            );
         }
         if approvals.is_none() && server.needs_approval() {
             errors.push(

@@ -147,9 +147,26 @@ fn config_with(section: &str, entries: &[String], stdio: bool) -> Option<String>
         "`oauth` (the consent listener)" => format!(
             "oauth: {{listen: \"127.0.0.1:0\", public_url: \"https://gw.example\", {flow}}}\n{tenants}"
         ),
-        "`servers[].oauth`" => format!(
-            "state: {{keys: [\"{STATE_KEY}\"]}}\noauth: {{listen: \"127.0.0.1:0\", public_url: \"https://gw.example\"}}\ntenants: [{{name: t, tokens: [tok], servers: [{{name: s, url: \"https://mcp.example/mcp\", oauth: {{grant: client_credentials, client_id: c, client_secret: s3cret, {flow}}}}}]}}]"
-        ),
+        "`servers[].oauth`" => {
+            // token_exchange takes every key but `identity_provider` (which
+            // goes with identity_assertion); both need JWT callers, the
+            // identity provider one of their issuers.
+            let grant = if flow.contains("identity_provider") {
+                "grant: identity_assertion"
+            } else {
+                "grant: token_exchange"
+            };
+            let flow = flow.replace(
+                "identity_provider: {",
+                "identity_provider: {issuer: \"https://idp.example\", client_id: gw, ",
+            );
+            format!(
+                "state: {{keys: [\"{STATE_KEY}\"]}}\noauth: {{listen: \"127.0.0.1:0\", public_url: \"https://gw.example\"}}\ncallers: {{jwt: [{{issuer: \"https://idp.example\", audiences: [toolgate], tenant: \"'t'\", jwks: {{url: \"https://idp.example/jwks\"}}}}]}}\ntenants: [{{name: t, tokens: [tok], servers: [{{name: s, url: \"https://mcp.example/mcp\", oauth: {{{grant}, client_id: c, client_secret: s3cret, {flow}}}}}]}}]"
+            )
+        }
+        "`guards`" => {
+            format!("guards: [{{name: g, url: \"http://127.0.0.1:7000\", {flow}}}]\n{tenants}")
+        }
         _ => return None,
     })
 }

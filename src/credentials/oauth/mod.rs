@@ -221,6 +221,11 @@ impl OAuthClient {
                     .await
             }
             Grant::AuthorizationCode => self.renew_grant(key, stored, None).await,
+            // CONTRACT (issue 23): the delegation grants exchange the
+            // caller's JWT; their token source is not built yet.
+            Grant::TokenExchange | Grant::IdentityAssertion => Err(OAuthError::Settings(
+                "the delegation grants are not built yet".to_owned(),
+            )),
         }
     }
 }

@@ -127,6 +127,10 @@ impl OAuthClient {
                 .await
             }
             Grant::AuthorizationCode => self.renew_grant(key, stored, challenge).await,
+            // CONTRACT (issue 23): replaced by the delegation grants.
+            Grant::TokenExchange | Grant::IdentityAssertion => Err(OAuthError::Settings(
+                "the delegation grants are not built yet".to_owned(),
+            )),
         }
     }
 
@@ -168,6 +172,10 @@ impl OAuthClient {
                     .consent_required(manager, &metadata, key, challenge, &scopes)
                     .await)
             }
+            // CONTRACT (issue 23): replaced by the delegation grants.
+            Grant::TokenExchange | Grant::IdentityAssertion => Err(OAuthError::Settings(
+                "the delegation grants are not built yet".to_owned(),
+            )),
         }
     }
 

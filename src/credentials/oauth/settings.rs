@@ -178,6 +178,16 @@ impl OAuthSettings {
                     return bad("a client secret needs its pre-registered client_id");
                 }
             }
+            Grant::TokenExchange => {
+                if self.client_secret.is_some() && self.client_id.is_none() {
+                    return bad("a client secret needs its pre-registered client_id");
+                }
+            }
+            Grant::IdentityAssertion => {
+                if self.client_id.is_none() {
+                    return bad("identity_assertion needs a pre-registered client_id");
+                }
+            }
         }
         if let Some(pem) = &self.dpop_key
             && DpopKey::from_pem(pem.expose()).is_err()
