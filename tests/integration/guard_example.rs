@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use tonic::transport::Channel;
+use toolgate::pb;
 use toolgate::pb::guard::check_response::Verdict;
 use toolgate::pb::guard::guard_service_client::GuardServiceClient;
 use toolgate::pb::guard::{self as g};
@@ -545,5 +546,115 @@ async fn through_gateway_an_e_mail_comes_back_redacted_and_the_marker_is_refused
         "{log}"
     );
     assert!(log.contains("PHASE_REQUEST acme/t__echo: deny"), "{log}");
+    gateway.shutdown().await;
+}
+
+/// Retries `attempt` until it succeeds (a server connects in the
+/// background), at most 30 s; the last error otherwise.
+async fn until_ok<T, F, Fut>(mut attempt: F) -> Result<T, tonic::Status>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, tonic::Status>>,
+{
+    let started = std::time::Instant::now();
+    loop {
+        match attempt().await {
+            Err(status)
+                if started.elapsed() < Duration::from_secs(30)
+                    && matches!(
+                        status.code(),
+                        tonic::Code::NotFound | tonic::Code::Unavailable
+                    ) =>
+            {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+#[tokio::test]
+async fn through_gateway_resource_text_and_prompt_messages_come_back_redacted() {
+    let guard = ExampleGuard::start(&[], &[]).await;
+    let stdio = |name: &str, script: &str, env: &str| {
+        format!(
+            "      - name: {name}\n        command: [\"{}\", \"{}\"]\n{env}",
+            python().display(),
+            fixture(script).display()
+        )
+    };
+    let gateway = TestGateway::start(
+        &format!(
+            "guards:\n  - name: example\n    url: \"{}\"\n    timeout: 5s\ntenants:\n  - name: acme\n    tokens: [{TOKEN}]\n    guards: [example]\n    servers:\n{}{}",
+            guard.url(),
+            stdio(
+                "res",
+                "python/resources_server.py",
+                "        env:\n          RESOURCES_TAG: \"ops@example.com\"\n"
+            ),
+            stdio("pr", "python/prompts_server.py", ""),
+        ),
+        &[],
+    )
+    .await;
+    let client = gateway.client().await;
+
+    // ReadResource: the response phase sees a ReadResourceResult.
+    let read = until_ok(|| {
+        let mut client = client.clone();
+        async move {
+            client
+                .read_resource(authed(
+                    TOKEN,
+                    pb::ReadResourceRequest {
+                        server: "res".to_owned(),
+                        uri: "fixture://text".to_owned(),
+                        ..Default::default()
+                    },
+                ))
+                .await
+        }
+    })
+    .await
+    .expect("ReadResource")
+    .into_inner();
+    let Some(pb::resource_contents::Data::Text(text)) = &read.contents[0].data else {
+        panic!("not text: {read:?}");
+    };
+    assert_eq!(text, "hello from [email]");
+
+    // GetPrompt: the response phase sees a GetPromptResult; the request
+    // phase the prompt's arguments as a JSON object.
+    let get = |code: &str| {
+        let mut client = client.clone();
+        let request = pb::GetPromptRequest {
+            name: "pr__review".to_owned(),
+            arguments: [("code".to_owned(), code.to_owned())].into(),
+            ..Default::default()
+        };
+        async move { client.get_prompt(authed(TOKEN, request)).await }
+    };
+    let prompt = until_ok(|| get("send(to=\"bob@example.com\")"))
+        .await
+        .expect("GetPrompt")
+        .into_inner();
+    let texts: Vec<&str> = prompt
+        .messages
+        .iter()
+        .map(|m| match m.content.as_ref().and_then(|c| c.kind.as_ref()) {
+            Some(pb::content::Kind::Text(t)) => t.text.as_str(),
+            other => panic!("not text: {other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        texts,
+        [
+            "Review this any code:\nsend(to=\"[email]\")",
+            "Looking at it."
+        ]
+    );
+    let status = get(&format!("# {MARKER}")).await.expect_err("denied");
+    assert_eq!(status.code(), tonic::Code::PermissionDenied, "{status:?}");
+    assert_eq!(reason(&status), "GUARD_DENIED");
     gateway.shutdown().await;
 }
