@@ -276,7 +276,9 @@ class ExampleGuard(pb_grpc.GuardServiceServicer):
             if where is None:
                 return pb.CheckResponse(allow=pb.Allow()), "allow"
             reason = f"the arguments contain the marker `{self.marker}` (at {where}): they may not leave"
-            return pb.CheckResponse(deny=pb.Deny(reason=reason)), f"deny (marker at {where})"
+            # The reason goes back to the worker, who sent the arguments; the
+            # log gets the verdict alone.
+            return pb.CheckResponse(deny=pb.Deny(reason=reason)), "deny (the marker)"
 
         if request.phase == pb.PHASE_RESPONSE:
             redact = REDACTORS.get(request.target.kind)
@@ -314,6 +316,8 @@ def main() -> None:
     args = parser.parse_args()
     if not args.marker:
         parser.error("--marker must not be empty")
+    if args.workers < 1:
+        parser.error("--workers must be at least 1")
     token = None
     if args.token_env:
         token = os.environ.get(args.token_env)
