@@ -89,6 +89,14 @@ pub(crate) struct Args {
     /// new connection's handshake.
     #[arg(long)]
     pub(crate) only_tls: bool,
+    /// Skip the figures of one guard against none.
+    #[arg(long)]
+    pub(crate) skip_guards: bool,
+    /// Only one guard against none: InvokeTool p50 and p99, calls/s and
+    /// gateway CPU per call, with an in-process guard answering `allow`,
+    /// and the guard's count of checks.
+    #[arg(long)]
+    pub(crate) only_guards: bool,
 }
 
 /// The internal servers the benchmark starts as child processes (each a

@@ -13,6 +13,7 @@ mod alloc;
 mod args;
 mod ask_server;
 mod floor;
+mod guards;
 mod harness;
 mod https;
 mod input;
@@ -110,6 +111,7 @@ async fn main() -> anyhow::Result<()> {
         || args.only_policy_audit
         || args.only_input
         || args.only_offerings
+        || args.only_guards
     {
         println!("| target | figure | goal | |");
         println!("| --- | --- | --- | --- |");
@@ -134,7 +136,7 @@ async fn main() -> anyhow::Result<()> {
 }
 
 /// The Python-client, policy + audit, questions and tasks, resources and
-/// prompts, and large-scale figures: those asked
+/// prompts, one guard, and large-scale figures: those asked
 /// for with `--only-*` when `only`, else those not skipped.
 async fn extras(args: &Args, only: bool) -> anyhow::Result<()> {
     if (only && args.only_python) || (!only && !args.skip_python) {
@@ -148,6 +150,9 @@ async fn extras(args: &Args, only: bool) -> anyhow::Result<()> {
     }
     if (only && args.only_offerings) || (!only && !args.skip_offerings) {
         offerings::report(args.rounds).await?;
+    }
+    if (only && args.only_guards) || (!only && !args.skip_guards) {
+        guards::report(args.rounds, args.sequential, args.duration).await?;
     }
     if (only && args.only_scale) || (!only && !args.skip_scale) {
         scale::report(args.scale_duration).await?;
