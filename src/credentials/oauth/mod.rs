@@ -65,6 +65,7 @@ mod address;
 mod authorization_code;
 mod client_credentials;
 mod confirmation;
+mod delegation;
 mod discovery;
 mod dpop_binding;
 mod enterprise;
@@ -84,6 +85,10 @@ pub(super) use address::allowed;
 pub use authorization_code::{Completed, pending_flow};
 pub use confirmation::{
     CONFIRM_TTL, ConfirmError, ConsentCode, HeldGrant, NotYours, confirm, hold,
+};
+pub use delegation::{
+    ACCESS_TOKEN_TYPE, DelegationError, DelegationFailure, MAX_SUBJECT_TOKENS, SubjectTokens,
+    TOKEN_EXCHANGE_GRANT,
 };
 pub use discovery::Description;
 pub use enterprise::EnterpriseIdp;
@@ -123,6 +128,8 @@ pub struct OAuthClient {
     /// The HTTP client of DPoP managers and of the JWT-bearer grant, built
     /// on first use.
     http: OnceLock<Arc<OAuthHttp>>,
+    /// The callers' latest JWTs, for the delegation grants.
+    subject_tokens: Option<Arc<SubjectTokens>>,
 }
 
 /// Where an [`OAuthClient`] reports its events (`token_refreshed`,
@@ -165,6 +172,7 @@ impl OAuthClient {
             events: None,
             dpop,
             http: OnceLock::new(),
+            subject_tokens: None,
         })
     }
 
@@ -221,11 +229,12 @@ impl OAuthClient {
                     .await
             }
             Grant::AuthorizationCode => self.renew_grant(key, stored, None).await,
-            // CONTRACT (issue 23): the delegation grants exchange the
-            // caller's JWT; their token source is not built yet.
-            Grant::TokenExchange | Grant::IdentityAssertion => Err(OAuthError::Settings(
-                "the delegation grants are not built yet".to_owned(),
-            )),
+            // The subject's latest JWT exchanged, one renewal at a time.
+            Grant::TokenExchange | Grant::IdentityAssertion => {
+                let stale = stored.as_ref().and_then(access_of);
+                self.renew_exclusively(key, stale, |_| self.delegated(key, &[]))
+                    .await
+            }
         }
     }
 }
