@@ -182,6 +182,10 @@ pub enum ConsentState {
     /// It cannot be told now (the state store is down, or discovery
     /// failed), for this reason.
     Unavailable(String),
+    /// A delegated server (`token_exchange`, `identity_assertion`) this
+    /// caller cannot use, for this reason (it presented no JWT, or one of
+    /// another issuer): there is nothing to consent to.
+    Delegation(String),
 }
 
 /// How long an authorization URL made for a `ListTools` view is shown again
@@ -794,6 +798,9 @@ impl Tenant {
             // No consent: a JWT caller's token is exchanged on its call.
             return match delegation_admits(&client, &key, &slot.config.name) {
                 Ok(()) => ConsentState::Authorized,
+                Err(crate::upstream::UpstreamError::Delegation(error)) => {
+                    ConsentState::Delegation(error.reason)
+                }
                 Err(error) => ConsentState::Unavailable(error.to_string()),
             };
         }
