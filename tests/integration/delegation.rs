@@ -159,6 +159,50 @@ fn exchange_upstream(token_ttl: u32) -> Upstream {
     }
 }
 
+/// The enterprise-managed flow's two authorization servers, both
+/// oidc_as.mjs: the identity provider (the callers' JWT issuer: it exchanges
+/// their JWTs for ID-JAGs) and the resource's authorization server (it
+/// takes an ID-JAG of the identity provider for an access token), and the
+/// MCP server.
+fn identity_assertion_upstream() -> Upstream {
+    let logs = tempfile::tempdir().unwrap();
+    let jwks_file = write_jwks(logs.path());
+    let rs_port = free_port();
+    let mcp_url = format!("http://127.0.0.1:{rs_port}/mcp");
+    // The identity provider's issuer is the callers' `iss`: its port is
+    // chosen here.
+    let idp_port = free_port().to_string();
+    let idp_url = format!("http://127.0.0.1:{idp_port}");
+    let jwks = jwks_file.display().to_string();
+    let mut args = as_args(&mcp_url, "3600");
+    args[1] = &idp_port;
+    args.extend([
+        "--subject-jwks",
+        &jwks,
+        "--subject-issuer",
+        &idp_url,
+        "--subject-audience",
+        AUDIENCE,
+        "--idp-client-id",
+        GW_ID,
+    ]);
+    let (idp_guard, _) = start_node("oidc_as.mjs", &args, &logs.path().join("idp.log"));
+    let idp_jwks = format!("{idp_url}/jwks");
+    let mut args = as_args(&mcp_url, "3600");
+    args.extend(["--idp-jwks-url", &idp_jwks, "--idp-issuer", &idp_url]);
+    let (as_guard, as_port) = start_node("oidc_as.mjs", &args, &logs.path().join("oidc_as.log"));
+    let as_url = format!("http://127.0.0.1:{as_port}");
+    let rs_guard = mcp_server(rs_port, &as_url, logs.path());
+    Upstream {
+        _guards: vec![rs_guard, as_guard, idp_guard],
+        as_url,
+        idp_url: Some(idp_url),
+        mcp_url,
+        logs,
+        jwks_file,
+    }
+}
+
 /// A caller JWT of [`ISSUER`] (or `issuer`) for `sub` of tenant acme,
 /// expiring `exp_in` seconds from now.
 fn caller_jwt(issuer: &str, sub: &str, exp_in: i64) -> String {
@@ -176,11 +220,20 @@ fn caller_jwt(issuer: &str, sub: &str, exp_in: i64) -> String {
     }))
 }
 
-/// The gateway: `callers.jwt` for `issuer` (tenant from `team`, subject
-/// `sub`), tenant acme (also a static token) with `servers`, the audit
-/// trail in `audit`.
-fn config(upstream: &Upstream, issuer: &str, dir: &Path, servers: &str) -> String {
+/// The gateway: `callers.jwt` for each of `issuers` (tenant from `team`,
+/// subject `sub`, the test keys), tenant acme (also a static token) with
+/// `servers`, the audit trail in `dir`.
+fn config(upstream: &Upstream, issuers: &[&str], dir: &Path, servers: &str) -> String {
     let port = free_port();
+    let callers: String = issuers
+        .iter()
+        .map(|issuer| {
+            format!(
+                "    - issuer: \"{issuer}\"\n      audiences: [{AUDIENCE}]\n      jwks: {{ file: \"{}\" }}\n      tenant: claims.team\n",
+                upstream.jwks_file.display()
+            )
+        })
+        .collect();
     format!(
         r#"
 state:
@@ -194,17 +247,12 @@ audit:
   path: "{dir}/audit.jsonl"
 callers:
   jwt:
-    - issuer: "{issuer}"
-      audiences: [{AUDIENCE}]
-      jwks: {{ file: "{jwks}" }}
-      tenant: claims.team
-tenants:
+{callers}tenants:
   - name: acme
     tokens: [acme-token]
     servers:
 {servers}"#,
         dir = dir.display(),
-        jwks = upstream.jwks_file.display(),
     )
 }
 
@@ -285,7 +333,7 @@ async fn jwt_callers_get_their_own_upstream_identity_by_token_exchange() {
             &format!(", token_endpoint: \"http://127.0.0.1:{down_port}/token\"")
         ),
     );
-    let yaml = config(&upstream, ISSUER, dir.path(), &servers);
+    let yaml = config(&upstream, &[ISSUER], dir.path(), &servers);
     let gateway = TestGateway::start(&yaml, &env()).await;
     let mut client = gateway.client().await;
     let alice = caller_jwt(ISSUER, "alice", 600);
@@ -388,7 +436,7 @@ async fn an_expired_upstream_token_is_exchanged_again() {
     let upstream = exchange_upstream(4);
     let dir = tempfile::tempdir().unwrap();
     let servers = exchange_server("crm", &upstream.mcp_url, "");
-    let yaml = config(&upstream, ISSUER, dir.path(), &servers);
+    let yaml = config(&upstream, &[ISSUER], dir.path(), &servers);
     let gateway = TestGateway::start(&yaml, &env()).await;
     let mut client = gateway.client().await;
     let alice = caller_jwt(ISSUER, "alice", 600);
@@ -407,4 +455,62 @@ async fn an_expired_upstream_token_is_exchanged_again() {
     assert!(upstream.exchanges().await >= 2, "{}", upstream.stats().await);
     assert_eq!(upstream.stats().await["token_errors"], serde_json::json!({}));
     gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn identity_assertion_turns_the_callers_id_token_into_an_upstream_token() {
+    let upstream = identity_assertion_upstream();
+    let idp_url = upstream.idp_url.clone().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let servers = format!(
+        "      - name: crm\n        url: \"{}\"\n        oauth:\n          grant: identity_assertion\n          client_id: {GW_ID}\n          client_secret: {{ env: GW_SECRET }}\n          identity_provider: {{ issuer: \"{idp_url}\", client_id: {GW_ID}, client_secret: {{ env: GW_SECRET }} }}\n",
+        upstream.mcp_url
+    );
+    // Two issuers: the identity provider, and another one (whose callers
+    // the server cannot take).
+    let yaml = config(&upstream, &[&idp_url, ISSUER], dir.path(), &servers);
+    let gateway = TestGateway::start(&yaml, &env()).await;
+    let mut client = gateway.client().await;
+
+    let alice = caller_jwt(&idp_url, "alice", 600);
+    let who = call_settled(&mut client, &alice, "crm__whoami")
+        .await
+        .unwrap_or_else(|s| panic!("{s:?}\n{}", upstream.logs()));
+    assert_eq!(who, "alice");
+    let bob = caller_jwt(&idp_url, "bob", 600);
+    let who = call_settled(&mut client, &bob, "crm__whoami")
+        .await
+        .unwrap_or_else(|s| panic!("{s:?}\n{}", upstream.logs()));
+    assert_eq!(who, "bob");
+    // One ID-JAG per subject at the identity provider, one jwt-bearer
+    // grant each at the authorization server, no consent.
+    let idp = Upstream::stats_of(&idp_url).await;
+    assert_eq!(idp["token_requests"][TOKEN_EXCHANGE], 2, "{idp}");
+    let stats = upstream.stats().await;
+    assert_eq!(stats["token_requests"][JWT_BEARER], 2, "{stats}");
+    assert_eq!(stats["authorizations"], 0, "{stats}");
+    assert_eq!(stats["introspected_jwts"], 0, "{stats}");
+
+    // A JWT of another issuer than the identity provider: refused before
+    // anything is exchanged.
+    let other = caller_jwt(ISSUER, "carol", 600);
+    let status = call(&mut client, &other, "crm__whoami")
+        .await
+        .expect_err("another issuer's JWT");
+    refused(
+        &status,
+        tonic::Code::FailedPrecondition,
+        "DELEGATION_ISSUER_MISMATCH",
+        "crm",
+        &[&other],
+    );
+    assert_eq!(
+        Upstream::stats_of(&idp_url).await["token_requests"][TOKEN_EXCHANGE],
+        2
+    );
+    gateway.shutdown().await;
+
+    let audit = std::fs::read_to_string(dir.path().join("audit.jsonl")).unwrap();
+    assert!(audit.contains("identity_assertion_obtained"), "{audit}");
+    assert!(!audit.contains("eyJ"), "a JWT in:\n{audit}");
 }

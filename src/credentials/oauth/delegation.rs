@@ -216,16 +216,22 @@ impl OAuthClient {
             .map_err(OAuthError::Delegation)?;
         // Redacted from whatever the server sends back, should it ever see it.
         self.live.hold(key, [jwt.token().expose()]);
-        let (result, ok, refused) = match self.settings.grant {
+        let (result, [ok, refused, failed]) = match self.settings.grant {
             Grant::IdentityAssertion => (
                 self.identity_assertion(key, &jwt).await,
-                "identity_assertion_obtained",
-                "identity_assertion_refused",
+                [
+                    "identity_assertion_obtained",
+                    "identity_assertion_refused",
+                    "identity_assertion_failed",
+                ],
             ),
             _ => (
                 self.token_exchange(key, &jwt, extra).await,
-                "token_exchanged",
-                "token_exchange_refused",
+                [
+                    "token_exchanged",
+                    "token_exchange_refused",
+                    "token_exchange_failed",
+                ],
             ),
         };
         match result {
@@ -237,7 +243,8 @@ impl OAuthClient {
             Err(error) => {
                 let error = as_delegation(error);
                 tracing::warn!(tenant = %key.tenant, server = %key.server, grant = %self.settings.grant, %error, "delegation failed");
-                self.event(key, refused);
+                let refusal = matches!(&error, OAuthError::Delegation(e) if e.kind == DelegationFailure::Refused);
+                self.event(key, if refusal { refused } else { failed });
                 Err(error)
             }
         }
