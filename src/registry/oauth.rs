@@ -19,9 +19,7 @@ use std::sync::Arc;
 
 use crate::config::{OAuthListener, ServerConfig, Transport};
 use crate::credentials::OAuthTokens;
-use crate::credentials::oauth::{
-    EventSink, OAuthClient, OAuthSettings, OAuthStore, SubjectTokens,
-};
+use crate::credentials::oauth::{EventSink, OAuthClient, OAuthSettings, OAuthStore, SubjectTokens};
 use crate::state::{StateStore, TokenKey};
 use crate::telemetry::Metrics;
 use crate::upstream::{Bearer, SessionOptions};

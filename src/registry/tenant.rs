@@ -926,7 +926,10 @@ fn delegation_admits(
     client.accepts_subject_token(&token).map_err(|e| {
         refused(
             e.kind,
-            format!("server `{server}` cannot take this caller's JWT: {}", e.reason),
+            format!(
+                "server `{server}` cannot take this caller's JWT: {}",
+                e.reason
+            ),
         )
     })
 }

@@ -309,7 +309,13 @@ async fn call_settled(
 
 /// Asserts `status` is `code` with `reason`, its message naming `server`
 /// and never carrying `secrets`.
-fn refused(status: &tonic::Status, code: tonic::Code, reason: &str, server: &str, secrets: &[&str]) {
+fn refused(
+    status: &tonic::Status,
+    code: tonic::Code,
+    reason: &str,
+    server: &str,
+    secrets: &[&str],
+) {
     assert_eq!(status.code(), code, "{status:?}");
     assert_eq!(crate::common::reason(status), reason, "{status:?}");
     assert!(status.message().contains(server), "{status:?}");
@@ -326,7 +332,11 @@ async fn jwt_callers_get_their_own_upstream_identity_by_token_exchange() {
     let servers = format!(
         "{}{}{}",
         exchange_server("crm", &upstream.mcp_url, ""),
-        exchange_server("bad", &upstream.mcp_url, ", audience: \"https://elsewhere.example\""),
+        exchange_server(
+            "bad",
+            &upstream.mcp_url,
+            ", audience: \"https://elsewhere.example\""
+        ),
         exchange_server(
             "down",
             &upstream.mcp_url,
@@ -353,7 +363,10 @@ async fn jwt_callers_get_their_own_upstream_identity_by_token_exchange() {
     assert_eq!(stats["token_requests"][TOKEN_EXCHANGE], 2, "{stats}");
     assert_eq!(stats["authorizations"], 0, "{stats}");
     // The token is reused while fresh.
-    assert_eq!(call(&mut client, &alice, "crm__whoami").await.unwrap(), "alice");
+    assert_eq!(
+        call(&mut client, &alice, "crm__whoami").await.unwrap(),
+        "alice"
+    );
     assert_eq!(upstream.exchanges().await, 2);
     // The MCP server only ever saw access tokens: it introspects every
     // token it gets, and none had a JWT's shape.
@@ -425,7 +438,10 @@ async fn jwt_callers_get_their_own_upstream_identity_by_token_exchange() {
         assert!(audit.contains(event), "no {event} in:\n{audit}");
     }
     for secret in [&alice, &bob] {
-        assert!(!audit.contains(secret.as_str()), "a caller JWT in:\n{audit}");
+        assert!(
+            !audit.contains(secret.as_str()),
+            "a caller JWT in:\n{audit}"
+        );
     }
     assert!(!audit.contains("eyJ"), "a JWT in:\n{audit}");
 }
@@ -452,8 +468,15 @@ async fn an_expired_upstream_token_is_exchanged_again() {
         .await
         .unwrap_or_else(|s| panic!("{s:?}\n{}", upstream.logs()));
     assert_eq!(who, "alice");
-    assert!(upstream.exchanges().await >= 2, "{}", upstream.stats().await);
-    assert_eq!(upstream.stats().await["token_errors"], serde_json::json!({}));
+    assert!(
+        upstream.exchanges().await >= 2,
+        "{}",
+        upstream.stats().await
+    );
+    assert_eq!(
+        upstream.stats().await["token_errors"],
+        serde_json::json!({})
+    );
     gateway.shutdown().await;
 }
 
@@ -513,4 +536,77 @@ async fn identity_assertion_turns_the_callers_id_token_into_an_upstream_token() 
     let audit = std::fs::read_to_string(dir.path().join("audit.jsonl")).unwrap();
     assert!(audit.contains("identity_assertion_obtained"), "{audit}");
     assert!(!audit.contains("eyJ"), "a JWT in:\n{audit}");
+}
+
+/// `toolgate check` shows each delegated server's grant and where it
+/// exchanges: as configured with `--offline`, the discovered token
+/// endpoint without.
+#[tokio::test]
+async fn check_shows_where_each_delegated_server_exchanges() {
+    let upstream = exchange_upstream(3600);
+    let dir = tempfile::tempdir().unwrap();
+    let servers = format!(
+        "{}{}",
+        exchange_server("crm", &upstream.mcp_url, ""),
+        exchange_server(
+            "fixed",
+            &upstream.mcp_url,
+            &format!(", token_endpoint: \"{}/token\"", upstream.as_url)
+        ),
+    );
+    let path = dir.path().join("toolgate.yaml");
+    std::fs::write(&path, config(&upstream, &[ISSUER], dir.path(), &servers)).unwrap();
+    let check = move |offline: bool| {
+        let mut command = std::process::Command::new(toolgate_bin());
+        command.arg("check");
+        if offline {
+            command.arg("--offline");
+        }
+        let output = command
+            .arg("--config")
+            .arg(&path)
+            .env("STATE_KEY", STATE_KEY)
+            .env("GW_SECRET", GW_SECRET)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        assert_eq!(output.status.code(), Some(0), "{output:?}");
+        assert!(!stdout.contains(GW_SECRET), "{stdout}");
+        stdout
+    };
+    let offline = check(true);
+    assert!(
+        offline.contains(&format!(
+            "tenant acme server crm: grant token_exchange: the caller's JWT exchanged at the token endpoint discovered from {}",
+            upstream.mcp_url
+        )),
+        "{offline}"
+    );
+    assert!(
+        offline.contains(&format!(
+            "tenant acme server fixed: grant token_exchange: the caller's JWT exchanged at {}/token",
+            upstream.as_url
+        )),
+        "{offline}"
+    );
+    let online = tokio::task::spawn_blocking(move || check(false))
+        .await
+        .unwrap();
+    assert!(
+        online.contains(&format!(
+            "delegation: token_exchange at {}/token (discovered from {})",
+            upstream.as_url, upstream.mcp_url
+        )),
+        "{online}\n{}",
+        upstream.logs()
+    );
+    assert!(
+        online.contains(&format!(
+            "delegation: token_exchange at {}/token (configured)",
+            upstream.as_url
+        )),
+        "{online}"
+    );
+    // Checking exchanges nothing.
+    assert_eq!(upstream.exchanges().await, 0);
 }

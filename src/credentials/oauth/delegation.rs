@@ -250,6 +250,42 @@ impl OAuthClient {
         }
     }
 
+    /// Where this delegated client exchanges a caller's JWT, with the
+    /// endpoints discovery resolves now (`toolgate check`).
+    ///
+    /// # Errors
+    /// Discovery of the server's or the identity provider's metadata failed.
+    pub async fn describe_delegation(&self) -> Result<String, OAuthError> {
+        let server = self.settings.server_url.as_str();
+        let key = TokenKey::tenant_wide("", "");
+        if let (Grant::IdentityAssertion, Some(idp)) =
+            (self.settings.grant, &self.settings.identity_provider)
+        {
+            let idp_endpoint = match &idp.token_endpoint {
+                Some(url) => url.to_string(),
+                None => self.idp_token_endpoint(&idp.issuer).await?,
+            };
+            let (_, metadata) = self.manager(&key, None).await?;
+            return Ok(format!(
+                "identity_assertion: ID tokens of {} exchanged for an ID-JAG at {idp_endpoint}, \
+                 then at authorization server {} ({})",
+                idp.issuer,
+                metadata.issuer.as_deref().unwrap_or("(no issuer)"),
+                metadata.token_endpoint
+            ));
+        }
+        match &self.settings.token_endpoint {
+            Some(url) => Ok(format!("token_exchange at {url} (configured)")),
+            None => {
+                let (_, metadata) = self.manager(&key, None).await?;
+                Ok(format!(
+                    "token_exchange at {} (discovered from {server})",
+                    metadata.token_endpoint
+                ))
+            }
+        }
+    }
+
     /// RFC 8693: the caller's JWT exchanged at the configured or
     /// discovered token endpoint.
     async fn token_exchange(
@@ -364,10 +400,9 @@ impl OAuthClient {
                 .header(http::header::ACCEPT, "application/json")
                 .body(Vec::new())
                 .map_err(|_| OAuthError::Discovery(format!("{url} is not a valid URI")))?;
-            let response = http
-                .send(request, false)
-                .await
-                .map_err(|e| OAuthError::Unreachable(format!("{url}: {}", root_cause(e.as_ref()))))?;
+            let response = http.send(request, false).await.map_err(|e| {
+                OAuthError::Unreachable(format!("{url}: {}", root_cause(e.as_ref())))
+            })?;
             if !response.status().is_success() {
                 last = format!("{url} answered HTTP {}", response.status().as_u16());
                 continue;
@@ -459,7 +494,11 @@ mod tests {
             .expect("after the epoch")
             .as_secs();
         let exp = now.saturating_add_signed(exp_in);
-        SubjectToken::new("eyJh.caller-jwt-part.sig", issuer, &serde_json::json!({"exp": exp}))
+        SubjectToken::new(
+            "eyJh.caller-jwt-part.sig",
+            issuer,
+            &serde_json::json!({"exp": exp}),
+        )
     }
 
     #[test]
@@ -561,7 +600,11 @@ mod tests {
             client_secret: None,
         });
         let client = OAuthClient::new(settings, Arc::new(MemoryStore::new())).expect("valid");
-        assert!(client.accepts_subject_token(&jwt(60, "https://idp.example/")).is_ok());
+        assert!(
+            client
+                .accepts_subject_token(&jwt(60, "https://idp.example/"))
+                .is_ok()
+        );
         let error = client
             .accepts_subject_token(&jwt(60, "https://other.example"))
             .expect_err("another issuer");

@@ -10,7 +10,8 @@ use url::Url;
 use super::OAuthError;
 use super::renewal::DEFAULT_MAX_STEP_UPS;
 use crate::config::{
-    Grant, IdentityProvider, OAuthListener, Secret, ServerOAuth, SubjectTokenType, TokenEndpointAuth,
+    Grant, IdentityProvider, OAuthListener, Secret, ServerOAuth, SubjectTokenType,
+    TokenEndpointAuth,
 };
 use crate::credentials::dpop::DpopKey;
 
