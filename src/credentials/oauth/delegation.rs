@@ -82,8 +82,11 @@ impl DelegationError {
 /// bounded ([`MAX_SUBJECT_TOKENS`]), each dropped at its `exp`.
 #[derive(Debug, Default)]
 pub struct SubjectTokens {
-    tokens: Mutex<HashMap<(Arc<str>, Arc<str>), SubjectToken>>,
+    tokens: Mutex<HashMap<SubjectKey, SubjectToken>>,
 }
+
+/// (tenant, subject key).
+type SubjectKey = (Arc<str>, Arc<str>);
 
 impl SubjectTokens {
     /// An empty memory.
@@ -91,7 +94,7 @@ impl SubjectTokens {
         Self::default()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(Arc<str>, Arc<str>), SubjectToken>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SubjectKey, SubjectToken>> {
         self.tokens
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -123,7 +126,7 @@ impl SubjectTokens {
     /// The latest unexpired JWT of `subject` of `tenant`.
     pub fn latest(&self, tenant: &str, subject: &str) -> Option<SubjectToken> {
         let mut tokens = self.lock();
-        let key: (Arc<str>, Arc<str>) = (Arc::from(tenant), Arc::from(subject));
+        let key: SubjectKey = (Arc::from(tenant), Arc::from(subject));
         match tokens.get(&key) {
             Some(token) if !token.expired(SystemTime::now()) => Some(token.clone()),
             Some(_) => {
