@@ -931,5 +931,9 @@ fn delegation_admits(
                 e.reason
             ),
         )
-    })
+    })?;
+    // Redacted from the server's text, should it ever echo it (it is only
+    // ever sent to the token endpoint).
+    client.live_tokens().hold(key, [token.token().expose()]);
+    Ok(())
 }

@@ -374,6 +374,23 @@ async fn jwt_callers_get_their_own_upstream_identity_by_token_exchange() {
     assert!(stats["introspections"].as_u64() > Some(0), "{stats}");
     assert_eq!(stats["introspected_jwts"], 0, "{stats}");
 
+    // The authorization server revokes alice's token: the MCP server
+    // refuses it (401), the stored token is dropped and her JWT exchanged
+    // once more.
+    let response = reqwest::Client::new()
+        .post(format!("{}/admin/revoke?user=alice", upstream.as_url))
+        .send()
+        .await
+        .unwrap();
+    assert!(response.status().is_success(), "{response:?}");
+    assert_eq!(
+        call(&mut client, &alice, "crm__whoami").await.unwrap(),
+        "alice"
+    );
+    assert_eq!(upstream.exchanges().await, 3);
+    assert_eq!(call(&mut client, &bob, "crm__whoami").await.unwrap(), "bob");
+    assert_eq!(upstream.exchanges().await, 3);
+
     // A static-token caller is refused before anything is exchanged; its
     // listing shows the server with the reason.
     let status = call(&mut client, "acme-token", "crm__whoami")
@@ -401,7 +418,7 @@ async fn jwt_callers_get_their_own_upstream_identity_by_token_exchange() {
         .await
         .expect_err("an expired JWT");
     assert_eq!(status.code(), tonic::Code::Unauthenticated, "{status:?}");
-    assert_eq!(upstream.exchanges().await, 2);
+    assert_eq!(upstream.exchanges().await, 3);
 
     // The authorization server refuses the exchange (an audience it does
     // not know): PERMISSION_DENIED with the OAuth error, never the JWT.
