@@ -627,3 +627,90 @@ async fn check_shows_where_each_delegated_server_exchanges() {
     // Checking exchanges nothing.
     assert_eq!(upstream.exchanges().await, 0);
 }
+
+/// The caller's JWT goes to the token endpoint only: the MCP server (an
+/// in-process one that records every request's headers, with a configured
+/// `token_endpoint`: it has no metadata of its own) gets the exchanged
+/// token, and its echo of the JWT is redacted.
+#[tokio::test]
+async fn the_callers_jwt_goes_to_the_token_endpoint_only() {
+    let server = TestServer::new(&["echo"]);
+    let log = server.log.clone();
+    let mcp = serve_mcp(server).await;
+    let logs = tempfile::tempdir().unwrap();
+    let jwks_file = write_jwks(logs.path());
+    let jwks = jwks_file.display().to_string();
+    let mut args = as_args(&mcp.url, "3600");
+    args.extend([
+        "--subject-jwks",
+        &jwks,
+        "--subject-issuer",
+        ISSUER,
+        "--subject-audience",
+        AUDIENCE,
+    ]);
+    let (as_guard, as_port) = start_node("oidc_as.mjs", &args, &logs.path().join("oidc_as.log"));
+    let as_url = format!("http://127.0.0.1:{as_port}");
+    let upstream = Upstream {
+        _guards: vec![as_guard],
+        as_url: as_url.clone(),
+        idp_url: None,
+        mcp_url: mcp.url.clone(),
+        logs,
+        jwks_file,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let servers = exchange_server(
+        "direct",
+        &mcp.url,
+        &format!(", token_endpoint: \"{as_url}/token\""),
+    );
+    let yaml = config(&upstream, &[ISSUER], dir.path(), &servers);
+    let gateway = TestGateway::start(&yaml, &env()).await;
+    let mut client = gateway.client().await;
+    let alice = caller_jwt(ISSUER, "alice", 600);
+
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let echoed = loop {
+        let request = authed(
+            &alice,
+            pb::InvokeToolRequest {
+                name: "direct__echo".to_owned(),
+                arguments_json: serde_json::json!({ "text": format!("my token is {alice}") })
+                    .to_string(),
+                ..Default::default()
+            },
+        );
+        match client.invoke_tool(request).await {
+            Err(status)
+                if status.code() == tonic::Code::Unavailable && Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            other => break other.unwrap_or_else(|s| panic!("{s:?}\n{}", upstream.logs())),
+        }
+    }
+    .into_inner();
+    assert!(echoed.text.starts_with("my token is "), "{echoed:?}");
+    assert!(
+        !echoed.text.contains(&alice),
+        "the JWT echoed back: {echoed:?}"
+    );
+    assert_eq!(upstream.exchanges().await, 1);
+
+    let headers = log.headers.lock().unwrap().clone();
+    let sent: Vec<&String> = headers
+        .iter()
+        .filter_map(|h| h.get("authorization"))
+        .collect();
+    assert!(!sent.is_empty(), "no request carried a token");
+    for value in sent {
+        assert!(value.starts_with("Bearer "), "{value}");
+        assert!(
+            !value.contains(&alice),
+            "the MCP server was sent the caller's JWT"
+        );
+        assert_eq!(value.matches('.').count(), 0, "a JWT-shaped token: {value}");
+    }
+    gateway.shutdown().await;
+}
