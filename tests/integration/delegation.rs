@@ -403,6 +403,51 @@ async fn jwt_callers_get_their_own_upstream_identity_by_token_exchange() {
         "crm",
         &[],
     );
+    // The same on a stream and on a read.
+    let stream = client
+        .invoke_tool_stream(authed(
+            "acme-token",
+            pb::InvokeToolRequest {
+                name: "crm__whoami".to_owned(),
+                arguments_json: "{}".to_owned(),
+                ..Default::default()
+            },
+        ))
+        .await;
+    let status = match stream {
+        Err(status) => status,
+        Ok(response) => response
+            .into_inner()
+            .message()
+            .await
+            .expect_err("a static-token caller's stream"),
+    };
+    refused(
+        &status,
+        tonic::Code::FailedPrecondition,
+        "DELEGATION_REQUIRES_JWT",
+        "crm",
+        &[],
+    );
+    let status = client
+        .read_resource(authed(
+            "acme-token",
+            pb::ReadResourceRequest {
+                server: "crm".to_owned(),
+                uri: "file:///anything".to_owned(),
+                ..Default::default()
+            },
+        ))
+        .await
+        .expect_err("a static-token caller's read");
+    refused(
+        &status,
+        tonic::Code::FailedPrecondition,
+        "DELEGATION_REQUIRES_JWT",
+        "crm",
+        &[],
+    );
+    assert_eq!(upstream.exchanges().await, 3);
     let listing = list(&mut client, "acme-token").await;
     let crm = listing.servers.iter().find(|s| s.name == "crm").unwrap();
     assert_eq!(crm.state, i32::from(pb::ServerState::AuthorizationRequired));
