@@ -759,3 +759,30 @@ async fn the_callers_jwt_goes_to_the_token_endpoint_only() {
     }
     gateway.shutdown().await;
 }
+
+/// A token without the scope the server needs (`403 insufficient_scope`):
+/// one more exchange asking for the granted and the challenged scopes.
+#[tokio::test]
+async fn insufficient_scope_steps_up_with_one_more_exchange() {
+    let upstream = exchange_upstream(3600);
+    let dir = tempfile::tempdir().unwrap();
+    let servers = exchange_server("crm", &upstream.mcp_url, ", scopes: [profile]");
+    let yaml = config(&upstream, &[ISSUER], dir.path(), &servers);
+    let gateway = TestGateway::start(&yaml, &env()).await;
+    let mut client = gateway.client().await;
+    let alice = caller_jwt(ISSUER, "alice", 600);
+
+    let who = call_settled(&mut client, &alice, "crm__whoami")
+        .await
+        .unwrap_or_else(|s| panic!("{s:?}\n{}", upstream.logs()));
+    assert_eq!(who, "alice");
+    // The first exchange asked for `profile` only; the step-up for
+    // `profile tools`; the token is then reused.
+    assert_eq!(upstream.exchanges().await, 2, "{}", upstream.logs());
+    assert_eq!(
+        call(&mut client, &alice, "crm__whoami").await.unwrap(),
+        "alice"
+    );
+    assert_eq!(upstream.exchanges().await, 2);
+    gateway.shutdown().await;
+}
