@@ -12,21 +12,20 @@
 //!   the configured identity provider (its token endpoint discovered from
 //!   its issuer when unset).
 //!
-//! The subject's latest verified JWT is kept in memory ([`SubjectTokens`],
+//! The subject's latest verified JWT is kept in memory ([`SubjectTokens`](super::SubjectTokens),
 //! per tenant and subject key, bounded, dropped at its `exp`), so a
 //! session's token source can exchange again when the stored token
 //! expires. The JWT goes to the token endpoint only; it is held among the
 //! client's live tokens, so a server that echoes it is redacted.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
+use std::sync::Arc;
 
 use oauth2::TokenResponse as _;
 use rmcp::transport::auth::OAuthTokenResponse;
 
 use super::enterprise::EnterpriseIdp;
 use super::freshness::obtained;
+use super::subject_tokens::SubjectTokens;
 use super::{OAuthClient, OAuthError, root_cause, scrubbed};
 use crate::callers::SubjectToken;
 use crate::config::{Grant, Secret};
@@ -37,9 +36,6 @@ pub const TOKEN_EXCHANGE_GRANT: &str = "urn:ietf:params:oauth:grant-type:token-e
 
 /// The token type asked for: an access token (RFC 8693 section 3).
 pub const ACCESS_TOKEN_TYPE: &str = "urn:ietf:params:oauth:token-type:access_token";
-
-/// Most subjects whose latest JWT is kept, gateway-wide.
-pub const MAX_SUBJECT_TOKENS: usize = 10_000;
 
 /// Why a delegation grant gave no token.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,76 +71,6 @@ impl DelegationError {
             kind,
             reason: reason.into(),
         }
-    }
-}
-
-/// The latest verified JWT of each (tenant, subject key), gateway-wide:
-/// bounded ([`MAX_SUBJECT_TOKENS`]), each dropped at its `exp`.
-#[derive(Debug, Default)]
-pub struct SubjectTokens {
-    tokens: Mutex<HashMap<SubjectKey, SubjectToken>>,
-}
-
-/// (tenant, subject key).
-type SubjectKey = (Arc<str>, Arc<str>);
-
-impl SubjectTokens {
-    /// An empty memory.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SubjectKey, SubjectToken>> {
-        self.tokens
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Keeps `token` as the latest of `subject` (a key) of `tenant`. When
-    /// full, expired tokens go first, then the one expiring soonest.
-    pub fn remember(&self, tenant: &str, subject: &str, token: &SubjectToken) {
-        let now = SystemTime::now();
-        if token.expired(now) {
-            return;
-        }
-        let mut tokens = self.lock();
-        let key = (Arc::from(tenant), Arc::from(subject));
-        if !tokens.contains_key(&key) && tokens.len() >= MAX_SUBJECT_TOKENS {
-            tokens.retain(|_, t| !t.expired(now));
-            if tokens.len() >= MAX_SUBJECT_TOKENS
-                && let Some(soonest) = tokens
-                    .iter()
-                    .min_by_key(|(_, t)| t.expires_at())
-                    .map(|(k, _)| k.clone())
-            {
-                tokens.remove(&soonest);
-            }
-        }
-        tokens.insert(key, token.clone());
-    }
-
-    /// The latest unexpired JWT of `subject` of `tenant`.
-    pub fn latest(&self, tenant: &str, subject: &str) -> Option<SubjectToken> {
-        let mut tokens = self.lock();
-        let key: SubjectKey = (Arc::from(tenant), Arc::from(subject));
-        match tokens.get(&key) {
-            Some(token) if !token.expired(SystemTime::now()) => Some(token.clone()),
-            Some(_) => {
-                tokens.remove(&key);
-                None
-            }
-            None => None,
-        }
-    }
-
-    /// Subjects kept now.
-    pub fn len(&self) -> usize {
-        self.lock().len()
-    }
-
-    /// Whether none is kept.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 
@@ -483,7 +409,7 @@ fn as_delegation(error: OAuthError) -> OAuthError {
 #[cfg(test)]
 mod tests {
     use std::collections::HashMap;
-    use std::time::Duration;
+    use std::time::SystemTime;
 
     use url::Url;
 
@@ -502,31 +428,6 @@ mod tests {
             issuer,
             &serde_json::json!({"exp": exp}),
         )
-    }
-
-    #[test]
-    fn the_memory_keeps_the_latest_and_drops_the_expired() {
-        let memory = SubjectTokens::new();
-        memory.remember("t", "jwt:i alice", &jwt(60, "i"));
-        assert!(memory.latest("t", "jwt:i alice").is_some());
-        assert!(memory.latest("t", "jwt:i bob").is_none());
-        assert!(memory.latest("u", "jwt:i alice").is_none());
-        memory.remember("t", "jwt:i alice", &jwt(-1, "i"));
-        // An expired token is never kept; the previous one stays.
-        assert!(memory.latest("t", "jwt:i alice").is_some());
-        let memory = SubjectTokens::new();
-        let short = SubjectToken::new(
-            "a.b.c",
-            "i",
-            &serde_json::json!({"exp": SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .expect("epoch")
-                .as_secs() + 1}),
-        );
-        memory.remember("t", "s", &short);
-        std::thread::sleep(Duration::from_millis(2100));
-        assert!(memory.latest("t", "s").is_none());
-        assert!(memory.is_empty());
     }
 
     #[test]

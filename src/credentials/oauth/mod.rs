@@ -78,6 +78,7 @@ mod live;
 mod renewal;
 mod settings;
 mod store;
+mod subject_tokens;
 #[cfg(test)]
 mod testing;
 
@@ -86,10 +87,7 @@ pub use authorization_code::{Completed, pending_flow};
 pub use confirmation::{
     CONFIRM_TTL, ConfirmError, ConsentCode, HeldGrant, NotYours, confirm, hold,
 };
-pub use delegation::{
-    ACCESS_TOKEN_TYPE, DelegationError, DelegationFailure, MAX_SUBJECT_TOKENS, SubjectTokens,
-    TOKEN_EXCHANGE_GRANT,
-};
+pub use delegation::{ACCESS_TOKEN_TYPE, DelegationError, DelegationFailure, TOKEN_EXCHANGE_GRANT};
 pub use discovery::Description;
 pub use enterprise::EnterpriseIdp;
 pub use error::{OAuthError, StoreError};
@@ -105,6 +103,7 @@ use renewal::StepUps;
 pub use renewal::{DEFAULT_MAX_STEP_UPS, STEP_UP_WINDOW};
 pub use settings::{DEFAULT_CLIENT_NAME, OAuthSettings, WorkloadAssertion};
 pub use store::{MemoryStore, OAuthStore, PENDING_TTL, PendingFlow, RegisteredClient};
+pub use subject_tokens::{MAX_SUBJECT_TOKENS, SubjectTokens};
 
 /// One configured server's OAuth client. Cheap to share (`Arc`); every
 /// operation names the [`TokenKey`] it acts for, and one key's credentials
