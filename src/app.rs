@@ -147,6 +147,7 @@ fn oauth_context(
         state,
         listener: config.oauth.clone(),
         audit: crate::audit::Audit::disabled(),
+        subject_tokens: Arc::default(),
     })
 }
 

@@ -431,6 +431,10 @@ pub(super) fn authorization_record(
         "consent_started" | "authorization_required" | "consent_rejected" => Outcome::Refused,
         "consent_completed" | "consent_held" => Outcome::Ok,
         "consent_failed" => Outcome::Failed,
+        // Issue 23, delegation: the caller's JWT exchanged, or not.
+        "token_exchanged" | "identity_assertion_obtained" => Outcome::Ok,
+        "token_exchange_refused" | "identity_assertion_refused" => Outcome::Refused,
+        "token_exchange_failed" | "identity_assertion_failed" => Outcome::Failed,
         _ => return None,
     };
     let mut record = Record::new(RecordKind::Authorization, outcome);

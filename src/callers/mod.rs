@@ -41,6 +41,7 @@ mod identity;
 mod jwks;
 mod jwt;
 mod mtls;
+mod subject_token;
 mod tokens;
 
 use std::borrow::Cow;
@@ -51,6 +52,7 @@ pub use cert::{PeerCertificate, SpiffeId, UnreadableCertificate, rfc4514};
 pub use identity::{Caller, CallerIdentity, MAX_SUBJECT_LEN, Namespace, SUBJECT_METADATA, Subject};
 pub use jwt::{JwtCallers, MAX_TOKEN_BYTES, TokenError, VerifiedJwt};
 pub use mtls::{CertCallers, CertError, RECOGNIZED_CERTIFICATES, Recognized, VerifiedCert};
+pub use subject_token::SubjectToken;
 pub(crate) use tokens::bearer;
 pub use tokens::{TokenDigest, TokenTable};
 
@@ -149,6 +151,10 @@ pub struct Authenticated<T> {
     /// What [`recheck`] needs to ask a later configuration about the
     /// caller.
     pub presented: Presented,
+    /// The caller's verified JWT, for a `callers.jwt` caller only: what
+    /// the delegation grants exchange. Static-token and certificate
+    /// callers have none.
+    pub subject_token: Option<SubjectToken>,
 }
 
 /// What a caller presented, as much as a later re-check needs and never
@@ -369,6 +375,7 @@ async fn by_certificate<D: Directory>(
             claims: recognized.claims.clone(),
         },
         presented: Presented::Certificate(recognized.certificate.clone()),
+        subject_token: None,
     })
 }
 
@@ -404,6 +411,7 @@ async fn by_token<D: Directory>(
             subject,
             caller,
             presented: Presented::Token(TokenDigest::of(token)),
+            subject_token: None,
         });
     }
     let jwt = directory.jwt_callers();
@@ -432,9 +440,11 @@ async fn by_token<D: Directory>(
             "the x-toolgate-subject metadata differs from the subject the caller's JWT names (send none, or the same)",
         ));
     }
+    let subject_token = SubjectToken::new(token, &verified.issuer, &verified.claims);
     Ok(Authenticated {
         tenant,
         subject: verified.subject,
+        subject_token: Some(subject_token),
         caller: Caller {
             identity: CallerIdentity::Jwt {
                 issuer: verified.issuer,

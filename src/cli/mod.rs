@@ -7,6 +7,7 @@ mod answers;
 mod approve;
 mod audit;
 mod channel;
+mod check_delegation;
 mod check_tenants;
 mod check_tls;
 pub mod client;
@@ -384,6 +385,7 @@ async fn check(path: PathBuf, offline: bool) -> ExitCode {
     check_audit(&config);
     check_tls::check_listener_tls(&config);
     check_tls::check_cert_callers(&config);
+    check_delegation::check_delegated_servers(&config);
     if offline {
         return ExitCode::SUCCESS;
     }
@@ -434,6 +436,15 @@ async fn check(path: PathBuf, offline: bool) -> ExitCode {
                     "    oauth: grant {}, client {}, issuer {issuer}",
                     description.grant, description.identity
                 );
+                if client.is_delegated() {
+                    match client.describe_delegation().await {
+                        Ok(line) => println!("    delegation: {line}"),
+                        Err(e) => {
+                            healthy = false;
+                            println!("    delegation: DISCOVERY FAILED: {e}");
+                        }
+                    }
+                }
             }
             for tool in catalog.tools().iter().filter(|t| t.server == server.name) {
                 println!("    {}", tool.name);

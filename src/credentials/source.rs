@@ -32,6 +32,10 @@ pub enum TokenError {
     /// (settings, discovery, a refused client, step-ups spent).
     #[error("{0}")]
     Refused(String),
+    /// A delegation grant gave no token (no caller JWT, another issuer's,
+    /// the exchange refused or unavailable). Never contains a token.
+    #[error("{0}")]
+    Delegation(super::oauth::DelegationError),
 }
 
 /// Where a session's access tokens come from.

@@ -37,6 +37,7 @@ impl OAuthTokens {
                 TokenError::StoreUnavailable(_) => "store_unavailable",
                 TokenError::Failed(_) => "token_failed",
                 TokenError::Refused(_) => "oauth_refused",
+                TokenError::Delegation(_) => "delegation_failed",
             },
         );
         error
@@ -77,6 +78,7 @@ impl TokenSource for OAuthTokens {
 pub(crate) fn token_error(key: &TokenKey, error: OAuthError) -> TokenError {
     match error {
         OAuthError::AuthorizationRequired { url } => TokenError::AuthorizationRequired { url },
+        OAuthError::Delegation(e) => TokenError::Delegation(e),
         OAuthError::Store(e) => {
             tracing::warn!(tenant = %key.tenant, server = %key.server, error = %e, "OAuth state store unavailable");
             TokenError::StoreUnavailable(e.0)

@@ -90,7 +90,15 @@ where
                 Ok(authenticated) => {
                     // The caller's credential goes no further than this layer.
                     request.headers_mut().remove(http::header::AUTHORIZATION);
+                    if let Some(token) = &authenticated.subject_token {
+                        authenticated
+                            .tenant
+                            .remember_subject_token(&authenticated.subject, token);
+                    }
                     let extensions = request.extensions_mut();
+                    if let Some(token) = authenticated.subject_token {
+                        extensions.insert(token);
+                    }
                     extensions.insert(authenticated.tenant);
                     extensions.insert(authenticated.subject);
                     extensions.insert(authenticated.caller);

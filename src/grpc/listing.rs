@@ -403,6 +403,12 @@ pub(super) async fn show_consent_in(
                 status.error =
                     format!("whether this subject has authorized the server is unknown: {reason}");
             }
+            // Issue 23: a delegated server this caller cannot use (no JWT).
+            ConsentState::Delegation(reason) => {
+                status.state = pb::ServerState::AuthorizationRequired.into();
+                status.connected = false;
+                status.error = reason;
+            }
         }
     }
 }

@@ -11,6 +11,7 @@ use std::time::Duration;
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
+use crate::credentials::oauth::DelegationFailure;
 use crate::credentials::{MAX_STATUS_MESSAGE, bounded};
 use crate::grpc::error::{CallError, quoted};
 use crate::upstream::{UpstreamError, truncate};
@@ -234,6 +235,15 @@ fn classify_upstream(error: &UpstreamError, idempotent: bool) -> (Code, &'static
         // Not retryable: the OAuth settings or the authorization server
         // must change first.
         UpstreamError::OAuthFailed(_) => (Code::FailedPrecondition, "UPSTREAM_OAUTH_FAILED"),
+        // Issue 23, delegation: nothing was sent upstream.
+        UpstreamError::Delegation(e) => match e.kind {
+            DelegationFailure::RequiresJwt => (Code::FailedPrecondition, "DELEGATION_REQUIRES_JWT"),
+            DelegationFailure::IssuerMismatch => {
+                (Code::FailedPrecondition, "DELEGATION_ISSUER_MISMATCH")
+            }
+            DelegationFailure::Refused => (Code::PermissionDenied, "DELEGATION_REFUSED"),
+            DelegationFailure::Unavailable => (Code::Unavailable, "DELEGATION_UNAVAILABLE"),
+        },
         UpstreamError::Timeout(_) => (Code::DeadlineExceeded, "UPSTREAM_TIMEOUT"),
         UpstreamError::Protocol(_) => (Code::Internal, "UPSTREAM_PROTOCOL_ERROR"),
         UpstreamError::Unsupported(_) => (Code::Unimplemented, "UPSTREAM_UNSUPPORTED"),

@@ -10,12 +10,16 @@
 //!   consented (a call without `x-toolgate-subject`), else with the token of
 //!   the subject that consented first; until someone consents, the server
 //!   is `AUTHORIZATION_REQUIRED` and lists nothing.
+//! - `token_exchange` and `identity_assertion` servers (per user, no
+//!   consent): as `authorization_code`, but a subject's token is its
+//!   latest verified JWT exchanged ([`OAuthContext::subject_tokens`]); only
+//!   JWT callers may call them, and until one has, nothing is listed.
 
 use std::sync::Arc;
 
 use crate::config::{OAuthListener, ServerConfig, Transport};
 use crate::credentials::OAuthTokens;
-use crate::credentials::oauth::{EventSink, OAuthClient, OAuthSettings, OAuthStore};
+use crate::credentials::oauth::{EventSink, OAuthClient, OAuthSettings, OAuthStore, SubjectTokens};
 use crate::state::{StateStore, TokenKey};
 use crate::telemetry::Metrics;
 use crate::upstream::{Bearer, SessionOptions};
@@ -34,8 +38,12 @@ pub struct OAuthContext {
     /// The consent listener (`oauth:`), when configured.
     pub listener: Option<OAuthListener>,
     /// Where authorization events are recorded (consent started,
-    /// completed, failed; authorization required).
+    /// completed, failed; authorization required; tokens exchanged).
     pub audit: crate::audit::Audit,
+    /// The latest verified JWT of each JWT caller of a tenant with a
+    /// delegated server (`token_exchange`, `identity_assertion`): what its
+    /// sessions exchange, again when their token expires.
+    pub subject_tokens: Arc<SubjectTokens>,
 }
 
 /// The OAuth client of `server`, when it has `oauth:`.
@@ -75,7 +83,12 @@ pub(super) fn client_for(
         audit.authorization(&key.tenant, &key.subject, &key.server, event, None);
     });
     OAuthClient::new(settings, context.store.clone())
-        .map(|client| Some(Arc::new(client.with_events(events))))
+        .map(|client| {
+            let client = client
+                .with_events(events)
+                .with_subject_tokens(context.subject_tokens.clone());
+            Some(Arc::new(client))
+        })
         .map_err(|e| e.to_string())
 }
 

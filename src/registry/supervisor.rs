@@ -295,10 +295,21 @@ impl Supervisor {
             .map_err(|e| Attempt::Failed(upstream::UpstreamError::StateUnavailable(e)))?;
         for key in candidates {
             match connect(super::oauth::options_for(client, key)).await {
-                // That grant has ended: the next subject's may list.
-                Err(upstream::UpstreamError::AuthorizationRequired { .. }) => {}
+                // That grant has ended (or, delegated, no JWT of that
+                // subject is left to exchange): the next subject's may list.
+                Err(
+                    upstream::UpstreamError::AuthorizationRequired { .. }
+                    | upstream::UpstreamError::Delegation(_),
+                ) => {}
                 other => return other.map_err(Attempt::Failed),
             }
+        }
+        if client.is_delegated() {
+            return Err(Attempt::Unauthorized(format!(
+                "no JWT caller has called this server yet (grant: {}): its tools are listed \
+                 with the first caller's exchanged token",
+                client.settings().grant
+            )));
         }
         Err(Attempt::Unauthorized(
             "no end user has authorized this server yet; a call gets the authorization URL \

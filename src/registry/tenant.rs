@@ -182,6 +182,10 @@ pub enum ConsentState {
     /// It cannot be told now (the state store is down, or discovery
     /// failed), for this reason.
     Unavailable(String),
+    /// A delegated server (`token_exchange`, `identity_assertion`) this
+    /// caller cannot use, for this reason (it presented no JWT, or one of
+    /// another issuer): there is nothing to consent to.
+    Delegation(String),
 }
 
 /// How long an authorization URL made for a `ListTools` view is shown again
@@ -730,6 +734,11 @@ impl Tenant {
             server: slot.config.name.clone(),
         };
         let key = crate::state::TokenKey::new(&self.name, subject, &slot.config.name);
+        if client.is_delegated() {
+            // Refused before anything is exchanged or sent: only a JWT
+            // caller's subject has a token to exchange.
+            delegation_admits(&client, &key, &slot.config.name)?;
+        }
         // A subject already sent to consent gets the same URL (no new
         // pending flow per call), with or without an open session, until
         // it has a token.
@@ -785,6 +794,16 @@ impl Tenant {
             Err(reason) => return ConsentState::Unavailable(reason.clone()),
         };
         let key = crate::state::TokenKey::new(&self.name, subject, &slot.config.name);
+        if client.is_delegated() {
+            // No consent: a JWT caller's token is exchanged on its call.
+            return match delegation_admits(&client, &key, &slot.config.name) {
+                Ok(()) => ConsentState::Authorized,
+                Err(crate::upstream::UpstreamError::Delegation(error)) => {
+                    ConsentState::Delegation(error.reason)
+                }
+                Err(error) => ConsentState::Unavailable(error.to_string()),
+            };
+        }
         match client.store().load_credentials(&key).await {
             Ok(Some(_)) => return ConsentState::Authorized,
             Ok(None) => {}
@@ -799,6 +818,27 @@ impl Tenant {
                 ConsentState::Required(url)
             }
             Err(e) => ConsentState::Unavailable(e.to_string()),
+        }
+    }
+
+    /// Keeps the verified JWT a caller of this tenant presented as its
+    /// subject's latest, when the tenant has a delegated server
+    /// (`token_exchange`, `identity_assertion`): what that server's
+    /// sessions exchange. The authentication layer calls it for every
+    /// JWT caller.
+    pub fn remember_subject_token(
+        &self,
+        subject: &crate::callers::Subject,
+        token: &crate::callers::SubjectToken,
+    ) {
+        let delegated = self
+            .slots
+            .iter()
+            .any(|s| s.config.oauth.as_ref().is_some_and(|o| o.delegated()));
+        if let (true, Some(context)) = (delegated, self.oauth_context()) {
+            context
+                .subject_tokens
+                .remember(&self.name, subject.key(), token);
         }
     }
 
@@ -854,4 +894,46 @@ impl Tenant {
             .map(|slot| slot.users.close_idle(before))
             .sum()
     }
+}
+
+/// Whether the subject of `key` may call delegated server `server`: it has
+/// an unexpired JWT at hand (only a `callers.jwt` caller does) of an issuer
+/// the grant takes.
+///
+/// # Errors
+/// `DELEGATION_REQUIRES_JWT` or `DELEGATION_ISSUER_MISMATCH`, naming the
+/// server and why; nothing was exchanged or sent.
+fn delegation_admits(
+    client: &crate::credentials::oauth::OAuthClient,
+    key: &crate::state::TokenKey,
+    server: &str,
+) -> Result<(), crate::upstream::UpstreamError> {
+    use crate::credentials::oauth::{DelegationError, DelegationFailure};
+    let refused = |kind, reason: String| {
+        crate::upstream::UpstreamError::Delegation(DelegationError { kind, reason })
+    };
+    let grant = client.settings().grant;
+    let Some(token) = client.subject_token(key) else {
+        return Err(refused(
+            DelegationFailure::RequiresJwt,
+            format!(
+                "server `{server}` exchanges the caller's JWT for its token (grant: {grant}); \
+                 this caller presented no JWT (a static-token or certificate caller): call \
+                 with a callers.jwt token"
+            ),
+        ));
+    };
+    client.accepts_subject_token(&token).map_err(|e| {
+        refused(
+            e.kind,
+            format!(
+                "server `{server}` cannot take this caller's JWT: {}",
+                e.reason
+            ),
+        )
+    })?;
+    // Redacted from the server's text, should it ever echo it (it is only
+    // ever sent to the token endpoint).
+    client.live_tokens().hold(key, [token.token().expose()]);
+    Ok(())
 }

@@ -25,6 +25,7 @@ impl From<TokenError> for UpstreamError {
             TokenError::StoreUnavailable(reason) => UpstreamError::StateUnavailable(reason),
             TokenError::Failed(reason) => UpstreamError::TokenFailed(reason),
             TokenError::Refused(reason) => UpstreamError::OAuthFailed(reason),
+            TokenError::Delegation(error) => UpstreamError::Delegation(error),
         }
     }
 }

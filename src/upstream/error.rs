@@ -94,6 +94,11 @@ pub enum UpstreamError {
     /// changes. Never contains a token or secret.
     #[error("no access token: {0}")]
     OAuthFailed(String),
+    /// A delegation grant (`token_exchange`, `identity_assertion`) gave no
+    /// token: the caller has no JWT, one of another issuer, or the token
+    /// endpoint refused or could not be reached. Nothing was sent.
+    #[error("no delegated token: {0}")]
+    Delegation(crate::credentials::oauth::DelegationError),
     /// The request ran out of time; the server was sent a cancellation.
     #[error("no answer within {}", humantime::format_duration(*.0))]
     Timeout(Duration),
@@ -207,6 +212,7 @@ impl UpstreamError {
                 | UpstreamError::StateUnavailable(_)
                 | UpstreamError::TokenFailed(_)
                 | UpstreamError::OAuthFailed(_)
+                | UpstreamError::Delegation(_)
         )
     }
 

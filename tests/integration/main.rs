@@ -17,6 +17,7 @@ mod cli_offerings;
 mod cli_tls;
 mod complete;
 mod consent;
+mod delegation;
 mod docs;
 mod fixtures;
 mod fuzz_corpus;

@@ -34,7 +34,7 @@ const RS_SECRET: &str = "rs-secret-0123456789";
 
 /// Starts a Node fixture with its stderr in `log`, and reads the
 /// `LISTENING <port>` line it prints.
-fn start_node(script: &str, args: &[&str], log: &Path) -> (ChildGuard, u16) {
+pub(crate) fn start_node(script: &str, args: &[&str], log: &Path) -> (ChildGuard, u16) {
     let mut child = Command::new(node())
         .arg(fixture(&format!("node/{script}")))
         .args(args)

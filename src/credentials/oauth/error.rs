@@ -73,6 +73,10 @@ pub enum OAuthError {
     /// did not appear in time (retryable).
     #[error("another replica is renewing this token and has not finished")]
     RefreshInProgress,
+    /// A delegation grant (`token_exchange`, `identity_assertion`) gave no
+    /// token: no caller JWT, another issuer's, refused, or unavailable.
+    #[error(transparent)]
+    Delegation(super::DelegationError),
 }
 
 impl OAuthError {
@@ -81,7 +85,7 @@ impl OAuthError {
         matches!(
             self,
             OAuthError::Store(_) | OAuthError::Unreachable(_) | OAuthError::RefreshInProgress
-        )
+        ) || matches!(self, OAuthError::Delegation(e) if e.kind == super::DelegationFailure::Unavailable)
     }
 }
 

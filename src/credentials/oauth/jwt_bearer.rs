@@ -70,14 +70,31 @@ impl OAuthClient {
         assertion: &Secret,
         scopes: &[String],
     ) -> Result<http::Request<Vec<u8>>, OAuthError> {
+        let mut fields = vec![
+            ("grant_type", JWT_BEARER_GRANT.to_owned()),
+            ("assertion", assertion.expose().to_owned()),
+        ];
+        if !scopes.is_empty() {
+            fields.push(("scope", scopes.join(" ")));
+        }
+        fields.push(("resource", self.settings.server_url.to_string()));
+        self.token_request(token_endpoint, &fields)
+    }
+
+    /// A form POST to `token_endpoint` with `fields` and the client's
+    /// authentication (its secret, Basic unless `token_endpoint_auth` says
+    /// post; else its `client_id`, if any): what the grants oauth2 has no
+    /// request for (JWT bearer, token exchange) send.
+    pub(super) fn token_request(
+        &self,
+        token_endpoint: &str,
+        fields: &[(&str, String)],
+    ) -> Result<http::Request<Vec<u8>>, OAuthError> {
         let secret = self.settings.client_secret.as_ref();
         let mut form = url::form_urlencoded::Serializer::new(String::new());
-        form.append_pair("grant_type", JWT_BEARER_GRANT)
-            .append_pair("assertion", assertion.expose());
-        if !scopes.is_empty() {
-            form.append_pair("scope", &scopes.join(" "));
+        for (name, value) in fields {
+            form.append_pair(name, value);
         }
-        form.append_pair("resource", self.settings.server_url.as_str());
         let mut request = http::Request::builder()
             .method(http::Method::POST)
             .uri(token_endpoint)

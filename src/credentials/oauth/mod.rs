@@ -65,6 +65,7 @@ mod address;
 mod authorization_code;
 mod client_credentials;
 mod confirmation;
+mod delegation;
 mod discovery;
 mod dpop_binding;
 mod enterprise;
@@ -77,6 +78,7 @@ mod live;
 mod renewal;
 mod settings;
 mod store;
+mod subject_tokens;
 #[cfg(test)]
 mod testing;
 
@@ -85,6 +87,7 @@ pub use authorization_code::{Completed, pending_flow};
 pub use confirmation::{
     CONFIRM_TTL, ConfirmError, ConsentCode, HeldGrant, NotYours, confirm, hold,
 };
+pub use delegation::{ACCESS_TOKEN_TYPE, DelegationError, DelegationFailure, TOKEN_EXCHANGE_GRANT};
 pub use discovery::Description;
 pub use enterprise::EnterpriseIdp;
 pub use error::{OAuthError, StoreError};
@@ -100,6 +103,7 @@ use renewal::StepUps;
 pub use renewal::{DEFAULT_MAX_STEP_UPS, STEP_UP_WINDOW};
 pub use settings::{DEFAULT_CLIENT_NAME, OAuthSettings, WorkloadAssertion};
 pub use store::{MemoryStore, OAuthStore, PENDING_TTL, PendingFlow, RegisteredClient};
+pub use subject_tokens::{MAX_SUBJECT_TOKENS, SubjectTokens};
 
 /// One configured server's OAuth client. Cheap to share (`Arc`); every
 /// operation names the [`TokenKey`] it acts for, and one key's credentials
@@ -123,6 +127,8 @@ pub struct OAuthClient {
     /// The HTTP client of DPoP managers and of the JWT-bearer grant, built
     /// on first use.
     http: OnceLock<Arc<OAuthHttp>>,
+    /// The callers' latest JWTs, for the delegation grants.
+    subject_tokens: Option<Arc<SubjectTokens>>,
 }
 
 /// Where an [`OAuthClient`] reports its events (`token_refreshed`,
@@ -165,6 +171,7 @@ impl OAuthClient {
             events: None,
             dpop,
             http: OnceLock::new(),
+            subject_tokens: None,
         })
     }
 
@@ -221,11 +228,12 @@ impl OAuthClient {
                     .await
             }
             Grant::AuthorizationCode => self.renew_grant(key, stored, None).await,
-            // CONTRACT (issue 23): the delegation grants exchange the
-            // caller's JWT; their token source is not built yet.
-            Grant::TokenExchange | Grant::IdentityAssertion => Err(OAuthError::Settings(
-                "the delegation grants are not built yet".to_owned(),
-            )),
+            // The subject's latest JWT exchanged, one renewal at a time.
+            Grant::TokenExchange | Grant::IdentityAssertion => {
+                let stale = stored.as_ref().and_then(access_of);
+                self.renew_exclusively(key, stale, |_| self.delegated(key, &[]))
+                    .await
+            }
         }
     }
 }

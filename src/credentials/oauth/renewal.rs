@@ -127,10 +127,15 @@ impl OAuthClient {
                 .await
             }
             Grant::AuthorizationCode => self.renew_grant(key, stored, challenge).await,
-            // CONTRACT (issue 23): replaced by the delegation grants.
-            Grant::TokenExchange | Grant::IdentityAssertion => Err(OAuthError::Settings(
-                "the delegation grants are not built yet".to_owned(),
-            )),
+            // The server refused the exchanged token: dropped, and one new
+            // exchange (the session asks once per refusal).
+            Grant::TokenExchange | Grant::IdentityAssertion => {
+                self.renew_exclusively(key, Some(refused.expose()), |_| async move {
+                    self.store.clear_credentials(key).await?;
+                    self.delegated(key, &[]).await
+                })
+                .await
+            }
         }
     }
 
@@ -172,10 +177,8 @@ impl OAuthClient {
                     .consent_required(manager, &metadata, key, challenge, &scopes)
                     .await)
             }
-            // CONTRACT (issue 23): replaced by the delegation grants.
-            Grant::TokenExchange | Grant::IdentityAssertion => Err(OAuthError::Settings(
-                "the delegation grants are not built yet".to_owned(),
-            )),
+            // One exchange asking for the added scopes.
+            Grant::TokenExchange | Grant::IdentityAssertion => self.delegated(key, &wanted).await,
         }
     }
 

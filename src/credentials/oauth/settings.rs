@@ -9,7 +9,10 @@ use url::Url;
 
 use super::OAuthError;
 use super::renewal::DEFAULT_MAX_STEP_UPS;
-use crate::config::{Grant, OAuthListener, Secret, ServerOAuth, TokenEndpointAuth};
+use crate::config::{
+    Grant, IdentityProvider, OAuthListener, Secret, ServerOAuth, SubjectTokenType,
+    TokenEndpointAuth,
+};
 use crate::credentials::dpop::DpopKey;
 
 /// The `client_name` sent with dynamic registration by default.
@@ -79,6 +82,15 @@ pub struct OAuthSettings {
     /// The client authenticates with its secret when it has one, else
     /// names its `client_id` (if any). Default: none.
     pub jwt_bearer_assertion: Option<WorkloadAssertion>,
+    /// `token_exchange`: where the caller's JWT is exchanged; the token
+    /// endpoint discovered for the server when unset.
+    pub token_endpoint: Option<Url>,
+    /// `token_exchange`: the `audience` of the exchange.
+    pub audience: Option<String>,
+    /// `token_exchange`: the `subject_token_type` of the caller's JWT.
+    pub subject_token_type: SubjectTokenType,
+    /// `identity_assertion`: the enterprise IdP.
+    pub identity_provider: Option<IdentityProvider>,
 }
 
 impl OAuthSettings {
@@ -102,6 +114,10 @@ impl OAuthSettings {
             dpop: false,
             dpop_key: None,
             jwt_bearer_assertion: None,
+            token_endpoint: None,
+            audience: None,
+            subject_token_type: SubjectTokenType::default(),
+            identity_provider: None,
         }
     }
 
@@ -121,6 +137,10 @@ impl OAuthSettings {
         settings.token_endpoint_auth = oauth.token_endpoint_auth;
         settings.private_key = oauth.private_key.clone();
         settings.scopes = oauth.scopes.clone();
+        settings.token_endpoint = oauth.token_endpoint.clone();
+        settings.audience = oauth.audience.clone();
+        settings.subject_token_type = oauth.subject_token_type;
+        settings.identity_provider = oauth.identity_provider.clone();
         settings.client_name = crate::config::client_name(tenant);
         if let Some(listener) = listener {
             settings.redirect_uri = Some(listener.redirect_uri(tenant, server));
