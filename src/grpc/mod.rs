@@ -9,6 +9,7 @@ mod call;
 mod call_audit;
 mod complete;
 mod consent;
+mod guarding;
 pub mod convert;
 pub mod drain;
 pub mod error;
