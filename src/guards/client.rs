@@ -117,16 +117,18 @@ impl Guard {
             }
         }
         let mut client = GuardServiceClient::new(channel);
+        let started = std::time::Instant::now();
         let answer = tokio::time::timeout(self.timeout, client.check(request)).await;
+        let late = || {
+            format!(
+                "no verdict within its timeout ({})",
+                humantime::format_duration(self.timeout)
+            )
+        };
         match answer {
-            Err(_) => Err(format!(
-                "no verdict within its timeout ({})",
-                humantime::format_duration(self.timeout)
-            )),
-            Ok(Err(status)) if status.code() == tonic::Code::DeadlineExceeded => Err(format!(
-                "no verdict within its timeout ({})",
-                humantime::format_duration(self.timeout)
-            )),
+            Err(_) => Err(late()),
+            // The channel's own deadline (`grpc-timeout`) may end it first.
+            Ok(Err(_)) if started.elapsed() >= self.timeout => Err(late()),
             Ok(Err(status)) => Err(format!(
                 "answered {:?}: {}",
                 status.code(),

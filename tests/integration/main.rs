@@ -20,6 +20,7 @@ mod consent;
 mod docs;
 mod fixtures;
 mod fuzz_corpus;
+mod guards;
 mod hostile;
 mod input_interactive;
 mod input_unary;
