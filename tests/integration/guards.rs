@@ -423,3 +423,181 @@ async fn a_slow_or_down_guard_fails_closed_or_open_as_configured() {
     assert_eq!(down_open["guards"][0]["verdict"], "failed_open");
     setup.gateway.shutdown().await;
 }
+
+/// The text of every text block of a prompt's messages, joined.
+fn prompt_text(response: &pb::GetPromptResponse) -> String {
+    response
+        .messages
+        .iter()
+        .filter_map(|m| match m.content.as_ref()?.kind.as_ref()? {
+            pb::content::Kind::Text(t) => Some(t.text.clone()),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The result event of an InvokeToolStream or InvokeToolInteractive.
+async fn result_event(
+    mut events: tonic::Streaming<pb::InvokeToolEvent>,
+) -> Result<pb::InvokeToolResponse, tonic::Status> {
+    for _ in 0..100 {
+        let event = tokio::time::timeout(Duration::from_secs(30), events.message())
+            .await
+            .expect("an event within 30 s")?;
+        match event.and_then(|e| e.event) {
+            Some(pb::invoke_tool_event::Event::Result(result)) => return Ok(result),
+            Some(_) => continue,
+            None => panic!("the stream ended without a result"),
+        }
+    }
+    panic!("no result within 100 events")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_interactive_calls_reads_and_prompts_are_guarded() {
+    let dir = tempfile::tempdir().unwrap();
+    let guard = start_guard(dir.path(), &[]);
+    let echo = serve_mcp(TestServer::new(&["echo"])).await;
+    let python = python();
+    let yaml = format!(
+        "guards:\n  - name: first\n    url: http://127.0.0.1:{port}\ntenants:\n  - name: acme\n    tokens: [{ACME}]\n    guards: [first]\n    servers:\n      - name: t\n        url: \"{url}\"\n      - name: p\n        command: [\"{py}\", \"{prompts}\", \"stdio\"]\n      - name: r\n        command: [\"{py}\", \"{resources}\", \"stdio\"]\n        env:\n          RESOURCES_TAG: REPLACE-RESULT\n",
+        port = guard.port,
+        url = echo.url,
+        py = python.display(),
+        prompts = fixture("python/prompts_server.py").display(),
+        resources = fixture("python/resources_server.py").display(),
+    );
+    let gateway = TestGateway::start(&yaml, &[]).await;
+    let mut client = gateway.client().await;
+    wait_listed(&mut client, ACME, "t__echo").await;
+    let call = |text: &str| pb::InvokeToolRequest {
+        name: "t__echo".into(),
+        arguments_json: args(text),
+        ..Default::default()
+    };
+
+    // InvokeToolStream: the final result is guarded in both phases.
+    let events = client
+        .invoke_tool_stream(authed(ACME, call("REPLACE-ME REPLACE-RESULT")))
+        .await
+        .expect("stream opens")
+        .into_inner();
+    let result = result_event(events).await.expect("streamed result");
+    assert_eq!(result.text, "REPLACE-ME>first REPLACE-RESULT>first");
+    let events = client
+        .invoke_tool_stream(authed(ACME, call("DENY-ME")))
+        .await;
+    let denied = match events {
+        Ok(events) => result_event(events.into_inner()).await.expect_err("denied"),
+        Err(status) => status,
+    };
+    assert_eq!(reason(&denied), "GUARD_DENIED");
+
+    // InvokeToolInteractive: the same.
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tx.send(pb::InteractiveRequest {
+        message: Some(pb::interactive_request::Message::Call(call("REPLACE-RESULT"))),
+    })
+    .await
+    .unwrap();
+    let events = client
+        .invoke_tool_interactive(authed(
+            ACME,
+            tokio_stream::wrappers::ReceiverStream::new(rx),
+        ))
+        .await
+        .expect("interactive opens")
+        .into_inner();
+    let result = result_event(events).await.expect("interactive result");
+    assert_eq!(result.text, "REPLACE-RESULT>first");
+    drop(tx);
+
+    // ReadResource: the response phase sees the ReadResourceResult.
+    let read = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            match client
+                .read_resource(authed(
+                    ACME,
+                    pb::ReadResourceRequest {
+                        server: "r".into(),
+                        uri: "fixture://text".into(),
+                        ..Default::default()
+                    },
+                ))
+                .await
+            {
+                Ok(read) => break read.into_inner(),
+                Err(status) if status.code() == Code::Unavailable => {
+                    tokio::time::sleep(Duration::from_millis(100)).await
+                }
+                Err(status) => panic!("ReadResource: {status:?}"),
+            }
+        }
+    })
+    .await
+    .expect("the resources server connects");
+    let Some(pb::resource_contents::Data::Text(text)) = &read.contents[0].data else {
+        panic!("text contents: {read:?}");
+    };
+    assert_eq!(text, "hello from REPLACE-RESULT>first");
+
+    // GetPrompt: arguments replaced in the request phase, messages in the
+    // response phase; a denial refuses it.
+    let prompt = |code: &str| {
+        authed(
+            ACME,
+            pb::GetPromptRequest {
+                name: "p__review".into(),
+                arguments: [("code".to_owned(), code.to_owned())].into(),
+                ..Default::default()
+            },
+        )
+    };
+    let rendered = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            match client.get_prompt(prompt("REPLACE-ME REPLACE-RESULT")).await {
+                Ok(rendered) => break rendered.into_inner(),
+                Err(status)
+                    if matches!(status.code(), Code::Unavailable | Code::NotFound) =>
+                {
+                    tokio::time::sleep(Duration::from_millis(100)).await
+                }
+                Err(status) => panic!("GetPrompt: {status:?}"),
+            }
+        }
+    })
+    .await
+    .expect("the prompts server connects");
+    assert!(
+        prompt_text(&rendered).contains("REPLACE-ME>first REPLACE-RESULT>first"),
+        "{rendered:?}"
+    );
+    let denied = client
+        .get_prompt(prompt("DENY-ME"))
+        .await
+        .expect_err("prompt denied");
+    assert_eq!(denied.code(), Code::PermissionDenied);
+    assert_eq!(reason(&denied), "GUARD_DENIED");
+    assert_eq!(info(&denied)["prompt"], "p__review");
+
+    // What the guard was told about the read and the prompt.
+    let asked = checks(&guard);
+    let read_check = asked
+        .iter()
+        .find(|c| c["target"]["kind"] == "TARGET_KIND_RESOURCE" && c["phase"] == "PHASE_REQUEST")
+        .expect("the read was checked");
+    assert_eq!(read_check["arguments_json"], "{}");
+    assert_eq!(read_check["target"]["name"], "fixture://text");
+    assert_eq!(read_check["target"]["server"], "r");
+    assert_eq!(read_check["target"]["definition_hash"], "");
+    let prompt_check = asked
+        .iter()
+        .find(|c| c["target"]["kind"] == "TARGET_KIND_PROMPT" && c["phase"] == "PHASE_REQUEST")
+        .expect("the prompt was checked");
+    assert_eq!(prompt_check["target"]["upstream_name"], "review");
+    let prompt_args: serde_json::Value =
+        serde_json::from_str(prompt_check["arguments_json"].as_str().unwrap()).unwrap();
+    assert_eq!(prompt_args["code"], "REPLACE-ME REPLACE-RESULT");
+    gateway.shutdown().await;
+}
