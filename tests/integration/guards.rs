@@ -601,3 +601,85 @@ async fn streams_interactive_calls_reads_and_prompts_are_guarded() {
     assert_eq!(prompt_args["code"], "REPLACE-ME REPLACE-RESULT");
     gateway.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_adds_and_removes_guards_for_new_calls_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let guard = start_guard(dir.path(), &[]);
+    let echo = serve_mcp(TestServer::new(&["echo"])).await;
+    let port = free_port();
+    let path = dir.path().join("toolgate.yaml");
+    let config = |tenant_guards: &str| {
+        format!(
+            "listen: \"127.0.0.1:{port}\"\nshutdown_delay: \"0s\"\nguards:\n  - name: first\n    url: http://127.0.0.1:{g}\n    timeout: 15s\ntenants:\n  - name: acme\n    tokens: [{ACME}]\n    guards: [{tenant_guards}]\n    servers:\n      - name: t\n        url: \"{url}\"\n",
+            g = guard.port,
+            url = echo.url,
+        )
+    };
+    std::fs::write(&path, config("")).unwrap();
+    let gateway = serve_binary(&path, &dir.path().join("gateway.log"), &[]);
+    let pid = gateway.0.id();
+    wait_for_port(port).await;
+    let mut client = client_at(port).await;
+    wait_listed(&mut client, ACME, "t__echo").await;
+    let unguarded = invoke(&mut client, ACME, "t__echo", &args("REPLACE-RESULT"))
+        .await
+        .unwrap();
+    assert_eq!(unguarded.text, "REPLACE-RESULT");
+
+    // A reload adds the tenant's guard: new calls are guarded.
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, config("first")).unwrap();
+    std::fs::rename(&tmp, &path).unwrap();
+    signal(pid, "HUP");
+    let mut guarded = false;
+    for _ in 0..100 {
+        let answer = invoke(&mut client, ACME, "t__echo", &args("REPLACE-RESULT"))
+            .await
+            .unwrap();
+        if answer.text == "REPLACE-RESULT>first" {
+            guarded = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(guarded, "the reload's guard never acted");
+
+    // A call in flight (its guard slow in the request phase) while a
+    // reload removes the guard: it finishes with the chain it started
+    // with; a new call is no longer guarded.
+    let asked_before = checks(&guard).len();
+    let mut slow_client = client.clone();
+    let in_flight = tokio::spawn(async move {
+        invoke(&mut slow_client, ACME, "t__echo", &args("SLOW-ME REPLACE-RESULT")).await
+    });
+    for _ in 0..100 {
+        if checks(&guard).len() > asked_before {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(checks(&guard).len() > asked_before, "the slow call reached its guard");
+    std::fs::write(&tmp, config("")).unwrap();
+    std::fs::rename(&tmp, &path).unwrap();
+    signal(pid, "HUP");
+    let mut unguarded = false;
+    for _ in 0..100 {
+        let answer = invoke(&mut client, ACME, "t__echo", &args("REPLACE-RESULT"))
+            .await
+            .unwrap();
+        if answer.text == "REPLACE-RESULT" {
+            unguarded = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(unguarded, "the reload never removed the guard");
+    let finished = tokio::time::timeout(Duration::from_secs(30), in_flight)
+        .await
+        .expect("the call in flight finishes")
+        .unwrap()
+        .expect("the call in flight succeeds");
+    assert_eq!(finished.text, "SLOW-ME REPLACE-RESULT>first");
+    signal(pid, "TERM");
+}
