@@ -50,8 +50,7 @@ pub use chain::{ChainMark, ChainReason};
 pub use digest::DigestKey;
 pub use record::{
     ArgumentsRecord, CallerRecord, GuardRecord, InputItem, Outcome, Record, RecordKind,
-    SCHEMA_VERSION,
-    code_name, error_outcome, millis, now,
+    SCHEMA_VERSION, code_name, error_outcome, millis, now,
 };
 pub use refusals::{Reached, Refusal, RefusalLayer, Refusals};
 

@@ -451,7 +451,12 @@ impl Found {
             .response(&info, result, self.max_result_bytes, &mut acted)
             .await
             .map_err(|stop| {
-                CallError::guard(stop, self.stored.tool.clone().into(), &self.tool.server, true)
+                CallError::guard(
+                    stop,
+                    self.stored.tool.clone().into(),
+                    &self.tool.server,
+                    true,
+                )
             })
     }
 

@@ -174,8 +174,12 @@ impl Chain {
                         json.len()
                     ));
                 }
-                let value = serde_json::from_str::<rmcp::model::JsonObject>(&json)
-                    .map_err(|e| format!("replaced the arguments with something that is not a JSON object ({e})"))?;
+                let value =
+                    serde_json::from_str::<rmcp::model::JsonObject>(&json).map_err(|e| {
+                        format!(
+                            "replaced the arguments with something that is not a JSON object ({e})"
+                        )
+                    })?;
                 Ok(Payload::replaced(value, json))
             };
             current = judge(
@@ -310,7 +314,11 @@ fn judge<T>(
         }
         Ok(WireVerdict::Replace(replace)) => {
             let (wanted, other, field) = match phase {
-                Phase::Request => (replace.arguments_json, replace.result_json, "arguments_json"),
+                Phase::Request => (
+                    replace.arguments_json,
+                    replace.result_json,
+                    "arguments_json",
+                ),
                 Phase::Response => (replace.result_json, replace.arguments_json, "result_json"),
             };
             if !other.is_empty() || wanted.is_empty() {

@@ -154,9 +154,12 @@ fn endpoint(config: &GuardConfig) -> Result<Endpoint, String> {
     if config.url.scheme() == "https" {
         let mut tls = ClientTlsConfig::new();
         tls = match &config.tls {
-            Some(trust) => tls.ca_certificates(trust.roots().iter().map(|der| {
-                Certificate::from_pem(pem(der.as_ref()))
-            })),
+            Some(trust) => tls.ca_certificates(
+                trust
+                    .roots()
+                    .iter()
+                    .map(|der| Certificate::from_pem(pem(der.as_ref()))),
+            ),
             None => tls.with_native_roots(),
         };
         endpoint = endpoint

@@ -310,12 +310,22 @@ async fn a_denial_refuses_the_call_with_the_guards_reason_bounded_and_redacted()
     assert_eq!(meta["tool"], "t__echo");
     assert_eq!(meta["server"], "t");
     let guard_reason = &meta["guard_reason"];
-    assert!(guard_reason.starts_with("first refused: "), "{guard_reason}");
+    assert!(
+        guard_reason.starts_with("first refused: "),
+        "{guard_reason}"
+    );
     assert!(guard_reason.len() <= 256, "{}", guard_reason.len());
     assert!(!guard_reason.contains(SECRET), "{guard_reason}");
     assert!(guard_reason.contains("[redacted]"), "{guard_reason}");
-    assert!(!guard_reason.chars().any(char::is_control), "{guard_reason:?}");
-    assert!(denied.message().contains("guard `first` denied the request"));
+    assert!(
+        !guard_reason.chars().any(char::is_control),
+        "{guard_reason:?}"
+    );
+    assert!(
+        denied
+            .message()
+            .contains("guard `first` denied the request")
+    );
     assert!(!denied.message().contains(SECRET));
     // Only `first` was asked: a denial stops the chain.
     let asked = checks(&setup.guard);
@@ -352,12 +362,19 @@ async fn a_slow_or_down_guard_fails_closed_or_open_as_configured() {
     let late = invoke(&mut client, SLOW_CLOSED, "t__echo", &args("SLOW-ME"))
         .await
         .expect_err("late guard");
-    assert!(started.elapsed() < Duration::from_secs(4), "the deadline holds");
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "the deadline holds"
+    );
     assert_eq!(late.code(), Code::Unavailable);
     assert_eq!(reason(&late), "GUARD_UNAVAILABLE");
     assert!(late.get_details_retry_info().is_some());
     assert_eq!(info(&late)["guard"], "slow-closed");
-    assert!(late.message().contains("no verdict within"), "{}", late.message());
+    assert!(
+        late.message().contains("no verdict within"),
+        "{}",
+        late.message()
+    );
 
     // Slow, open: the call goes on as if allowed.
     let through = invoke(&mut client, SLOW_OPEN, "t__echo", &args("SLOW-ME"))
@@ -497,7 +514,9 @@ async fn streams_interactive_calls_reads_and_prompts_are_guarded() {
     // InvokeToolInteractive: the same.
     let (tx, rx) = tokio::sync::mpsc::channel(4);
     tx.send(pb::InteractiveRequest {
-        message: Some(pb::interactive_request::Message::Call(call("REPLACE-RESULT"))),
+        message: Some(pb::interactive_request::Message::Call(call(
+            "REPLACE-RESULT",
+        ))),
     })
     .await
     .unwrap();
@@ -558,9 +577,7 @@ async fn streams_interactive_calls_reads_and_prompts_are_guarded() {
         loop {
             match client.get_prompt(prompt("REPLACE-ME REPLACE-RESULT")).await {
                 Ok(rendered) => break rendered.into_inner(),
-                Err(status)
-                    if matches!(status.code(), Code::Unavailable | Code::NotFound) =>
-                {
+                Err(status) if matches!(status.code(), Code::Unavailable | Code::NotFound) => {
                     tokio::time::sleep(Duration::from_millis(100)).await
                 }
                 Err(status) => panic!("GetPrompt: {status:?}"),
@@ -651,7 +668,13 @@ async fn a_reload_adds_and_removes_guards_for_new_calls_only() {
     let asked_before = checks(&guard).len();
     let mut slow_client = client.clone();
     let in_flight = tokio::spawn(async move {
-        invoke(&mut slow_client, ACME, "t__echo", &args("SLOW-ME REPLACE-RESULT")).await
+        invoke(
+            &mut slow_client,
+            ACME,
+            "t__echo",
+            &args("SLOW-ME REPLACE-RESULT"),
+        )
+        .await
     });
     for _ in 0..100 {
         if checks(&guard).len() > asked_before {
@@ -659,7 +682,10 @@ async fn a_reload_adds_and_removes_guards_for_new_calls_only() {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert!(checks(&guard).len() > asked_before, "the slow call reached its guard");
+    assert!(
+        checks(&guard).len() > asked_before,
+        "the slow call reached its guard"
+    );
     std::fs::write(&tmp, config("")).unwrap();
     std::fs::rename(&tmp, &path).unwrap();
     signal(pid, "HUP");
