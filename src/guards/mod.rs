@@ -119,3 +119,55 @@ impl Chain {
         self.guards.iter().map(|g| g.name())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{GuardFailure, GuardPhases};
+
+    fn guard(name: &str, request: bool, response: bool) -> GuardConfig {
+        GuardConfig {
+            name: name.to_owned(),
+            url: url::Url::parse("http://127.0.0.1:1").unwrap(),
+            timeout: std::time::Duration::from_secs(1),
+            failure: GuardFailure::Closed,
+            phases: GuardPhases { request, response },
+            token: None,
+            tls: None,
+        }
+    }
+
+    fn names(chain: &Chain) -> Vec<&str> {
+        chain.names().collect()
+    }
+
+    #[test]
+    fn a_chain_is_the_tenants_guards_then_the_servers_not_listed_yet() {
+        let guards = Guards::new(&[
+            guard("a", true, true),
+            guard("b", true, false),
+            guard("c", false, true),
+        ]);
+        let chain = guards.chain(&["b".into(), "a".into()], &["a".into(), "c".into()]);
+        assert_eq!(names(&chain), ["b", "a", "c"]);
+        assert!(!chain.skips(Phase::Request));
+        let only_c = guards.chain(&[], &["c".into()]);
+        assert!(only_c.skips(Phase::Request));
+        assert!(!only_c.skips(Phase::Response));
+        let none = guards.chain(&[], &[]);
+        assert!(none.skips(Phase::Request) && none.skips(Phase::Response));
+        // Names that are not guards (refused by validation) are skipped.
+        assert_eq!(
+            names(&guards.chain(&["zz".into()], &[])),
+            Vec::<&str>::new()
+        );
+    }
+
+    #[test]
+    fn a_guards_debug_never_shows_its_token() {
+        let mut config = guard("a", true, true);
+        config.token = Some(crate::config::Secret::new("guard-token-value"));
+        let shown = format!("{:?}", Guards::new(&[config]));
+        assert!(!shown.contains("guard-token-value"), "{shown}");
+    }
+}
