@@ -709,3 +709,66 @@ async fn a_reload_adds_and_removes_guards_for_new_calls_only() {
     assert_eq!(finished.text, "SLOW-ME REPLACE-RESULT>first");
     signal(pid, "TERM");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tasks_result_is_guarded_when_get_task_delivers_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let guard = start_guard(dir.path(), &[]);
+    let yaml = format!(
+        "state:\n  url: \"sqlite://{state}/state.db\"\nguards:\n  - name: first\n    url: http://127.0.0.1:{port}\ntenants:\n  - name: acme\n    tokens: [{ACME}]\n    servers:\n      - name: tasks\n        command: [\"{py}\", \"{script}\", \"stdio\"]\n        lifecycle: discover\n        guards: [first]\n",
+        state = dir.path().display(),
+        port = guard.port,
+        py = python().display(),
+        script = fixture("python/tasks_server.py").display(),
+    );
+    let gateway = TestGateway::start(&yaml, &[]).await;
+    let mut client = gateway.client().await;
+    wait_listed(&mut client, ACME, "tasks__optional_task").await;
+    let started = client
+        .invoke_tool(authed(
+            ACME,
+            pb::InvokeToolRequest {
+                name: "tasks__optional_task".into(),
+                arguments_json: args("REPLACE-ME REPLACE-RESULT"),
+                accepts_task: true,
+                ..Default::default()
+            },
+        ))
+        .await
+        .expect("a task")
+        .into_inner();
+    let task = *started.task.expect("the call answers a task");
+    let mut done = None;
+    for _ in 0..200 {
+        let got = client
+            .get_task(authed(
+                ACME,
+                pb::GetTaskRequest {
+                    task_id: task.task_id.clone(),
+                },
+            ))
+            .await
+            .expect("GetTask")
+            .into_inner();
+        if got.status == pb::TaskStatus::Completed as i32 {
+            done = Some(got);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let done = done.expect("the task completes within 20 s");
+    // The request phase replaced the arguments when the call started; the
+    // response phase the result GetTask delivers.
+    assert_eq!(
+        done.result.expect("its result").text,
+        "done: REPLACE-ME>first REPLACE-RESULT>first"
+    );
+    let asked = checks(&guard);
+    let response = asked
+        .iter()
+        .find(|c| c["phase"] == "PHASE_RESPONSE")
+        .expect("the result was checked");
+    assert_eq!(response["target"]["name"], "tasks__optional_task");
+    assert_eq!(response["call_id"].as_str().unwrap().len(), 16);
+    gateway.shutdown().await;
+}
