@@ -21,6 +21,7 @@ pub mod audit;
 pub mod callers;
 pub mod catalog;
 pub mod credentials;
+pub mod guards;
 pub mod listen;
 pub mod policy;
 pub mod state;

@@ -49,8 +49,8 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 pub use chain::{ChainMark, ChainReason};
 pub use digest::DigestKey;
 pub use record::{
-    ArgumentsRecord, CallerRecord, InputItem, Outcome, Record, RecordKind, SCHEMA_VERSION,
-    code_name, error_outcome, millis, now,
+    ArgumentsRecord, CallerRecord, GuardRecord, InputItem, Outcome, Record, RecordKind,
+    SCHEMA_VERSION, code_name, error_outcome, millis, now,
 };
 pub use refusals::{Reached, Refusal, RefusalLayer, Refusals};
 

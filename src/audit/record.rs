@@ -21,8 +21,11 @@ use serde::{Deserialize, Serialize};
 /// (changes made through the admin API), with `secret`, `old_version`,
 /// `new_version` and the caller kind `admin_token`. Version 6: the hash
 /// chain: every record has `seq` and (but for an unlinked start) `prev`,
-/// and the first record of each file `chain`.
-pub const SCHEMA_VERSION: u32 = 6;
+/// and the first record of each file `chain`. Version 7: `guards` (what
+/// each guard did in a call) and, for a tool call a guard checked, `bytes`
+/// (the size of what was handed out: a replacement's when a guard replaced
+/// the result).
+pub const SCHEMA_VERSION: u32 = 7;
 
 /// What a record is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -175,6 +178,22 @@ impl ArgumentsRecord {
     }
 }
 
+/// What one guard did in a call (`guards` of a call record).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GuardRecord {
+    /// The guard's configured name.
+    pub guard: String,
+    /// `request` or `response`.
+    pub phase: String,
+    /// `allow`, `deny`, `replace`, `failed_open` or `failed_closed`.
+    pub verdict: String,
+    /// On the last `replace` of the request phase: what the record keeps of
+    /// the arguments sent upstream in place of those received (as
+    /// `arguments` keeps those).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arguments: Option<ArgumentsRecord>,
+}
+
 /// One question handed to a worker, or its answer, in an `input` record.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct InputItem {
@@ -258,8 +277,8 @@ pub struct Record {
     /// `Complete` of a resource template's argument: the URI template.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uri_template: Option<String>,
-    /// `ReadResource`, `GetPrompt`: the size of what was handed out (the
-    /// encoded response, in bytes).
+    /// `ReadResource`, `GetPrompt`, and a tool call a guard checked: the
+    /// size of what was handed out (the encoded response, in bytes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bytes: Option<u64>,
     /// The definition hash of the tool that was resolved.
@@ -269,6 +288,10 @@ pub struct Record {
     /// none`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arguments: Option<ArgumentsRecord>,
+    /// Calls a guard checked: what each guard did, in order (request phase
+    /// first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guards: Option<Vec<GuardRecord>>,
     /// The authorization event (`consent_started`, `consent_completed`,
     /// `consent_failed`, `authorization_required`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -345,6 +368,7 @@ impl Record {
             bytes: None,
             definition_hash: None,
             arguments: None,
+            guards: None,
             event: None,
             round: None,
             input: None,

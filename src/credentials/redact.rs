@@ -159,7 +159,7 @@ impl Redactor {
     /// The redactor of every credential in `config`: each caller token,
     /// each HTTP header value, each stdio environment value read from a
     /// secret source (`{env:}`, `{file:}`), each OAuth client secret and
-    /// private key, and the state store's URL and keys.
+    /// private key, the state store's URL and keys, and each guard's token.
     pub fn for_config(config: &Config) -> Self {
         let mut values: Vec<&Secret> = Vec::new();
         values.extend(config.state.url.iter());
@@ -167,6 +167,8 @@ impl Redactor {
         if let Some(admin) = &config.admin {
             values.extend(admin.tokens.iter());
         }
+        // The guards' bearer tokens (`guards[].token`).
+        values.extend(config.guards.iter().filter_map(|g| g.token.as_ref()));
         for tenant in &config.tenants {
             tenant_values(tenant, &mut values);
         }

@@ -68,6 +68,7 @@ pub(crate) async fn run_call(
     let span = call_span(&tenant.name, &request.get_ref().name);
     trace::continue_caller_trace(&span, request.metadata());
     audited.trace(&span, request.metadata());
+    let call_id = super::guarding::call_id(&span, request.metadata());
     let inherited_trace = trace::caller_context(request.metadata());
     let (caller, subject) = super::caller_of(&request);
     let request = request.into_inner();
@@ -84,6 +85,7 @@ pub(crate) async fn run_call(
         subject,
         caller,
         task_events: super::tasks::Events::of(gateway),
+        call_id,
     };
     let call = async {
         tokio::select! {
@@ -97,6 +99,12 @@ pub(crate) async fn run_call(
         *sent = routing.sent;
         *idempotent = routing.idempotent;
     }
+    // What the guards did is on the record, whatever became of the call.
+    audited.guarded(
+        &routing.guards,
+        routing.replaced_arguments.as_deref(),
+        || tenant.redactor(),
+    );
     // The record is written before the response leaves.
     let progress = Progress {
         server: routing.server_name.as_deref(),
@@ -188,6 +196,8 @@ struct CallContext {
     caller: crate::callers::Caller,
     /// Where a task's events go (metrics, audit).
     task_events: super::tasks::Events,
+    /// toolgate's id of the call, as guards see it.
+    call_id: String,
 }
 
 /// How far a call got, for metrics, logs and the shutdown status.
@@ -204,6 +214,10 @@ struct Routing {
     idempotent: bool,
     /// Whether the request was handed to the upstream session.
     sent: bool,
+    /// What the guards did, in order.
+    guards: Vec<crate::guards::Acted>,
+    /// The arguments sent upstream when a guard replaced them.
+    replaced_arguments: Option<String>,
 }
 
 /// Runs one call: admission first (a shed call costs nothing more), then
@@ -271,6 +285,38 @@ async fn invoke(
         idempotent,
     };
     let session = target.session().await?;
+    // The guards' request phase: after every check of toolgate's own,
+    // before anything is sent; the chain is kept for the response phase.
+    let chain = tenant.guards(tool.server_index);
+    let redaction = session.redaction().clone();
+    let redact = move |text: &str| redaction.redact(text).into_owned();
+    let guard_info = crate::guards::CallInfo {
+        tenant: &tenant.name,
+        subject: &context.subject,
+        caller: Some(&context.caller),
+        target: super::guarding::target(
+            crate::pb::guard::TargetKind::Tool,
+            name,
+            &tool.server,
+            &tool.upstream_name,
+            &tool.definition_hash,
+        ),
+        call_id: context.call_id.clone(),
+        trace: super::guarding::trace_fields(&context.inherited_trace),
+        redact: &redact,
+        metrics: &context.metrics,
+    };
+    let stopped = |stop| CallError::guard(stop, name.into(), &tool.server, idempotent);
+    let arguments = chain
+        .request(
+            &guard_info,
+            arguments,
+            tenant.limits().max_argument_bytes,
+            &mut routing.guards,
+        )
+        .await
+        .map_err(stopped)?;
+    routing.replaced_arguments = super::guarding::replaced_arguments(&routing.guards, &arguments);
     // `audit.required`: a place for the call's record, before anything is
     // sent (the record of a call whose caller goes away included).
     audited.admit(idempotent).await?;
@@ -310,7 +356,20 @@ async fn invoke(
     tool_series.upstream_finished(upstream_started.elapsed().as_secs_f64());
     let result = input_round::not_accepted(result, &context.metrics, &binding)?;
     match target.answer(result, remaining, server, context.started, routing)? {
-        CallOutcome::Complete(result) => target.response(result),
+        CallOutcome::Complete(result) => {
+            // The guards' response phase: before conversion, the audit
+            // record and the answer.
+            let result = chain
+                .response(
+                    &guard_info,
+                    result,
+                    tenant.limits().max_result_bytes,
+                    &mut routing.guards,
+                )
+                .await
+                .map_err(stopped)?;
+            target.response(result)
+        }
         CallOutcome::InputRequired(asked) => {
             let round = input_round::Questions {
                 keys: &context.keys,

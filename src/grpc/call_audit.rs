@@ -251,6 +251,42 @@ impl AuditedCall {
         }
     }
 
+    /// Records what the guards did in this call (`guards`): `acted` in
+    /// order; `replaced_arguments`, the arguments sent upstream when a
+    /// request-phase guard replaced them, kept on the last such entry as
+    /// `audit.arguments` keeps arguments.
+    pub(super) fn guarded(
+        &mut self,
+        acted: &[crate::guards::Acted],
+        replaced_arguments: Option<&str>,
+        redactor: impl FnOnce() -> std::sync::Arc<crate::credentials::Redactor>,
+    ) {
+        if acted.is_empty() {
+            return;
+        }
+        let Some(record) = &mut self.record else {
+            return;
+        };
+        let mut guards: Vec<crate::audit::GuardRecord> = acted
+            .iter()
+            .map(|a| crate::audit::GuardRecord {
+                guard: a.guard.clone(),
+                phase: a.phase.as_str().to_owned(),
+                verdict: a.verdict.as_str().to_owned(),
+                arguments: None,
+            })
+            .collect();
+        if let Some(text) = replaced_arguments
+            && let Some(last) = guards
+                .iter_mut()
+                .rev()
+                .find(|g| g.phase == "request" && g.verdict == "replace")
+        {
+            last.arguments = self.audit.arguments(text, redactor);
+        }
+        record.guards = Some(guards);
+    }
+
     /// Takes the trace id of the call's span (the gateway's own trace when
     /// export is on).
     pub(super) fn trace(&mut self, span: &tracing::Span, metadata: &tonic::metadata::MetadataMap) {
@@ -283,7 +319,11 @@ impl AuditedCall {
                 } else {
                     Outcome::Ok
                 };
-                record.bytes = response.bytes();
+                record.bytes = response.bytes().or_else(|| {
+                    // A tool call a guard checked: the size of what was
+                    // handed out (a replacement's).
+                    record.guards.as_ref().map(|_| response.encoded_len())
+                });
                 record.code = Some(code_name(tonic::Code::Ok).to_owned());
             }
             Err(error) => {
@@ -352,11 +392,20 @@ pub(super) trait Audited {
     fn bytes(&self) -> Option<u64> {
         None
     }
+
+    /// The encoded size (`bytes` of a call a guard checked).
+    fn encoded_len(&self) -> u64 {
+        0
+    }
 }
 
 impl Audited for pb::InvokeToolResponse {
     fn is_error(&self) -> bool {
         self.is_error
+    }
+
+    fn encoded_len(&self) -> u64 {
+        prost::Message::encoded_len(self) as u64
     }
 }
 

@@ -394,6 +394,85 @@ pub enum CallError {
         /// The tool is annotated `idempotentHint: true`.
         idempotent: bool,
     },
+    // Guards (`guards:`, docs/guards.md).
+    /// A guard denied the call: in the request phase nothing was sent; in
+    /// the response phase the result is withheld.
+    #[error("guard `{guard}` denied the {phase} of {tool} on server `{server}`: {reason}")]
+    GuardDenied {
+        /// The guard's name.
+        guard: String,
+        /// `request` or `response`.
+        phase: &'static str,
+        /// What the call named.
+        tool: Target,
+        /// The server.
+        server: String,
+        /// The guard's reason, bounded and redacted
+        /// ([`crate::guards::deny_reason`]).
+        reason: String,
+    },
+    /// A guard with `failure: closed` failed (down, late, an error, no
+    /// verdict, a bad replacement).
+    #[error("guard `{guard}` could not check the {phase} of {tool} on server `{server}` ({error}); {}", if *.sent {
+        "the result is withheld (the call reached the server)"
+    } else {
+        "nothing was sent upstream, retry"
+    })]
+    GuardUnavailable {
+        /// The guard's name.
+        guard: String,
+        /// `request` or `response`.
+        phase: &'static str,
+        /// What the call named.
+        tool: Target,
+        /// The server.
+        server: String,
+        /// What went wrong, in words (never a payload).
+        error: String,
+        /// Whether the request had been sent upstream (the response phase).
+        sent: bool,
+        /// Whether a retry is safe after it was sent: the tool is
+        /// `idempotentHint: true`, or the call is a read or a prompt.
+        idempotent: bool,
+    },
+}
+
+impl CallError {
+    /// The error of a chain that stopped a call to `tool` on `server`;
+    /// `idempotent`: a retry is safe even after the request was sent.
+    pub fn guard(
+        stop: crate::guards::GuardStop,
+        tool: Target,
+        server: &str,
+        idempotent: bool,
+    ) -> Self {
+        match stop {
+            crate::guards::GuardStop::Denied {
+                guard,
+                phase,
+                reason,
+            } => CallError::GuardDenied {
+                guard,
+                phase: phase.as_str(),
+                tool,
+                server: server.to_owned(),
+                reason,
+            },
+            crate::guards::GuardStop::Failed {
+                guard,
+                phase,
+                error,
+            } => CallError::GuardUnavailable {
+                guard,
+                phase: phase.as_str(),
+                tool,
+                server: server.to_owned(),
+                error,
+                sent: phase == crate::guards::Phase::Response,
+                idempotent,
+            },
+        }
+    }
 }
 
 fn shed_message(shed: &crate::registry::limits::Shed, server: Option<&str>) -> String {

@@ -12,6 +12,7 @@ mod consent;
 pub mod convert;
 pub mod drain;
 pub mod error;
+mod guarding;
 mod input_relay;
 mod input_round;
 mod input_state;

@@ -165,6 +165,7 @@ pub(super) async fn get(
         inherited_trace: trace::caller_context(request.metadata()),
         caller,
         subject,
+        call_id: super::guarding::call_id(&span, request.metadata()),
     };
     let request = request.into_inner();
     let mut routing = Routing::default();
@@ -212,6 +213,8 @@ struct Context<'a> {
     inherited_trace: Vec<(String, String)>,
     caller: crate::callers::Caller,
     subject: crate::callers::Subject,
+    /// toolgate's id of the call, as guards see it.
+    call_id: String,
 }
 
 /// How far a GetPrompt got, for its audit record.
@@ -350,6 +353,39 @@ async fn render(
             feature: Feature::Prompts,
         });
     }
+    // The guards' request phase (the prompt's arguments): before anything
+    // is sent; the chain is kept for the response phase.
+    let chain = tenant.guards(index);
+    let mut acted = Vec::new();
+    let redaction = session.redaction().clone();
+    let redact = move |text: &str| redaction.redact(text).into_owned();
+    let guard_info = crate::guards::CallInfo {
+        tenant: &tenant.name,
+        subject: &context.subject,
+        caller: Some(&context.caller),
+        target: super::guarding::target(
+            crate::pb::guard::TargetKind::Prompt,
+            name,
+            &prompt.server,
+            &prompt.upstream_name,
+            &prompt.definition_hash,
+        ),
+        call_id: context.call_id.clone(),
+        trace: super::guarding::trace_fields(&context.inherited_trace),
+        redact: &redact,
+        metrics: &gateway.metrics,
+    };
+    // A read or a prompt acts on nothing: a retry is safe.
+    let stopped = |stop| CallError::guard(stop, Target::prompt(name), &prompt.server, true);
+    let checked = chain
+        .request(&guard_info, arguments, limit, &mut acted)
+        .await;
+    let replaced = checked
+        .as_ref()
+        .ok()
+        .and_then(|arguments| super::guarding::replaced_arguments(&acted, arguments));
+    audited.guarded(&acted, replaced.as_deref(), || tenant.redactor());
+    let arguments = checked.map_err(stopped)?;
     audited.admit(false).await?;
     let (round, answered) =
         input_round::answered(retry, audited, &gateway.metrics, &binding, &tenant).await?;
@@ -412,16 +448,30 @@ async fn render(
         }
     };
     let response = match outcome {
-        PromptOutcome::Complete(result) => rendered(result, &prompt.server).map_err(|reason| {
-            upstream_session::failure(
-                &tenant,
-                index,
-                &prompt.server,
-                &target,
-                &context.subject,
-                UpstreamError::Protocol(reason),
-            )
-        })?,
+        PromptOutcome::Complete(result) => {
+            // The guards' response phase, before conversion, the record and
+            // the answer.
+            let checked = chain
+                .response(
+                    &guard_info,
+                    result,
+                    tenant.limits().max_result_bytes,
+                    &mut acted,
+                )
+                .await;
+            audited.guarded(&acted, replaced.as_deref(), || tenant.redactor());
+            let result = checked.map_err(stopped)?;
+            rendered(result, &prompt.server).map_err(|reason| {
+                upstream_session::failure(
+                    &tenant,
+                    index,
+                    &prompt.server,
+                    &target,
+                    &context.subject,
+                    UpstreamError::Protocol(reason),
+                )
+            })?
+        }
         PromptOutcome::InputRequired(asked) => {
             let questions = input_round::Questions {
                 keys: &gateway.request_keys,

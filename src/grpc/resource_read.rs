@@ -45,6 +45,7 @@ pub(super) async fn read(
     let span = super::rpc_span("ReadResource", &tenant.name);
     crate::telemetry::trace::continue_caller_trace(&span, request.metadata());
     audited.trace(&span, request.metadata());
+    let call_id = super::guarding::call_id(&span, request.metadata());
     let Some(_entered) = gateway.drain.enter() else {
         let refused = Err(CallError::Draining);
         audited.finish(&refused, Progress::none()).await;
@@ -63,6 +64,7 @@ pub(super) async fn read(
         deadline,
         started,
         inherited_trace,
+        call_id,
     };
     let run = async {
         tokio::select! {
@@ -115,6 +117,8 @@ struct Reader<'a> {
     deadline: Option<Duration>,
     started: Instant,
     inherited_trace: Vec<(String, String)>,
+    /// toolgate's id of the call, as guards see it.
+    call_id: String,
 }
 
 impl Reader<'_> {
@@ -215,6 +219,39 @@ impl Reader<'_> {
                 reason: "the request_state does not fit this read".to_owned(),
             },
         )?;
+        // The guards' request phase (arguments `{}`): before anything is
+        // sent; a replacement of them has nothing to replace.
+        let chain = tenant.guards(index);
+        let mut acted = Vec::new();
+        let redaction = session.redaction().clone();
+        let redact = move |text: &str| redaction.redact(text).into_owned();
+        let guard_info = crate::guards::CallInfo {
+            tenant: &tenant.name,
+            subject: self.subject,
+            caller: Some(self.caller),
+            target: super::guarding::target(
+                crate::pb::guard::TargetKind::Resource,
+                uri,
+                name,
+                uri,
+                "",
+            ),
+            call_id: self.call_id.clone(),
+            trace: super::guarding::trace_fields(&self.inherited_trace),
+            redact: &redact,
+            metrics,
+        };
+        let stopped = |stop| CallError::guard(stop, target.clone(), name, true);
+        let checked = chain
+            .request(
+                &guard_info,
+                rmcp::model::JsonObject::new(),
+                tenant.limits().max_argument_bytes,
+                &mut acted,
+            )
+            .await;
+        audited.guarded(&acted, None, || tenant.redactor());
+        checked.map_err(stopped)?;
         audited.admit(true).await?;
         let (round, answered) =
             input_round::answered(retry, audited, metrics, &binding, tenant).await?;
@@ -274,6 +311,13 @@ impl Reader<'_> {
         };
         let response = match outcome {
             ReadOutcome::Complete(result) => {
+                // The guards' response phase, before conversion, the
+                // record and the answer.
+                let checked = chain
+                    .response(&guard_info, result, max_result, &mut acted)
+                    .await;
+                audited.guarded(&acted, None, || tenant.redactor());
+                let result = checked.map_err(stopped)?;
                 let contents = result
                     .contents
                     .into_iter()

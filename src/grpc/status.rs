@@ -153,6 +153,11 @@ pub fn classify(error: &CallError) -> (Code, &'static str) {
         CallError::PageTokenExpired { .. } => (Code::FailedPrecondition, "PAGE_TOKEN_EXPIRED"),
         CallError::WatchLimit { .. } => (Code::ResourceExhausted, "WATCH_LIMIT"),
         CallError::ServerRemoved { .. } => (Code::NotFound, "SERVER_REMOVED"),
+        // Guards.
+        CallError::GuardDenied { .. } => (Code::PermissionDenied, "GUARD_DENIED"),
+        CallError::GuardUnavailable {
+            sent, idempotent, ..
+        } => (in_doubt(*sent, *idempotent), "GUARD_UNAVAILABLE"),
     }
 }
 
@@ -530,6 +535,32 @@ fn metadata(error: &CallError) -> HashMap<String, String> {
         CallError::TaskLimit { server, limit } => {
             metadata.insert("server".to_owned(), server.clone());
             metadata.insert("limit_value".to_owned(), limit.to_string());
+        }
+        // Guards.
+        CallError::GuardDenied {
+            guard,
+            phase,
+            tool,
+            server,
+            reason,
+        } => {
+            metadata.insert("guard".to_owned(), guard.clone());
+            metadata.insert("phase".to_owned(), (*phase).to_owned());
+            metadata.insert("server".to_owned(), server.clone());
+            metadata.insert(tool.metadata_key().to_owned(), tool.name.clone());
+            metadata.insert("guard_reason".to_owned(), reason.clone());
+        }
+        CallError::GuardUnavailable {
+            guard,
+            phase,
+            tool,
+            server,
+            ..
+        } => {
+            metadata.insert("guard".to_owned(), guard.clone());
+            metadata.insert("phase".to_owned(), (*phase).to_owned());
+            metadata.insert("server".to_owned(), server.clone());
+            metadata.insert(tool.metadata_key().to_owned(), tool.name.clone());
         }
     }
     metadata

@@ -236,6 +236,10 @@ struct Found {
     session: Arc<Session>,
     timeout: Duration,
     max_message_bytes: usize,
+    max_result_bytes: usize,
+    /// The guards of the tool's server (a completed task's result goes
+    /// through their response phase).
+    guards: crate::guards::Chain,
 }
 
 /// GetTask: the task as the server has it now.
@@ -247,7 +251,7 @@ pub(super) async fn get(rpc: &TaskCall<'_>, task_id: &str) -> Result<pb::Task, C
     let mut found = find(rpc, task_id).await?;
     let task = found.upstream_get(rpc).await?;
     found.observe(rpc, &task).await;
-    found.to_pb(&task, rpc)
+    found.to_pb(&task, rpc).await
 }
 
 /// UpdateTask: answers the task's questions (`tasks/update`), then reads
@@ -274,7 +278,7 @@ pub(super) async fn update(
         }
         _ => {
             if answers.is_empty() {
-                return found.to_pb(&task, rpc);
+                return found.to_pb(&task, rpc).await;
             }
             return Err(CallError::InputResponseInvalid {
                 reason: "the task asks nothing now (it is working)".to_owned(),
@@ -305,7 +309,7 @@ pub(super) async fn update(
         .record(&rpc.tenant.name, &found.task_id, &found.stored, "updated");
     let task = found.upstream_get(rpc).await?;
     found.observe(rpc, &task).await;
-    found.to_pb(&task, rpc)
+    found.to_pb(&task, rpc).await
 }
 
 /// CancelTask: asks the server to cancel the task (`tasks/cancel`; a
@@ -322,7 +326,7 @@ pub(super) async fn cancel(rpc: &TaskCall<'_>, task_id: &str) -> Result<pb::Task
         .map_err(|e| upstream_failure(&found.tool, rpc.subject, e))?;
     let task = found.upstream_get(rpc).await?;
     found.observe(rpc, &task).await;
-    found.to_pb(&task, rpc)
+    found.to_pb(&task, rpc).await
 }
 
 /// The caller's task `task_id` and what reaches it: looked up by hash, for
@@ -374,6 +378,8 @@ async fn find(rpc: &TaskCall<'_>, task_id: &str) -> Result<Found, CallError> {
         expires_at_ms,
         state,
         max_message_bytes: resolved.tenant.limits().max_message_bytes,
+        max_result_bytes: resolved.tenant.limits().max_result_bytes,
+        guards: resolved.tenant.guards(tool.server_index),
         tool,
         session,
         timeout,
@@ -411,8 +417,51 @@ impl Found {
         }
     }
 
+    /// A completed task's result through the response phase of its
+    /// server's guards (a retry of GetTask is safe: it acts on nothing).
+    async fn guarded(
+        &self,
+        result: rmcp::model::CallToolResult,
+        rpc: &TaskCall<'_>,
+    ) -> Result<rmcp::model::CallToolResult, CallError> {
+        if self.guards.skips(crate::guards::Phase::Response) {
+            return Ok(result);
+        }
+        let redaction = self.session.redaction().clone();
+        let redact = move |text: &str| redaction.redact(text).into_owned();
+        let info = crate::guards::CallInfo {
+            tenant: &rpc.tenant.name,
+            subject: rpc.subject,
+            caller: Some(rpc.caller),
+            target: super::guarding::target(
+                crate::pb::guard::TargetKind::Tool,
+                &self.stored.tool,
+                &self.tool.server,
+                &self.tool.upstream_name,
+                &self.tool.definition_hash,
+            ),
+            // The task's, as its audit records name it.
+            call_id: id_hash(&self.task_id),
+            trace: super::guarding::trace_fields(&[]),
+            redact: &redact,
+            metrics: &rpc.events.metrics,
+        };
+        let mut acted = Vec::new();
+        self.guards
+            .response(&info, result, self.max_result_bytes, &mut acted)
+            .await
+            .map_err(|stop| {
+                CallError::guard(
+                    stop,
+                    self.stored.tool.clone().into(),
+                    &self.tool.server,
+                    true,
+                )
+            })
+    }
+
     /// The API's `Task` of the server's `task`.
-    fn to_pb(&self, task: &DetailedTask, _rpc: &TaskCall<'_>) -> Result<pb::Task, CallError> {
+    async fn to_pb(&self, task: &DetailedTask, rpc: &TaskCall<'_>) -> Result<pb::Task, CallError> {
         let mut out = pb::Task {
             task_id: self.task_id.clone(),
             status: status_of(task.status()) as i32,
@@ -434,6 +483,7 @@ impl Found {
                     .session
                     .task_result(result.clone())
                     .map_err(|e| protocol(e.to_string()))?;
+                let result = self.guarded(result, rpc).await?;
                 let response = convert::invoke_response(result, &self.stored.server)
                     .map_err(|e| protocol(e.to_string()))?;
                 out.result = Some(Box::new(response));

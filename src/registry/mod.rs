@@ -120,6 +120,9 @@ pub(crate) struct Spawner {
     /// The approved definitions in force (servers with `definitions:
     /// approved` serve only these).
     approvals: ArcSwap<crate::approvals::Approvals>,
+    /// The guards of the configuration in force (`guards:`): the tenants
+    /// built from it take their chains from these.
+    guards: ArcSwap<crate::guards::Guards>,
 }
 
 impl Spawner {
@@ -159,6 +162,11 @@ impl Spawner {
 
     pub(crate) fn max_result_bytes(&self) -> usize {
         self.max_result_bytes.load(Ordering::Relaxed)
+    }
+
+    /// The guards of the configuration in force.
+    pub(crate) fn guards(&self) -> Arc<crate::guards::Guards> {
+        self.guards.load_full()
     }
 
     pub(crate) fn redactor(&self) -> &SharedRedactor {
@@ -327,6 +335,7 @@ impl Registry {
                 activated: Notify::new(),
                 oauth,
                 approvals: ArcSwap::from_pointee(approvals),
+                guards: ArcSwap::from_pointee(crate::guards::Guards::default()),
             }),
             metrics,
             shutdown: CancellationToken::new(),
@@ -491,6 +500,12 @@ impl Registry {
         }
         self.max_live
             .store(config.max_live_sessions.unwrap_or(0), Ordering::Relaxed);
+        // The tenants built below (and store tenants built later) take
+        // their chains from this generation's guards; calls in flight keep
+        // the chains of the tenant object they started with.
+        self.spawner
+            .guards
+            .store(Arc::new(crate::guards::Guards::new(&config.guards)));
         {
             let file = config.approvals.as_ref().map(|a| a.file.clone());
             let mut current = self.approvals_file.lock().expect("approvals file lock");

@@ -140,6 +140,9 @@ pub struct Tenant {
     redactor: crate::credentials::SharedRedactor,
     /// A tenant of the state store's own credentials.
     own_credentials: Option<Arc<crate::credentials::Redactor>>,
+    /// Each server's guards (by server index): the tenant's, then the
+    /// server's, from the configuration this object was built from.
+    guards: Vec<crate::guards::Chain>,
 }
 
 /// Holds a tenant as busy while a call runs.
@@ -232,6 +235,12 @@ impl Tenant {
                 spawner.redactor().load().merged(own),
             )),
         };
+        let all_guards = spawner.guards();
+        let guards = config
+            .servers
+            .iter()
+            .map(|server| all_guards.chain(&config.guards, &server.guards))
+            .collect();
         let tenant = Arc::new(Tenant {
             name: config.name.clone(),
             limiter,
@@ -251,6 +260,7 @@ impl Tenant {
             origin: config.origin.clone(),
             redactor,
             own_credentials,
+            guards,
         });
         {
             let mut owner = tenant.publication.owner.lock().expect("publication lock");
@@ -639,6 +649,12 @@ impl Tenant {
     /// The configuration of server `index`.
     pub fn server(&self, index: usize) -> &ServerConfig {
         &self.slots[index].config
+    }
+
+    /// The guards asked about calls to server `index` (its chain as this
+    /// tenant object was built: a call keeps it for both phases).
+    pub fn guards(&self, index: usize) -> crate::guards::Chain {
+        self.guards.get(index).cloned().unwrap_or_default()
     }
 
     /// The concurrency limit of server `index`, if any.

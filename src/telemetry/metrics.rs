@@ -27,6 +27,8 @@
 //! | `toolgate_tls_certificate_expiry_timestamp_seconds` | gauge | listener |
 //! | `toolgate_tls_reloads_total` | counter | listener, outcome |
 //! | `toolgate_tls_handshake_failures_total` | counter | listener |
+//! | `toolgate_guard_checks_total` | counter | guard, phase, verdict |
+//! | `toolgate_guard_check_seconds` | histogram | guard |
 
 use std::sync::Arc;
 
@@ -39,10 +41,12 @@ use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 
 mod calls;
+mod guards;
 mod tenants;
 mod tls;
 
 pub use calls::{InFlight, TenantCalls, ToolCalls};
+pub use guards::GuardMetrics;
 pub use tenants::{LoadOutcome, TenantMetrics};
 pub use tls::TlsMetrics;
 
@@ -158,6 +162,7 @@ pub struct Metrics {
     tls: TlsMetrics,
     tenants_dir_files: Family<FileStateLabels, Gauge>,
     admin_requests: Family<AdminLabels, Counter>,
+    guards: GuardMetrics,
 }
 
 /// The state of a `tenants_dir` file.
@@ -329,6 +334,7 @@ impl Metrics {
         );
         let tenants = TenantMetrics::register(&mut registry);
         let tls = TlsMetrics::register(&mut registry);
+        let guards = GuardMetrics::register(&mut registry);
         let tenants_dir_files = Family::<FileStateLabels, Gauge>::default();
         registry.register(
             "toolgate_tenants_dir_files",
@@ -345,6 +351,7 @@ impl Metrics {
             admin_requests.clone(),
         );
         Metrics {
+            guards,
             tenants,
             tls,
             registry,
@@ -371,6 +378,11 @@ impl Metrics {
             requests,
             admin_requests,
         }
+    }
+
+    /// The guards' checks (`guards:`).
+    pub fn guards(&self) -> &GuardMetrics {
+        &self.guards
     }
 
     /// Counts one `rpc` request of `tenant` to `server` that ended with

@@ -308,9 +308,12 @@ fn imports(src: &Path) -> BTreeMap<String, Vec<Import>> {
 fn declared_modules(lib: &str) -> BTreeSet<String> {
     let mut modules = BTreeSet::new();
     for line in code_only(lib).lines() {
-        // Only top-level items: `pb`'s own modules (`pb::admin`,
-        // `pb::guard`) are indented and no rooms.
-        let line = line.trim_end();
+        // Only the crate's own top-level modules: not those nested in
+        // `pb` (`pb::admin`, `pb::guard::server`).
+        if line.starts_with(char::is_whitespace) {
+            continue;
+        }
+        let line = line.trim();
         let line = line.strip_prefix("pub ").unwrap_or(line);
         if let Some(rest) = line.strip_prefix("mod ") {
             let name = identifier_at(rest, 0);

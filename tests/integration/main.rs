@@ -22,6 +22,7 @@ mod docs;
 mod fixtures;
 mod fuzz_corpus;
 mod guard_example;
+mod guards;
 mod hostile;
 mod input_interactive;
 mod input_unary;
