@@ -60,6 +60,9 @@ impl Upstream {
     }
 
     async fn stats_of(url: &str) -> serde_json::Value {
+        // reqwest is built without a crypto provider; the gateway's own
+        // code installs one, which a test may run before.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let text = reqwest::get(format!("{url}/admin/stats"))
             .await
             .unwrap()
