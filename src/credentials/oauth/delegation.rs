@@ -20,11 +20,10 @@
 
 use std::sync::Arc;
 
-use oauth2::TokenResponse as _;
 use rmcp::transport::auth::OAuthTokenResponse;
 
 use super::enterprise::EnterpriseIdp;
-use super::freshness::obtained;
+use super::jwt_bearer::TokenRequest;
 use super::subject_tokens::SubjectTokens;
 use super::{OAuthClient, OAuthError, root_cause, scrubbed};
 use crate::callers::SubjectToken;
@@ -238,26 +237,14 @@ impl OAuthClient {
         let request = self.token_exchange_request(&endpoint, jwt.token(), &scopes)?;
         let secret = self.settings.client_secret.as_ref();
         let secrets = [jwt.token().expose(), secret.map_or("", Secret::expose)];
-        let http = self.oauth_http()?;
-        http.add_token_endpoint(&endpoint);
-        let response = http
-            .send(request, false)
-            .await
-            .map_err(|e| OAuthError::Unreachable(scrubbed(root_cause(e.as_ref()), &secrets)))?;
-        let token = exchange_answer(&response, &secrets)?;
-        let granted = token
-            .scopes()
-            .map(|s| s.iter().map(|s| s.to_string()).collect())
-            .unwrap_or(scopes);
-        let access = Secret::new(token.access_token().secret());
-        let stored = obtained(
-            self.settings.client_id.clone().unwrap_or_default(),
-            token,
-            granted,
+        let sent = TokenRequest {
+            endpoint: &endpoint,
+            request,
+            secrets: &secrets,
+            scopes,
             issuer,
-        );
-        self.store.save_grant(key, stored).await?;
-        Ok(access)
+        };
+        self.send_token_request(key, sent, exchange_answer).await
     }
 
     /// The token-exchange request (RFC 8693 section 2.1).

@@ -36,27 +36,53 @@ impl OAuthClient {
         let secret = self.settings.client_secret.as_ref();
         let secrets = [assertion.expose(), secret.map_or("", Secret::expose)];
         let request = self.jwt_bearer_request(&metadata.token_endpoint, &assertion, &scopes)?;
+        let sent = TokenRequest {
+            endpoint: &metadata.token_endpoint,
+            request,
+            secrets: &secrets,
+            scopes,
+            issuer: metadata.issuer.clone(),
+        };
+        let access = self.send_token_request(key, sent, token_answer).await?;
+        tracing::info!(tenant = %key.tenant, server = %key.server, "OAuth JWT-bearer token obtained");
+        self.event(key, "token_issued");
+        Ok(access)
+    }
+
+    /// Sends a token request built here (JWT-bearer, token exchange)
+    /// through [`OAuthHttp`](crate::credentials::dpop::OAuthHttp) (the
+    /// address rule; a DPoP proof when on), reads the answer with `answer`,
+    /// and keeps the token under `key` (with the scopes granted, else those
+    /// asked for, bound to the issuer). Texts are scrubbed of `secrets`.
+    ///
+    /// # Errors
+    /// The endpoint is unreachable ([`OAuthError::Unreachable`]), `answer`'s
+    /// refusal, or the store.
+    pub(super) async fn send_token_request(
+        &self,
+        key: &TokenKey,
+        sent: TokenRequest<'_>,
+        answer: AnswerReader,
+    ) -> Result<Secret, OAuthError> {
         let http = self.oauth_http()?;
-        http.add_token_endpoint(&metadata.token_endpoint);
+        http.add_token_endpoint(sent.endpoint);
         let response = http
-            .send(request, false)
+            .send(sent.request, false)
             .await
-            .map_err(|e| OAuthError::Unreachable(scrubbed(root_cause(e.as_ref()), &secrets)))?;
-        let token = token_answer(&response, &secrets)?;
+            .map_err(|e| OAuthError::Unreachable(scrubbed(root_cause(e.as_ref()), sent.secrets)))?;
+        let token = answer(&response, sent.secrets)?;
         let granted = token
             .scopes()
             .map(|s| s.iter().map(|s| s.to_string()).collect())
-            .unwrap_or(scopes);
+            .unwrap_or(sent.scopes);
         let access = Secret::new(token.access_token().secret());
         let stored = obtained(
             self.settings.client_id.clone().unwrap_or_default(),
             token,
             granted,
-            metadata.issuer.clone(),
+            sent.issuer,
         );
         self.store.save_grant(key, stored).await?;
-        tracing::info!(tenant = %key.tenant, server = %key.server, "OAuth JWT-bearer token obtained");
-        self.event(key, "token_issued");
         Ok(access)
     }
 
@@ -146,6 +172,26 @@ async fn assertion_value(assertion: &WorkloadAssertion) -> Result<Secret, OAuthE
 
 /// The token endpoint's answer read as oauth2's token response, or its
 /// error response (else the status) as a refusal scrubbed of `secrets`.
+/// A token request built here, about to be sent.
+pub(super) struct TokenRequest<'a> {
+    /// The token endpoint it goes to.
+    pub(super) endpoint: &'a str,
+    /// The request.
+    pub(super) request: http::Request<Vec<u8>>,
+    /// What its texts are scrubbed of (the assertion or subject token, the
+    /// client secret).
+    pub(super) secrets: &'a [&'a str],
+    /// The scopes asked for (kept when the answer names none).
+    pub(super) scopes: Vec<String>,
+    /// The issuer the token is bound to, when known.
+    pub(super) issuer: Option<String>,
+}
+
+/// Reads a token endpoint's answer into a token response, or the grant's
+/// own error.
+pub(super) type AnswerReader =
+    fn(&http::Response<Vec<u8>>, &[&str]) -> Result<OAuthTokenResponse, OAuthError>;
+
 fn token_answer(
     response: &http::Response<Vec<u8>>,
     secrets: &[&str],
