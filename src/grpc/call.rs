@@ -239,8 +239,8 @@ async fn invoke(
         .admit(&context.subject)
         .await
         .map_err(|shed| CallError::Shed(shed, None))?;
-    let Resolved { tenant, catalog } =
-        resolve(authenticated, name, context.caller_deadline).await?;
+    let resolved = resolve(authenticated, name, context.caller_deadline).await?;
+    let Resolved { tenant, catalog } = first_delegated_listing(resolved, name, &context).await?;
     // How this caller reads catalogs: under the policy of the tenant that
     // built the one it routes by.
     let viewer = Viewer {
@@ -530,12 +530,63 @@ pub(super) async fn resolve_when(
     // The catalog may have been built by a newer generation of the tenant
     // (a reload while the request waited): route through the tenant object
     // that built it, never by its index into another generation's servers.
-    authenticated.resolve(catalog).map_err(|e| match e {
+    authenticated.resolve(catalog).map_err(unresolved)
+}
+
+/// The status of a catalog no tenant object could route by.
+fn unresolved(error: Unresolved) -> CallError {
+    match error {
         Unresolved::Removed => {
             CallError::Unauthenticated("the tenant was removed by a configuration reload")
         }
         Unresolved::Unsettled => CallError::Reloading,
-    })
+    }
+}
+
+/// A call to a delegated server (`token_exchange`, `identity_assertion`)
+/// whose tools nobody could list yet: the caller's session exchanges its
+/// JWT, which wakes the listing, and the call waits for the tools (within
+/// its deadline, at most [`LIST_SETTLE_WAIT`]) rather than answering
+/// `UNAVAILABLE` to be retried. The policy is asked first: a caller it
+/// denies the tool exchanges nothing. Anything else: `resolved` as it was.
+///
+/// # Errors
+/// The exchange failed or was refused (the `DELEGATION_*` reasons), or
+/// the tenant was reloaded away meanwhile.
+async fn first_delegated_listing(
+    resolved: Resolved,
+    name: &str,
+    context: &CallContext,
+) -> Result<Resolved, CallError> {
+    let Resolved { tenant, catalog } = &resolved;
+    if catalog.get(name).is_some() {
+        return Ok(resolved);
+    }
+    let Some(server) = catalog.down_server_for(name) else {
+        return Ok(resolved);
+    };
+    let Some(index) = tenant.servers().position(|s| s.name == server.name) else {
+        return Ok(resolved);
+    };
+    let viewer = Viewer {
+        policy: tenant.policy().map(AsRef::as_ref),
+        caller: &context.caller,
+        subject: &context.subject,
+    };
+    if !tenant.awaits_delegated_listing(index)
+        || !viewer.may_call_unlisted(name, &server.name, index)
+    {
+        return Ok(resolved);
+    }
+    if let Err(error) = tenant.user_session(index, &context.subject).await {
+        return Err(token_failure(&server.name, name, &context.subject, error));
+    }
+    let wait = context
+        .caller_deadline
+        .unwrap_or(LIST_SETTLE_WAIT)
+        .min(LIST_SETTLE_WAIT);
+    let listed = tenant.catalog_after_listing(index, wait).await;
+    tenant.resolve(listed).map_err(unresolved)
 }
 
 /// Why a name that is not in the catalog cannot be called: withheld for

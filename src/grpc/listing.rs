@@ -413,6 +413,34 @@ pub(super) async fn show_consent_in(
     }
 }
 
+/// `ListTools` of a JWT caller: each delegated server (`token_exchange`,
+/// `identity_assertion`) whose tools nobody could list yet, and of which
+/// the policy may let this caller call some tool, gets the caller's
+/// session (its JWT exchanged, which wakes the listing), and the listing
+/// waits for its tools (at most `wait` each). The catalog to list: the one
+/// given, or a newer one with those tools.
+pub(super) async fn open_delegated(
+    tenant: &Arc<Tenant>,
+    catalog: SharedCatalog,
+    viewer: &Viewer<'_>,
+    wait: std::time::Duration,
+) -> SharedCatalog {
+    let mut catalog = catalog;
+    for (index, server) in tenant.servers().enumerate() {
+        if !tenant.awaits_delegated_listing(index)
+            || !viewer.permits_some_tool_of(&catalog, server, index)
+        {
+            continue;
+        }
+        // A failed exchange leaves the server as listed; a call to one of
+        // its tools answers the failure (the `DELEGATION_*` reasons).
+        if tenant.user_session(index, viewer.subject).await.is_ok() {
+            catalog = tenant.catalog_after_listing(index, wait).await;
+        }
+    }
+    catalog
+}
+
 /// Ranks the filtered catalog (as much of it as `view` lets the caller
 /// see) against the request's query.
 pub(super) fn search(

@@ -242,6 +242,15 @@ impl server::tool_gateway_server::ToolGateway for Gateway {
             caller: &caller,
             subject: &subject,
         };
+        let catalog = if request
+            .extensions()
+            .get::<crate::callers::SubjectToken>()
+            .is_some()
+        {
+            listing::open_delegated(&tenant, catalog, &viewer, settle_wait(&request)).await
+        } else {
+            catalog
+        };
         let view = viewer.view(&catalog);
         let mut response = listing::list_response(&catalog, &filter, view.as_deref());
         listing::show_consent(&tenant, &catalog, &viewer, &mut response).await;

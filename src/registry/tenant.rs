@@ -651,6 +651,38 @@ impl Tenant {
         &self.slots[index].config
     }
 
+    /// Whether server `index` is a delegated one (`token_exchange`,
+    /// `identity_assertion`) whose tools nobody could list yet (no subject
+    /// has had a token): the session of a JWT caller, opened with
+    /// [`Tenant::user_session`], exchanges its JWT and wakes the listing.
+    pub fn awaits_delegated_listing(&self, index: usize) -> bool {
+        self.slots.get(index).is_some_and(|slot| {
+            matches!(slot.state(), SlotState::AuthorizationRequired { .. })
+                && matches!(&slot.oauth, Ok(Some(client)) if client.is_delegated())
+        })
+    }
+
+    /// The catalog once server `index` (woken by a subject's session) has
+    /// left `AUTHORIZATION_REQUIRED` and nothing is connecting any more, or
+    /// the current one when `wait` runs out first.
+    pub async fn catalog_after_listing(&self, index: usize, wait: Duration) -> SharedCatalog {
+        let Some(name) = self.slots.get(index).map(|s| s.config.name.clone()) else {
+            return self.catalog();
+        };
+        let mut rx = self.subscribe();
+        let listed = |catalog: &SharedCatalog| {
+            !catalog.is_settling()
+                && catalog.servers().iter().any(|s| {
+                    s.name == name
+                        && !matches!(s.state, crate::catalog::ServerState::AuthorizationRequired(_))
+                })
+        };
+        match tokio::time::timeout(wait, rx.wait_for(listed)).await {
+            Ok(Ok(catalog)) => catalog.clone(),
+            _ => self.catalog(),
+        }
+    }
+
     /// The guards asked about calls to server `index` (its chain as this
     /// tenant object was built: a call keeps it for both phases).
     pub fn guards(&self, index: usize) -> crate::guards::Chain {

@@ -511,6 +511,51 @@ async fn jwt_callers_get_their_own_upstream_identity_by_token_exchange() {
     assert!(!audit.contains("eyJ"), "a JWT in:\n{audit}");
 }
 
+/// Nobody has listed the delegated server yet: a JWT caller's first call,
+/// and another gateway's first `ListTools`, exchange the caller's JWT and
+/// wait for the tools, with no UNAVAILABLE to retry.
+#[tokio::test]
+async fn the_first_call_and_the_first_listing_need_no_retry() {
+    let upstream = exchange_upstream(3600);
+    let servers = exchange_server("crm", &upstream.mcp_url, "");
+
+    // The first RPC of all is a call: it is answered, not UNAVAILABLE.
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = config(&upstream, &[ISSUER], dir.path(), &servers);
+    let gateway = TestGateway::start(&yaml, &env()).await;
+    let mut client = gateway.client().await;
+    let alice = caller_jwt(ISSUER, "alice", 600);
+    let who = call(&mut client, &alice, "crm__whoami")
+        .await
+        .unwrap_or_else(|s| panic!("the first call: {s:?}\n{}", upstream.logs()));
+    assert_eq!(who, "alice");
+    assert_eq!(upstream.exchanges().await, 1);
+    gateway.shutdown().await;
+
+    // Another gateway (its own store): the first RPC is ListTools, which
+    // lists the server's tools for this JWT caller.
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = config(&upstream, &[ISSUER], dir.path(), &servers);
+    let gateway = TestGateway::start(&yaml, &env()).await;
+    let mut client = gateway.client().await;
+    // A static-token caller's listing exchanges nothing and lists nothing.
+    let listing = list(&mut client, "acme-token").await;
+    assert!(listing.tools.is_empty(), "{listing:?}");
+    assert_eq!(upstream.exchanges().await, 1);
+    let bob = caller_jwt(ISSUER, "bob", 600);
+    let listing = list(&mut client, &bob).await;
+    let crm = listing.servers.iter().find(|s| s.name == "crm").unwrap();
+    assert_eq!(crm.state, i32::from(pb::ServerState::Connected), "{crm:?}");
+    assert!(
+        listing.tools.iter().any(|t| t.name == "crm__whoami"),
+        "{listing:?}"
+    );
+    assert_eq!(upstream.exchanges().await, 2);
+    assert_eq!(call(&mut client, &bob, "crm__whoami").await.unwrap(), "bob");
+    assert_eq!(upstream.exchanges().await, 2, "the token is reused");
+    gateway.shutdown().await;
+}
+
 #[tokio::test]
 async fn an_expired_upstream_token_is_exchanged_again() {
     // Tokens live 4 s and are renewed with 2 s left.
