@@ -417,8 +417,10 @@ pub(super) async fn show_consent_in(
 /// `identity_assertion`) whose tools nobody could list yet, and of which
 /// the policy may let this caller call some tool, gets the caller's
 /// session (its JWT exchanged, which wakes the listing), and the listing
-/// waits for its tools (at most `wait` each). The catalog to list: the one
-/// given, or a newer one with those tools.
+/// waits for its tools (the exchange and the listing each at most `wait`,
+/// so an authorization server that does not answer holds no listing
+/// longer). The catalog to list: the one given, or a newer one with those
+/// tools.
 pub(super) async fn open_delegated(
     tenant: &Arc<Tenant>,
     catalog: SharedCatalog,
@@ -434,7 +436,8 @@ pub(super) async fn open_delegated(
         }
         // A failed exchange leaves the server as listed; a call to one of
         // its tools answers the failure (the `DELEGATION_*` reasons).
-        if tenant.user_session(index, viewer.subject).await.is_ok() {
+        let opened = tokio::time::timeout(wait, tenant.user_session(index, viewer.subject)).await;
+        if matches!(opened, Ok(Ok(_))) {
             catalog = tenant.catalog_after_listing(index, wait).await;
         }
     }

@@ -674,7 +674,10 @@ impl Tenant {
             !catalog.is_settling()
                 && catalog.servers().iter().any(|s| {
                     s.name == name
-                        && !matches!(s.state, crate::catalog::ServerState::AuthorizationRequired(_))
+                        && !matches!(
+                            s.state,
+                            crate::catalog::ServerState::AuthorizationRequired(_)
+                        )
                 })
         };
         match tokio::time::timeout(wait, rx.wait_for(listed)).await {

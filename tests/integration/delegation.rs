@@ -481,7 +481,9 @@ async fn jwt_callers_get_their_own_upstream_identity_by_token_exchange() {
         &[&alice],
     );
     assert!(status.message().contains("invalid_target"), "{status:?}");
-    assert_eq!(upstream.stats().await["token_errors"]["invalid_target"], 1);
+    // Refused twice: alice's ListTools above tried it first (a delegated
+    // server nobody has listed), then this call; nothing retried it.
+    assert_eq!(upstream.stats().await["token_errors"]["invalid_target"], 2);
 
     // The token endpoint down: UNAVAILABLE with RetryInfo.
     let status = call(&mut client, &alice, "down__whoami")
