@@ -335,6 +335,10 @@ fn judge<T>(
         }
         Err(error) => error,
     };
+    // A guard's error text (its status message) may echo what it was sent
+    // or its own token: redacted like a denial's reason, before it is
+    // logged or told to the worker.
+    let error = (info.redact)(&error);
     match guard.failure() {
         GuardFailure::Open => {
             record(Verdict::FailedOpen);

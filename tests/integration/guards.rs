@@ -349,6 +349,23 @@ async fn a_denial_refuses_the_call_with_the_guards_reason_bounded_and_redacted()
     assert_eq!(records[1]["sent"], true);
     assert_eq!(records[1]["guards"][2]["verdict"], "deny");
     assert_eq!(records[1]["guards"].as_array().unwrap().len(), 3);
+
+    // A guard whose error echoes a configured secret and its own token:
+    // the worker's status carries neither.
+    let failed = invoke(
+        &mut client,
+        ACME,
+        "t__echo",
+        &args(&format!("FAIL-ECHO {SECRET}")),
+    )
+    .await
+    .expect_err("the guard failed");
+    assert_eq!(failed.code(), Code::Unavailable, "{failed:?}");
+    assert_eq!(reason(&failed), "GUARD_UNAVAILABLE");
+    assert!(failed.message().contains("cannot judge"), "{failed:?}");
+    assert!(!failed.message().contains(SECRET), "{failed:?}");
+    assert!(!failed.message().contains(GUARD_TOKEN), "{failed:?}");
+    assert!(failed.message().contains("[redacted]"), "{failed:?}");
     setup.gateway.shutdown().await;
 }
 
