@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use tonic::{Request, Status};
 use tracing::Instrument;
 
-use super::call::resolve_when;
 use super::call_audit::{AuditedCall, Progress};
+use super::call_route::resolve_when;
 use super::error::{CallError, Feature, Target, quoted};
 use super::{Gateway, caller_timeout, deadline_margin, upstream_session};
 use crate::callers::{Caller, Subject};

@@ -7,6 +7,7 @@
 mod auth_layer;
 mod call;
 mod call_audit;
+mod call_route;
 mod complete;
 mod consent;
 pub mod convert;

@@ -261,7 +261,7 @@ async fn render(
         .await
         .map_err(|shed| CallError::Shed(shed, None))?;
     let Resolved { tenant, catalog } =
-        super::call::resolve_when(authenticated, context.caller_deadline, |catalog| {
+        super::call_route::resolve_when(authenticated, context.caller_deadline, |catalog| {
             catalog.prompt(name).is_some()
         })
         .await?;

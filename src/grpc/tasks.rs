@@ -349,7 +349,8 @@ async fn find(rpc: &TaskCall<'_>, task_id: &str) -> Result<Found, CallError> {
     if stored.subject != rpc.subject.key() {
         return Err(CallError::TaskNotFound);
     }
-    let resolved = call::task_tool(rpc.tenant, &stored.tool, rpc.caller, rpc.subject).await?;
+    let resolved =
+        super::call_route::task_tool(rpc.tenant, &stored.tool, rpc.caller, rpc.subject).await?;
     let Some(tool) = resolved.catalog.get(&stored.tool).cloned() else {
         return Err(CallError::ToolNotFound {
             name: stored.tool.clone(),

@@ -156,44 +156,8 @@ impl Chain {
         max_bytes: usize,
         acted: &mut Vec<Acted>,
     ) -> Result<rmcp::model::JsonObject, GuardStop> {
-        if self.skips(Phase::Request) {
-            return Ok(arguments);
-        }
-        let mut current = Payload::new(arguments);
-        for guard in self.guards.iter().filter(|g| g.asks(Phase::Request)) {
-            let text = current.text();
-            let started = Instant::now();
-            let verdict = guard
-                .check(info.request(guard, Phase::Request, &text), &info.trace)
-                .await;
-            let elapsed = started.elapsed();
-            let replaced = |json: String| -> Result<Payload<rmcp::model::JsonObject>, String> {
-                if json.len() > max_bytes {
-                    return Err(format!(
-                        "replaced the arguments with {} bytes, over limits.max_argument_bytes ({max_bytes})",
-                        json.len()
-                    ));
-                }
-                let value =
-                    serde_json::from_str::<rmcp::model::JsonObject>(&json).map_err(|e| {
-                        format!(
-                            "replaced the arguments with something that is not a JSON object ({e})"
-                        )
-                    })?;
-                Ok(Payload::replaced(value, json))
-            };
-            current = judge(
-                guard,
-                Phase::Request,
-                verdict,
-                elapsed,
-                info,
-                acted,
-                current,
-                replaced,
-            )?;
-        }
-        Ok(current.value)
+        self.run(Phase::Request, info, arguments, max_bytes, acted)
+            .await
     }
 
     /// The response phase: `result` (the MCP result of the target's kind)
@@ -210,38 +174,54 @@ impl Chain {
         max_bytes: usize,
         acted: &mut Vec<Acted>,
     ) -> Result<T, GuardStop> {
-        if self.skips(Phase::Response) {
-            return Ok(result);
+        self.run(Phase::Response, info, result, max_bytes, acted)
+            .await
+    }
+
+    /// One phase over the chain: `value` as each guard asked about `phase`
+    /// lets it through, a replacement (at most `max_bytes`, parsed as `T`)
+    /// feeding the next guard.
+    async fn run<T: Serialize + DeserializeOwned>(
+        &self,
+        phase: Phase,
+        info: &CallInfo<'_>,
+        value: T,
+        max_bytes: usize,
+        acted: &mut Vec<Acted>,
+    ) -> Result<T, GuardStop> {
+        if self.skips(phase) {
+            return Ok(value);
         }
-        let mut current = Payload::new(result);
-        for guard in self.guards.iter().filter(|g| g.asks(Phase::Response)) {
+        let (what, limit, shape) = match phase {
+            Phase::Request => ("arguments", "limits.max_argument_bytes", "a JSON object"),
+            Phase::Response => (
+                "result",
+                "limits.max_result_bytes",
+                "the MCP result of the target",
+            ),
+        };
+        let mut current = Payload::new(value);
+        for guard in self.guards.iter().filter(|g| g.asks(phase)) {
             let text = current.text();
             let started = Instant::now();
             let verdict = guard
-                .check(info.request(guard, Phase::Response, &text), &info.trace)
+                .check(info.request(guard, phase, &text), &info.trace)
                 .await;
             let elapsed = started.elapsed();
             let replaced = |json: String| -> Result<Payload<T>, String> {
                 if json.len() > max_bytes {
                     return Err(format!(
-                        "replaced the result with {} bytes, over limits.max_result_bytes ({max_bytes})",
+                        "replaced the {what} with {} bytes, over {limit} ({max_bytes})",
                         json.len()
                     ));
                 }
                 let value = serde_json::from_str::<T>(&json).map_err(|e| {
-                    format!("replaced the result with something that is not the MCP result of the target ({e})")
+                    format!("replaced the {what} with something that is not {shape} ({e})")
                 })?;
                 Ok(Payload::replaced(value, json))
             };
             current = judge(
-                guard,
-                Phase::Response,
-                verdict,
-                elapsed,
-                info,
-                acted,
-                current,
-                replaced,
+                guard, phase, verdict, elapsed, info, acted, current, replaced,
             )?;
         }
         Ok(current.value)

@@ -259,6 +259,18 @@ callers:
     )
 }
 
+/// A gateway of [`config`] and a client of it.
+async fn start(
+    upstream: &Upstream,
+    issuers: &[&str],
+    dir: &Path,
+    servers: &str,
+) -> (TestGateway, ToolGatewayClient<Channel>) {
+    let gateway = TestGateway::start(&config(upstream, issuers, dir, servers), &env()).await;
+    let client = gateway.client().await;
+    (gateway, client)
+}
+
 fn env() -> [(&'static str, &'static str); 2] {
     [("STATE_KEY", STATE_KEY), ("GW_SECRET", GW_SECRET)]
 }
@@ -346,9 +358,7 @@ async fn jwt_callers_get_their_own_upstream_identity_by_token_exchange() {
             &format!(", token_endpoint: \"http://127.0.0.1:{down_port}/token\"")
         ),
     );
-    let yaml = config(&upstream, &[ISSUER], dir.path(), &servers);
-    let gateway = TestGateway::start(&yaml, &env()).await;
-    let mut client = gateway.client().await;
+    let (gateway, mut client) = start(&upstream, &[ISSUER], dir.path(), &servers).await;
     let alice = caller_jwt(ISSUER, "alice", 600);
     let bob = caller_jwt(ISSUER, "bob", 600);
 
@@ -523,9 +533,7 @@ async fn the_first_call_and_the_first_listing_need_no_retry() {
 
     // The first RPC of all is a call: it is answered, not UNAVAILABLE.
     let dir = tempfile::tempdir().unwrap();
-    let yaml = config(&upstream, &[ISSUER], dir.path(), &servers);
-    let gateway = TestGateway::start(&yaml, &env()).await;
-    let mut client = gateway.client().await;
+    let (gateway, mut client) = start(&upstream, &[ISSUER], dir.path(), &servers).await;
     let alice = caller_jwt(ISSUER, "alice", 600);
     let who = call(&mut client, &alice, "crm__whoami")
         .await
@@ -537,9 +545,7 @@ async fn the_first_call_and_the_first_listing_need_no_retry() {
     // Another gateway (its own store): the first RPC is ListTools, which
     // lists the server's tools for this JWT caller.
     let dir = tempfile::tempdir().unwrap();
-    let yaml = config(&upstream, &[ISSUER], dir.path(), &servers);
-    let gateway = TestGateway::start(&yaml, &env()).await;
-    let mut client = gateway.client().await;
+    let (gateway, mut client) = start(&upstream, &[ISSUER], dir.path(), &servers).await;
     // A static-token caller's listing exchanges nothing and lists nothing.
     let listing = list(&mut client, "acme-token").await;
     assert!(listing.tools.is_empty(), "{listing:?}");
@@ -564,9 +570,7 @@ async fn an_expired_upstream_token_is_exchanged_again() {
     let upstream = exchange_upstream(4);
     let dir = tempfile::tempdir().unwrap();
     let servers = exchange_server("crm", &upstream.mcp_url, "");
-    let yaml = config(&upstream, &[ISSUER], dir.path(), &servers);
-    let gateway = TestGateway::start(&yaml, &env()).await;
-    let mut client = gateway.client().await;
+    let (gateway, mut client) = start(&upstream, &[ISSUER], dir.path(), &servers).await;
     let alice = caller_jwt(ISSUER, "alice", 600);
 
     let who = call_settled(&mut client, &alice, "crm__whoami")
@@ -603,9 +607,7 @@ async fn identity_assertion_turns_the_callers_id_token_into_an_upstream_token() 
     );
     // Two issuers: the identity provider, and another one (whose callers
     // the server cannot take).
-    let yaml = config(&upstream, &[&idp_url, ISSUER], dir.path(), &servers);
-    let gateway = TestGateway::start(&yaml, &env()).await;
-    let mut client = gateway.client().await;
+    let (gateway, mut client) = start(&upstream, &[&idp_url, ISSUER], dir.path(), &servers).await;
 
     let alice = caller_jwt(&idp_url, "alice", 600);
     let who = call_settled(&mut client, &alice, "crm__whoami")
@@ -760,9 +762,7 @@ async fn the_callers_jwt_goes_to_the_token_endpoint_only() {
         &mcp.url,
         &format!(", token_endpoint: \"{as_url}/token\""),
     );
-    let yaml = config(&upstream, &[ISSUER], dir.path(), &servers);
-    let gateway = TestGateway::start(&yaml, &env()).await;
-    let mut client = gateway.client().await;
+    let (gateway, mut client) = start(&upstream, &[ISSUER], dir.path(), &servers).await;
     let alice = caller_jwt(ISSUER, "alice", 600);
 
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -817,9 +817,7 @@ async fn insufficient_scope_steps_up_with_one_more_exchange() {
     let upstream = exchange_upstream(3600);
     let dir = tempfile::tempdir().unwrap();
     let servers = exchange_server("crm", &upstream.mcp_url, ", scopes: [profile]");
-    let yaml = config(&upstream, &[ISSUER], dir.path(), &servers);
-    let gateway = TestGateway::start(&yaml, &env()).await;
-    let mut client = gateway.client().await;
+    let (gateway, mut client) = start(&upstream, &[ISSUER], dir.path(), &servers).await;
     let alice = caller_jwt(ISSUER, "alice", 600);
 
     let who = call_settled(&mut client, &alice, "crm__whoami")

@@ -396,26 +396,13 @@ fn as_delegation(error: OAuthError) -> OAuthError {
 #[cfg(test)]
 mod tests {
     use std::collections::HashMap;
-    use std::time::SystemTime;
 
     use url::Url;
 
     use super::*;
     use crate::config::TokenEndpointAuth;
+    use crate::credentials::oauth::testing::jwt;
     use crate::credentials::oauth::{MemoryStore, OAuthSettings};
-
-    fn jwt(exp_in: i64, issuer: &str) -> SubjectToken {
-        let now = SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .expect("after the epoch")
-            .as_secs();
-        let exp = now.saturating_add_signed(exp_in);
-        SubjectToken::new(
-            "eyJh.caller-jwt-part.sig",
-            issuer,
-            &serde_json::json!({"exp": exp}),
-        )
-    }
 
     #[test]
     fn the_request_carries_rfc_8693_fields_and_the_client() {

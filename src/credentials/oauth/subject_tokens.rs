@@ -86,19 +86,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-
-    fn jwt(exp_in: i64, issuer: &str) -> SubjectToken {
-        let now = SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .expect("after the epoch")
-            .as_secs();
-        let exp = now.saturating_add_signed(exp_in);
-        SubjectToken::new(
-            "eyJh.caller-jwt-part.sig",
-            issuer,
-            &serde_json::json!({"exp": exp}),
-        )
-    }
+    use crate::credentials::oauth::testing::jwt;
 
     #[test]
     fn the_memory_keeps_the_latest_and_drops_the_expired() {

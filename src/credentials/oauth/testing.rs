@@ -117,3 +117,14 @@ pub(super) fn jwt_claims(jwt: &str) -> serde_json::Value {
         .expect("base64url");
     serde_json::from_slice(&bytes).expect("JSON")
 }
+
+/// A caller's verified JWT of `issuer` (its text a fixed stand-in) that
+/// expires `exp_in` seconds from now (in the past when negative).
+pub(crate) fn jwt(exp_in: i64, issuer: &str) -> crate::callers::SubjectToken {
+    let exp = now_secs().saturating_add_signed(exp_in);
+    crate::callers::SubjectToken::new(
+        "eyJh.caller-jwt-part.sig",
+        issuer,
+        &serde_json::json!({"exp": exp}),
+    )
+}
