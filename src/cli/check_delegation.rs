@@ -38,12 +38,22 @@ fn describe(oauth: &ServerOAuth, url: &str) -> String {
                 ToString::to_string
             )
         ),
-        (grant, _) => format!(
-            "grant {grant}: the caller's JWT exchanged at {}",
-            oauth.token_endpoint.as_ref().map_or_else(
-                || format!("the token endpoint discovered from {url}"),
-                ToString::to_string
+        (grant, _) => {
+            let whose = if oauth.subject_issuers.is_empty() {
+                String::new()
+            } else {
+                format!(" (JWTs of {} only)", oauth.subject_issuers.join(", "))
+            };
+            format!(
+                "grant {grant}: the caller's JWT exchanged at {}{whose}",
+                oauth.token_endpoint.as_ref().map_or_else(
+                    || format!(
+                        "its own issuer's token endpoint, only when {url} names that issuer as \
+                         its authorization server"
+                    ),
+                    ToString::to_string
+                )
             )
-        ),
+        }
     }
 }

@@ -394,6 +394,12 @@ async fn check(path: PathBuf, offline: bool) -> ExitCode {
         Err(code) => return code,
     };
     let mut healthy = true;
+    let jwt_issuers: Vec<String> = config
+        .callers
+        .jwt
+        .iter()
+        .map(|j| j.issuer.clone())
+        .collect();
     for tenant in registry.tenants() {
         let catalog = tenant.settled_catalog(wait).await;
         println!(
@@ -437,7 +443,7 @@ async fn check(path: PathBuf, offline: bool) -> ExitCode {
                     description.grant, description.identity
                 );
                 if client.is_delegated() {
-                    match client.describe_delegation().await {
+                    match client.describe_delegation(&jwt_issuers).await {
                         Ok(line) => println!("    delegation: {line}"),
                         Err(e) => {
                             healthy = false;

@@ -152,14 +152,22 @@ pub struct ServerOAuth {
     /// Scopes to ask for; when empty, those of the server's challenge or its
     /// `scopes_supported`.
     pub scopes: Vec<String>,
-    /// `token_exchange`: where the caller's JWT is exchanged; the token
-    /// endpoint discovered for the server when unset.
+    /// `token_exchange`: where the caller's JWT is exchanged. When unset,
+    /// the token endpoint of the JWT's own issuer, read from that issuer's
+    /// metadata, and only when the server names that issuer as its
+    /// authorization server: a JWT never goes to an endpoint the server
+    /// alone chose.
     pub token_endpoint: Option<url::Url>,
     /// `token_exchange`: the `audience` parameter of the exchange (besides
     /// `resource`, always the server's URL); none when unset.
     pub audience: Option<String>,
     /// `token_exchange`: what the caller's JWT is to the token endpoint.
     pub subject_token_type: SubjectTokenType,
+    /// `token_exchange`: the `callers.jwt` issuers whose JWTs may be
+    /// exchanged for this server. Empty: with `token_endpoint`, the one
+    /// `callers.jwt` issuer (required when there are several); without
+    /// it, any, each only at its own issuer's token endpoint.
+    pub subject_issuers: Vec<String>,
     /// `identity_assertion`: the enterprise IdP that turns the caller's ID
     /// token into an identity assertion grant.
     pub identity_provider: Option<IdentityProvider>,
@@ -450,6 +458,7 @@ pub(super) fn server(
         token_endpoint: delegation.token_endpoint,
         audience: delegation.audience,
         subject_token_type: delegation.subject_token_type,
+        subject_issuers: delegation.subject_issuers,
         identity_provider: delegation.identity_provider,
     })
 }
@@ -459,6 +468,7 @@ struct Delegation {
     token_endpoint: Option<url::Url>,
     audience: Option<String>,
     subject_token_type: SubjectTokenType,
+    subject_issuers: Vec<String>,
     identity_provider: Option<IdentityProvider>,
 }
 
@@ -467,6 +477,7 @@ struct RawDelegation<'a> {
     token_endpoint: Option<&'a str>,
     audience: Option<&'a str>,
     subject_token_type: Option<&'a str>,
+    subject_issuers: Option<&'a [String]>,
     identity_provider: Option<&'a super::raw::RawIdentityProvider>,
 }
 
@@ -475,6 +486,7 @@ fn raw_delegation(raw: &RawServerOAuth) -> RawDelegation<'_> {
         token_endpoint: raw.token_endpoint.as_deref(),
         audience: raw.audience.as_deref(),
         subject_token_type: raw.subject_token_type.as_deref(),
+        subject_issuers: raw.subject_issuers.as_deref(),
         identity_provider: raw.identity_provider.as_ref(),
     }
 }
@@ -506,6 +518,17 @@ fn delegation(
         "subject_token_type",
         raw.subject_token_type.is_some(),
     );
+    only_exchange(errors, "subject_issuers", raw.subject_issuers.is_some());
+    let subject_issuers: Vec<String> = raw.subject_issuers.unwrap_or_default().to_vec();
+    for (i, issuer) in subject_issuers.iter().enumerate() {
+        http_url(errors, &format!("{path}.subject_issuers[{i}]"), issuer);
+    }
+    if raw.subject_issuers.is_some_and(<[String]>::is_empty) {
+        errors.push(
+            format!("{path}.subject_issuers"),
+            "is empty: leave it out, or name the callers.jwt issuers whose JWTs may be exchanged",
+        );
+    }
     let token_endpoint = raw
         .token_endpoint
         .and_then(|text| http_url(errors, &format!("{path}.token_endpoint"), text));
@@ -554,6 +577,7 @@ fn delegation(
         token_endpoint,
         audience: raw.audience.map(str::to_owned),
         subject_token_type,
+        subject_issuers,
         identity_provider,
     })
 }
@@ -656,6 +680,55 @@ mod tests {
         );
         assert_eq!(config.state.url(), DEFAULT_STATE_URL);
         assert_eq!(config.state.keys.len(), 1);
+    }
+
+    /// Issue 37: a configured token endpoint with several JWT issuers must
+    /// say whose JWTs go there; `subject_issuers` names `callers.jwt`
+    /// issuers only, and only with `token_exchange`.
+    #[test]
+    fn subject_issuers_say_whose_jwts_reach_a_configured_token_endpoint() {
+        let callers = "callers:\n  jwt:\n    - { issuer: \"https://a.example\", audiences: [gw], jwks: { url: \"https://a.example/keys\" }, tenant: claims.team }\n    - { issuer: \"https://b.example\", audiences: [gw], jwks: { url: \"https://b.example/keys\" }, tenant: claims.team }\n";
+        let yaml = |oauth: &str| {
+            format!(
+                "state:\n  keys: [{{ env: STATE_KEY }}]\n{callers}{}",
+                server(oauth)
+            )
+        };
+        let errors = messages(&yaml(
+            "{ grant: token_exchange, token_endpoint: \"https://a.example/token\" }",
+        ));
+        assert!(
+            errors.iter().any(|e| e.starts_with(
+                "tenants[0].servers[0].oauth.subject_issuers: required with token_endpoint when callers.jwt has 2 issuers"
+            )),
+            "{errors:?}"
+        );
+        let errors = messages(&yaml(
+            "{ grant: token_exchange, subject_issuers: [\"https://c.example\"] }",
+        ));
+        assert!(
+            errors.iter().any(|e| e.starts_with(
+                "tenants[0].servers[0].oauth.subject_issuers[0]: `https://c.example` is not a callers.jwt issuer"
+            )),
+            "{errors:?}"
+        );
+        let errors = messages(&yaml(
+            "{ grant: client_credentials, client_id: x, subject_issuers: [\"https://a.example\"] }",
+        ));
+        assert!(
+            errors.iter().any(|e| e
+                == "tenants[0].servers[0].oauth.subject_issuers: only used with grant: token_exchange"),
+            "{errors:?}"
+        );
+        let config = load(&yaml(
+            "{ grant: token_exchange, token_endpoint: \"https://a.example/token\", subject_issuers: [\"https://a.example/\"] }",
+        ))
+        .unwrap();
+        let oauth = config.tenants[0].servers[0].oauth.as_ref().unwrap();
+        assert_eq!(oauth.subject_issuers, ["https://a.example/"]);
+        // Without a token endpoint each JWT goes to its own issuer only:
+        // nothing to name.
+        load(&yaml("{ grant: token_exchange }")).unwrap();
     }
 
     #[test]

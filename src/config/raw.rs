@@ -71,6 +71,7 @@ pub(crate) struct RawServerOAuth {
     pub(crate) token_endpoint: Option<String>,
     pub(crate) audience: Option<String>,
     pub(crate) subject_token_type: Option<String>,
+    pub(crate) subject_issuers: Option<Vec<String>>,
     pub(crate) identity_provider: Option<RawIdentityProvider>,
 }
 

@@ -221,8 +221,37 @@ fn delegation_requirements(
         );
         return;
     }
+    let configured = |issuer: &str| {
+        callers
+            .jwt
+            .iter()
+            .any(|jwt| jwt.issuer.trim_end_matches('/') == issuer.trim_end_matches('/'))
+    };
+    for (i, issuer) in oauth.subject_issuers.iter().enumerate() {
+        if !configured(issuer) {
+            errors.push(
+                format!("{path}.subject_issuers[{i}]"),
+                format!("`{issuer}` is not a callers.jwt issuer: only verified JWTs are exchanged"),
+            );
+        }
+    }
+    if oauth.grant == super::Grant::TokenExchange
+        && oauth.token_endpoint.is_some()
+        && oauth.subject_issuers.is_empty()
+        && callers.jwt.len() > 1
+    {
+        errors.push(
+            format!("{path}.subject_issuers"),
+            format!(
+                "required with token_endpoint when callers.jwt has {} issuers: name those whose \
+                 JWTs may be sent to the token endpoint (a JWT of one issuer must not reach \
+                 another's authorization server unless you say so)",
+                callers.jwt.len()
+            ),
+        );
+    }
     if let Some(idp) = &oauth.identity_provider
-        && !callers.jwt.iter().any(|issuer| issuer.issuer == idp.issuer)
+        && !configured(&idp.issuer)
     {
         errors.push(
             format!("{path}.identity_provider.issuer"),

@@ -246,6 +246,9 @@ fn classify_upstream(error: &UpstreamError, idempotent: bool) -> (Code, &'static
             DelegationFailure::IssuerMismatch => {
                 (Code::FailedPrecondition, "DELEGATION_ISSUER_MISMATCH")
             }
+            DelegationFailure::UntrustedEndpoint => {
+                (Code::FailedPrecondition, "DELEGATION_UNTRUSTED_ENDPOINT")
+            }
             DelegationFailure::Refused => (Code::PermissionDenied, "DELEGATION_REFUSED"),
             DelegationFailure::Unavailable => (Code::Unavailable, "DELEGATION_UNAVAILABLE"),
         },

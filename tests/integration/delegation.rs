@@ -45,6 +45,8 @@ struct Upstream {
     logs: tempfile::TempDir,
     /// The callers' JWKS, as the gateway and the authorization server read it.
     jwks_file: PathBuf,
+    /// The issuer of the callers' JWTs that the authorization server takes.
+    issuer: String,
 }
 
 impl Upstream {
@@ -132,20 +134,35 @@ fn mcp_server(rs_port: u16, as_url: &str, logs: &Path) -> ChildGuard {
 }
 
 /// One authorization server that exchanges the callers' JWTs (RFC 8693),
-/// and the MCP server; access tokens live `token_ttl` seconds.
+/// and the MCP server; access tokens live `token_ttl` seconds. The
+/// authorization server is the callers' JWT issuer (an identity provider
+/// that exchanges its own tokens, as deployments have it).
 fn exchange_upstream(token_ttl: u32) -> Upstream {
+    let as_port = free_port();
+    let issuer = format!("http://127.0.0.1:{as_port}");
+    exchange_upstream_of(token_ttl, Some(as_port), &issuer)
+}
+
+/// [`exchange_upstream`], but the authorization server the MCP server
+/// names takes JWTs of `issuer`, and is not their issuer itself (its own
+/// port is chosen by the system when `as_port` is `None`).
+fn exchange_upstream_of(token_ttl: u32, as_port: Option<u16>, issuer: &str) -> Upstream {
     let logs = tempfile::tempdir().unwrap();
     let jwks_file = write_jwks(logs.path());
     let rs_port = free_port();
     let mcp_url = format!("http://127.0.0.1:{rs_port}/mcp");
     let ttl = token_ttl.to_string();
     let mut args = as_args(&mcp_url, &ttl);
+    let port = as_port.map(|p| p.to_string());
+    if let Some(port) = &port {
+        args[1] = port;
+    }
     let jwks = jwks_file.display().to_string();
     args.extend([
         "--subject-jwks",
         &jwks,
         "--subject-issuer",
-        ISSUER,
+        issuer,
         "--subject-audience",
         AUDIENCE,
     ]);
@@ -159,6 +176,7 @@ fn exchange_upstream(token_ttl: u32) -> Upstream {
         mcp_url,
         logs,
         jwks_file,
+        issuer: issuer.to_owned(),
     }
 }
 
@@ -199,10 +217,11 @@ fn identity_assertion_upstream() -> Upstream {
     Upstream {
         _guards: vec![rs_guard, as_guard, idp_guard],
         as_url,
-        idp_url: Some(idp_url),
+        idp_url: Some(idp_url.clone()),
         mcp_url,
         logs,
         jwks_file,
+        issuer: idp_url,
     }
 }
 
@@ -358,9 +377,10 @@ async fn jwt_callers_get_their_own_upstream_identity_by_token_exchange() {
             &format!(", token_endpoint: \"http://127.0.0.1:{down_port}/token\"")
         ),
     );
-    let (gateway, mut client) = start(&upstream, &[ISSUER], dir.path(), &servers).await;
-    let alice = caller_jwt(ISSUER, "alice", 600);
-    let bob = caller_jwt(ISSUER, "bob", 600);
+    let (gateway, mut client) =
+        start(&upstream, &[upstream.issuer.as_str()], dir.path(), &servers).await;
+    let alice = caller_jwt(&upstream.issuer, "alice", 600);
+    let bob = caller_jwt(&upstream.issuer, "bob", 600);
 
     // Two JWT callers of one tenant, each its own upstream identity, with
     // no consent screen.
@@ -471,7 +491,7 @@ async fn jwt_callers_get_their_own_upstream_identity_by_token_exchange() {
     assert_eq!(crm.state, i32::from(pb::ServerState::Connected), "{crm:?}");
 
     // An expired caller JWT is refused by authentication: no exchange.
-    let expired = caller_jwt(ISSUER, "carol", -120);
+    let expired = caller_jwt(&upstream.issuer, "carol", -120);
     let status = call(&mut client, &expired, "crm__whoami")
         .await
         .expect_err("an expired JWT");
@@ -533,8 +553,9 @@ async fn the_first_call_and_the_first_listing_need_no_retry() {
 
     // The first RPC of all is a call: it is answered, not UNAVAILABLE.
     let dir = tempfile::tempdir().unwrap();
-    let (gateway, mut client) = start(&upstream, &[ISSUER], dir.path(), &servers).await;
-    let alice = caller_jwt(ISSUER, "alice", 600);
+    let (gateway, mut client) =
+        start(&upstream, &[upstream.issuer.as_str()], dir.path(), &servers).await;
+    let alice = caller_jwt(&upstream.issuer, "alice", 600);
     let who = call(&mut client, &alice, "crm__whoami")
         .await
         .unwrap_or_else(|s| panic!("the first call: {s:?}\n{}", upstream.logs()));
@@ -545,12 +566,13 @@ async fn the_first_call_and_the_first_listing_need_no_retry() {
     // Another gateway (its own store): the first RPC is ListTools, which
     // lists the server's tools for this JWT caller.
     let dir = tempfile::tempdir().unwrap();
-    let (gateway, mut client) = start(&upstream, &[ISSUER], dir.path(), &servers).await;
+    let (gateway, mut client) =
+        start(&upstream, &[upstream.issuer.as_str()], dir.path(), &servers).await;
     // A static-token caller's listing exchanges nothing and lists nothing.
     let listing = list(&mut client, "acme-token").await;
     assert!(listing.tools.is_empty(), "{listing:?}");
     assert_eq!(upstream.exchanges().await, 1);
-    let bob = caller_jwt(ISSUER, "bob", 600);
+    let bob = caller_jwt(&upstream.issuer, "bob", 600);
     let listing = list(&mut client, &bob).await;
     let crm = listing.servers.iter().find(|s| s.name == "crm").unwrap();
     assert_eq!(crm.state, i32::from(pb::ServerState::Connected), "{crm:?}");
@@ -570,8 +592,9 @@ async fn an_expired_upstream_token_is_exchanged_again() {
     let upstream = exchange_upstream(4);
     let dir = tempfile::tempdir().unwrap();
     let servers = exchange_server("crm", &upstream.mcp_url, "");
-    let (gateway, mut client) = start(&upstream, &[ISSUER], dir.path(), &servers).await;
-    let alice = caller_jwt(ISSUER, "alice", 600);
+    let (gateway, mut client) =
+        start(&upstream, &[upstream.issuer.as_str()], dir.path(), &servers).await;
+    let alice = caller_jwt(&upstream.issuer, "alice", 600);
 
     let who = call_settled(&mut client, &alice, "crm__whoami")
         .await
@@ -652,6 +675,127 @@ async fn identity_assertion_turns_the_callers_id_token_into_an_upstream_token() 
     assert!(!audit.contains("eyJ"), "a JWT in:\n{audit}");
 }
 
+/// Issue 37: with no `token_endpoint`, the MCP server's protected-resource
+/// metadata names the authorization server. One that is not the callers'
+/// JWT issuer (here: one that would gladly take the JWT) never receives
+/// it: the call is refused before anything is sent, and `toolgate check`
+/// says why.
+#[tokio::test]
+async fn a_server_naming_a_foreign_authorization_server_never_receives_the_jwt() {
+    let upstream = exchange_upstream_of(3600, None, ISSUER);
+    let dir = tempfile::tempdir().unwrap();
+    let servers = exchange_server("crm", &upstream.mcp_url, "");
+    let yaml = config(&upstream, &[ISSUER], dir.path(), &servers);
+    let (gateway, mut client) = start(&upstream, &[ISSUER], dir.path(), &servers).await;
+    let alice = caller_jwt(ISSUER, "alice", 600);
+
+    let status = call_settled(&mut client, &alice, "crm__whoami")
+        .await
+        .expect_err("the JWT has nowhere it may go");
+    refused(
+        &status,
+        tonic::Code::FailedPrecondition,
+        "DELEGATION_UNTRUSTED_ENDPOINT",
+        "crm",
+        &[&alice],
+    );
+    let listing = list(&mut client, &alice).await;
+    assert!(listing.tools.is_empty(), "{listing:?}");
+    let stats = upstream.stats().await;
+    assert_eq!(upstream.exchanges().await, 0, "{stats}");
+    assert_eq!(stats["token_errors"], serde_json::json!({}), "{stats}");
+    assert!(
+        !upstream.logs().contains(TOKEN_EXCHANGE),
+        "{}",
+        upstream.logs()
+    );
+    gateway.shutdown().await;
+
+    let path = dir.path().join("check.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(toolgate_bin())
+            .arg("check")
+            .arg("--config")
+            .arg(&path)
+            .env("STATE_KEY", STATE_KEY)
+            .env("GW_SECRET", GW_SECRET)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_ne!(output.status.code(), Some(0), "{output:?}");
+    assert!(
+        stdout.contains(&format!(
+            "names authorization server {}, which is not a callers.jwt issuer",
+            upstream.as_url
+        )),
+        "{stdout}"
+    );
+    assert_eq!(upstream.exchanges().await, 0);
+}
+
+/// Issue 37: a JWT of issuer B is not exchanged at issuer A's token
+/// endpoint: not at the one the server names (A), and not at a configured
+/// one whose `subject_issuers` name A only; A's own JWTs are.
+#[tokio::test]
+async fn a_jwt_of_one_issuer_is_not_exchanged_at_anothers_endpoint() {
+    let upstream = exchange_upstream(3600);
+    let a = upstream.issuer.clone();
+    let dir = tempfile::tempdir().unwrap();
+    let servers = format!(
+        "{}{}",
+        exchange_server("crm", &upstream.mcp_url, ""),
+        exchange_server(
+            "fixed",
+            &upstream.mcp_url,
+            &format!(
+                ", token_endpoint: \"{}/token\", subject_issuers: [\"{a}\"]",
+                upstream.as_url
+            )
+        ),
+    );
+    let (gateway, mut client) = start(&upstream, &[&a, ISSUER], dir.path(), &servers).await;
+    let of_b = caller_jwt(ISSUER, "bob", 600);
+    let status = call_settled(&mut client, &of_b, "crm__whoami")
+        .await
+        .expect_err("B's JWT at A's endpoint");
+    refused(
+        &status,
+        tonic::Code::FailedPrecondition,
+        "DELEGATION_UNTRUSTED_ENDPOINT",
+        "crm",
+        &[&of_b],
+    );
+    let status = call_settled(&mut client, &of_b, "fixed__whoami")
+        .await
+        .expect_err("B is not among fixed's subject_issuers");
+    refused(
+        &status,
+        tonic::Code::FailedPrecondition,
+        "DELEGATION_ISSUER_MISMATCH",
+        "fixed",
+        &[&of_b],
+    );
+    let stats = upstream.stats().await;
+    assert_eq!(upstream.exchanges().await, 0, "{stats}");
+    assert_eq!(stats["token_errors"], serde_json::json!({}), "{stats}");
+
+    let of_a = caller_jwt(&a, "alice", 600);
+    let who = call_settled(&mut client, &of_a, "crm__whoami")
+        .await
+        .unwrap_or_else(|s| panic!("{s:?}\n{}", upstream.logs()));
+    assert_eq!(who, "alice");
+    let who = call_settled(&mut client, &of_a, "fixed__whoami")
+        .await
+        .unwrap_or_else(|s| panic!("{s:?}\n{}", upstream.logs()));
+    assert_eq!(who, "alice");
+    assert_eq!(upstream.exchanges().await, 2);
+    gateway.shutdown().await;
+}
+
 /// `toolgate check` shows each delegated server's grant and where it
 /// exchanges: as configured with `--offline`, the discovered token
 /// endpoint without.
@@ -669,7 +813,11 @@ async fn check_shows_where_each_delegated_server_exchanges() {
         ),
     );
     let path = dir.path().join("toolgate.yaml");
-    std::fs::write(&path, config(&upstream, &[ISSUER], dir.path(), &servers)).unwrap();
+    std::fs::write(
+        &path,
+        config(&upstream, &[upstream.issuer.as_str()], dir.path(), &servers),
+    )
+    .unwrap();
     let check = move |offline: bool| {
         let mut command = std::process::Command::new(toolgate_bin());
         command.arg("check");
@@ -691,7 +839,7 @@ async fn check_shows_where_each_delegated_server_exchanges() {
     let offline = check(true);
     assert!(
         offline.contains(&format!(
-            "tenant acme server crm: grant token_exchange: the caller's JWT exchanged at the token endpoint discovered from {}",
+            "tenant acme server crm: grant token_exchange: the caller's JWT exchanged at its own issuer's token endpoint, only when {} names that issuer as its authorization server",
             upstream.mcp_url
         )),
         "{offline}"
@@ -708,8 +856,8 @@ async fn check_shows_where_each_delegated_server_exchanges() {
         .unwrap();
     assert!(
         online.contains(&format!(
-            "delegation: token_exchange at {}/token (discovered from {})",
-            upstream.as_url, upstream.mcp_url
+            "delegation: token_exchange at {}/token (the token endpoint of callers.jwt issuer {}, which {} names as its authorization server): JWTs of {}",
+            upstream.as_url, upstream.issuer, upstream.mcp_url, upstream.issuer
         )),
         "{online}\n{}",
         upstream.logs()
@@ -755,6 +903,7 @@ async fn the_callers_jwt_goes_to_the_token_endpoint_only() {
         mcp_url: mcp.url.clone(),
         logs,
         jwks_file,
+        issuer: ISSUER.to_owned(),
     };
     let dir = tempfile::tempdir().unwrap();
     let servers = exchange_server(
@@ -762,8 +911,9 @@ async fn the_callers_jwt_goes_to_the_token_endpoint_only() {
         &mcp.url,
         &format!(", token_endpoint: \"{as_url}/token\""),
     );
-    let (gateway, mut client) = start(&upstream, &[ISSUER], dir.path(), &servers).await;
-    let alice = caller_jwt(ISSUER, "alice", 600);
+    let (gateway, mut client) =
+        start(&upstream, &[upstream.issuer.as_str()], dir.path(), &servers).await;
+    let alice = caller_jwt(&upstream.issuer, "alice", 600);
 
     let deadline = Instant::now() + Duration::from_secs(20);
     let echoed = loop {
@@ -817,8 +967,9 @@ async fn insufficient_scope_steps_up_with_one_more_exchange() {
     let upstream = exchange_upstream(3600);
     let dir = tempfile::tempdir().unwrap();
     let servers = exchange_server("crm", &upstream.mcp_url, ", scopes: [profile]");
-    let (gateway, mut client) = start(&upstream, &[ISSUER], dir.path(), &servers).await;
-    let alice = caller_jwt(ISSUER, "alice", 600);
+    let (gateway, mut client) =
+        start(&upstream, &[upstream.issuer.as_str()], dir.path(), &servers).await;
+    let alice = caller_jwt(&upstream.issuer, "alice", 600);
 
     let who = call_settled(&mut client, &alice, "crm__whoami")
         .await

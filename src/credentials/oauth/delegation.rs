@@ -3,10 +3,14 @@
 //! consent screen.
 //!
 //! - `token_exchange` (RFC 8693): one POST to the configured token
-//!   endpoint, or the one discovered for the server (RFC 9728, then RFC
-//!   8414), through [`OAuthHttp`](crate::credentials::dpop::OAuthHttp) (the
-//!   address rule; DPoP when on). oauth2 has no token-exchange request, so
-//!   the form is built here, like the JWT-bearer grant's.
+//!   endpoint, else to the token endpoint of the JWT's own issuer (read
+//!   from that issuer's metadata), and only when the server names that
+//!   issuer as its authorization server (RFC 9728, then RFC 8414): the
+//!   caller's JWT never goes to an endpoint the MCP server alone chose.
+//!   `subject_issuers` narrows whose JWTs are exchanged. Through
+//!   [`OAuthHttp`](crate::credentials::dpop::OAuthHttp) (the address rule;
+//!   DPoP when on). oauth2 has no token-exchange request, so the form is
+//!   built here, like the JWT-bearer grant's.
 //! - `identity_assertion` (SEP-990): [`OAuthClient::enterprise_token`]
 //!   (rmcp's `enterprise` module) with the caller's JWT as the ID token, at
 //!   the configured identity provider (its token endpoint discovered from
@@ -42,9 +46,14 @@ pub enum DelegationFailure {
     /// The caller presented no JWT (a static-token or certificate caller),
     /// or none is left for the subject: nothing was exchanged or sent.
     RequiresJwt,
-    /// `identity_assertion`: the caller's JWT is of another issuer than the
-    /// configured identity provider.
+    /// The caller's JWT is of an issuer the server does not exchange: not
+    /// the identity provider (`identity_assertion`), or not among
+    /// `subject_issuers` (`token_exchange`). Nothing was sent.
     IssuerMismatch,
+    /// `token_exchange` without `token_endpoint`: the server names an
+    /// authorization server other than the caller's JWT's issuer, so the
+    /// JWT has nowhere it may go. Nothing was sent.
+    UntrustedEndpoint,
     /// The token endpoint refused the exchange (`invalid_grant`,
     /// `invalid_target`, `unauthorized_client`, ...).
     Refused,
@@ -98,25 +107,41 @@ impl OAuthClient {
     }
 
     /// Whether the caller's JWT `token` may be exchanged by this client:
-    /// always for `token_exchange`; for `identity_assertion` only a JWT of
-    /// the identity provider's issuer.
+    /// for `identity_assertion` only a JWT of the identity provider's
+    /// issuer; for `token_exchange` one of `subject_issuers` (any when
+    /// none is named).
     ///
     /// # Errors
     /// [`DelegationFailure::IssuerMismatch`], naming both issuers.
     pub fn accepts_subject_token(&self, token: &SubjectToken) -> Result<(), DelegationError> {
-        match &self.settings.identity_provider {
-            Some(idp)
-                if self.settings.grant == Grant::IdentityAssertion
-                    && !same_issuer(&idp.issuer, token.issuer()) =>
+        let mismatch = |reason: String| {
+            Err(DelegationError::new(
+                DelegationFailure::IssuerMismatch,
+                reason,
+            ))
+        };
+        match (self.settings.grant, &self.settings.identity_provider) {
+            (Grant::IdentityAssertion, Some(idp)) if !same_issuer(&idp.issuer, token.issuer()) => {
+                mismatch(format!(
+                    "the server exchanges ID tokens of {} (identity_assertion) but the caller's \
+                     JWT is of {}",
+                    idp.issuer,
+                    token.issuer()
+                ))
+            }
+            (Grant::TokenExchange, _)
+                if !self.settings.subject_issuers.is_empty()
+                    && !self
+                        .settings
+                        .subject_issuers
+                        .iter()
+                        .any(|issuer| same_issuer(issuer, token.issuer())) =>
             {
-                Err(DelegationError::new(
-                    DelegationFailure::IssuerMismatch,
-                    format!(
-                        "the server exchanges ID tokens of {} (identity_assertion) but the \
-                         caller's JWT is of {}",
-                        idp.issuer,
-                        token.issuer()
-                    ),
+                mismatch(format!(
+                    "the server exchanges JWTs of {} (subject_issuers) but the caller's JWT is \
+                     of {}",
+                    self.settings.subject_issuers.join(", "),
+                    token.issuer()
                 ))
             }
             _ => Ok(()),
@@ -183,7 +208,10 @@ impl OAuthClient {
     ///
     /// # Errors
     /// Discovery of the server's or the identity provider's metadata failed.
-    pub async fn describe_delegation(&self) -> Result<String, OAuthError> {
+    /// `trusted` are the `callers.jwt` issuers: without `token_endpoint`, a
+    /// server whose authorization server is none of them can never be
+    /// exchanged for, and that is an error here.
+    pub async fn describe_delegation(&self, trusted: &[String]) -> Result<String, OAuthError> {
         let server = self.settings.server_url.as_str();
         let key = TokenKey::tenant_wide("", "");
         if let (Grant::IdentityAssertion, Some(idp)) =
@@ -202,16 +230,63 @@ impl OAuthClient {
                 metadata.token_endpoint
             ));
         }
+        let whose = if self.settings.subject_issuers.is_empty() {
+            String::new()
+        } else {
+            format!(
+                ", JWTs of {} only",
+                self.settings.subject_issuers.join(", ")
+            )
+        };
         match &self.settings.token_endpoint {
-            Some(url) => Ok(format!("token_exchange at {url} (configured)")),
+            Some(url) => Ok(format!("token_exchange at {url} (configured){whose}")),
             None => {
                 let (_, metadata) = self.manager(&key, None).await?;
+                let Some(issuer) = metadata.issuer.as_deref() else {
+                    return Err(OAuthError::Delegation(untrusted(server, "(no issuer)")));
+                };
+                if !trusted.iter().any(|t| same_issuer(t, issuer)) {
+                    return Err(OAuthError::Delegation(untrusted(server, issuer)));
+                }
+                let endpoint = self.idp_token_endpoint(issuer).await?;
                 Ok(format!(
-                    "token_exchange at {} (discovered from {server})",
-                    metadata.token_endpoint
+                    "token_exchange at {endpoint} (the token endpoint of callers.jwt issuer \
+                     {issuer}, which {server} names as its authorization server): JWTs of \
+                     {issuer}{whose}"
                 ))
             }
         }
+    }
+
+    /// Where a JWT of `jwt`'s issuer is exchanged: the configured
+    /// `token_endpoint`, else its own issuer's token endpoint (from that
+    /// issuer's metadata, never the document the server points to) when
+    /// the server names that issuer as its authorization server. Returns
+    /// the endpoint and the issuer it belongs to, when known.
+    async fn exchange_endpoint(
+        &self,
+        key: &TokenKey,
+        jwt: &SubjectToken,
+    ) -> Result<(String, Option<String>), OAuthError> {
+        if let Some(url) = &self.settings.token_endpoint {
+            return Ok((url.to_string(), None));
+        }
+        let (_, metadata) = self.manager(key, None).await?;
+        let named = metadata.issuer.as_deref().unwrap_or("(no issuer)");
+        if !same_issuer(named, jwt.issuer()) {
+            return Err(OAuthError::Delegation(DelegationError::new(
+                DelegationFailure::UntrustedEndpoint,
+                format!(
+                    "{} names authorization server {named}, and the caller's JWT (issuer {}) \
+                     is exchanged only at its own issuer's token endpoint or at a configured \
+                     oauth.token_endpoint: nothing was sent",
+                    self.settings.server_url,
+                    jwt.issuer()
+                ),
+            )));
+        }
+        let endpoint = self.idp_token_endpoint(jwt.issuer()).await?;
+        Ok((endpoint, Some(jwt.issuer().to_owned())))
     }
 
     /// RFC 8693: the caller's JWT exchanged at the configured or
@@ -222,13 +297,7 @@ impl OAuthClient {
         jwt: &SubjectToken,
         extra: &[String],
     ) -> Result<Secret, OAuthError> {
-        let (endpoint, issuer) = match &self.settings.token_endpoint {
-            Some(url) => (url.to_string(), None),
-            None => {
-                let (_, metadata) = self.manager(key, None).await?;
-                (metadata.token_endpoint.clone(), metadata.issuer.clone())
-            }
-        };
+        let (endpoint, issuer) = self.exchange_endpoint(key, jwt).await?;
         let scopes: Vec<String> = if extra.is_empty() {
             self.settings.scopes.clone()
         } else {
@@ -334,6 +403,19 @@ impl OAuthClient {
             "the identity provider's token endpoint: {last}"
         )))
     }
+}
+
+/// The refusal of a server whose authorization server `issuer` is no
+/// `callers.jwt` issuer (`toolgate check`).
+fn untrusted(server: &str, issuer: &str) -> DelegationError {
+    DelegationError::new(
+        DelegationFailure::UntrustedEndpoint,
+        format!(
+            "{server} names authorization server {issuer}, which is not a callers.jwt issuer: no \
+             caller's JWT may be sent there; set oauth.token_endpoint (and subject_issuers) to \
+             exchange elsewhere"
+        ),
+    )
 }
 
 /// Whether two issuer identifiers are the same (a trailing `/` aside).

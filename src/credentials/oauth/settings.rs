@@ -89,6 +89,10 @@ pub struct OAuthSettings {
     pub audience: Option<String>,
     /// `token_exchange`: the `subject_token_type` of the caller's JWT.
     pub subject_token_type: SubjectTokenType,
+    /// `token_exchange`: the issuers whose JWTs may be exchanged (empty:
+    /// any verified JWT; without `token_endpoint` each only at its own
+    /// issuer's token endpoint).
+    pub subject_issuers: Vec<String>,
     /// `identity_assertion`: the enterprise IdP.
     pub identity_provider: Option<IdentityProvider>,
 }
@@ -117,6 +121,7 @@ impl OAuthSettings {
             token_endpoint: None,
             audience: None,
             subject_token_type: SubjectTokenType::default(),
+            subject_issuers: Vec::new(),
             identity_provider: None,
         }
     }
@@ -140,6 +145,7 @@ impl OAuthSettings {
         settings.token_endpoint = oauth.token_endpoint.clone();
         settings.audience = oauth.audience.clone();
         settings.subject_token_type = oauth.subject_token_type;
+        settings.subject_issuers = oauth.subject_issuers.clone();
         settings.identity_provider = oauth.identity_provider.clone();
         settings.client_name = crate::config::client_name(tenant);
         if let Some(listener) = listener {
