@@ -32,7 +32,8 @@ NODE_DIR="$ROOT/tests/fixtures/node"
 NODE_STAMP="$NODE_DIR/node_modules/.toolgate-setup-stamp"
 PYTHON="${PYTHON:-python3}"
 
-log() { printf 'setup.sh: %s\n' "$*" >&2; }
+STARTED=$SECONDS
+log() { printf 'setup.sh [%3ds]: %s\n' "$((SECONDS - STARTED))" "$*" >&2; }
 
 need() {
   command -v "$1" >/dev/null 2>&1 || { log "missing required command: $1"; exit 1; }
@@ -53,6 +54,7 @@ if command -v flock >/dev/null 2>&1; then
 fi
 
 # ---- PostgreSQL 15 ---------------------------------------------------------
+log "1/5 PostgreSQL 15 (apt-get the first time: a minute or two)"
 if [[ -x /usr/lib/postgresql/15/bin/initdb ]]; then
   log "postgresql 15 present"
 else
@@ -66,6 +68,7 @@ else
 fi
 
 # ---- Chromium ----------------------------------------------------------------
+log "2/5 Chromium and chromedriver (apt-get the first time: a few minutes, silent)"
 if [[ -x /usr/bin/chromium && -x /usr/bin/chromedriver ]]; then
   log "chromium and chromedriver present"
 else
@@ -79,6 +82,7 @@ else
 fi
 
 # ---- Python venv -----------------------------------------------------------
+log "3/5 Python venv .venv (pip the first time: a few minutes, silent)"
 need "$PYTHON"
 py_hash="$(hash_of "$PY_REQ" "$("$PYTHON" -c 'import sys; print(sys.version)')")"
 if [[ -x "$VENV/bin/python" && -f "$VENV_STAMP" && "$(cat "$VENV_STAMP")" == "$py_hash" ]]; then
@@ -95,6 +99,7 @@ else
 fi
 
 # ---- mcp-server-sqlite (its own venv: it needs mcp 1.x) ----------------------
+log "4/5 Python venv .venv-sqlite (pip the first time: a minute)"
 sqlite_hash="$(hash_of "$SQLITE_REQ" "$("$PYTHON" -c 'import sys; print(sys.version)')")"
 if [[ -x "$SQLITE_VENV/bin/mcp-server-sqlite" && -f "$SQLITE_STAMP" && "$(cat "$SQLITE_STAMP")" == "$sqlite_hash" ]]; then
   log "mcp-server-sqlite venv up to date ($SQLITE_VENV)"
@@ -109,6 +114,7 @@ else
 fi
 
 # ---- Node packages ---------------------------------------------------------
+log "5/5 node packages (npm ci the first time: under a minute)"
 need node
 need npm
 node_inputs=("$NODE_DIR/package.json")
@@ -126,3 +132,4 @@ else
   printf '%s\n' "$node_hash" >"$NODE_STAMP"
   log "node_modules ready"
 fi
+log "done"

@@ -57,6 +57,9 @@ pub struct InputConfig {
     pub tasks: bool,
     /// Declare the allowed kinds at `initialize` (2025-11-25 sessions,
     /// which declare capabilities once for every call on the session).
+    /// Default: on, but with `lifecycle: discover` (whose calls declare
+    /// their own). A question tied to a call that did not opt in is
+    /// refused to the server either way.
     pub declare_on_session: bool,
     /// How long a worker has to answer one question.
     pub answer_timeout: Duration,
@@ -93,12 +96,21 @@ pub struct Root {
     pub name: Option<String>,
 }
 
-/// Validates `servers[].input` at `path`.
-pub(super) fn input(errors: &mut Errors, path: &str, raw: Option<RawInput>) -> InputConfig {
-    let Some(raw) = raw else {
-        return InputConfig::default();
+/// Validates `servers[].input` at `path`, for a server of `lifecycle`
+/// (which sets the default of `declare_on_session`).
+pub(super) fn input(
+    errors: &mut Errors,
+    path: &str,
+    raw: Option<RawInput>,
+    lifecycle: super::Lifecycle,
+) -> InputConfig {
+    let default = InputConfig {
+        declare_on_session: lifecycle != super::Lifecycle::Discover,
+        ..InputConfig::default()
     };
-    let default = InputConfig::default();
+    let Some(raw) = raw else {
+        return default;
+    };
     let max_rounds = match raw.max_rounds {
         None => default.max_rounds,
         Some(n) if (1..=MAX_ROUNDS_CEILING).contains(&n) => n,
@@ -172,11 +184,22 @@ mod tests {
 
     #[test]
     fn unset_allows_every_kind_with_the_documented_bounds() {
+        use super::super::Lifecycle;
         let mut errors = Errors(Vec::new());
-        let config = input(&mut errors, "p", None);
+        let config = input(&mut errors, "p", None, Lifecycle::Discover);
         assert_eq!(config, InputConfig::default());
         assert!(config.form && config.url && config.sampling && config.tasks);
         assert!(!config.declare_on_session);
+        // Issue 37: a 2025-11-25 session declares what calls may opt in
+        // to, so that the opt-in on a call is enough.
+        for lifecycle in [Lifecycle::Initialize, Lifecycle::Auto] {
+            assert!(input(&mut errors, "p", None, lifecycle).declare_on_session);
+            let raw = RawInput {
+                declare_on_session: Some(false),
+                ..RawInput::default()
+            };
+            assert!(!input(&mut errors, "p", Some(raw), lifecycle).declare_on_session);
+        }
         assert!(errors.0.is_empty());
     }
 
@@ -188,7 +211,12 @@ mod tests {
             answer_timeout: Some("soon".into()),
             ..RawInput::default()
         };
-        input(&mut errors, "tenants[0].servers[0].input", Some(raw));
+        input(
+            &mut errors,
+            "tenants[0].servers[0].input",
+            Some(raw),
+            super::super::Lifecycle::Initialize,
+        );
         let paths: Vec<_> = errors.0.iter().map(|e| e.path.as_str()).collect();
         assert_eq!(
             paths,

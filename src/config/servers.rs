@@ -174,7 +174,8 @@ pub(super) fn validate_server(
         server.max_concurrent_calls,
     )
     .or(defaults.max_concurrent_calls);
-    let input = super::input::input(errors, &format!("{path}.input"), server.input);
+    let lifecycle = server.lifecycle.unwrap_or(defaults.lifecycle);
+    let input = super::input::input(errors, &format!("{path}.input"), server.input, lifecycle);
     let roots = super::input::roots(errors, &format!("{path}.roots"), server.roots);
     if errors.0.len() != before {
         return None;
@@ -191,7 +192,7 @@ pub(super) fn validate_server(
         tool_timeouts: timeouts.per_tool,
         reconnect,
         max_concurrent_calls,
-        lifecycle: server.lifecycle.unwrap_or(defaults.lifecycle),
+        lifecycle,
         overrides,
         redact_results: server.redact_results.unwrap_or(true),
         oauth,

@@ -420,6 +420,45 @@ async fn unary_calls_are_refused_or_never_answered() {
     gateway.shutdown().await;
 }
 
+/// Issue 37: out of the box (no `input:` block), a 2025-11-25 server
+/// written with the Python `mcp` SDK (which asks only a session that
+/// declared elicitation) asks the worker whose call opted in; a call that
+/// did not opt in is still never answered for.
+#[tokio::test]
+async fn out_of_the_box_a_python_sdk_server_asks_the_worker_that_opted_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = temp_log(&dir, "py");
+    let gateway =
+        TestGateway::start(&config(&[stdio_server("py", "initialize", &log, "")]), &[]).await;
+    let mut client = gateway.client().await;
+    let booking = call(
+        "py__book_table",
+        json!({"restaurant": "Chez X"}),
+        Some(every_kind()),
+    );
+    let worked = interactive(&mut client, booking, accept_all).await;
+    assert_eq!(worked.asked.len(), 1, "{:?}", worked.asked);
+    assert_eq!(
+        worked.text(),
+        "booked Chez X: party_size=4 date=2026-12-31 confirm=true"
+    );
+    // Not opted in: the server's question gets an error (the SDK makes
+    // it the call's error), never a decline.
+    let plain = call("py__book_table", json!({"restaurant": "X"}), None);
+    match client
+        .invoke_tool(authed(TOKEN, plain))
+        .await
+        .map(tonic::Response::into_inner)
+    {
+        Ok(result) => {
+            assert_ne!(result.text, "declined", "{result:?}");
+            assert!(result.is_error, "{result:?}");
+        }
+        Err(status) => assert_eq!(reason(&status), "UPSTREAM_METHOD_NOT_FOUND", "{status:?}"),
+    }
+    gateway.shutdown().await;
+}
+
 /// Two calls in flight on one stdio session, both asking: a question
 /// reaches its own worker or is refused, never the other worker.
 #[tokio::test]

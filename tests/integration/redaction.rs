@@ -329,3 +329,78 @@ async fn sequential_calls_reuse_pooled_connections() {
         ports.len()
     );
 }
+
+/// Issue 37: a server that echoes the bare credential of an
+/// `Authorization: Bearer <token>` header (without `Bearer `), short or
+/// long, in a result or a JSON-RPC error: redacted on the path the gateway
+/// really takes (the header from a secret source, the `toolgate serve`
+/// process), and absent from its log.
+#[tokio::test]
+async fn a_bare_bearer_token_echoed_alone_is_redacted_short_or_long() {
+    // The shortest value redacted (`MIN_REDACTED_LEN`, 8), and one longer
+    // than the 32-byte anchor.
+    const SHORT: &str = "k9Zq2xW7";
+    const LONG: &str = "tok-9f8e7d6c5b4a39281706f5e4d3c2b1a0ffeeddccbbaa99887766";
+    let upstream = start_upstream(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let server = |name: &str, env: &str| {
+        format!(
+            "      - name: {name}\n        url: \"http://127.0.0.1:{}/mcp\"\n        headers:\n          Authorization: {{ env: {env} }}\n",
+            upstream.port
+        )
+    };
+    let yaml = format!(
+        "listen: \"127.0.0.1:{port}\"\ntenants:\n  - name: acme\n    tokens: [{TOKEN}]\n    servers:\n{}{}",
+        server("short", "SHORT_AUTH"),
+        server("long", "LONG_AUTH"),
+    );
+    let config = dir.path().join("toolgate.yaml");
+    std::fs::write(&config, yaml).unwrap();
+    let log = dir.path().join("gateway.log");
+    let _gateway = ChildGuard(
+        Command::new(toolgate_bin())
+            .args(["serve", "--config"])
+            .arg(&config)
+            .env("SHORT_AUTH", format!("Bearer {SHORT}"))
+            .env("LONG_AUTH", format!("Bearer {LONG}"))
+            .env("RUST_LOG", "info,toolgate=debug")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for_port(port).await;
+    let mut client = client_at(port).await;
+    for (server, token) in [("short", SHORT), ("long", LONG)] {
+        let name = format!("{server}__echo_bare");
+        let started = Instant::now();
+        let result = loop {
+            match invoke(&mut client, TOKEN, &name, "{}").await {
+                Err(status)
+                    if status.code() == Code::Unavailable
+                        && started.elapsed() < Duration::from_secs(20) =>
+                {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                other => break other.unwrap(),
+            }
+        };
+        let everything = format!("{result:?}");
+        assert!(!everything.contains(token), "{server}: {everything}");
+        assert!(
+            result.text.contains("[redacted]") && result.text.contains("key=[redacted];"),
+            "{server}: {result:?}"
+        );
+        let status = invoke(&mut client, TOKEN, &name, r#"{"error": true}"#)
+            .await
+            .expect_err("a JSON-RPC error");
+        assert!(!status.message().contains(token), "{server}: {status:?}");
+        assert!(
+            status.message().contains("bad key [redacted]"),
+            "{status:?}"
+        );
+    }
+    let log = std::fs::read_to_string(&log).unwrap();
+    assert!(!log.contains(SHORT) && !log.contains(LONG), "{log}");
+}
