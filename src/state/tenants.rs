@@ -400,9 +400,15 @@ impl StateStore {
             return Err(TenantWriteError::VersionMismatch { current });
         };
         let version = get(&deleted, 0, Record::Tenant)?;
+        // Everything kept for the tenant goes with it, in this transaction:
+        // a tenant re-created under the same name starts with nothing of
+        // the old one (no upstream token, client registration or task).
         for sql in [
             "DELETE FROM toolgate_tenant_tokens WHERE tenant = $1",
             "DELETE FROM toolgate_tenant_secrets WHERE tenant = $1",
+            "DELETE FROM toolgate_tokens WHERE tenant = $1",
+            "DELETE FROM toolgate_oauth_clients WHERE tenant = $1",
+            "DELETE FROM toolgate_tasks WHERE tenant = $1",
         ] {
             sqlx::query(sql)
                 .bind(name)
@@ -799,6 +805,50 @@ mod tests {
             !debug.contains("hunter2") && debug.contains("<17 bytes>"),
             "{debug}"
         );
+    }
+
+    /// Issue 37: a deleted tenant's upstream tokens, OAuth client
+    /// registrations and tasks go with it; another tenant's stay.
+    #[tokio::test]
+    async fn deleting_a_tenant_deletes_what_was_kept_for_it() {
+        use crate::state::{ClientKey, KeyRing, TokenKey};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let url = format!("sqlite://{}", dir.path().join("state.db").display());
+        let keys = KeyRing::new(vec![[7u8; 32]]).expect("keys");
+        let state = StateStore::connect(&url, keys).await.expect("connect");
+        for tenant in ["acme", "globex"] {
+            state
+                .put_tenant(tenant, "servers: []", Expect::Absent, &[])
+                .await
+                .expect("put");
+            state
+                .put_token(&TokenKey::new(tenant, "alice", "crm"), b"{}")
+                .await
+                .expect("token");
+            state
+                .put_client(&ClientKey::new(tenant, "crm", "https://as.example"), b"{}")
+                .await
+                .expect("client");
+            let task = format!("task-of-{tenant}");
+            state
+                .put_task(&task, tenant, b"{}", now_ms() + 60_000)
+                .await
+                .expect("task");
+        }
+        state
+            .delete_tenant("acme", Expect::Any)
+            .await
+            .expect("delete");
+        let acme_token = TokenKey::new("acme", "alice", "crm");
+        assert!(state.get_token(&acme_token).await.unwrap().is_none());
+        let acme_client = ClientKey::new("acme", "crm", "https://as.example");
+        assert!(state.get_client(&acme_client).await.unwrap().is_none());
+        assert_eq!(state.count_tasks("acme").await.unwrap(), 0);
+        let globex_token = TokenKey::new("globex", "alice", "crm");
+        assert!(state.get_token(&globex_token).await.unwrap().is_some());
+        let globex_client = ClientKey::new("globex", "crm", "https://as.example");
+        assert!(state.get_client(&globex_client).await.unwrap().is_some());
+        assert_eq!(state.count_tasks("globex").await.unwrap(), 1);
     }
 
     #[test]

@@ -993,3 +993,55 @@ async fn a_subject_the_policy_denies_every_tool_of_a_per_user_server_gets_no_lin
     assert_eq!(started_for("alice"), 1, "one pending flow, one link");
     gateway.shutdown().await;
 }
+
+/// Issue 37: a stored token is bound to the server's URL. A gateway whose
+/// configuration moves the server (a reload, a restart, a tenant
+/// re-created under the same name) to another address never sends the
+/// token obtained for the old one there.
+#[tokio::test]
+async fn a_token_is_never_sent_to_a_new_address_of_its_server() {
+    let upstream = upstream(3600);
+    let Scratch { dir, state_url, .. } = Scratch::new();
+    let consent_port = free_port();
+    let gateway = TestGateway::start(&config(&upstream, &state_url, consent_port), &env()).await;
+    let mut client = gateway.client().await;
+    assert_eq!(
+        call_settled(&mut client, None, "svc__whoami")
+            .await
+            .unwrap(),
+        "client:svc"
+    );
+    gateway.shutdown().await;
+
+    // The same tenant and server names, the server now elsewhere: a server
+    // that records every request's headers.
+    let elsewhere = serve_mcp(TestServer::new(&["whoami"])).await;
+    let log = elsewhere.log.clone();
+    let moved = config(&upstream, &state_url, consent_port).replace(
+        &format!(
+            "        url: \"{}\"\n        oauth: {{ grant: client_credentials",
+            upstream.mcp_url
+        ),
+        &format!(
+            "        url: \"{}\"\n        oauth: {{ grant: client_credentials",
+            elsewhere.url
+        ),
+    );
+    assert!(moved.contains(&elsewhere.url), "{moved}");
+    let gateway = TestGateway::start(&moved, &env()).await;
+    let mut client = gateway.client().await;
+    // The server at the new address has no OAuth metadata: no token can be
+    // had for it, and the old one is not used.
+    let outcome = call_settled(&mut client, None, "svc__whoami").await;
+    assert!(outcome.is_err(), "{outcome:?}");
+    let headers = log.headers.lock().unwrap().clone();
+    assert!(!headers.is_empty(), "the moved server was never contacted");
+    for request in &headers {
+        assert!(
+            !request.contains_key("authorization"),
+            "the old address's token went to the new one: {request:?}"
+        );
+    }
+    gateway.shutdown().await;
+    drop(dir);
+}

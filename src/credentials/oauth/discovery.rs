@@ -89,6 +89,7 @@ impl OAuthClient {
             check_endpoint(registration, allow).await?;
         }
         let metadata = self.restrict_auth_method(resolution.metadata)?;
+        self.binding.note_issuer(metadata.issuer.as_deref());
         http.add_token_endpoint(&metadata.token_endpoint);
         manager.set_metadata(metadata.clone());
         Ok((manager, metadata))

@@ -20,6 +20,7 @@ use oauth2::TokenResponse as _;
 use rmcp::transport::auth::StoredCredentials;
 
 use super::StoreError;
+use super::bound::Binding;
 use super::confirmation::HeldGrant;
 use super::store::{OAuthStore, PendingFlow, RegisteredClient};
 use crate::credentials::{MIN_REDACTED_LEN, Redactor, SharedRedactor};
@@ -133,12 +134,33 @@ impl LiveTokens {
 pub(super) struct Holding {
     store: Arc<dyn OAuthStore>,
     live: Arc<LiveTokens>,
+    /// Where the tokens may be used: saved ones are stamped, read ones
+    /// of another server are not returned.
+    binding: Option<Arc<Binding>>,
 }
 
 impl Holding {
     /// `store`, its tokens held in `live`.
     pub(super) fn new(store: Arc<dyn OAuthStore>, live: Arc<LiveTokens>) -> Self {
-        Self { store, live }
+        Self {
+            store,
+            live,
+            binding: None,
+        }
+    }
+
+    /// Tokens bound as `binding` says.
+    pub(super) fn bound(mut self, binding: Arc<Binding>) -> Self {
+        self.binding = Some(binding);
+        self
+    }
+
+    /// `credentials` stamped with the binding, if any.
+    fn stamped(&self, mut credentials: StoredCredentials) -> StoredCredentials {
+        if let Some(binding) = &self.binding {
+            binding.stamp(&mut credentials);
+        }
+        credentials
     }
 }
 
@@ -151,6 +173,11 @@ impl OAuthStore for Holding {
             let loaded = self.store.load_credentials(key).await?;
             if let Some(credentials) = &loaded {
                 self.live.hold_credentials(key, credentials);
+                if let Some(binding) = &self.binding
+                    && !binding.admits(key, credentials)
+                {
+                    return Ok(None);
+                }
             }
             Ok(loaded)
         })
@@ -162,7 +189,7 @@ impl OAuthStore for Holding {
         credentials: StoredCredentials,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         self.live.hold_credentials(key, &credentials);
-        self.store.save_grant(key, credentials)
+        self.store.save_grant(key, self.stamped(credentials))
     }
 
     fn save_refreshed<'a>(
@@ -171,7 +198,7 @@ impl OAuthStore for Holding {
         credentials: StoredCredentials,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         self.live.hold_credentials(key, &credentials);
-        self.store.save_refreshed(key, credentials)
+        self.store.save_refreshed(key, self.stamped(credentials))
     }
 
     fn clear_credentials<'a>(&'a self, key: &'a TokenKey) -> BoxFuture<'a, Result<(), StoreError>> {
@@ -223,6 +250,8 @@ impl OAuthStore for Holding {
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         // Not usable until confirmed, but live at the authorization server.
         self.live.hold_credentials(&grant.key(), &grant.credentials);
+        let mut grant = grant;
+        grant.credentials = self.stamped(grant.credentials);
         self.store.hold_grant(code, grant)
     }
 

@@ -63,6 +63,7 @@ use crate::state::TokenKey;
 
 mod address;
 mod authorization_code;
+mod bound;
 mod client_credentials;
 mod confirmation;
 mod delegation;
@@ -129,6 +130,8 @@ pub struct OAuthClient {
     http: OnceLock<Arc<OAuthHttp>>,
     /// The callers' latest JWTs, for the delegation grants.
     subject_tokens: Option<Arc<SubjectTokens>>,
+    /// The server (and issuer) the stored tokens are bound to.
+    binding: Arc<bound::Binding>,
 }
 
 /// Where an [`OAuthClient`] reports its events (`token_refreshed`,
@@ -162,9 +165,11 @@ impl OAuthClient {
         ensure_crypto_provider();
         let dpop = dpop_binding::dpop_of(&settings)?;
         let live = Arc::new(LiveTokens::new());
+        let binding = Arc::new(bound::Binding::new(settings.server_url.as_str()));
         Ok(Self {
+            store: Arc::new(live::Holding::new(store, live.clone()).bound(binding.clone())),
+            binding,
             settings,
-            store: Arc::new(live::Holding::new(store, live.clone())),
             live,
             step_ups: Mutex::default(),
             refresh_wait: REFRESH_WAIT,
