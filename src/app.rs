@@ -290,6 +290,7 @@ pub async fn run_with_reload(
     if let Some(state) = &state {
         gateway = gateway
             .with_request_keys(state.keys.clone())
+            .with_answered_rounds(state.store.clone())
             .with_task_store(state.store.clone());
     }
     let (health, health_service) = tonic_health::server::health_reporter();

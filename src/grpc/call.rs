@@ -81,6 +81,7 @@ pub(crate) async fn run_call(
     let mut routing = Routing::default();
     let context = CallContext {
         keys: gateway.request_keys.clone(),
+        answered: gateway.answered_rounds.clone(),
         metrics: gateway.metrics.clone(),
         caller_deadline,
         started,
@@ -187,6 +188,8 @@ fn record_outcome(
 struct CallContext {
     /// The keys that seal and open `request_state`.
     keys: crate::state::KeyRing,
+    /// Where answered rounds are claimed.
+    answered: crate::state::FirstUse,
     /// Where input rounds are counted.
     metrics: Arc<Metrics>,
     caller_deadline: Option<Duration>,
@@ -286,13 +289,14 @@ async fn invoke(
     };
     // A retry's state and answers are checked before anything is sent.
     let retry = input_round::open_retry(
-        &context.keys,
+        (&context.keys, &context.answered),
         &tenant,
         server,
         (&request.request_state, &request.input_responses),
         &binding,
         || input_round::definition_changed(tool, &viewer, &catalog),
-    )?;
+    )
+    .await?;
     let _server_slot = server_slot(&tenant, tool).await?;
     let target = Target {
         tenant: &tenant,

@@ -537,6 +537,8 @@ pub enum StateRefusal {
     OtherCall,
     /// Past its `input.state_ttl`.
     Expired,
+    /// Its round was answered already (a round's answers are used once).
+    Used,
 }
 
 /// What moved under a caller's plan.

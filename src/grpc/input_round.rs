@@ -122,14 +122,17 @@ pub(super) struct CheckedRetry {
 }
 
 /// A retry's `request_state` opened and checked, and its answers turned
-/// into the server's `inputResponses`: all before anything is sent.
-/// `None` for a call that is no retry.
+/// into the server's `inputResponses`, and its round claimed in `used`
+/// (a round is answered once): all before anything is sent. `None` for a
+/// call that is no retry.
 ///
 /// # Errors
 /// One of the answers or the state is refused (each with its reason);
-/// answers without a state, or a state without answers.
-pub(super) fn open_retry(
-    keys: &crate::state::KeyRing,
+/// answers without a state, or a state without answers; the round was
+/// answered before (`REQUEST_STATE_USED`); the store of answered rounds
+/// is unreachable (`STATE_UNAVAILABLE`, nothing sent).
+pub(super) async fn open_retry(
+    (keys, used): (&crate::state::KeyRing, &crate::state::FirstUse),
     tenant: &Tenant,
     server: &ServerConfig,
     (request_state, input_responses): (&str, &[pb::InputResponse]),
@@ -169,6 +172,27 @@ pub(super) fn open_retry(
             server: binding.server.clone(),
             tool: binding.target(),
             limit,
+        });
+    }
+    // Last, after every other check: a refused retry must not spend the
+    // round.
+    let claimed = used
+        .claim(
+            &state.nonce,
+            i64::try_from(state.exp_ms).unwrap_or(i64::MAX),
+        )
+        .await
+        .map_err(|e| CallError::StateUnavailable {
+            server: binding.server.clone(),
+            reason: e.to_string(),
+        })?;
+    if !claimed {
+        return Err(CallError::RequestStateRefused {
+            tool: binding.target(),
+            refusal: crate::grpc::error::StateRefusal::Used,
+            detail: "its round was answered already (a round's answers are used once): call \
+                     again without request_state and input_responses to start over"
+                .to_owned(),
         });
     }
     Ok(Some(CheckedRetry {

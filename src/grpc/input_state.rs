@@ -6,11 +6,14 @@
 //! value sealed with the state store's [`KeyRing`] (AES-256-GCM). Inside,
 //! in JSON: whose call it is (tenant, subject), which call (server,
 //! upstream tool, exposed name, definition hash, the arguments' SHA-256),
-//! the questions asked (ids and kinds), the round, the expiry and the
-//! server's own `requestState`. The worker can neither read nor change
-//! it; its retry (same name and arguments, with its answers) may reach
-//! any replica holding the key. Every check runs before anything is sent
-//! upstream, each failure with its own reason.
+//! the questions asked (ids and kinds), the round, the expiry, a random
+//! nonce and the server's own `requestState`. The worker can neither read
+//! nor change it; its retry (same name and arguments, with its answers)
+//! may reach any replica holding the key. Every check runs before anything
+//! is sent upstream, each failure with its own reason. A round is answered
+//! once: the nonce is claimed ([`FirstUse`](crate::state::FirstUse)) before
+//! the answers go upstream, and a second answer is refused
+//! (`REQUEST_STATE_USED`).
 
 // Roots are deprecated by SEP-2577 but still part of 2026-07-28 rounds;
 // toolgate answers them itself.
@@ -31,8 +34,8 @@ use crate::upstream::{Answer, Asked, InputKinds, Question, QuestionKind};
 /// The start of every state toolgate hands out (format 1).
 const PREFIX: &str = "tgs1.";
 
-/// The version of the sealed JSON.
-const VERSION: u32 = 1;
+/// The version of the sealed JSON (2: with a nonce, answered once).
+const VERSION: u32 = 2;
 
 /// The largest `requestState` of a server toolgate carries.
 pub(crate) const MAX_SERVER_STATE: usize = 64 * 1024;
@@ -179,6 +182,8 @@ struct Sealed {
     asked: Vec<AskedId>,
     round: u32,
     exp_ms: u64,
+    /// Random, hex: what a use of the state claims.
+    nonce: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     server_state: Option<String>,
 }
@@ -203,6 +208,20 @@ pub(crate) struct Retry {
     pub(crate) asked: Vec<AskedId>,
     /// The server's own state, to echo.
     pub(crate) server_state: Option<String>,
+    /// The state's nonce, claimed once before the answers are sent.
+    pub(crate) nonce: String,
+    /// When the state expires (Unix milliseconds): how long the claim is
+    /// kept.
+    pub(crate) exp_ms: u64,
+}
+
+/// A fresh nonce: 16 random bytes, hex.
+fn nonce() -> String {
+    use aes_gcm::aead::OsRng;
+    use aes_gcm::aead::rand_core::RngCore as _;
+    let mut bytes = [0u8; 16];
+    OsRng.fill_bytes(&mut bytes);
+    hex::encode(bytes)
 }
 
 /// SHA-256 (hex) of `arguments` in canonical form: object keys sorted,
@@ -360,6 +379,7 @@ pub(crate) fn seal(
         asked: round.ids.clone(),
         round: number,
         exp_ms: now_ms(now).saturating_add(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX)),
+        nonce: nonce(),
         server_state: round.server_state.clone(),
     };
     let json = serde_json::to_vec(&sealed).expect("a state always serialises");
@@ -414,7 +434,13 @@ pub(crate) fn open(
         ),
         _ => invalid(),
     })?;
-    let sealed: Sealed = serde_json::from_slice(&plain).map_err(|_| invalid())?;
+    let sealed: Sealed = serde_json::from_slice(&plain).map_err(|_| {
+        refuse(
+            StateRefusal::Invalid,
+            "it is not a request_state of this release (one handed out before an upgrade): \
+             call again without request_state and input_responses to start over",
+        )
+    })?;
     if sealed.v != VERSION {
         return Err(invalid());
     }
@@ -454,6 +480,8 @@ pub(crate) fn open(
         round: sealed.round,
         asked: sealed.asked,
         server_state: sealed.server_state,
+        nonce: sealed.nonce,
+        exp_ms: sealed.exp_ms,
     })
 }
 
@@ -706,6 +734,8 @@ mod tests {
             round: 1,
             asked: a_round().ids,
             server_state: None,
+            nonce: nonce(),
+            exp_ms: u64::MAX,
         };
         let roots = [Root {
             uri: "file:///work".into(),

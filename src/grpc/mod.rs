@@ -79,6 +79,9 @@ pub struct Gateway {
     /// Seal and open the `request_state` of rounds of questions: the
     /// state store's keys, or one random key of this process.
     request_keys: crate::state::KeyRing,
+    /// Where each answered round's nonce is claimed: the state store when
+    /// one is open, else this process's memory.
+    answered_rounds: crate::state::FirstUse,
     /// Where tasks handed to workers are kept (`None`: no state store is
     /// open, and no call may become a task of a worker's).
     task_store: Option<crate::state::StateStore>,
@@ -94,6 +97,7 @@ impl Gateway {
             drain,
             audit: crate::audit::Audit::disabled(),
             request_keys: crate::state::KeyRing::ephemeral(),
+            answered_rounds: crate::state::FirstUse::default(),
             task_store: None,
         }
     }
@@ -102,6 +106,14 @@ impl Gateway {
     #[must_use]
     pub fn with_task_store(mut self, store: crate::state::StateStore) -> Self {
         self.task_store = Some(store);
+        self
+    }
+
+    /// The service recording answered rounds of questions in `store`
+    /// (shared by replicas) instead of this process's memory.
+    #[must_use]
+    pub fn with_answered_rounds(mut self, store: crate::state::StateStore) -> Self {
+        self.answered_rounds = crate::state::FirstUse::Store(store);
         self
     }
 

@@ -324,13 +324,14 @@ async fn render(
     let gateway = context.gateway;
     // A retry's state and answers are checked before anything is sent.
     let retry = input_round::open_retry(
-        &gateway.request_keys,
+        (&gateway.request_keys, &gateway.answered_rounds),
         &tenant,
         server,
         (&request.request_state, &request.input_responses),
         &binding,
         || changed("the one its request_state was handed out for"),
-    )?;
+    )
+    .await?;
     let _server_slot = match tenant.server_limit(index) {
         None => None,
         Some(limit) => Some(

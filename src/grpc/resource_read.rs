@@ -209,7 +209,7 @@ impl Reader<'_> {
         let keys = &self.gateway.request_keys;
         let metrics = &self.gateway.metrics;
         let retry = input_round::open_retry(
-            keys,
+            (keys, &self.gateway.answered_rounds),
             tenant,
             server,
             (&request.request_state, &request.input_responses),
@@ -218,7 +218,8 @@ impl Reader<'_> {
             || CallError::InputResponseInvalid {
                 reason: "the request_state does not fit this read".to_owned(),
             },
-        )?;
+        )
+        .await?;
         // The guards' request phase (arguments `{}`): before anything is
         // sent; a replacement of them has nothing to replace.
         let chain = tenant.guards(index);

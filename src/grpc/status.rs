@@ -85,6 +85,7 @@ pub fn classify(error: &CallError) -> (Code, &'static str) {
                 StateRefusal::Foreign => (Code::InvalidArgument, "REQUEST_STATE_FOREIGN"),
                 StateRefusal::OtherCall => (Code::InvalidArgument, "REQUEST_STATE_OTHER_CALL"),
                 StateRefusal::Expired => (Code::FailedPrecondition, "REQUEST_STATE_EXPIRED"),
+                StateRefusal::Used => (Code::FailedPrecondition, "REQUEST_STATE_USED"),
             }
         }
         CallError::TaskNotFound => (Code::NotFound, "TASK_NOT_FOUND"),

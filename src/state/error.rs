@@ -92,6 +92,10 @@ pub enum StateError {
     /// The database refused a statement (constraint, permission, SQL).
     #[error("state store query failed")]
     Database(#[source] sqlx::Error),
+    /// What is kept in this process's memory instead of a store is at its
+    /// bound (the text says which). Retryable once entries expire.
+    #[error("{0}")]
+    Full(String),
 }
 
 impl StateError {
@@ -100,7 +104,7 @@ impl StateError {
     pub fn is_unavailable(&self) -> bool {
         matches!(
             self,
-            StateError::Unavailable(_) | StateError::Contended { .. }
+            StateError::Unavailable(_) | StateError::Contended { .. } | StateError::Full(_)
         )
     }
 

@@ -44,6 +44,7 @@
 
 mod connect;
 mod error;
+mod first_use;
 mod keyring;
 mod keys;
 mod migrate;
@@ -54,6 +55,7 @@ pub mod tenants;
 
 pub use connect::{ACQUIRE_TIMEOUT, Backend, DEFAULT_URL};
 pub use error::{Record, StateError};
+pub use first_use::{FirstUse, MAX_REMEMBERED};
 pub use keyring::{KeyError, KeyId, KeyRing, OpenError};
 pub use keys::{ClientKey, TokenKey, aad};
 pub use migrate::MIGRATION_LOCK_KEY;

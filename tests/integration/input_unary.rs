@@ -543,13 +543,20 @@ async fn refused_states_and_answers_send_nothing_upstream() {
     gateway.shutdown().await;
 }
 
+/// What [`retry_at_the_other_gateway`] saw.
+struct Retried {
+    /// The answer at the second gateway.
+    result: Result<pb::InvokeToolResponse, tonic::Status>,
+    /// The server's call count after it.
+    calls: usize,
+    /// The same answer again, at the first gateway.
+    again: Result<pb::InvokeToolResponse, tonic::Status>,
+}
+
 /// Two gateways in front of one HTTP input server, each started with
 /// `state` (and `env`): round 1 of `book_table` at the first, the answer at
-/// the second. Returns the retry's result and the server's call count.
-async fn retry_at_the_other_gateway(
-    state: &str,
-    env: &[(&str, &str)],
-) -> (Result<pb::InvokeToolResponse, tonic::Status>, usize) {
+/// the second, then the same answer at the first.
+async fn retry_at_the_other_gateway(state: &str, env: &[(&str, &str)]) -> Retried {
     let dir = tempfile::tempdir().unwrap();
     let server = InputServer::start(Transport::Http, dir.path()).await;
     let first = TestGateway::start(&config(&server, state), env).await;
@@ -562,11 +569,21 @@ async fn retry_at_the_other_gateway(
     let asked = questions(unary(&mut one, TOKEN, book.clone()).await.unwrap());
     let id = form_id(&asked, "Book a table at Chez Rust?");
     let answers = vec![answer(&id, pb::InputAction::Accept, ACCEPTED)];
-    let result = unary(&mut two, TOKEN, retry(book, &asked, answers)).await;
+    let result = unary(
+        &mut two,
+        TOKEN,
+        retry(book.clone(), &asked, answers.clone()),
+    )
+    .await;
     let calls = server.calls("book_table");
+    let again = unary(&mut one, TOKEN, retry(book, &asked, answers)).await;
     first.shutdown().await;
     second.shutdown().await;
-    (result, calls)
+    Retried {
+        result,
+        calls,
+        again,
+    }
 }
 
 #[tokio::test]
@@ -576,22 +593,75 @@ async fn a_retry_reaches_another_gateway_sharing_the_store_and_keys() {
         "state:\n  url: \"{}\"\n  keys: [{{ env: STATE_KEY }}]\n",
         pg.url()
     );
-    let (done, calls) = retry_at_the_other_gateway(&shared, &[("STATE_KEY", STATE_KEY)]).await;
+    let retried = retry_at_the_other_gateway(&shared, &[("STATE_KEY", STATE_KEY)]).await;
     assert_eq!(
-        done.unwrap().text,
+        retried.result.unwrap().text,
         "booked Chez Rust: party_size=4 date=2026-12-24 confirm=true"
     );
-    assert_eq!(calls, 2);
+    assert_eq!(retried.calls, 2);
+    // Issue 37: the round was answered at the other replica; answering it
+    // again here is refused, and nothing more reaches the server.
+    let status = retried.again.unwrap_err();
+    assert_eq!(status.code(), Code::FailedPrecondition, "{status:?}");
+    assert_eq!(reason(&status), "REQUEST_STATE_USED");
 }
 
 #[tokio::test]
 async fn without_shared_keys_another_gateway_says_the_key_is_retired() {
-    let (retried, calls) = retry_at_the_other_gateway("", &[]).await;
-    let status = retried.unwrap_err();
+    let retried = retry_at_the_other_gateway("", &[]).await;
+    let status = retried.result.unwrap_err();
     assert_eq!(status.code(), Code::FailedPrecondition, "{status:?}");
     assert_eq!(reason(&status), "REQUEST_STATE_KEY_RETIRED");
     // Refused before anything was sent: the server saw round 1 only.
-    assert_eq!(calls, 1);
+    assert_eq!(retried.calls, 1);
+    // A refused answer does not spend the round: the gateway that asked
+    // takes it.
+    assert!(retried.again.is_ok(), "{:?}", retried.again);
+}
+
+/// Issue 37: a round's answer is used once. The same answer sent six
+/// times at once runs the tool once; a later one is refused with its own
+/// reason; nothing more reaches the server.
+#[tokio::test]
+async fn a_rounds_answer_is_used_once_even_in_parallel() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = InputServer::start(Transport::Stdio, dir.path()).await;
+    let gateway = TestGateway::start(&config(&server, ""), &[]).await;
+    let mut client = gateway.client().await;
+    wait_listed(&mut client, TOKEN, "py__book_table").await;
+    let book = call("py__book_table", r#"{"restaurant": "Chez Rust"}"#);
+    let asked = questions(unary(&mut client, TOKEN, book.clone()).await.unwrap());
+    let id = form_id(&asked, "Book a table at Chez Rust?");
+    let answered = retry(
+        book,
+        &asked,
+        vec![answer(&id, pb::InputAction::Accept, ACCEPTED)],
+    );
+    let racing = (0..6).map(|_| {
+        let mut client = client.clone();
+        let request = answered.clone();
+        tokio::spawn(async move { unary(&mut client, TOKEN, request).await })
+    });
+    let results: Vec<_> = futures::future::join_all(racing)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    let done: Vec<_> = results.iter().filter_map(|r| r.as_ref().ok()).collect();
+    assert_eq!(done.len(), 1, "{results:?}");
+    assert_eq!(
+        done[0].text,
+        "booked Chez Rust: party_size=4 date=2026-12-24 confirm=true"
+    );
+    for refused in results.iter().filter_map(|r| r.as_ref().err()) {
+        assert_eq!(refused.code(), Code::FailedPrecondition, "{refused:?}");
+        assert_eq!(reason(refused), "REQUEST_STATE_USED", "{refused:?}");
+    }
+    let status = unary(&mut client, TOKEN, answered).await.unwrap_err();
+    assert_eq!(reason(&status), "REQUEST_STATE_USED", "{status:?}");
+    // Round 1 and the one answer.
+    assert_eq!(server.calls("book_table"), 2);
+    gateway.shutdown().await;
 }
 
 #[tokio::test]
