@@ -412,6 +412,48 @@ mod tests {
     }
 
     #[test]
+    fn resource_globs_that_no_normal_uri_matches_are_refused() {
+        for (glob, why) in [
+            ("files:FILE:///srv/**", "scheme"),
+            ("files:file://localhost/srv/**", "file://localhost/"),
+            ("wiki:wiki://Private/**", "host"),
+            ("wiki:wiki://me@PRIVATE/**", "host"),
+            ("files:file:///srv/public/../secret/**", "segment"),
+            ("files:file:///srv/./secret/**", "segment"),
+            ("files:file:///srv/public/..%2Fsecret/**", "separator"),
+            ("files:file:///srv/%73ecret/**", "decoded"),
+            ("files:file:///a%c3%a9", "upper case"),
+        ] {
+            let errors = Policy::compile(
+                "tenants[0].policy",
+                &[resources(Effect::Deny, &[glob], None)],
+            )
+            .expect_err(glob);
+            assert_eq!(errors[0].path, "tenants[0].policy[0].deny_resources[0]");
+            assert!(
+                errors[0].message.contains("can never match"),
+                "{}",
+                errors[0]
+            );
+            assert!(errors[0].message.contains(why), "{glob}: {}", errors[0]);
+        }
+        // Globs over normal forms, metacharacters included, load.
+        compile(&[resources(
+            Effect::Deny,
+            &[
+                "*:**",
+                "files:file:///srv/secret/**",
+                "{a,b}:demo://resource/dynamic/text/*",
+                "wiki:wiki://[Pp]rivate/**",
+                "files:file:///a%C3%A9/*",
+                "s:mailto:Bob@Example.COM",
+                "s:urn:isbn:*",
+            ],
+            None,
+        )]);
+    }
+
+    #[test]
     fn a_view_holds_the_prompts_a_caller_may_see() {
         use crate::catalog::Catalog;
         let policy = compile(&[

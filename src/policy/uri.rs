@@ -364,6 +364,38 @@ fn restore_braces(text: &str, kind: Kind) -> Cow<'_, str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// URI-shaped text: a scheme in either case, an authority or not, and
+    /// a tail of the characters that make dot segments, escapes,
+    /// separators, hosts and template expressions.
+    fn uri_like() -> impl Strategy<Value = String> {
+        (
+            "(file|FILE|File|demo|DEMO|http|HTTPS|custom|urn|wiki)",
+            "(:|://|:///|://localhost/|://LocalHost|://Ab@Host:80/)",
+            proptest::collection::vec(
+                "(/|\\.|\\.\\.|%2e|%2E|%2f|%5C|%41|%7e|%c3%a9|%|a|B|\\\\|\\{|\\}|\\?|#|@|:| |é|~|-)",
+                0..14,
+            ),
+        )
+            .prop_map(|(scheme, authority, tail)| format!("{scheme}{authority}{}", tail.concat()))
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(1000))]
+
+        /// A normal form is its own normal form, and carries nothing the
+        /// normalizer refuses: the rules and the server see one string.
+        #[test]
+        fn a_normal_form_is_stable(text in uri_like()) {
+            if let Ok(normal) = ResourceUri::parse(&text) {
+                prop_assert_eq!(ResourceUri::parse(normal.as_str()), Ok(normal.clone()), "{}", text);
+            }
+            if let Ok(normal) = ResourceUri::template(&text) {
+                prop_assert_eq!(ResourceUri::template(normal.as_str()), Ok(normal.clone()), "{}", text);
+            }
+        }
+    }
 
     fn normal(uri: &str) -> String {
         ResourceUri::parse(uri)
