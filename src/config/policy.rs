@@ -361,10 +361,62 @@ fn resource_glob(text: &str) -> Result<(Glob, Glob), GlobError> {
             if server.is_empty() { "server" } else { "URI" }
         )));
     }
+    if let Some(why) = never_normal(uri) {
+        return Err(GlobError::Shape(format!(
+            "`{text}` can never match: resource URIs are matched in normal form \
+             (docs/governance.md, \"Resource URIs in normal form\"), in which {why}"
+        )));
+    }
     Ok((
         Glob::new(server)?,
         GlobBuilder::new(uri).literal_separator(true).build()?,
     ))
+}
+
+/// Why a resource rule's URI glob can never match a URI in normal form
+/// (the policy's `ResourceUri`), when something literal in it says so: a
+/// rule that silently matches nothing would be a deny that never applies.
+fn never_normal(uri: &str) -> Option<&'static str> {
+    if let Some((scheme, rest)) = uri.split_once(':') {
+        if scheme.bytes().any(|b| b.is_ascii_uppercase()) {
+            return Some("the scheme is in lower case");
+        }
+        if let Some(after) = rest.strip_prefix("//") {
+            let authority = after.split('/').next().unwrap_or_default();
+            let host = authority.rsplit('@').next().unwrap_or_default();
+            if scheme == "file" && host.eq_ignore_ascii_case("localhost") {
+                return Some("`file://localhost/` is `file:///`");
+            }
+            if !host.contains('[') && host.bytes().any(|b| b.is_ascii_uppercase()) {
+                return Some("the host is in lower case");
+            }
+        }
+    }
+    if uri
+        .split('/')
+        .any(|segment| segment == "." || segment == "..")
+    {
+        return Some("no `.` or `..` segment is left");
+    }
+    let bytes = uri.as_bytes();
+    for (at, _) in uri.match_indices('%') {
+        let Some(escape) = bytes.get(at + 1..at + 3) else {
+            continue;
+        };
+        let Ok(byte) = u8::from_str_radix(std::str::from_utf8(escape).unwrap_or("zz"), 16) else {
+            continue;
+        };
+        if matches!(byte, b'/' | b'\\') {
+            return Some("an encoded separator (`%2F`, `%5C`) is refused");
+        }
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            return Some("escapes of letters, digits, `-`, `.`, `_` and `~` are decoded");
+        }
+        if escape.iter().any(u8::is_ascii_lowercase) {
+            return Some("escapes are in upper case (`%C3%A9`)");
+        }
+    }
+    None
 }
 
 /// Compiles a `when`, refusing variables other than [`VARIABLES`].

@@ -18,6 +18,7 @@ use super::error::{CallError, Feature, Target, quoted};
 use super::{Gateway, caller_timeout, deadline_margin, upstream_session};
 use crate::callers::{Caller, Subject};
 use crate::pb;
+use crate::policy::ResourceUri;
 use crate::registry::{Resolved, Tenant};
 use crate::telemetry::trace;
 use crate::upstream::{Completion, CompletionRef, CompletionRequest, UpstreamError};
@@ -52,7 +53,11 @@ pub(super) async fn complete(
             record.prompt = Some(quoted(name).into_owned());
         }
         Some(pb::complete_request::Ref::ResourceTemplate(template)) => {
-            record.uri_template = Some(Target::template(template.uri_template.clone()).name);
+            // In its normal form, as the policy matched it (as asked,
+            // when it has none).
+            let normal = ResourceUri::template(&template.uri_template)
+                .map_or_else(|_| template.uri_template.clone(), ResourceUri::into_string);
+            record.uri_template = Some(Target::template(normal).name);
         }
         None => {}
     });
@@ -389,9 +394,11 @@ async fn route(
                 });
             };
             routing.server = Some(template.server.clone());
-            let target = Target::template(template.uri_template.clone());
+            // Matched and sent in its normal form.
+            let uri_template = ResourceUri::template(&template.uri_template)?;
+            let target = Target::template(uri_template.as_str());
             let permitted = tenant.policy().is_none_or(|p| {
-                p.allows_resource(caller, subject, &template.server, &template.uri_template)
+                p.allows_resource(caller, subject, &template.server, &uri_template)
             });
             if !permitted {
                 return Err(CallError::NotPermitted {
@@ -403,7 +410,7 @@ async fn route(
                 index,
                 server: template.server.clone(),
                 target,
-                reference: CompletionRef::Template(template.uri_template.clone()),
+                reference: CompletionRef::Template(uri_template.into_string()),
                 tenant,
             })
         }

@@ -8,6 +8,7 @@ use rmcp::model::{CallToolResult, ContentBlock, ResourceContents};
 
 use crate::catalog::{Catalog, CatalogTool, ServerState};
 use crate::pb;
+use crate::policy::ResourceUri;
 
 /// The state of each configured server.
 pub fn server_statuses(catalog: &Catalog) -> Vec<pb::ServerStatus> {
@@ -73,7 +74,8 @@ pub struct InvalidContent {
 
 /// Converts a tool result of `server`. Binary data arrives base64-encoded
 /// and is carried as raw bytes; resource links and embedded resources
-/// carry `server`, so that a worker reads them with `ReadResource`.
+/// carry `server`, so that a worker reads them with `ReadResource`; a
+/// link's URI is in its normal form ([`ResourceUri`]).
 ///
 /// # Errors
 /// An image, audio or blob whose data is not valid base64.
@@ -151,7 +153,9 @@ pub fn content(block: ContentBlock, server: &str) -> Result<pb::Content, Invalid
             mime_type: a.mime_type,
         }),
         ContentBlock::ResourceLink(r) => Kind::ResourceLink(pb::ResourceLink {
-            uri: r.uri,
+            // In normal form, as a read of it is matched and sent (as the
+            // server gave it, when it has none: a read of it is refused).
+            uri: ResourceUri::parse(&r.uri).map_or(r.uri, ResourceUri::into_string),
             name: r.name,
             title: r.title.unwrap_or_default(),
             description: r.description.unwrap_or_default(),

@@ -378,6 +378,11 @@ pub enum CallError {
         /// The server.
         server: String,
     },
+    /// A resource URI (or URI template) that has no normal form the
+    /// resource rules could match: malformed, or still carrying an encoded
+    /// separator, a dot segment or a remote `file` host once normalized.
+    #[error("{0}")]
+    InvalidUri(#[from] crate::policy::UriError),
     /// A `Complete` request that names no prompt or resource template, or
     /// no argument.
     #[error("invalid completion request: {0}")]

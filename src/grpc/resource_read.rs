@@ -16,6 +16,7 @@ use super::{Gateway, caller_timeout, convert, deadline_margin, input_round, inpu
 use super::{questions, upstream_session};
 use crate::callers::{Caller, Subject};
 use crate::pb;
+use crate::policy::{ResourceUri, UriError};
 use crate::registry::Tenant;
 use crate::upstream::resources::{ReadOutcome, ReadRequest};
 use crate::upstream::{InputKinds, UpstreamError};
@@ -38,9 +39,16 @@ pub(super) async fn read(
         started,
         None,
     );
-    let uri = &request.get_ref().uri;
+    // The URI in its normal form: what the policy matches, the server is
+    // sent and the record keeps (as asked, when it has none).
+    let uri = ResourceUri::parse(&request.get_ref().uri);
     let redactor = tenant.redactor();
-    let audit_uri = bounded(&redactor.redact(uri));
+    let audit_uri = bounded(
+        &redactor.redact(
+            uri.as_ref()
+                .map_or(request.get_ref().uri.as_str(), ResourceUri::as_str),
+        ),
+    );
     audited.describe(|record| record.uri = Some(audit_uri));
     let span = super::rpc_span("ReadResource", &tenant.name);
     crate::telemetry::trace::continue_caller_trace(&span, request.metadata());
@@ -68,7 +76,7 @@ pub(super) async fn read(
     };
     let run = async {
         tokio::select! {
-            result = reader.read(&request, &mut audited, &mut sent) => result,
+            result = reader.read(&request, uri, &mut audited, &mut sent) => result,
             () = gateway.abort.cancelled() => Err(CallError::ShuttingDown { sent: false, idempotent: true }),
         }
     };
@@ -122,30 +130,32 @@ struct Reader<'a> {
 }
 
 impl Reader<'_> {
-    /// The read in the order of docs/api.md: server, capability, policy
-    /// (per-user servers: policy before the consent check), admission,
-    /// a listed size over the bound, a retry's state, the audit place,
-    /// the read, its contents.
+    /// The read in the order of docs/api.md: the URI's normal form,
+    /// server, capability, policy (per-user servers: policy before the
+    /// consent check), admission, a listed size over the bound, a retry's
+    /// state, the audit place, the read, its contents.
     async fn read(
         &self,
         request: &pb::ReadResourceRequest,
+        uri: Result<ResourceUri, UriError>,
         audited: &mut AuditedCall,
         sent: &mut bool,
     ) -> Result<pb::ReadResourceResponse, CallError> {
         let tenant = self.tenant;
         let name = &request.server;
-        let uri = &request.uri;
+        let normal = uri?;
+        let uri = normal.as_str();
         let Some(index) = tenant.servers().position(|s| &s.name == name) else {
             return Err(CallError::ServerNotFound {
                 server: quoted(name).into_owned(),
             });
         };
         let server = tenant.server(index);
-        let target = Target::resource(uri.clone());
+        let target = Target::resource(uri);
         let permitted = || {
             if tenant
                 .policy()
-                .is_none_or(|p| p.allows_resource(self.caller, self.subject, name, uri))
+                .is_none_or(|p| p.allows_resource(self.caller, self.subject, name, &normal))
             {
                 Ok(())
             } else {
@@ -201,8 +211,8 @@ impl Reader<'_> {
             tenant: tenant.name.clone(),
             subject: self.subject.key().to_owned(),
             server: name.clone(),
-            upstream_tool: uri.clone(),
-            exposed_name: uri.clone(),
+            upstream_tool: uri.to_owned(),
+            exposed_name: uri.to_owned(),
             definition_hash: String::new(),
             args_sha256: input_state::arguments_digest(&rmcp::model::JsonObject::new()),
         };
@@ -281,7 +291,7 @@ impl Reader<'_> {
             None => (None, None),
         };
         let read = ReadRequest {
-            uri: uri.clone(),
+            uri: uri.to_owned(),
             timeout,
             accepts,
             input_responses,

@@ -17,6 +17,7 @@ use super::Gateway;
 use super::error::CallError;
 use crate::callers::{Caller, Subject};
 use crate::pb;
+use crate::policy::ResourceUri;
 use crate::registry::{SessionUnavailable, Tenant};
 use crate::upstream::resources::{ListBounds, ResourceListing};
 use crate::upstream::{Session, UpstreamError};
@@ -210,8 +211,9 @@ impl Lister<'_> {
                 None => 0,
             };
             let mut count = 0u32;
-            for (position, resource) in listing.resources.iter().enumerate() {
-                if !self.visible(&server.name, &resource.uri) {
+            let listed = listing.resources.iter().zip(&listing.resource_uris);
+            for (position, (resource, uri)) in listed.enumerate() {
+                if !self.visible(&server.name, uri) {
                     continue;
                 }
                 count += 1;
@@ -242,8 +244,8 @@ impl Lister<'_> {
                 });
             }
             if first {
-                for template in &listing.templates {
-                    if self.visible(&server.name, &template.uri_template) {
+                for (template, uri) in listing.templates.iter().zip(&listing.template_uris) {
+                    if self.visible(&server.name, uri) {
                         response.resource_templates.push(pb::ResourceTemplate {
                             server: server.name.clone(),
                             uri_template: template.uri_template.clone(),
@@ -266,10 +268,10 @@ impl Lister<'_> {
         Ok(response)
     }
 
-    /// Whether this caller sees `uri` (or a URI template) of `server`:
-    /// the filter and the tenant's policy.
-    fn visible(&self, server: &str, uri: &str) -> bool {
-        self.filter.uri(uri)
+    /// Whether this caller sees `uri` (or a URI template) of `server`,
+    /// in normal form: the filter and the tenant's policy.
+    fn visible(&self, server: &str, uri: &ResourceUri) -> bool {
+        self.filter.uri(uri.as_str())
             && self
                 .tenant
                 .policy()

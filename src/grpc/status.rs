@@ -137,6 +137,7 @@ pub fn classify(error: &CallError) -> (Code, &'static str) {
         }
         CallError::PromptNotFound { .. } => (Code::NotFound, "PROMPT_NOT_FOUND"),
         CallError::InvalidCompletion(_) => (Code::InvalidArgument, "INVALID_COMPLETION"),
+        CallError::InvalidUri(_) => (Code::InvalidArgument, "INVALID_RESOURCE_URI"),
         CallError::NotPermitted { target, .. } => (
             Code::PermissionDenied,
             match target.kind {
@@ -516,6 +517,15 @@ fn metadata(error: &CallError) -> HashMap<String, String> {
             metadata.insert("field".to_owned(), "page_token".to_owned());
         }
         CallError::InvalidCompletion(_) => {}
+        CallError::InvalidUri(error) => {
+            let field = if error.of_template() {
+                "uri_template"
+            } else {
+                "uri"
+            };
+            metadata.insert("field".to_owned(), field.to_owned());
+            metadata.insert("refused".to_owned(), error.kind().to_owned());
+        }
         CallError::Unauthenticated(_)
         | CallError::Token(_)
         | CallError::Certificate(_)

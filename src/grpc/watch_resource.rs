@@ -2,7 +2,9 @@
 //! subscription per session and URI, ended with a status when the server,
 //! the caller's credential or the configuration goes.
 //!
-//! The watch is checked in order: the server (`SERVER_NOT_FOUND`), the
+//! The watch is checked in order: the URI's normal form
+//! (`INVALID_RESOURCE_URI`, [`crate::policy::ResourceUri`]; the server is
+//! subscribed to that form), the server (`SERVER_NOT_FOUND`), the
 //! tenant's resource policy (`RESOURCE_NOT_PERMITTED`), the tenant's open
 //! watches (`WATCH_LIMIT`), the session (per-user servers: the subject's
 //! own, with a call's consent errors), the server's capabilities
@@ -28,6 +30,7 @@ use super::error::{CallError, Feature, Target, quoted};
 use super::stream::Credential;
 use super::{EventStream, Gateway, drain, upstream_session};
 use crate::pb;
+use crate::policy::ResourceUri;
 use crate::registry::{Busy, Tenant, WatchPermit};
 use crate::upstream::{ResourceWatch, UpstreamError, WatchEnd};
 
@@ -42,6 +45,12 @@ pub(super) async fn start(
     let (caller, subject) = super::caller_of(&request);
     let standing = request.extensions().get::<Standing>().cloned();
     let asked = request.get_ref().clone();
+    // The URI in its normal form: what the policy matches, the server is
+    // sent and the records keep (as asked, when it has none).
+    let uri = ResourceUri::parse(&asked.uri);
+    let recorded = uri
+        .as_ref()
+        .map_or_else(|_| asked.uri.clone(), |u| u.as_str().to_owned());
     let record = |event: &'static str| {
         let mut audited = AuditedCall::of(
             &gateway.audit,
@@ -56,7 +65,7 @@ pub(super) async fn start(
             record.uri = Some(
                 tenant
                     .redactor()
-                    .redact(&Target::resource(asked.uri.as_str()).name)
+                    .redact(&Target::resource(recorded.as_str()).name)
                     .into_owned(),
             );
         });
@@ -64,7 +73,10 @@ pub(super) async fn start(
     };
     let mut opening = record("watch_opened");
     let credential = Credential::new(&tenant.name, (caller, subject), standing);
-    let opened = open(&tenant, &asked, &credential, &mut opening).await;
+    let opened = match uri {
+        Ok(uri) => open(&tenant, &asked.server, uri, &credential, &mut opening).await,
+        Err(refused) => Err(refused.into()),
+    };
     // The server named, when it is one of the tenant's (refusals too).
     let known = tenant.servers().any(|s| s.name == asked.server);
     let progress = Progress {
@@ -82,7 +94,7 @@ pub(super) async fn start(
     closing.describe(|record| record.server = Some(opened.server.clone()));
     let first = pb::ResourceUpdate {
         server: opened.server.clone(),
-        uri: asked.uri.clone(),
+        uri: opened.uri.as_str().to_owned(),
         initial: true,
     };
     let stream = Stream {
@@ -108,8 +120,8 @@ pub(super) async fn start(
 struct Opened {
     /// The server's configured name.
     server: String,
-    /// The URI watched, as asked.
-    uri: String,
+    /// The URI watched, in its normal form.
+    uri: ResourceUri,
     watch: ResourceWatch,
     /// Cancelled when the server's slot stops (removed or changed).
     stopped: CancellationToken,
@@ -121,19 +133,20 @@ impl super::call_audit::Audited for Opened {}
 /// Checks the request and subscribes (see the module's order).
 async fn open(
     tenant: &Tenant,
-    asked: &pb::WatchResourceRequest,
+    server: &str,
+    uri: ResourceUri,
     credential: &Credential,
     opening: &mut AuditedCall,
 ) -> Result<Opened, CallError> {
-    let Some(index) = tenant.servers().position(|s| s.name == asked.server) else {
+    let Some(index) = tenant.servers().position(|s| s.name == server) else {
         return Err(CallError::ServerNotFound {
-            server: quoted(&asked.server).into_owned(),
+            server: quoted(server).into_owned(),
         });
     };
-    let server = asked.server.clone();
-    let target = Target::resource(asked.uri.as_str());
+    let server = server.to_owned();
+    let target = Target::resource(uri.as_str());
     if let Some(policy) = tenant.policy()
-        && !policy.allows_resource(&credential.caller, &credential.subject, &server, &asked.uri)
+        && !policy.allows_resource(&credential.caller, &credential.subject, &server, &uri)
     {
         return Err(CallError::NotPermitted { server, target });
     }
@@ -162,14 +175,14 @@ async fn open(
     }
     let timeout = tenant.server(index).call_timeout;
     let watch = session
-        .watch_resource(&asked.uri, timeout)
+        .watch_resource(uri.as_str(), timeout)
         .await
         .map_err(|error| {
             upstream_session::failure(tenant, index, &server, &target, &credential.subject, error)
         })?;
     Ok(Opened {
         server,
-        uri: asked.uri.clone(),
+        uri,
         watch,
         stopped,
         _permit: permit,
@@ -231,6 +244,9 @@ impl Stream {
                         if let Err(refused) = self.credential.check() {
                             break refused;
                         }
+                        // The server's URI in normal form, as a worker
+                        // reads it (as the server named it, without one).
+                        let uri = ResourceUri::parse(&uri).map_or(uri, ResourceUri::into_string);
                         return Some(Ok(pb::ResourceUpdate {
                             server: self.opened.server.clone(),
                             uri,

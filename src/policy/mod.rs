@@ -16,11 +16,13 @@
 //! Here: the compiled policy and its evaluation. What a condition reads of
 //! `tool` (so that values are remembered across tools alike) is in `reads`,
 //! the CEL values of `tool`, `prompt`, `resource` and `claims` in `values`,
-//! the decisions on prompts and resources in `targets`.
+//! the decisions on prompts and resources in `targets`, the one normal
+//! form of a resource URI (what is matched, and sent) in `uri`.
 
 mod reads;
 mod targets;
 mod unlisted;
+mod uri;
 mod values;
 
 /// A policy of one-glob rules `(effect, glob, when)`, for the rooms' tests.
@@ -52,6 +54,7 @@ use crate::config::policy::free_variables;
 pub use crate::config::policy::{Effect, PolicyError, PolicyRules, RuleSpec, Targets, VARIABLES};
 
 pub use unlisted::Unlisted;
+pub use uri::{ResourceUri, UriError};
 pub use view::{View, cached_view, caller_view};
 
 use reads::{ToolReads, tool_reads};
@@ -283,8 +286,10 @@ impl<'a> Evaluator<'a> {
     }
 
     /// Whether the caller may see, read, watch or complete resource (or
-    /// resource template) `uri` of server `server` (the resource rules).
-    pub(crate) fn allows_resource(&mut self, server: &'a str, uri: &'a str) -> bool {
+    /// resource template) `uri` of server `server` (the resource rules),
+    /// matched in its normal form.
+    pub(crate) fn allows_resource(&mut self, server: &'a str, uri: &'a ResourceUri) -> bool {
+        let uri = uri.as_str();
         let policy = self.policy;
         let matched = &mut self.matched;
         policy

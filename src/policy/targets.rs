@@ -13,7 +13,7 @@
 //! view of the catalog ([`super::View`]) holds its prompts as it holds
 //! its tools.
 
-use super::Policy;
+use super::{Policy, ResourceUri};
 use crate::callers::{Caller, Subject};
 use crate::catalog::CatalogPrompt;
 
@@ -33,13 +33,14 @@ impl Policy {
     /// Whether `caller`, acting for `subject`, may see, read, watch and
     /// complete resource `uri` (or URI template) of `server`: the effect of
     /// the first resource rule whose glob matches `server:uri` and whose
-    /// `when` holds; allowed when none does.
+    /// `when` holds; allowed when none does. Only a normalized URI is
+    /// matched ([`ResourceUri`]): the form the server is sent.
     pub fn allows_resource(
         &self,
         caller: &Caller,
         subject: &Subject,
         server: &str,
-        uri: &str,
+        uri: &ResourceUri,
     ) -> bool {
         self.evaluator(caller, subject).allows_resource(server, uri)
     }
@@ -88,6 +89,10 @@ mod tests {
         }
     }
 
+    fn uri(text: &str) -> ResourceUri {
+        ResourceUri::parse(text).unwrap()
+    }
+
     fn names(effect: Effect, globs: &[&str], when: Option<&str>) -> RuleSpec {
         spec(effect, Targets::Names, globs, when)
     }
@@ -129,8 +134,8 @@ mod tests {
         // Name rules never match resources, whatever the URI looks like.
         let everything = compile(&[names(Effect::Deny, &["*"], None)]);
         assert!(!everything.allows_prompt(&caller, &subject, &prompt("a__x")));
-        assert!(everything.allows_resource(&caller, &subject, "b", "b__review"));
-        assert!(everything.allows_resource(&caller, &subject, "b", "file:///x"));
+        assert!(everything.allows_resource(&caller, &subject, "b", &uri("urn:b__review")));
+        assert!(everything.allows_resource(&caller, &subject, "b", &uri("file:///x")));
         assert!(!everything.has_resource_rules());
     }
 
@@ -185,14 +190,14 @@ mod tests {
             &["*:**"],
             Some("tool.server == 'z' || prompt.server == 'z'"),
         )]);
-        assert!(!on_tools.allows_resource(&caller, &subject, "b", "file:///a"));
+        assert!(!on_tools.allows_resource(&caller, &subject, "b", &uri("file:///a")));
         let on_resources = compile(&[
             resources(Effect::Allow, &["*:**"], Some("resource.server == 'b'")),
             resources(Effect::Deny, &["*:**"], None),
             names(Effect::Deny, &["*"], Some("resource.uri == ''")),
         ]);
-        assert!(on_resources.allows_resource(&caller, &subject, "b", "file:///a"));
-        assert!(!on_resources.allows_resource(&caller, &subject, "c", "file:///a"));
+        assert!(on_resources.allows_resource(&caller, &subject, "b", &uri("file:///a")));
+        assert!(!on_resources.allows_resource(&caller, &subject, "c", &uri("file:///a")));
         assert!(!on_resources.allows(&caller, &subject, &tool("b__review")));
         assert!(!on_resources.allows_prompt(&caller, &subject, &prompt("b__review")));
     }
@@ -210,8 +215,9 @@ mod tests {
             ),
         ]);
         let (caller, subject) = who("");
-        let allows =
-            |server: &str, uri: &str| policy.allows_resource(&caller, &subject, server, uri);
+        let allows = |server: &str, text: &str| {
+            policy.allows_resource(&caller, &subject, server, &uri(text))
+        };
         // First match decides: public docs pass, the rest of docs does not.
         assert!(allows("docs", "file:///public/a/b.md"));
         assert!(!allows("docs", "file:///private/a.md"));
@@ -231,6 +237,73 @@ mod tests {
     }
 
     #[test]
+    fn the_governance_example_holds_against_every_spelling_of_a_uri() {
+        // docs/governance.md, "Prompts and resources": its resource rules.
+        let policy = compile(&[
+            resources(Effect::Allow, &["*:file:///srv/public/**"], None),
+            resources(Effect::Deny, &["*:file:///**"], None),
+            resources(Effect::Allow, &["wiki:wiki://public/**"], None),
+            resources(
+                Effect::Allow,
+                &["wiki:**"],
+                Some("has(claims.groups) && 'ops' in claims.groups"),
+            ),
+            resources(Effect::Deny, &["wiki:**"], None),
+        ]);
+        let (caller, subject) = who("dev");
+        // What a spelling comes to: denied, allowed, or refused before any
+        // rule is asked.
+        let decide = |server: &str, spelled: &str| match ResourceUri::parse(spelled) {
+            Ok(uri) => Some(policy.allows_resource(&caller, &subject, server, &uri)),
+            Err(_) => None,
+        };
+        for spelled in [
+            "file:///srv/public/readme.txt",
+            "file://localhost/srv/public/readme.txt",
+            "FILE:///srv/public/%72eadme.txt",
+            "file:///srv/public/a/../readme.txt",
+        ] {
+            assert_eq!(decide("files", spelled), Some(true), "{spelled}");
+        }
+        for spelled in [
+            "file:///srv/secret/key",
+            "file:///srv/public/../secret/key",
+            "file:///srv/public/%2e%2e/secret/key",
+            "file:///srv/public/%2E%2E/secret/key",
+            "file:///srv/public/.%2e/secret/key",
+            "file://localhost/srv/secret/key",
+            "FILE:///srv/secret/key",
+            "File://LocalHost/srv/public/../secret/key",
+            "file:///srv/public\\..\\secret\\key",
+            "file:///srv/%70ublic/../secret/key",
+        ] {
+            assert_eq!(decide("files", spelled), Some(false), "{spelled}");
+        }
+        for spelled in [
+            "file:///srv/public/..%2fsecret/key",
+            "file:///srv/public/..%2Fsecret/key",
+            "file:///srv/public/..%5Csecret/key",
+            "file://evil/srv/secret/key",
+        ] {
+            assert_eq!(decide("files", spelled), None, "{spelled}");
+        }
+        // The wiki: only its public space for a caller outside `ops`,
+        // however the rest is spelled.
+        assert_eq!(decide("wiki", "wiki://public/page"), Some(true));
+        for spelled in [
+            "wiki://private/page",
+            "WIKI://PRIVATE/page",
+            "wiki://public@private/page",
+            "wiki://private:80/page",
+        ] {
+            let decided = decide("wiki", spelled);
+            assert_ne!(decided, Some(true), "{spelled}");
+        }
+        // A dot segment never climbs out of the host.
+        assert_eq!(decide("wiki", "wiki://public/../private/x"), Some(true));
+    }
+
+    #[test]
     fn one_evaluator_decides_many_kinds_as_fresh_ones_do() {
         // Conditions remembered per caller must not leak from one kind of
         // target to another.
@@ -246,7 +319,7 @@ mod tests {
             [tool("a__t"), tool("b__t")],
             [prompt("a__p"), prompt("b__p")],
         );
-        let resources = [("a", "file:///x"), ("a", "file:///y")];
+        let resources = [("a", uri("file:///x")), ("a", uri("file:///y"))];
         let fresh: Vec<bool> = tools
             .iter()
             .map(|t| policy.allows(&caller, &dev, t))
@@ -336,6 +409,48 @@ mod tests {
         );
         assert!(errors[4].message.contains("server first"), "{}", errors[4]);
         assert!(errors[6].message.contains("`resources`"), "{}", errors[6]);
+    }
+
+    #[test]
+    fn resource_globs_that_no_normal_uri_matches_are_refused() {
+        for (glob, why) in [
+            ("files:FILE:///srv/**", "scheme"),
+            ("files:file://localhost/srv/**", "file://localhost/"),
+            ("wiki:wiki://Private/**", "host"),
+            ("wiki:wiki://me@PRIVATE/**", "host"),
+            ("files:file:///srv/public/../secret/**", "segment"),
+            ("files:file:///srv/./secret/**", "segment"),
+            ("files:file:///srv/public/..%2Fsecret/**", "separator"),
+            ("files:file:///srv/%73ecret/**", "decoded"),
+            ("files:file:///a%c3%a9", "upper case"),
+        ] {
+            let errors = Policy::compile(
+                "tenants[0].policy",
+                &[resources(Effect::Deny, &[glob], None)],
+            )
+            .expect_err(glob);
+            assert_eq!(errors[0].path, "tenants[0].policy[0].deny_resources[0]");
+            assert!(
+                errors[0].message.contains("can never match"),
+                "{}",
+                errors[0]
+            );
+            assert!(errors[0].message.contains(why), "{glob}: {}", errors[0]);
+        }
+        // Globs over normal forms, metacharacters included, load.
+        compile(&[resources(
+            Effect::Deny,
+            &[
+                "*:**",
+                "files:file:///srv/secret/**",
+                "{a,b}:demo://resource/dynamic/text/*",
+                "wiki:wiki://[Pp]rivate/**",
+                "files:file:///a%C3%A9/*",
+                "s:mailto:Bob@Example.COM",
+                "s:urn:isbn:*",
+            ],
+            None,
+        )]);
     }
 
     #[test]

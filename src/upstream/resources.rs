@@ -16,6 +16,10 @@
 //! - neither: reused for [`DEFAULT_LIST_TTL`].
 //!
 //! A failed re-list is an error, never the previous list.
+//!
+//! A listing is kept with its URIs and URI templates in normal form
+//! ([`ResourceUri`]), so that what is listed is what the resource rules
+//! match and what a read of it sends; an entry with none is left out.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,6 +37,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 
 use super::events::{ListKind, SessionEvents};
 use super::{InputKinds, Request, Session, UpstreamError};
+use crate::policy::ResourceUri;
 
 /// How long a listing is reused at most, whatever the server says.
 pub(crate) const MAX_LIST_AGE: Duration = Duration::from_secs(300);
@@ -120,10 +125,17 @@ impl ListingError {
 /// read at `fetched`.
 #[derive(Debug)]
 pub struct ResourceListing {
-    /// Every resource, all pages, in the server's order.
+    /// Every resource, all pages, in the server's order, its URI in
+    /// normal form.
     pub resources: Vec<Resource>,
-    /// Every resource template, all pages.
+    /// The URI of each of `resources`, as the resource rules match it.
+    pub resource_uris: Vec<ResourceUri>,
+    /// Every resource template, all pages, its URI template in normal
+    /// form.
     pub templates: Vec<ResourceTemplate>,
+    /// The URI template of each of `templates`, as the resource rules
+    /// match it.
+    pub template_uris: Vec<ResourceUri>,
     /// A digest of the contents: equal listings have equal versions (page
     /// tokens carry it).
     pub version: String,
@@ -226,6 +238,8 @@ impl Session {
         let (resources, resource_ttl) = self.list_resources(bounds).await?;
         let (templates, template_ttl) = self.list_templates(bounds).await?;
         check_bounds(&resources, &templates, bounds)?;
+        let (resources, resource_uris, templates, template_uris) =
+            self.normalized(resources, templates);
         let ttl = match (resource_ttl, template_ttl) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -238,7 +252,9 @@ impl Session {
         let listing = Arc::new(ResourceListing {
             version: version_of(&resources, &templates),
             resources,
+            resource_uris,
             templates,
+            template_uris,
             finished: Instant::now(),
             fresh_until: started + reuse,
             generation: list_changed.then_some(at_generation),
@@ -246,6 +262,57 @@ impl Session {
         });
         *last = Some(listing.clone());
         Ok(listing)
+    }
+
+    /// The listing with each URI and URI template in its normal form
+    /// ([`ResourceUri`]): what the resource rules match, and what a read
+    /// of a listed URI sends. An entry that has none is left out (a read
+    /// of it would be refused), with a warning.
+    fn normalized(
+        &self,
+        resources: Vec<Resource>,
+        templates: Vec<ResourceTemplate>,
+    ) -> (
+        Vec<Resource>,
+        Vec<ResourceUri>,
+        Vec<ResourceTemplate>,
+        Vec<ResourceUri>,
+    ) {
+        let mut refused = Vec::new();
+        let mut kept = Vec::with_capacity(resources.len());
+        let mut resource_uris = Vec::with_capacity(resources.len());
+        for mut resource in resources {
+            match ResourceUri::parse(&resource.uri) {
+                Ok(uri) => {
+                    resource.uri = uri.as_str().to_owned();
+                    kept.push(resource);
+                    resource_uris.push(uri);
+                }
+                Err(error) => refused.push(error),
+            }
+        }
+        let mut kept_templates = Vec::with_capacity(templates.len());
+        let mut template_uris = Vec::with_capacity(templates.len());
+        for mut template in templates {
+            match ResourceUri::template(&template.uri_template) {
+                Ok(uri) => {
+                    template.uri_template = uri.as_str().to_owned();
+                    kept_templates.push(template);
+                    template_uris.push(uri);
+                }
+                Err(error) => refused.push(error),
+            }
+        }
+        if let Some(first) = refused.first() {
+            tracing::warn!(
+                tenant = %self.label.tenant,
+                server = %self.label.server,
+                refused = refused.len(),
+                first = %self.redaction.redact(&first.to_string()),
+                "resources listed with URIs that have no normal form are left out of the listing"
+            );
+        }
+        (kept, resource_uris, kept_templates, template_uris)
     }
 
     /// The listing kept now, fresh or not, without asking the server (a

@@ -43,6 +43,7 @@ mod processes;
 mod prompts;
 mod redaction;
 mod reload;
+mod resource_uris;
 mod resources;
 mod routing;
 mod search;

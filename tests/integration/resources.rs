@@ -18,11 +18,11 @@ use toolgate::pb::tool_gateway_client::ToolGatewayClient;
 
 use crate::common::*;
 
-const TOKEN: &str = "acme-token";
+pub(crate) const TOKEN: &str = "acme-token";
 const MIB: usize = 1 << 20;
 
 /// A `servers[]` entry running `resources_server.py` over stdio.
-fn py_server(name: &str, lifecycle: &str, env: &[(&str, &str)], extra: &str) -> String {
+pub(crate) fn py_server(name: &str, lifecycle: &str, env: &[(&str, &str)], extra: &str) -> String {
     let mut entry = format!(
         "      - name: {name}\n        command: [\"{}\", \"{}\"]\n        lifecycle: {lifecycle}\n",
         python().display(),
@@ -38,11 +38,11 @@ fn py_server(name: &str, lifecycle: &str, env: &[(&str, &str)], extra: &str) -> 
     entry
 }
 
-fn tenant(servers: &str, top: &str) -> String {
+pub(crate) fn tenant(servers: &str, top: &str) -> String {
     format!("{top}tenants:\n  - name: acme\n    tokens: [{TOKEN}]\n    servers:\n{servers}")
 }
 
-async fn list_resources(
+pub(crate) async fn list_resources(
     client: &mut ToolGatewayClient<Channel>,
     request: pb::ListResourcesRequest,
 ) -> Result<pb::ListResourcesResponse, tonic::Status> {
@@ -52,7 +52,7 @@ async fn list_resources(
         .map(tonic::Response::into_inner)
 }
 
-async fn read(
+pub(crate) async fn read(
     client: &mut ToolGatewayClient<Channel>,
     server: &str,
     uri: &str,
@@ -70,7 +70,7 @@ async fn read(
         .map(tonic::Response::into_inner)
 }
 
-fn text(response: &pb::ReadResourceResponse) -> &str {
+pub(crate) fn text(response: &pb::ReadResourceResponse) -> &str {
     match &response.contents[0].data {
         Some(pb::resource_contents::Data::Text(text)) => text,
         other => panic!("not text: {other:?}"),
@@ -86,7 +86,7 @@ fn blob(response: &pb::ReadResourceResponse) -> &[u8] {
 
 /// Lists until server `server` is connected and lists resources (its
 /// session connects in the background), at most 30 s.
-async fn wait_resources(
+pub(crate) async fn wait_resources(
     client: &mut ToolGatewayClient<Channel>,
     server: &str,
 ) -> pb::ListResourcesResponse {
@@ -111,14 +111,14 @@ async fn wait_resources(
 }
 
 /// The server's request counts (`count` tool): list, templates, read.
-async fn counts(client: &mut ToolGatewayClient<Channel>, server: &str) -> Value {
+pub(crate) async fn counts(client: &mut ToolGatewayClient<Channel>, server: &str) -> Value {
     let answer = invoke(client, TOKEN, &format!("{server}__count"), "{}")
         .await
         .expect("count");
     serde_json::from_str(&answer.text).unwrap()
 }
 
-fn uris(listing: &pb::ListResourcesResponse) -> Vec<&str> {
+pub(crate) fn uris(listing: &pb::ListResourcesResponse) -> Vec<&str> {
     listing.resources.iter().map(|r| r.uri.as_str()).collect()
 }
 
