@@ -43,7 +43,10 @@ pub use guards::{
     DEFAULT_GUARD_TIMEOUT, GuardConfig, GuardFailure, GuardPhases, MAX_GUARD_TIMEOUT,
 };
 pub use input::{InputConfig, Root};
-pub use listener_tls::{ClientAuth, ListenerTls, LoadedTls, TlsFileError};
+pub use listener_tls::{
+    ClientAuth, DEFAULT_CLIENT_HELLO_TIMEOUT, DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_MAX_HANDSHAKES,
+    DEFAULT_MAX_HANDSHAKES_PER_PEER, HandshakeLimits, ListenerTls, LoadedTls, TlsFileError,
+};
 pub use oauth::{
     DEFAULT_STATE_URL, Grant, IdentityProvider, OAuthListener, ServerOAuth, StateConfig,
     SubjectTokenType, TokenEndpointAuth, client_name,
