@@ -309,6 +309,7 @@ fn transport(
                     url,
                     headers,
                     tls: Some(tls),
+                    reach: super::Reach::Any,
                 }
             })
         }
@@ -448,6 +449,7 @@ fn http(
         url: url?,
         headers,
         tls: None,
+        reach: super::Reach::Any,
     })
 }
 
