@@ -268,7 +268,11 @@ pub async fn run_with_reload(
     let stop_metrics =
         start_metrics(config.metrics_listen, config.metrics_tls.as_ref(), &metrics).await?;
     config.log_warnings();
-    let (sources, config) = start_tenant_sources(config, &env, &metrics).await;
+    let Some((sources, config)) = start_tenant_sources(config, &env, &metrics, &shutdown).await
+    else {
+        stop_metrics.cancel();
+        return Ok(());
+    };
     let audit = start_audit(&config, env.as_ref(), &metrics);
     let state = open_state(&config)?;
     let oauth =
@@ -554,16 +558,24 @@ fn start_follow(
 
 /// Reads `tenants_dir` (off the async threads: thousands of files); the
 /// configuration to start the registry with has the file's tenants and
-/// the directory's.
+/// the directory's. `None` when a shutdown signal came first: a read stuck
+/// in the file system (a hung network mount) is left behind, and nothing
+/// has been served yet.
 async fn start_tenant_sources(
     config: Config,
     env: &Arc<dyn Environment>,
     metrics: &Arc<Metrics>,
-) -> (Arc<TenantSources>, Config) {
+    shutdown: &Shutdown,
+) -> Option<(Arc<TenantSources>, Config)> {
     let (env, metrics) = (env.clone(), metrics.clone());
-    tokio::task::spawn_blocking(move || TenantSources::start(config, env, metrics))
-        .await
-        .expect("reading tenants_dir does not panic")
+    let reading = tokio::task::spawn_blocking(move || TenantSources::start(config, env, metrics));
+    tokio::select! {
+        read = reading => Some(read.expect("reading tenants_dir does not panic")),
+        () = shutdown.drain.cancelled() => {
+            tracing::warn!("shutdown before tenants_dir was read: stopping without serving");
+            None
+        }
+    }
 }
 
 /// Starts the configuration reload watcher when there is a source to

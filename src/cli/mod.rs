@@ -38,6 +38,10 @@ use crate::telemetry;
 /// 64 is what operators' tooling expects for "bad input").
 pub const EXIT_CONFIG: u8 = 64;
 
+/// How long the runtime waits, once a command is done, for what still runs
+/// on it before the process exits anyway.
+const RUNTIME_SHUTDOWN: Duration = Duration::from_secs(1);
+
 /// toolgate: per-tenant MCP tool catalogs served over gRPC.
 #[derive(Debug, Parser)]
 #[command(name = "toolgate", version, about)]
@@ -146,7 +150,7 @@ pub fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    runtime.block_on(async move {
+    let code = runtime.block_on(async move {
         match cli.command {
             Command::Serve { config } => serve(config, cli.log_format).await,
             Command::Check {
@@ -211,7 +215,12 @@ pub fn main() -> ExitCode {
                 code
             }
         }
-    })
+    });
+    // Work still running on the runtime's blocking threads (a file read
+    // stuck in a hung mount, a task that never ends) does not keep the
+    // process alive once the command is done: it is left behind.
+    runtime.shutdown_timeout(RUNTIME_SHUTDOWN);
+    code
 }
 
 fn load(path: &std::path::Path) -> Result<Config, ExitCode> {

@@ -8,13 +8,13 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use serde::Deserialize;
 
-use super::fields::Errors;
+use super::fields::{Errors, at_least_one, duration};
 
 /// A `tls:` block of a listener as written.
 #[derive(Debug, Deserialize)]
@@ -28,6 +28,52 @@ pub(crate) struct RawListenerTls {
     pub(crate) client_ca_file: Option<String>,
     /// `none`, `optional` or `required`.
     pub(crate) client_auth: Option<String>,
+    /// How long a new connection has to send its first ClientHello.
+    pub(crate) client_hello_timeout: Option<String>,
+    /// How long a new connection has to complete its handshake.
+    pub(crate) handshake_timeout: Option<String>,
+    /// Handshakes in progress at once on the listener.
+    pub(crate) max_handshakes: Option<usize>,
+    /// Handshakes in progress at once from one peer address.
+    pub(crate) max_handshakes_per_peer: Option<usize>,
+}
+
+/// Default of `tls.client_hello_timeout`.
+pub const DEFAULT_CLIENT_HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default of `tls.handshake_timeout`.
+pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default of `tls.max_handshakes`.
+pub const DEFAULT_MAX_HANDSHAKES: usize = 1024;
+/// Default of `tls.max_handshakes_per_peer`.
+pub const DEFAULT_MAX_HANDSHAKES_PER_PEER: usize = 32;
+
+/// How a TLS listener bounds the connections that have not finished their
+/// handshake, so that idle or slow connections cannot hold every slot: a
+/// peer address holds at most `per_peer` of them, the listener at most
+/// `max`; a connection gets `client_hello` to send its ClientHello and
+/// `timeout` for the whole handshake.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HandshakeLimits {
+    /// Time from accept to a complete ClientHello.
+    pub client_hello: Duration,
+    /// Time from accept to a complete handshake (at least `client_hello`).
+    pub timeout: Duration,
+    /// Handshakes in progress at once on the listener.
+    pub max: usize,
+    /// Handshakes in progress at once from one peer address (an IPv4
+    /// address, or an IPv6 /64).
+    pub per_peer: usize,
+}
+
+impl Default for HandshakeLimits {
+    fn default() -> Self {
+        HandshakeLimits {
+            client_hello: DEFAULT_CLIENT_HELLO_TIMEOUT,
+            timeout: DEFAULT_HANDSHAKE_TIMEOUT,
+            max: DEFAULT_MAX_HANDSHAKES,
+            per_peer: DEFAULT_MAX_HANDSHAKES_PER_PEER,
+        }
+    }
 }
 
 /// Whether a listener asks callers for a certificate.
@@ -73,6 +119,8 @@ pub struct ListenerTls {
     pub client_ca_file: Option<PathBuf>,
     /// Whether a client certificate is asked for or required.
     pub client_auth: ClientAuth,
+    /// The bounds on connections still handshaking.
+    pub handshakes: HandshakeLimits,
 }
 
 impl fmt::Debug for ListenerTls {
@@ -83,6 +131,7 @@ impl fmt::Debug for ListenerTls {
             .field("key_file", &self.key_file)
             .field("client_ca_file", &self.client_ca_file)
             .field("client_auth", &self.client_auth)
+            .field("handshakes", &self.handshakes)
             .finish()
     }
 }
@@ -273,6 +322,49 @@ fn check_chain(chain: &[CertificateDer<'_>]) -> Result<SystemTime, String> {
     Ok(SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(seconds))
 }
 
+/// The handshake bounds of a listener's `tls:` block, defaults where unset.
+fn handshake_limits(errors: &mut Errors, listener: &str, raw: &RawListenerTls) -> HandshakeLimits {
+    let path = |field: &str| format!("{listener}.tls.{field}");
+    let client_hello = duration(
+        errors,
+        &path("client_hello_timeout"),
+        raw.client_hello_timeout.as_deref(),
+        DEFAULT_CLIENT_HELLO_TIMEOUT,
+    );
+    let timeout = duration(
+        errors,
+        &path("handshake_timeout"),
+        raw.handshake_timeout.as_deref(),
+        DEFAULT_HANDSHAKE_TIMEOUT,
+    );
+    if client_hello > timeout {
+        errors.push(
+            path("client_hello_timeout"),
+            format!(
+                "{} is longer than handshake_timeout ({}), which it is part of",
+                humantime::format_duration(client_hello),
+                humantime::format_duration(timeout)
+            ),
+        );
+    }
+    HandshakeLimits {
+        client_hello,
+        timeout,
+        max: at_least_one(
+            errors,
+            &path("max_handshakes"),
+            raw.max_handshakes,
+            DEFAULT_MAX_HANDSHAKES,
+        ),
+        per_peer: at_least_one(
+            errors,
+            &path("max_handshakes_per_peer"),
+            raw.max_handshakes_per_peer,
+            DEFAULT_MAX_HANDSHAKES_PER_PEER,
+        ),
+    }
+}
+
 /// A file's bytes, or why it cannot be read.
 fn read(path: &Path) -> Result<Vec<u8>, String> {
     std::fs::read(path).map_err(|e| format!("cannot read file {}: {}", path.display(), e.kind()))
@@ -288,6 +380,7 @@ pub(super) fn listener_tls(
     base: &Path,
 ) -> Option<ListenerTls> {
     let before = errors.0.len();
+    let handshakes = handshake_limits(errors, listener, &raw);
     let file = |errors: &mut Errors, field: &str, value: Option<String>, required: bool| {
         let path = format!("{listener}.tls.{field}");
         match value {
@@ -342,6 +435,7 @@ pub(super) fn listener_tls(
         key_file: key_file?,
         client_ca_file,
         client_auth,
+        handshakes,
     };
     if let Err(e) = tls.load() {
         errors.push(e.path, e.message);
@@ -384,7 +478,41 @@ mod tests {
             key_file: dir.join("key.pem"),
             client_ca_file: None,
             client_auth: ClientAuth::None,
+            handshakes: HandshakeLimits::default(),
         }
+    }
+
+    #[test]
+    fn handshake_limits_default_and_are_checked() {
+        let raw = |hello: Option<&str>, per_peer: Option<usize>| RawListenerTls {
+            cert_file: None,
+            key_file: None,
+            client_ca_file: None,
+            client_auth: None,
+            client_hello_timeout: hello.map(str::to_owned),
+            handshake_timeout: None,
+            max_handshakes: None,
+            max_handshakes_per_peer: per_peer,
+        };
+        let mut errors = Errors(Vec::new());
+        let limits = handshake_limits(&mut errors, "oauth", &raw(None, None));
+        assert!(errors.0.is_empty());
+        assert_eq!(limits, HandshakeLimits::default());
+        let limits = handshake_limits(&mut errors, "oauth", &raw(Some("1s"), Some(4)));
+        assert!(errors.0.is_empty());
+        assert_eq!(
+            (limits.client_hello, limits.per_peer),
+            (Duration::from_secs(1), 4)
+        );
+        handshake_limits(&mut errors, "oauth", &raw(Some("11s"), Some(0)));
+        let paths: Vec<&str> = errors.0.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            [
+                "oauth.tls.client_hello_timeout",
+                "oauth.tls.max_handshakes_per_peer"
+            ]
+        );
     }
 
     #[test]

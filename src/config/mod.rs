@@ -2,6 +2,7 @@
 //! validated into the domain types below. Every error names the path of the
 //! field at fault (`tenants[0].servers[1].url: ...`).
 
+pub mod address;
 mod admin;
 mod approvals;
 mod audit;
@@ -43,7 +44,10 @@ pub use guards::{
     DEFAULT_GUARD_TIMEOUT, GuardConfig, GuardFailure, GuardPhases, MAX_GUARD_TIMEOUT,
 };
 pub use input::{InputConfig, Root};
-pub use listener_tls::{ClientAuth, ListenerTls, LoadedTls, TlsFileError};
+pub use listener_tls::{
+    ClientAuth, DEFAULT_CLIENT_HELLO_TIMEOUT, DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_MAX_HANDSHAKES,
+    DEFAULT_MAX_HANDSHAKES_PER_PEER, HandshakeLimits, ListenerTls, LoadedTls, TlsFileError,
+};
 pub use oauth::{
     DEFAULT_STATE_URL, Grant, IdentityProvider, OAuthListener, ServerOAuth, StateConfig,
     SubjectTokenType, TokenEndpointAuth, client_name,
@@ -127,6 +131,10 @@ pub struct Config {
     pub guards: Vec<GuardConfig>,
     /// The directory of one-tenant files (`tenants_dir`), when configured.
     pub tenants_dir: Option<TenantsDir>,
+    /// `upstream_allow`: what the `url` servers of tenants of `tenants_dir`
+    /// and of the admin API may reach besides public addresses (their
+    /// servers' [`Reach::Restricted`]).
+    pub upstream_allow: std::sync::Arc<address::UpstreamAllow>,
     /// The admin API (`admin:`), when configured.
     pub admin: Option<AdminConfig>,
     /// How the tenants of the state store are followed: `Some` when
@@ -470,7 +478,12 @@ impl ServerConfig {
                     field(value.expose().as_bytes());
                 }
             }
-            Transport::Http { url, headers, tls } => {
+            Transport::Http {
+                url,
+                headers,
+                tls,
+                reach,
+            } => {
                 field(b"http");
                 field(url.as_str().as_bytes());
                 for (name, value) in headers {
@@ -480,6 +493,12 @@ impl ServerConfig {
                 if let Some(tls) = tls {
                     field(b"tls");
                     field(&tls.digest());
+                }
+                // A changed `upstream_allow` reconnects the servers it
+                // applies to.
+                if let Reach::Restricted(allow) = reach {
+                    field(b"restricted");
+                    field(allow.to_string().as_bytes());
                 }
             }
         }
@@ -555,7 +574,21 @@ pub enum Transport {
         /// The CA certificates an `https://` server's certificate must
         /// chain to, instead of the system's roots (`servers[].tls`).
         tls: Option<TlsTrust>,
+        /// Which addresses it may be reached at.
+        reach: Reach,
     },
+}
+
+/// Which addresses a `url` server may be reached at, checked on the
+/// addresses its host resolves to when connecting.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Reach {
+    /// Any: a server of the configuration file (the operator wrote it).
+    #[default]
+    Any,
+    /// Public addresses, and what `upstream_allow` (held here as validated)
+    /// allows: a server of a tenant of `tenants_dir` or of the admin API.
+    Restricted(std::sync::Arc<address::UpstreamAllow>),
 }
 
 impl Transport {

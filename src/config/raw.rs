@@ -31,6 +31,8 @@ pub(crate) struct RawConfig {
     pub(crate) tenant_store: Option<super::admin::RawTenantStore>,
     pub(crate) tenants_dir: Option<super::admin::RawTenantsDir>,
     #[serde(default)]
+    pub(crate) upstream_allow: Vec<String>,
+    #[serde(default)]
     pub(crate) guards: Vec<super::guards::RawGuard>,
     #[serde(default)]
     pub(crate) tenants: Vec<RawTenant>,

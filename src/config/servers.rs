@@ -310,6 +310,7 @@ fn transport(
                     url,
                     headers,
                     tls: Some(tls),
+                    reach: super::Reach::Any,
                 }
             })
         }
@@ -449,6 +450,7 @@ fn http(
         url: url?,
         headers,
         tls: None,
+        reach: super::Reach::Any,
     })
 }
 

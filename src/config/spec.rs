@@ -249,6 +249,13 @@ impl Config {
                     SpecSource::Dir { file } => super::TenantOrigin::Dir(file.to_owned()),
                     SpecSource::Store { version, .. } => super::TenantOrigin::Store { version },
                 };
+                // The operator did not write this tenant: its servers
+                // reach public addresses and what `upstream_allow` allows.
+                for server in &mut tenant.servers {
+                    if let super::Transport::Http { reach, .. } = &mut server.transport {
+                        *reach = super::Reach::Restricted(self.upstream_allow.clone());
+                    }
+                }
                 Ok(tenant)
             }
             _ => Err(SpecError { errors: errors.0 }),

@@ -73,6 +73,7 @@ pub(super) fn validate(
     let tenants_dir = raw
         .tenants_dir
         .and_then(|raw| super::admin::tenants_dir(&mut errors, raw, base));
+    let upstream_allow = super::address::upstream_allow(&mut errors, raw.upstream_allow);
     if tenant_store.is_some() && state.keys.is_empty() {
         errors.push(
             "state.keys",
@@ -135,6 +136,7 @@ pub(super) fn validate(
         tenants,
         guards,
         tenants_dir,
+        upstream_allow: std::sync::Arc::new(upstream_allow),
         admin,
         tenant_store,
         spec_defaults: super::SpecDefaults(std::sync::Arc::new(defaults)),

@@ -41,8 +41,8 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 use url::Url;
 
-use super::oauth::allowed;
 use crate::config::Secret;
+use crate::config::address::allowed;
 
 /// The `DPoP` request header, and the `DPoP-Nonce` response header.
 pub const DPOP_HEADER: &str = "dpop";

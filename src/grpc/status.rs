@@ -234,6 +234,9 @@ fn classify_upstream(error: &UpstreamError, idempotent: bool) -> (Code, &'static
         UpstreamError::HttpStatus { .. } => (Code::Internal, "UPSTREAM_HTTP_ERROR"),
         // Not retryable: the operator must fix the configured credentials.
         UpstreamError::AuthRejected { .. } => (Code::FailedPrecondition, "UPSTREAM_AUTH_REJECTED"),
+        UpstreamError::AddressRefused { .. } => {
+            (Code::FailedPrecondition, "UPSTREAM_ADDRESS_REFUSED")
+        }
         UpstreamError::AuthorizationRequired { .. } => {
             (Code::FailedPrecondition, "UPSTREAM_AUTHORIZATION_REQUIRED")
         }

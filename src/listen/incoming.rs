@@ -1,7 +1,11 @@
 //! Accepting TLS connections: each accepted TCP connection handshakes in
-//! a task of its own (with a timeout, so a slow or silent client never
-//! holds up the accept loop) with the server configuration current when
-//! it was accepted; handshaken connections queue for the server.
+//! a task of its own with the server configuration current when it was
+//! accepted; handshaken connections queue for the server. A connection
+//! holds a slot of its peer address and one of the listener while it
+//! handshakes, and has a short time for its ClientHello and a longer one
+//! for the whole handshake, so that silent or slow clients never hold up
+//! the accept loop nor, from one address, every other client
+//! ([`super::flood`]).
 
 use std::io;
 use std::net::SocketAddr;
@@ -14,26 +18,20 @@ use arc_swap::ArcSwap;
 use futures::{Stream, StreamExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_rustls::LazyConfigAcceptor;
 use tokio_rustls::server::TlsStream;
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tonic::transport::server::TcpIncoming;
 
+use super::flood::{Refusal, Refusals, Slots};
 use super::server_config::{Alpn, server_config};
 use super::watch;
-use crate::config::{ListenerTls, TlsFileError};
+use crate::config::{HandshakeLimits, ListenerTls, TlsFileError};
 use crate::telemetry::Metrics;
-
-/// How long a client has to complete its handshake once connected.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Handshaken connections waiting for the server to take them.
 const QUEUE: usize = 128;
-
-/// Handshakes in progress at once on one listener. A connection accepted
-/// beyond it is closed at once (and counted as a failed handshake): a flood
-/// of connections that never speak holds at most this many tasks, each
-/// for at most [`HANDSHAKE_TIMEOUT`].
-pub const MAX_HANDSHAKES: usize = 1024;
 
 /// Pause after a failed `accept` (e.g. out of file descriptors), so the
 /// loop does not spin.
@@ -79,7 +77,9 @@ impl TlsIncoming {
         let (queue, connections) = mpsc::channel(QUEUE);
         let accepting = Accepting {
             listener: tls.listener,
-            handshakes: Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES)),
+            limits: tls.handshakes,
+            slots: Slots::new(tls.handshakes),
+            refusals: Arc::new(Refusals::new(tls.listener, metrics.clone())),
             current: current.clone(),
             queue,
             metrics: metrics.clone(),
@@ -123,8 +123,10 @@ impl Stream for TlsIncoming {
 /// The accept loop of one listener.
 struct Accepting {
     listener: &'static str,
-    /// Permits for handshakes in progress ([`MAX_HANDSHAKES`]).
-    handshakes: Arc<tokio::sync::Semaphore>,
+    limits: HandshakeLimits,
+    /// Handshakes in progress, per peer and for the listener.
+    slots: Slots,
+    refusals: Arc<Refusals>,
     current: Arc<ArcSwap<rustls::ServerConfig>>,
     queue: mpsc::Sender<TlsStream<TcpStream>>,
     metrics: Arc<Metrics>,
@@ -144,24 +146,36 @@ impl Accepting {
             match accepted {
                 None => return,
                 Some(Ok(stream)) => {
-                    let Ok(permit) = self.handshakes.clone().try_acquire_owned() else {
-                        tracing::debug!(
-                            listener = self.listener,
-                            limit = MAX_HANDSHAKES,
-                            "too many TLS handshakes in progress: connection closed"
-                        );
-                        self.metrics.tls().handshake_failed(self.listener);
+                    let Ok(peer) = stream.peer_addr() else {
+                        // Gone already.
                         continue;
                     };
-                    // The configuration current at accept: a reload while
-                    // this client handshakes does not change its certificate.
-                    let config = self.current.load_full();
-                    let (queue, metrics, stop) =
-                        (self.queue.clone(), self.metrics.clone(), self.stop.clone());
-                    let listener = self.listener;
+                    let slot = match self.slots.take(peer.ip()) {
+                        Ok(slot) => slot,
+                        Err(why) => {
+                            // Closed unanswered (dropped here).
+                            self.refusals.refused(why, peer.ip());
+                            continue;
+                        }
+                    };
+                    let handshake = Handshake {
+                        listener: self.listener,
+                        limits: self.limits,
+                        // The configuration current at accept: a reload while
+                        // this client handshakes does not change its certificate.
+                        config: self.current.load_full(),
+                        peer,
+                        queue: self.queue.clone(),
+                        metrics: self.metrics.clone(),
+                        refusals: self.refusals.clone(),
+                    };
+                    let stop = self.stop.clone();
                     tokio::spawn(async move {
-                        handshake(listener, config, stream, queue, metrics, stop).await;
-                        drop(permit);
+                        tokio::select! {
+                            () = stop.cancelled() => {}
+                            () = handshake.run(stream) => {}
+                        }
+                        drop(slot);
                     });
                 }
                 Some(Err(error)) => {
@@ -173,35 +187,53 @@ impl Accepting {
     }
 }
 
-/// Handshakes one connection within [`HANDSHAKE_TIMEOUT`] and queues it;
-/// a failed handshake is logged at DEBUG (clients can cause any number)
-/// and counted.
-async fn handshake(
+/// One accepted connection's handshake.
+struct Handshake {
     listener: &'static str,
+    limits: HandshakeLimits,
     config: Arc<rustls::ServerConfig>,
-    stream: TcpStream,
+    peer: SocketAddr,
     queue: mpsc::Sender<TlsStream<TcpStream>>,
     metrics: Arc<Metrics>,
-    stop: CancellationToken,
-) {
-    let peer = stream.peer_addr().ok();
-    let accept = tokio_rustls::TlsAcceptor::from(config).accept(stream);
-    let result = tokio::select! {
-        () = stop.cancelled() => return,
-        result = tokio::time::timeout(HANDSHAKE_TIMEOUT, accept) => result,
-    };
-    match result {
-        Ok(Ok(stream)) => {
-            // The server stopped taking connections: this one closes.
-            let _ = queue.send(stream).await;
-        }
-        Ok(Err(error)) => {
-            tracing::debug!(listener, ?peer, %error, "TLS handshake failed");
-            metrics.tls().handshake_failed(listener);
-        }
-        Err(_) => {
-            tracing::debug!(listener, ?peer, timeout = ?HANDSHAKE_TIMEOUT, "TLS handshake timed out");
-            metrics.tls().handshake_failed(listener);
+    refusals: Arc<Refusals>,
+}
+
+impl Handshake {
+    /// Reads the ClientHello within `limits.client_hello` (a connection
+    /// that sends none is closed and counted as refused), completes the
+    /// handshake within `limits.timeout` of the accept and queues the
+    /// connection. A failed handshake is logged at DEBUG (clients can
+    /// cause any number) and counted.
+    async fn run(self, stream: TcpStream) {
+        let (listener, peer) = (self.listener, self.peer);
+        let deadline = Instant::now() + self.limits.timeout;
+        let hello = LazyConfigAcceptor::new(rustls::server::Acceptor::default(), stream);
+        let start = match tokio::time::timeout(self.limits.client_hello, hello).await {
+            Ok(Ok(start)) => start,
+            Ok(Err(error)) => {
+                tracing::debug!(listener, %peer, %error, "TLS handshake failed");
+                self.metrics.tls().handshake_failed(listener);
+                return;
+            }
+            Err(_) => {
+                self.refusals
+                    .refused(Refusal::ClientHelloTimeout, peer.ip());
+                return;
+            }
+        };
+        match tokio::time::timeout_at(deadline, start.into_stream(self.config)).await {
+            Ok(Ok(stream)) => {
+                // The server stopped taking connections: this one closes.
+                let _ = self.queue.send(stream).await;
+            }
+            Ok(Err(error)) => {
+                tracing::debug!(listener, %peer, %error, "TLS handshake failed");
+                self.metrics.tls().handshake_failed(listener);
+            }
+            Err(_) => {
+                tracing::debug!(listener, %peer, timeout = ?self.limits.timeout, "TLS handshake timed out");
+                self.metrics.tls().handshake_failed(listener);
+            }
         }
     }
 }

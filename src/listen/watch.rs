@@ -171,6 +171,7 @@ mod tests {
             key_file: dir.join("key.pem"),
             client_ca_file: None,
             client_auth: crate::config::ClientAuth::None,
+            handshakes: crate::config::HandshakeLimits::default(),
         }
     }
 

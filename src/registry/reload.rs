@@ -79,7 +79,12 @@ pub async fn watch(
                 metrics.config_reload(false);
                 // The directory's changes still apply.
                 let (s, r) = (sources.clone(), registry.clone());
-                let _ = tokio::task::spawn_blocking(move || s.rescan(&r)).await;
+                // Raced with the stop: a read stuck in the file system
+                // does not hold up the shutdown.
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    _ = tokio::task::spawn_blocking(move || s.rescan(&r)) => {}
+                }
             }
             Ok(mut config) => {
                 // Only the restart-only settings are compared later.
@@ -88,8 +93,11 @@ pub async fn watch(
                 config.tenants = tenants;
                 config.log_warnings();
                 let (s, r) = (sources.clone(), registry.clone());
-                let Ok(summary) = tokio::task::spawn_blocking(move || s.reload(config, &r)).await
-                else {
+                let reloaded = tokio::select! {
+                    () = stop.cancelled() => return,
+                    reloaded = tokio::task::spawn_blocking(move || s.reload(config, &r)) => reloaded,
+                };
+                let Ok(summary) = reloaded else {
                     continue;
                 };
                 let config = settings;

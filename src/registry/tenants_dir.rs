@@ -133,10 +133,28 @@ fn read_tenant(
     Read::Validated(digest, outcome)
 }
 
-/// The file's bytes, refusing one larger than a spec may be.
+/// The file's bytes, refusing one larger than a spec may be and anything
+/// but a regular file. The file is opened without blocking (`O_NONBLOCK`:
+/// a named pipe with no writer would block the open, and so every scan and
+/// the shutdown) and its type checked on the open file, so what is read is
+/// what was checked.
 fn read_bounded(path: &Path) -> Result<Vec<u8>, String> {
     use std::io::Read;
-    let file = std::fs::File::open(path).map_err(|e| format!("cannot be read: {e}"))?;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .map_err(|e| format!("cannot be read: {e}"))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| format!("cannot be read: {e}"))?;
+    if !meta.is_file() {
+        return Err(format!(
+            "is {}, not a regular file: only regular files (or symlinks to them) are read",
+            file_kind(&meta.file_type())
+        ));
+    }
     let mut bytes = Vec::new();
     file.take(MAX_SPEC_BYTES as u64 + 1)
         .read_to_end(&mut bytes)
@@ -147,6 +165,24 @@ fn read_bounded(path: &Path) -> Result<Vec<u8>, String> {
         ));
     }
     Ok(bytes)
+}
+
+/// What a file that is not a regular file is, for its refusal.
+fn file_kind(kind: &std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if kind.is_fifo() {
+        "a named pipe (FIFO)"
+    } else if kind.is_socket() {
+        "a socket"
+    } else if kind.is_char_device() {
+        "a character device"
+    } else if kind.is_block_device() {
+        "a block device"
+    } else if kind.is_dir() {
+        "a directory"
+    } else {
+        "a special file"
+    }
 }
 
 fn validate_bytes(
@@ -487,7 +523,13 @@ pub async fn watch(sources: Arc<TenantSources>, registry: Arc<Registry>, stop: C
             () = tokio::time::sleep(interval) => {}
         }
         let (s, r) = (sources.clone(), registry.clone());
-        let Ok(applied) = tokio::task::spawn_blocking(move || s.rescan(&r)).await else {
+        // A scan stuck in the file system (a hung network mount) does not
+        // hold up the shutdown: it is left behind.
+        let applied = tokio::select! {
+            () = stop.cancelled() => return,
+            applied = tokio::task::spawn_blocking(move || s.rescan(&r)) => applied,
+        };
+        let Ok(applied) = applied else {
             continue;
         };
         if let Some(summary) = applied {

@@ -66,6 +66,17 @@ pub enum UpstreamError {
         /// The start of the response body, credentials redacted.
         body: String,
     },
+    /// The server's address is one its tenant may not reach (a tenant of
+    /// `tenants_dir` or of the admin API, and a private, loopback,
+    /// link-local or metadata address `upstream_allow` does not allow):
+    /// nothing was sent.
+    #[error("server `{server}`: {reason}")]
+    AddressRefused {
+        /// The server's name.
+        server: String,
+        /// The address, its class and the setting that would allow it.
+        reason: String,
+    },
     /// The HTTP server refused the configured credentials.
     #[error("the server refused the gateway's credentials (HTTP 401/403)")]
     AuthRejected {

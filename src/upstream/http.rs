@@ -20,7 +20,7 @@ use rmcp::transport::streamable_http_client::{
 
 use self::layer::{Attempt, Body, Headers, HttpError, HttpLayer, Layered, Request};
 use super::{Bearer, UpstreamError, error};
-use crate::config::{Secret, TlsTrust};
+use crate::config::{Reach, Secret, TlsTrust};
 use crate::credentials::Redaction;
 
 pub(crate) mod layer;
@@ -61,6 +61,7 @@ pub(super) fn transport(
     url: &url::Url,
     headers: &[(HeaderName, Secret)],
     tls: Option<&TlsTrust>,
+    reach: &Reach,
     max_result_bytes: usize,
     redaction: &Redaction,
     bearer: Option<Bearer>,
@@ -83,10 +84,15 @@ pub(super) fn transport(
         // the supervisor then reconnects and re-reads the tool list (a
         // transparent re-initialisation would keep a stale catalog).
         .reinit_on_expired_session(false);
-    let client = match tls {
+    let client = match (reach, tls) {
+        // Under the address rule: shared by the sessions with the same
+        // TLS trust, port and allow-list.
+        (Reach::Restricted(allow), tls) => {
+            super::reach::client(tls, url.port_or_known_default().unwrap_or(443), allow)?
+        }
         // Shared by every session with the same TLS trust.
-        None => shared_client()?,
-        Some(tls) => trusting_client(tls)?,
+        (Reach::Any, None) => shared_client()?,
+        (Reach::Any, Some(tls)) => trusting_client(tls)?,
     };
     let layer = TraceHeaders {
         redaction: redaction.clone(),
@@ -130,6 +136,29 @@ fn trusting_client(tls: &TlsTrust) -> Result<Arc<reqwest::Client>, UpstreamError
     if let Some(client) = clients.get(&tls.digest()).and_then(Weak::upgrade) {
         return Ok(client);
     }
+    let client = Arc::new(build_client(client_builder(), Some(tls))?);
+    clients.retain(|_, client| client.strong_count() > 0);
+    clients.insert(tls.digest(), Arc::downgrade(&client));
+    Ok(client)
+}
+
+/// Builds a client from `builder` trusting `tls`'s roots only (the
+/// system's without).
+///
+/// # Errors
+/// The CA certificates cannot be used, or the client cannot be built.
+pub(super) fn build_client(
+    builder: reqwest::ClientBuilder,
+    tls: Option<&TlsTrust>,
+) -> Result<reqwest::Client, UpstreamError> {
+    let Some(tls) = tls else {
+        return builder.build().map_err(|e| {
+            UpstreamError::Transport(format!(
+                "cannot build the HTTP client: {}",
+                error::root_cause(&e)
+            ))
+        });
+    };
     let mut roots = Vec::with_capacity(tls.roots().len());
     for der in tls.roots() {
         roots.push(reqwest::Certificate::from_der(der).map_err(|e| {
@@ -140,24 +169,17 @@ fn trusting_client(tls: &TlsTrust) -> Result<Arc<reqwest::Client>, UpstreamError
             ))
         })?);
     }
-    let client = client_builder()
-        .tls_certs_only(roots)
-        .build()
-        .map_err(|e| {
-            UpstreamError::Transport(format!(
-                "cannot build the HTTP client trusting {}: {}",
-                tls.ca_file().display(),
-                error::root_cause(&e)
-            ))
-        })?;
-    let client = Arc::new(client);
-    clients.retain(|_, client| client.strong_count() > 0);
-    clients.insert(tls.digest(), Arc::downgrade(&client));
-    Ok(client)
+    builder.tls_certs_only(roots).build().map_err(|e| {
+        UpstreamError::Transport(format!(
+            "cannot build the HTTP client trusting {}: {}",
+            tls.ca_file().display(),
+            error::root_cause(&e)
+        ))
+    })
 }
 
 /// The settings of every HTTP client of the gateway.
-fn client_builder() -> reqwest::ClientBuilder {
+pub(super) fn client_builder() -> reqwest::ClientBuilder {
     reqwest::Client::builder()
         // Redirects could carry the configured credentials elsewhere.
         .redirect(reqwest::redirect::Policy::none())

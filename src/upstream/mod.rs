@@ -13,6 +13,7 @@ pub mod input;
 mod lease;
 mod listing;
 mod prompts;
+mod reach;
 mod redact;
 mod relist;
 mod request;
@@ -438,12 +439,20 @@ impl Connecting<'_> {
                     }
                 }
             }
-            Transport::Http { url, headers, tls } => {
+            Transport::Http {
+                url,
+                headers,
+                tls,
+                reach,
+            } => {
+                // Before anything is sent, a token request included.
+                reach::check(url, reach, &label.server).await?;
                 let transport = |bearer| {
                     http::transport(
                         url,
                         headers,
                         tls.as_ref(),
+                        reach,
                         max_result_bytes,
                         redaction,
                         bearer,
@@ -516,10 +525,16 @@ impl Connecting<'_> {
     /// Fresh transports to an HTTP server, as the connect's (for leases);
     /// `None` for a stdio server.
     fn transports(&self) -> Option<lease::Transports> {
-        let Transport::Http { url, headers, tls } = &self.server.transport else {
+        let Transport::Http {
+            url,
+            headers,
+            tls,
+            reach,
+        } = &self.server.transport
+        else {
             return None;
         };
-        let (url, headers, tls) = (url.clone(), headers.clone(), tls.clone());
+        let (url, headers, tls, reach) = (url.clone(), headers.clone(), tls.clone(), reach.clone());
         let max_result_bytes = self.max_result_bytes;
         let redaction = self.redaction.clone();
         let bearer = self.options.bearer.clone();
@@ -528,6 +543,7 @@ impl Connecting<'_> {
                 &url,
                 &headers,
                 tls.as_ref(),
+                &reach,
                 max_result_bytes,
                 &redaction,
                 bearer.clone(),

@@ -5,14 +5,20 @@
 //! credential it receives. The credential reaches the upstream (the echo
 //! is there, redacted), and is never readable back: not through any admin
 //! RPC, not in a tool result or an error, not in the gateway's log. A
-//! rotated credential is followed, and redacted in its turn.
+//! rotated credential is followed, and redacted in its turn. Such a
+//! tenant's servers reach the gateway's own network only where
+//! `upstream_allow` allows it.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use tonic::Code;
 use toolgate::pb::admin as admin_pb;
 
-use crate::common::{ChildGuard, client_at, free_port, invoke, serve_binary, wait_for_port};
+use crate::common::{
+    ChildGuard, authed, client_at, free_port, invoke, serve_binary, wait_for_port,
+};
 use crate::redaction::start_upstream;
 
 const STATE_KEY: &str = "b25ib2FyZGluZy10ZXN0LXN0YXRlLWtleS0zMmJ5dGU=";
@@ -61,8 +67,11 @@ async fn a_tenant_onboarded_through_the_admin_api_uses_its_secret_and_never_show
     std::fs::write(
         &config,
         format!(
-            "listen: \"127.0.0.1:{port}\"\nshutdown_delay: \"0s\"\nstate:\n  url: \"sqlite://{}/state.db\"\n  keys: [\"{STATE_KEY}\"]\nadmin:\n  listen: \"127.0.0.1:{admin_port}\"\n  tokens: [{ADMIN_TOKEN}]\ntenant_store:\n  poll_interval: \"200ms\"\n",
-            dir.path().display()
+            "listen: \"127.0.0.1:{port}\"\nshutdown_delay: \"0s\"\nstate:\n  url: \"sqlite://{}/state.db\"\n  keys: [\"{STATE_KEY}\"]\nadmin:\n  listen: \"127.0.0.1:{admin_port}\"\n  tokens: [{ADMIN_TOKEN}]\ntenant_store:\n  poll_interval: \"200ms\"\n\
+             # The upstream runs on loopback: the operator allows it.\n\
+             upstream_allow: [\"127.0.0.1:{}\"]\n",
+            dir.path().display(),
+            upstream.port
         ),
     )
     .unwrap();
@@ -230,4 +239,181 @@ async fn a_tenant_onboarded_through_the_admin_api_uses_its_secret_and_never_show
     for secret in [UPSTREAM_KEY, ROTATED_KEY, CALLER_TOKEN] {
         assert!(!log.contains(secret), "a secret in the gateway's log");
     }
+}
+
+/// A TCP listener on loopback that counts the connections it gets (and
+/// closes them): an address the gateway must not contact.
+struct Trap {
+    port: u16,
+    connections: Arc<AtomicUsize>,
+}
+
+impl Trap {
+    async fn start() -> Trap {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let connections = Arc::new(AtomicUsize::new(0));
+        let counted = connections.clone();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                counted.fetch_add(1, Ordering::SeqCst);
+                drop(stream);
+            }
+        });
+        Trap { port, connections }
+    }
+
+    fn connections(&self) -> usize {
+        self.connections.load(Ordering::SeqCst)
+    }
+}
+
+/// The servers `token`'s tenant lists, by name: (connected, error).
+async fn statuses(
+    client: &mut toolgate::pb::tool_gateway_client::ToolGatewayClient<tonic::transport::Channel>,
+    token: &str,
+) -> std::collections::BTreeMap<String, (bool, String)> {
+    client
+        .list_tools(authed(token, toolgate::pb::ListToolsRequest::default()))
+        .await
+        .map(|r| {
+            r.into_inner()
+                .servers
+                .into_iter()
+                .map(|s| (s.name, (s.connected, s.error)))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Item 3 of issue 37: the `url` servers of tenants written through the
+/// admin API or in `tenants_dir` do not reach loopback (by address, or by
+/// a name that resolves there) unless `upstream_allow` allows it; the
+/// refusal names the server, the address and the setting, in
+/// `ServerStatus` and the log, and the address is never contacted. The
+/// configuration file's tenants are trusted.
+#[tokio::test]
+async fn admin_and_directory_tenants_reach_the_gateways_network_only_as_allowed() {
+    let upstream = start_upstream(&[]);
+    let (trap, file_trap) = (Trap::start().await, Trap::start().await);
+    let dir = tempfile::tempdir().unwrap();
+    let tenants = dir.path().join("tenants");
+    std::fs::create_dir(&tenants).unwrap();
+    std::fs::write(
+        tenants.join("dirt.yaml"),
+        format!(
+            "tokens: [dirt-token]\nservers:\n  - name: near\n    url: \"http://127.0.0.1:{}/mcp\"\n",
+            trap.port
+        ),
+    )
+    .unwrap();
+    let (port, admin_port) = (free_port(), free_port());
+    let config = dir.path().join("gateway.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "listen: \"127.0.0.1:{port}\"\nshutdown_delay: \"0s\"\n\
+             state:\n  url: \"sqlite://{dir}/state.db\"\n  keys: [\"{STATE_KEY}\"]\n\
+             admin:\n  listen: \"127.0.0.1:{admin_port}\"\n  tokens: [{ADMIN_TOKEN}]\n\
+             tenant_store:\n  poll_interval: \"200ms\"\n\
+             tenants_dir:\n  path: {tenants}\n  poll_interval: 200ms\n\
+             upstream_allow: [\"127.0.0.1:{allowed}\"]\n\
+             tenants:\n  - name: filed\n    tokens: [filed-token]\n    servers:\n\
+             \x20     - name: own\n        url: \"http://127.0.0.1:{file_trap}/mcp\"\n",
+            dir = dir.path().display(),
+            tenants = tenants.display(),
+            allowed = upstream.port,
+            file_trap = file_trap.port,
+        ),
+    )
+    .unwrap();
+    let log = dir.path().join("gateway.log");
+    let _gateway: ChildGuard = serve_binary(&config, &log, &[]);
+    wait_for_port(admin_port).await;
+    wait_for_port(port).await;
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{admin_port}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut admin = admin_pb::admin_client::AdminClient::new(channel);
+    let spec = format!(
+        "tokens: [acme-token]\nservers:\n\
+         \x20 - name: direct\n    url: \"http://127.0.0.1:{trap}/mcp\"\n\
+         \x20 - name: named\n    url: \"http://localhost:{trap}/mcp\"\n\
+         \x20 - name: echo\n    url: \"http://127.0.0.1:{allowed}/mcp\"\n",
+        trap = trap.port,
+        allowed = upstream.port,
+    );
+    admin
+        .put_tenant(admin_request(admin_pb::PutTenantRequest {
+            name: "acme".into(),
+            spec_yaml: spec,
+            expected_version: String::new(),
+        }))
+        .await
+        .unwrap();
+
+    let mut client = client_at(port).await;
+    let started = Instant::now();
+    let (acme, dirt) = loop {
+        let acme = statuses(&mut client, "acme-token").await;
+        let dirt = statuses(&mut client, "dirt-token").await;
+        let refused = |s: &std::collections::BTreeMap<String, (bool, String)>, name: &str| {
+            s.get(name)
+                .is_some_and(|(_, e)| e.contains("upstream_allow"))
+        };
+        if refused(&acme, "direct")
+            && refused(&acme, "named")
+            && acme.get("echo").is_some_and(|(up, _)| *up)
+            && refused(&dirt, "near")
+        {
+            break (acme, dirt);
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "not refused: acme {acme:?}, dirt {dirt:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let at = format!("127.0.0.1:{}", trap.port);
+    let (up, direct) = &acme["direct"];
+    assert!(!up);
+    for part in [
+        "server `direct`",
+        at.as_str(),
+        "a private or loopback address",
+        "`upstream_allow`",
+    ] {
+        assert!(direct.contains(part), "{part} in {direct}");
+    }
+    let named = &acme["named"].1;
+    assert!(
+        named.contains("server `named`") && named.contains("localhost (resolved to "),
+        "{named}"
+    );
+    assert!(dirt["near"].1.contains(&at), "{:?}", dirt["near"]);
+    // The allowed upstream serves.
+    assert!(
+        invoke(&mut client, "acme-token", "echo__ok", "{}")
+            .await
+            .is_ok()
+    );
+    // The configuration file's tenant is trusted: its server is contacted.
+    let started = Instant::now();
+    while file_trap.connections() == 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the file tenant never connected"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The refused address was never contacted, reconnects included.
+    assert_eq!(trap.connections(), 0);
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.lines()
+            .any(|l| l.contains("direct") && l.contains(&at) && l.contains("upstream_allow")),
+        "no refusal in the log:\n{text}"
+    );
 }

@@ -5,7 +5,8 @@
 //! previous version serves; a removed file ends its tenant; names and
 //! tokens taken by the configuration file or by an earlier file are
 //! refused naming both; the Kubernetes projected-volume swap is seen; a
-//! configuration reload validates every file again (precedence too); and
+//! configuration reload validates every file again (precedence too); a
+//! named pipe is refused without blocking a scan or the shutdown; and
 //! `toolgate check` validates tenant files offline.
 
 use std::path::{Path, PathBuf};
@@ -371,6 +372,79 @@ async fn the_projected_volume_swap_and_configuration_reloads_apply() {
     assert!(refused(client, "file-acme").await);
     log_line(&gateway.log, &["tenants_dir file accepted", "acme.yaml"]).await;
     gateway.stop().await;
+}
+
+/// Makes a named pipe at `path` (no writer ever opens it).
+fn mkfifo(path: &Path) {
+    let status = std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .unwrap();
+    assert!(status.success(), "mkfifo {}", path.display());
+}
+
+/// Item 6 of issue 37: a named pipe in the directory, there at start and
+/// added later, is refused naming the file, without blocking the scans:
+/// the other tenants load, at start and after it, a reload reads every
+/// file again, and SIGTERM ends the real binary promptly.
+#[tokio::test]
+async fn a_named_pipe_is_refused_and_blocks_neither_scans_nor_the_shutdown() {
+    let work = tempfile::tempdir().unwrap();
+    let dir = work.path().join("tenants");
+    std::fs::create_dir(&dir).unwrap();
+    let early_pipe = dir.join("piped.yaml");
+    mkfifo(&early_pipe);
+    replace(&dir.join("early.yaml"), &serverless("early-token"));
+    let mut gateway = start(work.path(), &dir).await;
+    let (pid, metrics) = (gateway.process.0.id(), gateway.metrics);
+    let line = log_line(
+        &gateway.log,
+        &[
+            "tenants_dir file refused",
+            &early_pipe.display().to_string(),
+        ],
+    )
+    .await;
+    assert!(
+        line.contains("is a named pipe (FIFO), not a regular file"),
+        "{line}"
+    );
+    let client = &mut gateway.client;
+    eventually!("early serves", listing(client, "early-token").await.is_ok());
+    assert!(listing(client, "file-token").await.is_ok());
+
+    // Added while serving: another pipe, then a tenant; the scans go on.
+    let late_pipe = dir.join("late-pipe.yml");
+    mkfifo(&late_pipe);
+    replace(&dir.join("late.yaml"), &serverless("late-token"));
+    eventually!("late serves", listing(client, "late-token").await.is_ok());
+    log_line(
+        &gateway.log,
+        &[
+            "tenants_dir file refused",
+            &late_pipe.display().to_string(),
+            "named pipe",
+        ],
+    )
+    .await;
+    assert_eq!(files(metrics, "invalid").await.as_deref(), Some("2"));
+    assert_eq!(files(metrics, "ok").await.as_deref(), Some("2"));
+
+    // A reload reads every file again, the pipes too.
+    signal(pid, "HUP");
+    log_line(&gateway.log, &["configuration reloaded"]).await;
+    assert!(listing(client, "late-token").await.is_ok());
+
+    // SIGTERM: the process ends promptly (no shutdown delay configured).
+    let asked = Instant::now();
+    signal(pid, "TERM");
+    let status = wait_exit(&mut gateway.process.0, Duration::from_secs(10)).await;
+    assert!(status.success(), "{status:?}");
+    assert!(
+        asked.elapsed() < Duration::from_secs(5),
+        "exited {:?} after SIGTERM",
+        asked.elapsed()
+    );
 }
 
 #[tokio::test]

@@ -25,7 +25,7 @@
 //! - one renewal per key at a time across tasks and replicas: the renewing
 //!   one holds the key's refresh lease ([`OAuthStore::lock_refresh`]), the
 //!   others wait for its token ([`REFRESH_LEASE_TTL`]);
-//! - the address rule (`address`): every OAuth request (discovery, token,
+//! - the address rule (`crate::config::address`, checked ahead in `address`): every OAuth request (discovery, token,
 //!   registration, the IdP's) goes through `OAuthHttp`, whose resolver
 //!   refuses private and loopback addresses unless `allow_private_addresses`
 //!   and reserved ones (link-local, cloud metadata, ...) always, on every
@@ -83,7 +83,6 @@ mod subject_tokens;
 #[cfg(test)]
 mod testing;
 
-pub(super) use address::allowed;
 pub use authorization_code::{Completed, pending_flow};
 pub use confirmation::{
     CONFIRM_TTL, ConfirmError, ConsentCode, HeldGrant, NotYours, confirm, hold,

@@ -1,5 +1,6 @@
 //! Metrics of the TLS of the gateway's own listeners: the certificate in
-//! force, its reloads and failed handshakes.
+//! force, its reloads, failed handshakes and the connections closed
+//! before their handshake (a handshake flood's bounds).
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -20,13 +21,22 @@ struct ReloadLabels {
     outcome: String,
 }
 
+/// A connection closed before its handshake, and why.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RefusedLabels {
+    listener: String,
+    reason: String,
+}
+
 /// `toolgate_tls_certificate_expiry_timestamp_seconds`,
-/// `toolgate_tls_reloads_total` and `toolgate_tls_handshake_failures_total`.
+/// `toolgate_tls_reloads_total`, `toolgate_tls_handshake_failures_total`
+/// and `toolgate_tls_connections_refused_total`.
 #[derive(Debug)]
 pub struct TlsMetrics {
     expiry: Family<ListenerLabels, Gauge>,
     reloads: Family<ReloadLabels, Counter>,
     handshake_failures: Family<ListenerLabels, Counter>,
+    refused: Family<RefusedLabels, Counter>,
 }
 
 impl TlsMetrics {
@@ -50,14 +60,25 @@ impl TlsMetrics {
         let handshake_failures = Family::<ListenerLabels, Counter>::default();
         registry.register(
             "toolgate_tls_handshake_failures",
-            "TLS handshakes that failed or timed out, by listener (a client without a valid \
-             certificate on client_auth: required, an old protocol version, a plaintext client)",
+            "TLS handshakes that failed or timed out after the client's ClientHello, by \
+             listener (a client without a valid certificate on client_auth: required, an old \
+             protocol version, a plaintext client)",
             handshake_failures.clone(),
+        );
+        let refused = Family::<RefusedLabels, Counter>::default();
+        registry.register(
+            "toolgate_tls_connections_refused",
+            "Connections a TLS listener closed before their handshake, by listener and reason: \
+             peer_limit (the peer address had tls.max_handshakes_per_peer handshakes in \
+             progress), listener_limit (the listener had tls.max_handshakes), \
+             client_hello_timeout (no ClientHello within tls.client_hello_timeout)",
+            refused.clone(),
         );
         TlsMetrics {
             expiry,
             reloads,
             handshake_failures,
+            refused,
         }
     }
 
@@ -85,6 +106,17 @@ impl TlsMetrics {
         self.handshake_failures
             .get_or_create(&ListenerLabels {
                 listener: listener.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Counts a connection `listener` closed before its handshake, for
+    /// `reason` (`peer_limit`, `listener_limit`, `client_hello_timeout`).
+    pub fn connection_refused(&self, listener: &str, reason: &str) {
+        self.refused
+            .get_or_create(&RefusedLabels {
+                listener: listener.to_owned(),
+                reason: reason.to_owned(),
             })
             .inc();
     }
