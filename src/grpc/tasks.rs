@@ -182,12 +182,6 @@ async fn keep(
             reason: "no state store is open for tasks: restart the gateway".to_owned(),
         })?;
     let unavailable = |e: StateError| state_failure(&server.name, &e);
-    if state.count_tasks(&tenant.name).await.map_err(unavailable)? >= MAX_OPEN_TASKS {
-        return Err(CallError::TaskLimit {
-            server: server.name.clone(),
-            limit: MAX_OPEN_TASKS,
-        });
-    }
     let ttl = created
         .task
         .ttl_ms
@@ -205,10 +199,24 @@ async fn keep(
     };
     let task_id = random_id(PREFIX);
     let value = serde_json::to_vec(&stored).expect("a task record serialises");
-    state
-        .put_task(&task_id, &tenant.name, &value, expires_at_ms)
+    // The count of open tasks and the insert are one step in the store:
+    // racing calls cannot pass the limit together.
+    let kept = state
+        .put_task(
+            &task_id,
+            &tenant.name,
+            &value,
+            expires_at_ms,
+            MAX_OPEN_TASKS,
+        )
         .await
         .map_err(unavailable)?;
+    if !kept {
+        return Err(CallError::TaskLimit {
+            server: server.name.clone(),
+            limit: MAX_OPEN_TASKS,
+        });
+    }
     Ok((task_id, stored, expires_at_ms))
 }
 

@@ -826,7 +826,7 @@ async fn a_tenant_has_at_most_1000_open_tasks() {
     let far = 4_102_444_800_000; // 2100-01-01
     for index in 0..1000 {
         store
-            .put_task(&format!("tgt_filler{index}"), "acme", b"{}", far)
+            .put_task(&format!("tgt_filler{index}"), "acme", b"{}", far, u64::MAX)
             .await
             .unwrap();
     }
