@@ -338,6 +338,11 @@ pub async fn run_with_reload(
         metrics: stop_metrics,
     };
     close(background, &registry, state.as_ref()).await;
+    // The summaries of the last interval's refusals, and whatever is
+    // still queued, reach the trail before the process ends.
+    if !audit.close().await {
+        tracing::warn!("the audit trail's last records may not all be written");
+    }
     tracing::info!("toolgate stopped");
     result.map_err(AppError::from)
 }

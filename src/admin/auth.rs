@@ -103,6 +103,8 @@ mod tests {
             allow_stdio_servers: false,
             host_secrets: HostSecrets::default(),
             tls: None,
+            write_rate: crate::config::DEFAULT_ADMIN_WRITE_RATE,
+            write_burst: crate::config::DEFAULT_ADMIN_WRITE_BURST,
         }
     }
 

@@ -14,14 +14,14 @@ use tonic::{Request, Response, Status};
 use super::auth::{AdminCaller, authenticate};
 use super::server::admin_server::Admin;
 use super::{AdminError, status};
-use crate::audit::{AdminChange, Audit, CallerRecord};
+use crate::audit::{AdminChange, Audit, AuditSlot, CallerRecord};
 use crate::callers::TokenDigest;
 use crate::config::names::{is_valid_secret_name, is_valid_tenant_name};
 use crate::config::{Config, Environment, Secret, SpecSource, TenantOrigin, TenantSpec};
 use crate::pb::admin as pb;
 use crate::registry::Registry;
 use crate::state::StateStore;
-use crate::state::tenants::{Expect, StoredTenant, TenantWriteError};
+use crate::state::tenants::{Expect, Staged, StoredTenant, TenantWriteError};
 use crate::telemetry::Metrics;
 
 /// Tenants in one ListTenants page unless the request says otherwise.
@@ -75,6 +75,9 @@ pub struct AdminService {
     env: Arc<dyn Environment>,
     audit: Audit,
     metrics: Arc<Metrics>,
+    /// The rate of writes, all callers together (`admin.write_rate_per_second`,
+    /// `admin.write_burst`, as the gateway started with).
+    writes: Arc<governor::DefaultDirectRateLimiter>,
 }
 
 impl std::fmt::Debug for AdminService {
@@ -95,6 +98,15 @@ impl AdminService {
         audit: Audit,
         metrics: Arc<Metrics>,
     ) -> Self {
+        let (rate, burst) = config.current().admin.as_ref().map_or(
+            (
+                crate::config::DEFAULT_ADMIN_WRITE_RATE,
+                crate::config::DEFAULT_ADMIN_WRITE_BURST,
+            ),
+            |admin| (admin.write_rate, admin.write_burst),
+        );
+        let writes =
+            governor::RateLimiter::direct(governor::Quota::per_second(rate).allow_burst(burst));
         Self {
             store,
             registry,
@@ -102,6 +114,78 @@ impl AdminService {
             env,
             audit,
             metrics,
+            writes: Arc::new(writes),
+        }
+    }
+
+    /// Authenticates a write's caller, then takes one token of the rate of
+    /// writes (so that unauthenticated callers take none).
+    async fn writer<T>(&self, request: &Request<T>) -> Result<AdminCaller, AdminError> {
+        let caller = self.caller(request).await?;
+        if let Err(not_until) = self.writes.check() {
+            use governor::clock::Clock as _;
+            let wait = not_until.wait_time_from(governor::clock::DefaultClock::default().now());
+            return Err(AdminError::WriteRateLimited { wait });
+        }
+        Ok(caller)
+    }
+
+    /// With `audit.required`, a place in the audit writer's queue for the
+    /// record of `attempt`, taken before anything is changed: refused when
+    /// the sink is known to be broken or the queue has no room (the
+    /// refusal is queued as a record too: the writer tries the sink again
+    /// with it).
+    async fn audit_slot(&self, attempt: AdminChange<'_>) -> Result<Option<AuditSlot>, AdminError> {
+        if !self.audit.is_required() {
+            return Ok(None);
+        }
+        let slot = if self.audit.admits_calls() {
+            self.audit.reserve().await.ok().flatten()
+        } else {
+            None
+        };
+        if slot.is_none() {
+            let error = AdminError::AuditUnavailable;
+            let (code, reason) = status::classify(&error);
+            self.audit.admin_not_made(
+                attempt,
+                crate::audit::Outcome::Refused,
+                crate::audit::code_name(code),
+                reason,
+            );
+            return Err(error);
+        }
+        Ok(slot)
+    }
+
+    /// Records `change`, then commits the write it describes. With
+    /// `audit.required`, a record that cannot be written rolls the write
+    /// back (AUDIT_UNAVAILABLE: nothing was changed); a commit that fails
+    /// after its record was written is recorded as not made.
+    async fn commit<T>(
+        &self,
+        slot: Option<AuditSlot>,
+        staged: Staged<T>,
+        change: AdminChange<'_>,
+    ) -> Result<T, AdminError> {
+        if let Err(failure) = self.audit.admin(slot, change.clone()).await {
+            tracing::error!(rpc = change.rpc, tenant = %change.tenant, %failure, "admin: the change's audit record cannot be written; the change is not made (audit.required)");
+            drop(staged);
+            return Err(AdminError::AuditUnavailable);
+        }
+        match staged.commit().await {
+            Ok(value) => Ok(value),
+            Err(error) => {
+                let error = AdminError::Store(error);
+                let (code, reason) = status::classify(&error);
+                self.audit.admin_not_made(
+                    change,
+                    crate::audit::Outcome::Failed,
+                    crate::audit::code_name(code),
+                    reason,
+                );
+                Err(error)
+            }
         }
     }
 
@@ -125,10 +209,6 @@ impl AdminService {
         self.metrics
             .admin_request(rpc, crate::audit::code_name(code));
         result.map(Response::new).map_err(Status::from)
-    }
-
-    fn record(&self, change: AdminChange<'_>) {
-        self.audit.admin(change);
     }
 
     /// The stored secrets `spec` reads, and the tenant it validates to
@@ -186,7 +266,7 @@ impl AdminService {
         &self,
         request: Request<pb::PutTenantRequest>,
     ) -> Result<pb::Tenant, AdminError> {
-        let caller = self.caller(&request).await?;
+        let caller = self.writer(&request).await?;
         let peer = peer(&request);
         let req = request.into_inner();
         tenant_name(&req.name, "name")?;
@@ -202,12 +282,16 @@ impl AdminService {
         }
         let tenant = self.validate(&req.name, &req.spec_yaml, None).await?;
         let digests = self.digests(&tenant)?;
-        let version = self
+        let slot = self
+            .audit_slot(attempt(&caller, &peer, "PutTenant", &req.name, None))
+            .await?;
+        let staged = self
             .store
-            .put_tenant(&req.name, &req.spec_yaml, expect, &digests)
+            .stage_put_tenant(&req.name, &req.spec_yaml, expect, &digests)
             .await
             .map_err(|e| write_error(&req.name, expect, e))?;
-        self.record(AdminChange {
+        let version = *staged.value();
+        let change = AdminChange {
             rpc: "PutTenant",
             caller: caller_record(&caller),
             peer,
@@ -218,7 +302,8 @@ impl AdminService {
                 Expect::Absent | Expect::Any => None,
             },
             new_version: Some(version),
-        });
+        };
+        self.commit(slot, staged, change).await?;
         tracing::info!(tenant = %req.name, version, caller = %caller, "admin: tenant written");
         Ok(pb::Tenant {
             name: req.name,
@@ -244,7 +329,7 @@ impl AdminService {
         &self,
         request: Request<pb::DeleteTenantRequest>,
     ) -> Result<pb::DeleteTenantResponse, AdminError> {
-        let caller = self.caller(&request).await?;
+        let caller = self.writer(&request).await?;
         let peer = peer(&request);
         let req = request.into_inner();
         tenant_name(&req.name, "name")?;
@@ -252,12 +337,16 @@ impl AdminService {
             None => Expect::Any,
             Some(v) => Expect::Version(v),
         };
-        let version = self
+        let slot = self
+            .audit_slot(attempt(&caller, &peer, "DeleteTenant", &req.name, None))
+            .await?;
+        let staged = self
             .store
-            .delete_tenant(&req.name, expect)
+            .stage_delete_tenant(&req.name, expect)
             .await
             .map_err(|e| write_error(&req.name, expect, e))?;
-        self.record(AdminChange {
+        let version = *staged.value();
+        let change = AdminChange {
             rpc: "DeleteTenant",
             caller: caller_record(&caller),
             peer,
@@ -265,7 +354,8 @@ impl AdminService {
             secret: None,
             old_version: Some(version),
             new_version: None,
-        });
+        };
+        self.commit(slot, staged, change).await?;
         tracing::info!(tenant = %req.name, version, caller = %caller, "admin: tenant deleted");
         Ok(pb::DeleteTenantResponse {
             version: version.to_string(),
@@ -304,7 +394,7 @@ impl AdminService {
         &self,
         request: Request<pb::PutSecretRequest>,
     ) -> Result<pb::PutSecretResponse, AdminError> {
-        let caller = self.caller(&request).await?;
+        let caller = self.writer(&request).await?;
         let peer = peer(&request);
         let req = request.into_inner();
         tenant_name(&req.tenant, "tenant")?;
@@ -341,22 +431,22 @@ impl AdminService {
                 }
             }
         }
-        let version = self
+        let slot = self
+            .audit_slot(attempt(
+                &caller,
+                &peer,
+                "PutSecret",
+                &req.tenant,
+                Some(&req.name),
+            ))
+            .await?;
+        let staged = self
             .store
-            .put_secret(&req.tenant, &req.name, value.as_bytes(), tokens.as_deref())
+            .stage_put_secret(&req.tenant, &req.name, value.as_bytes(), tokens.as_deref())
             .await
             .map_err(|e| write_error(&req.tenant, Expect::Any, e))?;
-        let new_version = match &stored {
-            Some(_) => self
-                .store
-                .get_tenant(&req.tenant)
-                .await
-                .ok()
-                .flatten()
-                .map(|t| t.version),
-            None => None,
-        };
-        self.record(AdminChange {
+        let (version, new_version) = *staged.value();
+        let change = AdminChange {
             rpc: "PutSecret",
             caller: caller_record(&caller),
             peer,
@@ -364,7 +454,8 @@ impl AdminService {
             secret: Some(&req.name),
             old_version: stored.as_ref().map(|t| t.version),
             new_version,
-        });
+        };
+        self.commit(slot, staged, change).await?;
         tracing::info!(tenant = %req.tenant, secret = %req.name, version, caller = %caller, "admin: secret written");
         Ok(pb::PutSecretResponse {
             version: version.to_string(),
@@ -375,7 +466,7 @@ impl AdminService {
         &self,
         request: Request<pb::DeleteSecretRequest>,
     ) -> Result<pb::DeleteSecretResponse, AdminError> {
-        let caller = self.caller(&request).await?;
+        let caller = self.writer(&request).await?;
         let peer = peer(&request);
         let req = request.into_inner();
         tenant_name(&req.tenant, "tenant")?;
@@ -392,14 +483,27 @@ impl AdminService {
                 name: req.name,
             });
         }
-        if !self.store.delete_secret(&req.tenant, &req.name).await? {
+        let slot = self
+            .audit_slot(attempt(
+                &caller,
+                &peer,
+                "DeleteSecret",
+                &req.tenant,
+                Some(&req.name),
+            ))
+            .await?;
+        let staged = self
+            .store
+            .stage_delete_secret(&req.tenant, &req.name)
+            .await?;
+        if !*staged.value() {
             return Err(AdminError::SecretNotFound {
                 tenant: req.tenant,
                 name: req.name,
             });
         }
         let version = stored.as_ref().map(|t| t.version);
-        self.record(AdminChange {
+        let change = AdminChange {
             rpc: "DeleteSecret",
             caller: caller_record(&caller),
             peer,
@@ -407,7 +511,8 @@ impl AdminService {
             secret: Some(&req.name),
             old_version: version,
             new_version: version,
-        });
+        };
+        self.commit(slot, staged, change).await?;
         tracing::info!(tenant = %req.tenant, secret = %req.name, caller = %caller, "admin: secret deleted");
         Ok(pb::DeleteSecretResponse {})
     }
@@ -540,6 +645,25 @@ fn write_error(name: &str, expect: Expect, error: TenantWriteError) -> AdminErro
             origin: TenantOrigin::Store { version: 0 },
         },
         TenantWriteError::State(e) => AdminError::Store(e),
+    }
+}
+
+/// The record of a change about to be tried (its versions not known yet).
+fn attempt<'a>(
+    caller: &AdminCaller,
+    peer: &Option<String>,
+    rpc: &'a str,
+    tenant: &'a str,
+    secret: Option<&'a str>,
+) -> AdminChange<'a> {
+    AdminChange {
+        rpc,
+        caller: caller_record(caller),
+        peer: peer.clone(),
+        tenant,
+        secret,
+        old_version: None,
+        new_version: None,
     }
 }
 

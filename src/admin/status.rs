@@ -127,6 +127,21 @@ pub enum AdminError {
     /// The state store failed.
     #[error("state store: {0}")]
     Store(#[from] StateError),
+    /// Admin writes come faster than `admin.write_rate_per_second`.
+    #[error(
+        "admin writes are over this replica's rate (admin.write_rate_per_second); retry in {} ms",
+        .wait.as_millis()
+    )]
+    WriteRateLimited {
+        /// How long until a write is taken again.
+        wait: Duration,
+    },
+    /// With `audit.required`, the change's audit record cannot be written:
+    /// nothing was changed.
+    #[error(
+        "the audit trail cannot record the change (audit.required): nothing was changed; retry later"
+    )]
+    AuditUnavailable,
 }
 
 /// The status code and stable reason of an error.
@@ -154,6 +169,8 @@ pub fn classify(error: &AdminError) -> (Code, &'static str) {
         AdminError::SecretInUse { .. } => (Code::FailedPrecondition, "SECRET_IN_USE"),
         AdminError::Store(e) if e.is_unavailable() => (Code::Unavailable, "STATE_UNAVAILABLE"),
         AdminError::Store(_) => (Code::Internal, "STATE_ERROR"),
+        AdminError::WriteRateLimited { .. } => (Code::ResourceExhausted, "ADMIN_RATE_LIMITED"),
+        AdminError::AuditUnavailable => (Code::Unavailable, "AUDIT_UNAVAILABLE"),
     }
 }
 
@@ -212,7 +229,9 @@ impl From<AdminError> for Status {
                 details.add_bad_request_violation(e.path.clone(), e.message.clone());
             }
         }
-        if code == Code::Unavailable {
+        if let AdminError::WriteRateLimited { wait } = &error {
+            details.set_retry_info(Some((*wait).max(Duration::from_millis(1))));
+        } else if code == Code::Unavailable {
             details.set_retry_info(Some(RETRY_DELAY));
         }
         if let AdminError::Store(e) = &error
@@ -262,6 +281,20 @@ mod tests {
         assert_eq!(
             fields,
             ["tenants[a].servers[0].command", "tenants[a].tokens[0]"]
+        );
+    }
+
+    #[test]
+    fn a_write_over_the_rate_is_resource_exhausted_with_retry_info() {
+        let status = Status::from(AdminError::WriteRateLimited {
+            wait: Duration::from_millis(250),
+        });
+        assert_eq!(status.code(), Code::ResourceExhausted);
+        let details = status.get_error_details();
+        assert_eq!(details.error_info().unwrap().reason, "ADMIN_RATE_LIMITED");
+        assert_eq!(
+            details.retry_info().unwrap().retry_delay,
+            Some(Duration::from_millis(250))
         );
     }
 

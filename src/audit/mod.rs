@@ -52,7 +52,10 @@ pub use record::{
     ArgumentsRecord, CallerRecord, GuardRecord, InputItem, Outcome, Record, RecordKind,
     SCHEMA_VERSION, code_name, error_outcome, millis, now,
 };
-pub use refusals::{Reached, Refusal, RefusalLayer, Refusals};
+pub use refusals::{
+    MAX_REFUSAL_PEERS, REFUSAL_INTERVAL, REFUSALS_SUMMARIZED, Reached, Refusal, RefusalLayer,
+    Refusals,
+};
 
 use crate::config::{AuditArguments, AuditConfig, AuditDestination};
 use crate::credentials::Redactor;
@@ -121,8 +124,29 @@ struct Inner {
     required: bool,
     replica: Option<String>,
     metrics: Arc<Metrics>,
-    /// Stops the SIGHUP listener when the last handle is dropped.
+    /// The refusals of the current interval, summed up per peer.
+    refusals: refusals::RefusalWindow,
+    /// Stops the SIGHUP listener and the refusals' summaries when the last
+    /// handle is dropped.
     _stop: DropGuard,
+}
+
+impl Drop for Inner {
+    /// Queues the summaries of the refusals counted since the last
+    /// interval ended, so that none is lost when the trail closes.
+    fn drop(&mut self) {
+        for record in self.refusals.take() {
+            let kind = record.kind;
+            if self
+                .queue
+                .try_send(Message::Line(self.line(record), None))
+                .is_err()
+            {
+                self.metrics.audit_failure(AuditFailure::Overflow.label());
+                tracing::warn!(?kind, "audit queue full: record dropped");
+            }
+        }
+    }
 }
 
 /// A place reserved in the writer's queue for one record
@@ -219,7 +243,7 @@ impl Audit {
         if matches!(config.destination, AuditDestination::File(_)) {
             tokio::spawn(reopen_on_hangup(queue.downgrade(), stop.clone()));
         }
-        Self(Some(Arc::new(Inner {
+        let inner = Arc::new(Inner {
             queue,
             healthy,
             arguments: config.arguments,
@@ -227,8 +251,20 @@ impl Audit {
             required: config.required,
             replica,
             metrics,
-            _stop: stop.drop_guard(),
-        })))
+            refusals: refusals::RefusalWindow::default(),
+            _stop: stop.clone().drop_guard(),
+        });
+        tokio::spawn(refusals::summarize_refusals(Arc::downgrade(&inner), stop));
+        Self(Some(inner))
+    }
+
+    /// Closes the trail for shutdown: writes the summaries of the refusals
+    /// counted in the current interval, and waits until everything queued
+    /// is written (at most [`ACK_TIMEOUT`] each); false when something
+    /// failed.
+    pub async fn close(&self) -> bool {
+        self.write_refusal_summaries().await;
+        self.flush().await
     }
 
     /// Whether an audit trail is configured.
@@ -437,23 +473,50 @@ impl Audit {
         self.enqueue(record);
     }
 
-    /// Records a change made through the admin API without waiting: the
-    /// RPC, who made it, the tenant (and secret), the tenant's versions
-    /// before and after. Never a spec or a secret's value.
-    pub fn admin(&self, change: AdminChange<'_>) {
+    /// Records a change made through the admin API: the RPC, who made it,
+    /// the tenant (and secret), the tenant's versions before and after.
+    /// Never a spec or a secret's value. Through `slot` (taken with
+    /// [`Audit::reserve`] before the change, when the trail is required)
+    /// it is written and waited for; without one, queued.
+    ///
+    /// # Errors
+    /// The record was written through `slot` and failed (or took longer
+    /// than [`ACK_TIMEOUT`]).
+    pub async fn admin(
+        &self,
+        slot: Option<AuditSlot>,
+        change: AdminChange<'_>,
+    ) -> Result<(), AuditFailure> {
         if self.0.is_none() {
-            return;
+            return Ok(());
         }
-        let mut record = Record::new(record::RecordKind::Admin, record::Outcome::Ok);
-        record.rpc = Some(change.rpc.to_owned());
-        record.caller = Some(change.caller);
-        record.peer = change.peer;
-        record.tenant = Some(change.tenant.to_owned());
-        record.secret = change.secret.map(str::to_owned);
-        record.old_version = change.old_version;
-        record.new_version = change.new_version;
-        record.code = Some("OK".to_owned());
-        self.enqueue(record);
+        let record = admin_record(change, record::Outcome::Ok, "OK");
+        match slot {
+            Some(slot) => self.write_reserved(slot, record).await,
+            None => {
+                self.enqueue(record);
+                Ok(())
+            }
+        }
+    }
+
+    /// Records, without waiting, an admin change that was not made:
+    /// refused before it was tried (`outcome` refused: the trail could not
+    /// take its record), or failed after [`Audit::admin`] wrote its record
+    /// (the state store did not commit it); `code` and `reason` as
+    /// answered.
+    pub fn admin_not_made(
+        &self,
+        change: AdminChange<'_>,
+        outcome: Outcome,
+        code: &str,
+        reason: &str,
+    ) {
+        if self.0.is_some() {
+            let mut record = admin_record(change, outcome, code);
+            record.reason = Some(reason.to_owned());
+            self.enqueue(record);
+        }
     }
 
     /// [`Audit::authorization`] with the address of the peer that caused
@@ -475,6 +538,20 @@ impl Audit {
             self.enqueue(record);
         }
     }
+}
+
+/// The record of an admin change that ended with `outcome` and `code`.
+fn admin_record(change: AdminChange<'_>, outcome: record::Outcome, code: &str) -> Record {
+    let mut record = Record::new(record::RecordKind::Admin, outcome);
+    record.rpc = Some(change.rpc.to_owned());
+    record.caller = Some(change.caller);
+    record.peer = change.peer;
+    record.tenant = Some(change.tenant.to_owned());
+    record.secret = change.secret.map(str::to_owned);
+    record.old_version = change.old_version;
+    record.new_version = change.new_version;
+    record.code = Some(code.to_owned());
+    record
 }
 
 /// A change made through the admin API, for [`Audit::admin`].

@@ -319,6 +319,20 @@ pub struct Record {
     /// stored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub new_version: Option<i64>,
+    /// A summary of refusals (`event: refusals_summarized`): how many
+    /// refusals it stands for (none of them written one by one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<u64>,
+    /// A summary of refusals: when the first it counts happened.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_time: Option<String>,
+    /// A summary of refusals: when the last it counts happened.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_time: Option<String>,
+    /// A summary of refusals: how many of each reason (the `ErrorInfo`
+    /// reason, else the status code's name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasons: Option<std::collections::BTreeMap<String, u64>>,
     /// How it ended.
     pub outcome: Outcome,
     /// Whether the request was handed to the upstream server (calls only):
@@ -376,6 +390,10 @@ impl Record {
             secret: None,
             old_version: None,
             new_version: None,
+            count: None,
+            first_time: None,
+            last_time: None,
+            reasons: None,
             outcome,
             sent: None,
             code: None,

@@ -6,11 +6,14 @@
 //! before it as written (across files: of the previous file's last
 //! record); the first record of the oldest file carries `chain` (as the
 //! writer marks the first record of every file it opens). Allowed, and
-//! reported: records of an earlier schema (no `seq`) before the chain's
-//! first record; lines that are not records (a write cut short) right
-//! before a marked record or at the very end; a marked record without
-//! `prev` as a file's first record (a process that started on a new file:
-//! what came before it cannot be checked).
+//! reported: records of a schema before the chain (`v` below 6, no `seq`)
+//! before the chain's first record, when that record links to the last of
+//! them (the writer resumed after them; records without `seq` that nothing
+//! links to are a break: anyone could have put them there); lines that are
+//! not records (a write cut short) right before a marked record or at the
+//! very end; a marked record without `prev` as a file's first record (a
+//! process that started on a new file: what came before it cannot be
+//! checked).
 //!
 //! What no chain can show: records cut off the end of the newest file (or
 //! newest files dropped), and a file rewritten from some record to its end
@@ -25,6 +28,10 @@ use serde::Deserialize;
 
 use super::chain::line_hash;
 
+/// The first schema version whose records all carry `seq` (the hash
+/// chain's); a record without `seq` must be of an earlier one.
+pub const FIRST_CHAINED_SCHEMA: u64 = 6;
+
 /// Why a chain is broken at a record.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -35,6 +42,25 @@ pub enum Problem {
     /// A record without `seq` after the chain began.
     #[error("no `seq`: every record after the chain's first has one")]
     NoSeq,
+    /// A record without `seq` that claims a schema with the chain (or no
+    /// schema at all): no writer wrote it so.
+    #[error(
+        "no `seq` in a record of schema {}: every record since schema {FIRST_CHAINED_SCHEMA} has one",
+        .v.map_or_else(|| "(none)".to_owned(), |v| v.to_string())
+    )]
+    NoSeqInChainedSchema {
+        /// The record's `v`, when it has one.
+        v: Option<u64>,
+    },
+    /// The chain's first record starts anew (no `prev`) after records
+    /// without `seq`: nothing links them to the chain.
+    #[error(
+        "starts a chain without `prev` after {count} records without `seq`: nothing links them to the chain (records put before it; or a file of a release before the chain given before a chain that started anew: leave that file out)"
+    )]
+    UnlinkedAfterUnchained {
+        /// The records without `seq` before it.
+        count: u64,
+    },
     /// A record that is neither marked nor linked.
     #[error("no `prev`: only a file's first record may start a chain")]
     NoPrev,
@@ -153,6 +179,8 @@ pub struct Summary {
 #[derive(Deserialize)]
 struct Fields {
     #[serde(default)]
+    v: Option<u64>,
+    #[serde(default)]
     seq: Option<u64>,
     #[serde(default)]
     prev: Option<String>,
@@ -181,6 +209,9 @@ pub struct Verifier {
     last: Option<Last>,
     /// A chained record was seen: records without `seq` are broken now.
     chained: bool,
+    /// Records without `seq` since the last chained record (only before
+    /// the chain began): the chain's first record must link to them.
+    pending_unchained: u64,
     /// The first line that is not a record since the last record.
     torn_at: Option<(String, u64)>,
     /// Records in the current file.
@@ -256,6 +287,10 @@ impl Verifier {
             if self.chained {
                 return Err(here(Problem::NoSeq));
             }
+            if fields.v.is_none_or(|v| v >= FIRST_CHAINED_SCHEMA) {
+                return Err(here(Problem::NoSeqInChainedSchema { v: fields.v }));
+            }
+            self.pending_unchained += 1;
             self.summary.unchained += 1;
             self.last = Some(self.last_here(None, hash));
             return Ok(());
@@ -270,6 +305,13 @@ impl Verifier {
         match (&fields.prev, &self.last) {
             (None, _) if marked.is_none() => return Err(here(Problem::NoPrev)),
             (None, _) if self.in_file > 0 => return Err(here(Problem::UnlinkedInFile)),
+            // Records without `seq` before it are the chain's only if it
+            // links to them (the writer resumed after them).
+            (None, _) if self.pending_unchained > 0 => {
+                return Err(here(Problem::UnlinkedAfterUnchained {
+                    count: self.pending_unchained,
+                }));
+            }
             (None, _) => self.summary.notes.push(format!(
                 "{}:{} (seq {seq}): the chain starts anew ({}): what came before it cannot be checked",
                 self.file,
@@ -306,6 +348,7 @@ impl Verifier {
             }
         }
         self.chained = true;
+        self.pending_unchained = 0;
         self.in_file += 1;
         self.summary.records += 1;
         if let Some(current) = self.summary.files.last_mut() {
@@ -506,6 +549,45 @@ mod tests {
         let file = vec![one[0].clone(), torn, one[1].clone()];
         let broken = check(&[("a", file)]).unwrap_err();
         assert_eq!((broken.line, broken.problem), (2, Problem::NotARecord));
+    }
+
+    #[test]
+    fn records_without_seq_that_the_chain_does_not_link_to_are_a_break() {
+        let old = br#"{"v":5,"time":"t","kind":"call","outcome":"ok"}"#.to_vec();
+        // Put before the first record of a chain that started anew.
+        let mut chain = Chain::new();
+        let one = lines(&mut chain, ChainReason::Start, 2);
+        let mut file = vec![old.clone(), old.clone()];
+        file.extend(one.clone());
+        let broken = check(&[("a", file)]).unwrap_err();
+        assert_eq!((broken.line, broken.seq), (3, Some(1)), "{broken}");
+        assert_eq!(broken.problem, Problem::UnlinkedAfterUnchained { count: 2 });
+        // A file of them given before such a chain: the same.
+        let broken = check(&[("a.1", vec![old.clone()]), ("a", one.clone())]).unwrap_err();
+        assert_eq!(broken.file, "a");
+        // A record without `seq` claiming the chain's schema (or none).
+        for forged in [
+            br#"{"v":7,"time":"t","kind":"call","outcome":"ok"}"#.to_vec(),
+            br#"{"time":"t","kind":"call","outcome":"ok"}"#.to_vec(),
+        ] {
+            let mut file = vec![forged];
+            file.extend(one.clone());
+            let broken = check(&[("a", file)]).unwrap_err();
+            assert_eq!(broken.line, 1, "{broken}");
+            assert!(
+                matches!(broken.problem, Problem::NoSeqInChainedSchema { .. }),
+                "{broken}"
+            );
+        }
+        // One put between earlier records and the chain that links to the
+        // last of them.
+        let mut chain = Chain::new();
+        chain.resume_after(&old);
+        let resumed = lines(&mut chain, ChainReason::Resume, 1);
+        let other = br#"{"v":5,"time":"u","kind":"call","outcome":"ok"}"#.to_vec();
+        let file = vec![old, other, resumed[0].clone()];
+        let broken = check(&[("a", file)]).unwrap_err();
+        assert_eq!(broken.problem, Problem::PrevMismatch, "{broken}");
     }
 
     #[test]

@@ -17,6 +17,14 @@ use super::fields::{Errors, at_least_one, duration, resolve, socket_addr};
 use super::raw::RawValue;
 use super::sources::{HostSecrets, Sources};
 use super::{Environment, Secret};
+use std::num::NonZeroU32;
+
+/// Admin writes (`PutTenant`, `DeleteTenant`, `PutSecret`,
+/// `DeleteSecret`) per second one replica takes, all callers together, by
+/// default.
+pub const DEFAULT_ADMIN_WRITE_RATE: NonZeroU32 = NonZeroU32::new(50).expect("not zero");
+/// Admin writes that may come at once after a quiet period, by default.
+pub const DEFAULT_ADMIN_WRITE_BURST: NonZeroU32 = NonZeroU32::new(100).expect("not zero");
 
 /// Most store tenants loaded at once in one replica, by default.
 pub const DEFAULT_MAX_LOADED_TENANTS: usize = 10_000;
@@ -41,6 +49,8 @@ pub(crate) struct RawAdmin {
     #[serde(default)]
     pub(crate) host_secrets: RawHostSecrets,
     pub(crate) tls: Option<super::listener_tls::RawListenerTls>,
+    pub(crate) write_rate_per_second: Option<u32>,
+    pub(crate) write_burst: Option<u32>,
 }
 
 /// `admin.host_secrets` as written.
@@ -83,6 +93,13 @@ pub struct AdminConfig {
     pub host_secrets: HostSecrets,
     /// TLS on the admin listener (`admin.tls`); plaintext when unset.
     pub tls: Option<super::ListenerTls>,
+    /// Admin writes per second this replica takes, all callers together
+    /// (`write_rate_per_second`, default [`DEFAULT_ADMIN_WRITE_RATE`]);
+    /// a write over it is `RESOURCE_EXHAUSTED` with `RetryInfo`.
+    pub write_rate: NonZeroU32,
+    /// Admin writes that may come at once (`write_burst`, default
+    /// [`DEFAULT_ADMIN_WRITE_BURST`]).
+    pub write_burst: NonZeroU32,
 }
 
 /// How replicas follow the tenants of the state store (`tenant_store:`):
@@ -175,13 +192,47 @@ pub(super) fn admin(
     let tls = raw
         .tls
         .and_then(|tls| super::listener_tls::listener_tls(errors, "admin", tls, base));
+    let write_rate = at_least_one(
+        errors,
+        "admin.write_rate_per_second",
+        raw.write_rate_per_second,
+        DEFAULT_ADMIN_WRITE_RATE.get(),
+    );
+    let write_burst = at_least_one(
+        errors,
+        "admin.write_burst",
+        raw.write_burst,
+        DEFAULT_ADMIN_WRITE_BURST.get(),
+    );
     (errors.0.len() == before).then(|| AdminConfig {
         listen: addr.expect("checked"),
         tokens,
         allow_stdio_servers: raw.allow_stdio_servers,
         host_secrets,
         tls,
+        write_rate: NonZeroU32::new(write_rate).unwrap_or(DEFAULT_ADMIN_WRITE_RATE),
+        write_burst: NonZeroU32::new(write_burst).unwrap_or(DEFAULT_ADMIN_WRITE_BURST),
     })
+}
+
+/// Refuses a tenant's token that is also one of `admin.tokens`: the
+/// tenant's workers would hold an admin credential.
+pub(super) fn tokens_not_admin(
+    errors: &mut Errors,
+    path: &str,
+    tenant: &super::TenantConfig,
+    admin: Option<&AdminConfig>,
+) {
+    let Some(admin) = admin else { return };
+    for (i, token) in tenant.tokens.iter().enumerate() {
+        if admin.tokens.iter().any(|a| a.expose() == token.expose()) {
+            errors.push(
+                format!("{path}.tokens[{i}]"),
+                "is also one of admin.tokens: a worker's token must never open the admin API \
+                 (give the tenant a token of its own)",
+            );
+        }
+    }
 }
 
 /// Validates `tenant_store:`.

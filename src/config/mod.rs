@@ -29,9 +29,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use admin::{
-    AdminConfig, DEFAULT_MAX_LOADED_TENANTS, DEFAULT_TENANT_POLL_INTERVAL,
-    DEFAULT_TENANT_RESYNC_INTERVAL, DEFAULT_TENANTS_DIR_POLL_INTERVAL, TenantStoreSettings,
-    TenantsDir,
+    AdminConfig, DEFAULT_ADMIN_WRITE_BURST, DEFAULT_ADMIN_WRITE_RATE, DEFAULT_MAX_LOADED_TENANTS,
+    DEFAULT_TENANT_POLL_INTERVAL, DEFAULT_TENANT_RESYNC_INTERVAL,
+    DEFAULT_TENANTS_DIR_POLL_INTERVAL, TenantStoreSettings, TenantsDir,
 };
 pub use approvals::{ApprovalsConfig, Definitions};
 pub use audit::{AuditArguments, AuditConfig, AuditDestination, DEFAULT_AUDIT_QUEUE};

@@ -242,6 +242,7 @@ impl Config {
                 &self.callers,
             );
             super::guards::references(&mut errors, &path, tenant, &self.guards);
+            super::admin::tokens_not_admin(&mut errors, &path, tenant, self.admin.as_ref());
         }
         match tenant {
             Some(mut tenant) if errors.0.is_empty() => {

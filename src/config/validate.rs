@@ -111,6 +111,12 @@ pub(super) fn validate(
     }
     for (t, tenant) in tenants.iter().enumerate() {
         super::guards::references(&mut errors, &format!("tenants[{t}]"), tenant, &guards);
+        super::admin::tokens_not_admin(
+            &mut errors,
+            &format!("tenants[{t}]"),
+            tenant,
+            admin.as_ref(),
+        );
     }
     oauth_requirements(&mut errors, &tenants, &state, oauth.as_ref(), &callers);
     super::approvals::requirements(&mut errors, &tenants, approvals.as_ref());

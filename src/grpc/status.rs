@@ -583,17 +583,31 @@ fn metadata(error: &CallError) -> HashMap<String, String> {
     metadata
 }
 
+/// Logs what a worker is not told of `error`: an upstream JSON-RPC
+/// error's message.
+fn log_withheld(error: &CallError) {
+    if let CallError::Upstream {
+        server,
+        tool,
+        error: UpstreamError::JsonRpc { code, message },
+        ..
+    } = error
+    {
+        tracing::warn!(%server, %tool, code, message = %truncate(message, 2000), "upstream JSON-RPC error");
+    }
+}
+
+/// What a worker is told of `error`, exactly as the message of its status
+/// (an upstream JSON-RPC error's text withheld but for invalid params,
+/// and logged): for the `status_message` of a task that failed with it.
+pub(super) fn worker_message(error: &CallError) -> String {
+    log_withheld(error);
+    bounded(&message(error), MAX_STATUS_MESSAGE)
+}
+
 impl From<CallError> for Status {
     fn from(error: CallError) -> Status {
-        if let CallError::Upstream {
-            server,
-            tool,
-            error: UpstreamError::JsonRpc { code, message },
-            ..
-        } = &error
-        {
-            tracing::warn!(%server, %tool, code, message = %truncate(message, 2000), "upstream JSON-RPC error");
-        }
+        log_withheld(&error);
         let (code, reason) = classify(&error);
         let mut details = ErrorDetails::with_error_info(reason, DOMAIN, metadata(&error));
         // RetryInfo where a retry is safe: a limit shed the call, or the

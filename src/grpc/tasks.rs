@@ -154,7 +154,7 @@ pub(super) async fn start(
     Ok(pb::Task {
         task_id,
         status: status_of(created.task.status) as i32,
-        status_message: created.task.status_message.unwrap_or_default(),
+        status_message: status_message(session, created.task.status_message.as_deref()),
         poll_interval_ms: poll_ms(created.task.poll_interval_ms),
         expires_at_unix_ms: expires_at_ms,
         result: None,
@@ -182,12 +182,6 @@ async fn keep(
             reason: "no state store is open for tasks: restart the gateway".to_owned(),
         })?;
     let unavailable = |e: StateError| state_failure(&server.name, &e);
-    if state.count_tasks(&tenant.name).await.map_err(unavailable)? >= MAX_OPEN_TASKS {
-        return Err(CallError::TaskLimit {
-            server: server.name.clone(),
-            limit: MAX_OPEN_TASKS,
-        });
-    }
     let ttl = created
         .task
         .ttl_ms
@@ -205,10 +199,24 @@ async fn keep(
     };
     let task_id = random_id(PREFIX);
     let value = serde_json::to_vec(&stored).expect("a task record serialises");
-    state
-        .put_task(&task_id, &tenant.name, &value, expires_at_ms)
+    // The count of open tasks and the insert are one step in the store:
+    // racing calls cannot pass the limit together.
+    let kept = state
+        .put_task(
+            &task_id,
+            &tenant.name,
+            &value,
+            expires_at_ms,
+            MAX_OPEN_TASKS,
+        )
         .await
         .map_err(unavailable)?;
+    if !kept {
+        return Err(CallError::TaskLimit {
+            server: server.name.clone(),
+            limit: MAX_OPEN_TASKS,
+        });
+    }
     Ok((task_id, stored, expires_at_ms))
 }
 
@@ -466,7 +474,7 @@ impl Found {
         let mut out = pb::Task {
             task_id: self.task_id.clone(),
             status: status_of(task.status()) as i32,
-            status_message: task.task.status_message.clone().unwrap_or_default(),
+            status_message: status_message(&self.session, task.task.status_message.as_deref()),
             poll_interval_ms: poll_ms(task.task.poll_interval_ms),
             expires_at_unix_ms: self.expires_at_ms,
             result: None,
@@ -490,11 +498,19 @@ impl Found {
                 out.result = Some(Box::new(response));
             }
             TaskPayload::Failed { error } => {
-                if out.status_message.is_empty()
-                    && let UpstreamError::JsonRpc { code, message } = self.session.task_error(error)
-                {
-                    out.status_message = format!("JSON-RPC error {code}: {message}");
+                // As a direct call's status would say it: the server's
+                // text withheld (and logged) but for invalid params, and
+                // redacted; the server's own status message too, which
+                // may repeat it.
+                if !out.status_message.is_empty() {
+                    tracing::info!(server = %self.stored.server, tool = %self.stored.tool, task = %id_hash(&self.task_id), status_message = %out.status_message, "a task failed");
                 }
+                out.status_message = super::status::worker_message(&CallError::Upstream {
+                    server: self.stored.server.clone(),
+                    tool: (self.stored.tool.clone()).into(),
+                    error: self.session.task_error(error),
+                    idempotent: false,
+                });
             }
             TaskPayload::InputRequired { input_requests } => {
                 let asked = crate::upstream::tasks::asked(input_requests);
@@ -513,6 +529,12 @@ impl Found {
         }
         Ok(out)
     }
+}
+
+/// A server's status message of a task as the worker sees it: redacted
+/// and bounded like any upstream text.
+fn status_message(session: &Session, message: Option<&str>) -> String {
+    message.map_or_else(String::new, |m| session.redaction().upstream_text(m))
 }
 
 /// The status of a failed `tasks/*` request: a task the server no

@@ -78,9 +78,9 @@ pub(super) fn client_for(
     );
     let metrics = metrics.clone();
     let audit = context.audit.clone();
-    let events = EventSink::new(move |key, event| {
+    let events = EventSink::new(move |key, event, reason| {
         metrics.oauth_event(&key.tenant, &key.server, event);
-        audit.authorization(&key.tenant, &key.subject, &key.server, event, None);
+        audit.authorization(&key.tenant, &key.subject, &key.server, event, reason);
     });
     OAuthClient::new(settings, context.store.clone())
         .map(|client| {

@@ -961,7 +961,11 @@ fn delegation_admits(
 ) -> Result<(), crate::upstream::UpstreamError> {
     use crate::credentials::oauth::{DelegationError, DelegationFailure};
     let refused = |kind, reason: String| {
-        crate::upstream::UpstreamError::Delegation(DelegationError { kind, reason })
+        crate::upstream::UpstreamError::Delegation(DelegationError {
+            kind,
+            reason,
+            code: None,
+        })
     };
     let grant = client.settings().grant;
     let Some(token) = client.subject_token(key) else {

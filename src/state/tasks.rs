@@ -6,12 +6,26 @@
 //! another tenant does not open. Expired rows are purged on the way.
 
 use super::keys::{state_hash, task_aad};
-use super::{Record, StateError, StateStore, get, now_ms};
+use super::{Backend, Record, StateError, StateStore, get, now_ms};
+
+/// The PostgreSQL advisory lock a task put holds for `tenant` until it
+/// commits: `tgtasks:` and the first bytes of the tenant's SHA-256, as a
+/// 64-bit integer (tenants seldom share one; when two do, they only wait
+/// for each other).
+fn tasks_lock_key(tenant: &str) -> i64 {
+    use sha2::Digest as _;
+    let digest = sha2::Sha256::digest(format!("tgtasks:{tenant}").as_bytes());
+    i64::from_be_bytes(digest[..8].try_into().expect("8 bytes"))
+}
 
 impl StateStore {
     /// Stores the task `task_id` of `tenant` (its value serialized by the
-    /// caller) until `expires_at_ms` (Unix milliseconds). Expired tasks
-    /// are purged first.
+    /// caller) until `expires_at_ms` (Unix milliseconds), unless `tenant`
+    /// already has `max_open` live tasks: returns whether it was stored.
+    /// The count and the insert are one step: of racing puts, at most
+    /// `max_open` are stored (on PostgreSQL the tenant's tasks are locked
+    /// for the transaction; on SQLite the statement holds the write lock).
+    /// Expired tasks are purged first.
     ///
     /// # Errors
     /// [`StateError::Unavailable`] when the store cannot be reached,
@@ -22,22 +36,38 @@ impl StateStore {
         tenant: &str,
         value: &[u8],
         expires_at_ms: i64,
-    ) -> Result<(), StateError> {
+        max_open: u64,
+    ) -> Result<bool, StateError> {
         self.purge_expired_tasks().await?;
         let pool = self.ready().await?;
-        sqlx::query(
+        let mut tx = pool.begin().await.map_err(StateError::from_sqlx)?;
+        if self.backend == Backend::Postgres {
+            // `count` so the Any driver has a column type it knows (the
+            // lock function returns `void`).
+            sqlx::query("SELECT count(*) FROM (SELECT pg_advisory_xact_lock($1)) AS locked")
+                .bind(tasks_lock_key(tenant))
+                .execute(&mut *tx)
+                .await
+                .map_err(StateError::from_sqlx)?;
+        }
+        let now = now_ms();
+        let done = sqlx::query(
             "INSERT INTO toolgate_tasks (task_hash, tenant, sealed, created_at_ms, expires_at_ms) \
-             VALUES ($1, $2, $3, $4, $5)",
+             SELECT $1, $2, $3, $4, $5 \
+             WHERE (SELECT COUNT(*) FROM toolgate_tasks \
+                    WHERE tenant = $2 AND expires_at_ms > $4) < $6",
         )
         .bind(state_hash(task_id))
         .bind(tenant)
         .bind(self.keys.seal(value, &task_aad(task_id, tenant)))
-        .bind(now_ms())
+        .bind(now)
         .bind(expires_at_ms)
-        .execute(pool)
+        .bind(i64::try_from(max_open).unwrap_or(i64::MAX))
+        .execute(&mut *tx)
         .await
         .map_err(StateError::from_sqlx)?;
-        Ok(())
+        tx.commit().await.map_err(StateError::from_sqlx)?;
+        Ok(done.rows_affected() > 0)
     }
 
     /// The task `task_id` of `tenant` and when it expires (Unix

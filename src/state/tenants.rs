@@ -47,6 +47,37 @@ const NAMES_PER_QUERY: usize = 500;
 /// The PostgreSQL channel a write notifies (payload: the tenant's name).
 pub const TENANT_CHANNEL: &str = "toolgate_tenants";
 
+/// A tenant write made in its transaction (holding the tenants' write
+/// lock) and not committed yet: [`Staged::commit`] makes it, dropping it
+/// rolls it back. What happens between the two (the admin API writes the
+/// change's audit record there) decides whether the write is made.
+pub struct Staged<T> {
+    tx: Transaction<'static, Any>,
+    value: T,
+}
+
+impl<T> std::fmt::Debug for Staged<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Staged")
+    }
+}
+
+impl<T> Staged<T> {
+    /// What the write returns once committed.
+    pub fn value(&self) -> &T {
+        &self.value
+    }
+
+    /// Commits the write.
+    ///
+    /// # Errors
+    /// The store's error: the write is not made.
+    pub async fn commit(self) -> Result<T, StateError> {
+        self.tx.commit().await.map_err(db)?;
+        Ok(self.value)
+    }
+}
+
 /// A tenant as stored.
 #[derive(Clone, PartialEq, Eq)]
 pub struct StoredTenant {
@@ -329,6 +360,24 @@ impl StateStore {
         expect: Expect,
         tokens: &[TokenDigest],
     ) -> Result<i64, TenantWriteError> {
+        Ok(self
+            .stage_put_tenant(name, spec, expect, tokens)
+            .await?
+            .commit()
+            .await?)
+    }
+
+    /// [`StateStore::put_tenant`], not committed yet.
+    ///
+    /// # Errors
+    /// As [`StateStore::put_tenant`].
+    pub async fn stage_put_tenant(
+        &self,
+        name: &str,
+        spec: &str,
+        expect: Expect,
+        tokens: &[TokenDigest],
+    ) -> Result<Staged<i64>, TenantWriteError> {
         let mut tx = self.begin_tenant_write().await?;
         let version = Self::insert_change(&mut tx, name, ChangeKind::Put).await?;
         let sealed = self.keys.seal(spec.as_bytes(), &spec_aad(name, version));
@@ -362,8 +411,7 @@ impl StateStore {
         }
         Self::replace_tokens(&mut tx, name, tokens).await?;
         self.notify(&mut tx, name).await?;
-        tx.commit().await.map_err(db)?;
-        Ok(version)
+        Ok(Staged { tx, value: version })
     }
 
     /// Deletes tenant `name` (its tokens and secrets too) if it is as
@@ -373,6 +421,22 @@ impl StateStore {
     /// [`TenantWriteError::VersionMismatch`] (no tenant: `current: None`),
     /// or the store's error.
     pub async fn delete_tenant(&self, name: &str, expect: Expect) -> Result<i64, TenantWriteError> {
+        Ok(self
+            .stage_delete_tenant(name, expect)
+            .await?
+            .commit()
+            .await?)
+    }
+
+    /// [`StateStore::delete_tenant`], not committed yet.
+    ///
+    /// # Errors
+    /// As [`StateStore::delete_tenant`].
+    pub async fn stage_delete_tenant(
+        &self,
+        name: &str,
+        expect: Expect,
+    ) -> Result<Staged<i64>, TenantWriteError> {
         let mut tx = self.begin_tenant_write().await?;
         Self::insert_change(&mut tx, name, ChangeKind::Delete).await?;
         let deleted = match expect {
@@ -417,8 +481,7 @@ impl StateStore {
                 .map_err(db)?;
         }
         self.notify(&mut tx, name).await?;
-        tx.commit().await.map_err(db)?;
-        Ok(version)
+        Ok(Staged { tx, value: version })
     }
 
     /// Opens a tenant row (`name`, `version`, `sealed`, `updated_at_ms`).
@@ -639,14 +702,11 @@ impl StateStore {
         Ok(Some(TenantNotices { listener }))
     }
 
-    /// Stores secret `name` of `tenant` (sealed, bound to both), and, when
-    /// the tenant exists, writes a change for it (its version grows, so
-    /// every replica loads it again with the new value) with `tokens` as
-    /// its new token index when given (the secret was one of its tokens).
-    /// Returns the secret's version.
+    /// [`StateStore::stage_put_secret`], committed: returns the secret's
+    /// version.
     ///
     /// # Errors
-    /// [`TenantWriteError::TokenTaken`], or the store's error.
+    /// As [`StateStore::stage_put_secret`].
     pub async fn put_secret(
         &self,
         tenant: &str,
@@ -654,6 +714,34 @@ impl StateStore {
         value: &[u8],
         tokens: Option<&[TokenDigest]>,
     ) -> Result<i64, TenantWriteError> {
+        let staged = self.stage_put_secret(tenant, name, value, tokens).await?;
+        Ok(staged.commit().await?.0)
+    }
+
+    /// Deletes secret `name` of `tenant`. Returns whether it existed.
+    ///
+    /// # Errors
+    /// The store's error.
+    pub async fn delete_secret(&self, tenant: &str, name: &str) -> Result<bool, StateError> {
+        self.stage_delete_secret(tenant, name).await?.commit().await
+    }
+
+    /// Stores secret `name` of `tenant` (sealed, bound to both), and, when
+    /// the tenant exists, writes a change for it (its version grows, so
+    /// every replica loads it again with the new value) with `tokens` as
+    /// its new token index when given (the secret was one of its tokens).
+    /// Not committed yet: returns the secret's version and the tenant's new
+    /// one (when the tenant exists).
+    ///
+    /// # Errors
+    /// [`TenantWriteError::TokenTaken`], or the store's error.
+    pub async fn stage_put_secret(
+        &self,
+        tenant: &str,
+        name: &str,
+        value: &[u8],
+        tokens: Option<&[TokenDigest]>,
+    ) -> Result<Staged<(i64, Option<i64>)>, TenantWriteError> {
         let mut tx = self.begin_tenant_write().await?;
         let now = now_ms();
         let row = sqlx::query(
@@ -671,6 +759,7 @@ impl StateStore {
         .await
         .map_err(db)?;
         let secret_version: i64 = get(&row, 0, Record::TenantSecret)?;
+        let mut tenant_version = None;
         let stored = sqlx::query("SELECT version, sealed FROM toolgate_tenants WHERE name = $1")
             .bind(tenant)
             .fetch_optional(&mut *tx)
@@ -683,6 +772,7 @@ impl StateStore {
             let sealed: Vec<u8> = get(&stored, 1, Record::Tenant)?;
             let spec = self.open(&sealed, &spec_aad(tenant, old), Record::Tenant)?;
             let version = Self::insert_change(&mut tx, tenant, ChangeKind::Secret).await?;
+            tenant_version = Some(version);
             sqlx::query(
                 "UPDATE toolgate_tenants SET version = $2, sealed = $3, updated_at_ms = $4 \
                  WHERE name = $1",
@@ -699,24 +789,34 @@ impl StateStore {
             }
             self.notify(&mut tx, tenant).await?;
         }
-        tx.commit().await.map_err(db)?;
-        Ok(secret_version)
+        Ok(Staged {
+            tx,
+            value: (secret_version, tenant_version),
+        })
     }
 
-    /// Deletes secret `name` of `tenant`. Returns whether it existed.
+    /// Deletes secret `name` of `tenant`, not committed yet. Its value:
+    /// whether the secret existed.
     ///
     /// # Errors
     /// The store's error.
-    pub async fn delete_secret(&self, tenant: &str, name: &str) -> Result<bool, StateError> {
-        let pool = self.ready().await?;
+    pub async fn stage_delete_secret(
+        &self,
+        tenant: &str,
+        name: &str,
+    ) -> Result<Staged<bool>, StateError> {
+        let mut tx = self.begin_tenant_write().await?;
         let done =
             sqlx::query("DELETE FROM toolgate_tenant_secrets WHERE tenant = $1 AND name = $2")
                 .bind(tenant)
                 .bind(name)
-                .execute(pool)
+                .execute(&mut *tx)
                 .await
                 .map_err(db)?;
-        Ok(done.rows_affected() > 0)
+        Ok(Staged {
+            tx,
+            value: done.rows_affected() > 0,
+        })
     }
 
     /// The names and versions of `tenant`'s secrets, by name.

@@ -23,9 +23,15 @@ const FILE_TOKEN: &str = "file-tenant-token";
 const SECRET_VALUE: &str = "s3cr3t-value-never-shown";
 
 /// A gateway with one file tenant (`acme`), the admin API on `admin_port`
-/// and `extra` under `admin:`.
-fn config(dir: &Path, state_url: &str, ports: [u16; 3], extra: &str) -> String {
+/// and `extra` under `admin:` (admin writes at 1000 a second unless it
+/// sets their rate), `audit_extra` under `audit:`.
+fn config(dir: &Path, state_url: &str, ports: [u16; 3], extra: &str, audit_extra: &str) -> String {
     let [listen, admin_port, metrics_port] = ports;
+    let rate = if extra.contains("write_") {
+        ""
+    } else {
+        "  write_rate_per_second: 1000\n  write_burst: 1000\n"
+    };
     let jwks = dir.join("jwks.json");
     std::fs::write(&jwks, jwks_doc_text(&[&keys().rsa1])).unwrap();
     format!(
@@ -34,13 +40,13 @@ metrics:
   listen: 127.0.0.1:{metrics_port}
 audit:
   path: "{audit}"
-state:
+{audit_extra}state:
   url: "{state_url}"
   keys: ["MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="]
 admin:
   listen: 127.0.0.1:{admin_port}
   tokens: ["{ADMIN}", "{SECOND_ADMIN}"]
-{extra}callers:
+{extra}{rate}callers:
   jwt:
     - issuer: "{CLUSTER}"
       audiences: [toolgate]
@@ -71,6 +77,10 @@ struct Admin {
 }
 
 async fn start(state_url: Option<&str>, extra: &str) -> Admin {
+    start_with(state_url, extra, "").await
+}
+
+async fn start_with(state_url: Option<&str>, extra: &str, audit_extra: &str) -> Admin {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().to_owned();
     let url = state_url
@@ -79,7 +89,13 @@ async fn start(state_url: Option<&str>, extra: &str) -> Admin {
     let (listen, admin_port, metrics_port) = (free_port(), free_port(), free_port());
     std::fs::write(
         path.join("config.yaml"),
-        config(&path, &url, [listen, admin_port, metrics_port], extra),
+        config(
+            &path,
+            &url,
+            [listen, admin_port, metrics_port],
+            extra,
+            audit_extra,
+        ),
     )
     .unwrap();
     let child = serve_binary(
@@ -448,6 +464,24 @@ async fn refusals(a: &mut Admin) {
         e.message()
     );
     assert!(!e.message().contains(FILE_TOKEN));
+    // An admin token as a worker's token: the tenant's workers would hold
+    // an admin credential.
+    let spec = format!("tokens: [own-token, \"{SECOND_ADMIN}\"]\n");
+    let e = c
+        .put_tenant(as_(ADMIN, put("hooli", &spec, "")))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (e.code(), reason(&e).as_str()),
+        (Code::InvalidArgument, "INVALID_SPEC")
+    );
+    let fields: Vec<String> = e
+        .get_details_bad_request()
+        .map(|b| b.field_violations.into_iter().map(|v| v.field).collect())
+        .unwrap_or_default();
+    assert_eq!(fields, ["tenants[hooli].tokens[1]"], "{e:?}");
+    assert!(e.message().contains("admin.tokens"), "{}", e.message());
+    assert!(!e.message().contains(SECOND_ADMIN));
     // A store tenant's token given to another store tenant.
     c.put_tenant(as_(ADMIN, put("hooli", "tokens: [hooli-token]\n", "")))
         .await
@@ -813,6 +847,123 @@ async fn admin_api_on_postgres() {
     let mut a = start(Some(&pg.url()), "").await;
     tenants_round_trip(&mut a).await;
     secrets(&mut a).await;
+}
+
+/// Admin writes over `admin.write_rate_per_second` are RESOURCE_EXHAUSTED
+/// with RetryInfo (reads are not counted); with `audit.required`, a write
+/// whose record cannot be written fails and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_writes_are_rate_limited_and_never_unaudited() {
+    let a = start_with(
+        None,
+        "  write_rate_per_second: 1\n  write_burst: 2\n",
+        "  required: true\n",
+    )
+    .await;
+    let mut c = a.client.clone();
+    let get = |name: &str| {
+        as_(
+            ADMIN,
+            pb::GetTenantRequest {
+                name: name.to_owned(),
+            },
+        )
+    };
+    // The burst: two writes; reads are not counted.
+    for name in ["r1", "r2"] {
+        let spec = format!("tokens: [{name}-token]\n");
+        c.put_tenant(as_(ADMIN, put(name, &spec, "")))
+            .await
+            .unwrap();
+        c.get_tenant(get(name)).await.unwrap();
+    }
+    let e = c
+        .put_tenant(as_(ADMIN, put("r3", "tokens: [r3-token]\n", "")))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (e.code(), reason(&e).as_str()),
+        (Code::ResourceExhausted, "ADMIN_RATE_LIMITED"),
+        "{e:?}"
+    );
+    let wait = e
+        .get_details_retry_info()
+        .and_then(|r| r.retry_delay)
+        .expect("RetryInfo");
+    assert!(
+        wait > Duration::ZERO && wait <= Duration::from_secs(1),
+        "{wait:?}"
+    );
+    assert_eq!(
+        c.get_tenant(get("r3")).await.unwrap_err().code(),
+        Code::NotFound
+    );
+
+    // The audit file replaced by a directory: no record can be written.
+    let path = a.dir.join("audit.jsonl");
+    std::fs::rename(&path, a.dir.join("audit.jsonl.1")).unwrap();
+    std::fs::create_dir(&path).unwrap();
+    for _ in 0..2 {
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        let e = c
+            .put_tenant(as_(ADMIN, put("r3", "tokens: [r3-token]\n", "")))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            (e.code(), reason(&e).as_str()),
+            (Code::Unavailable, "AUDIT_UNAVAILABLE"),
+            "{e:?}"
+        );
+        assert!(e.get_details_retry_info().is_some(), "{e:?}");
+        assert_eq!(
+            c.get_tenant(get("r3")).await.unwrap_err().code(),
+            Code::NotFound,
+            "a write whose record was not written changed nothing"
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let e = c
+        .delete_tenant(as_(
+            ADMIN,
+            pb::DeleteTenantRequest {
+                name: "r1".into(),
+                expected_version: String::new(),
+            },
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(reason(&e), "AUDIT_UNAVAILABLE", "{e:?}");
+    c.get_tenant(get("r1")).await.unwrap();
+
+    // Writable again: a refusal's record finds the sink again, and the
+    // next write is made and recorded.
+    std::fs::remove_dir(&path).unwrap();
+    let mut tries = 0;
+    loop {
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        match c
+            .put_tenant(as_(ADMIN, put("r3", "tokens: [r3-token]\n", "")))
+            .await
+        {
+            Ok(_) => break,
+            Err(e) => assert_eq!(reason(&e), "AUDIT_UNAVAILABLE", "{e:?}"),
+        }
+        tries += 1;
+        assert!(tries < 3, "still refused after the sink came back");
+    }
+    let written: Vec<Value> = records(&path)
+        .into_iter()
+        .filter(|r| r["kind"] == "admin")
+        .collect();
+    let last = written.last().expect("the write's record");
+    assert_eq!(
+        (&last["tenant"], &last["outcome"]),
+        (&"r3".into(), &"ok".into())
+    );
+    for refused in &written[..written.len() - 1] {
+        assert_eq!(refused["outcome"], "refused", "{refused}");
+        assert_eq!(refused["reason"], "AUDIT_UNAVAILABLE", "{refused}");
+    }
 }
 
 /// In process: the admin listener answers its health service and stops

@@ -280,18 +280,19 @@ async fn each_call_and_refusal_gets_one_record_field_by_field() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::Unauthenticated);
+    // The peer's first refusal in the interval is a record of its own; the
+    // second is counted for the interval's summary.
     let all = records(&path);
     let refusals: Vec<&Value> = all.iter().filter(|r| r["kind"] == "refusal").collect();
-    assert_eq!(refusals.len(), 2, "{refusals:#?}");
-    for (refusal, rpc) in refusals.iter().zip(["InvokeTool", "ListTools"]) {
-        assert_eq!(refusal["rpc"], rpc);
-        assert_eq!(refusal["outcome"], "refused");
-        assert_eq!(refusal["code"], "UNAUTHENTICATED");
-        assert!(refusal["reason"].as_str().is_some_and(|r| !r.is_empty()));
-        assert!(refusal.get("tenant").is_none() && refusal.get("caller").is_none());
-        assert!(refusal["peer"].as_str().unwrap().starts_with("127.0.0.1:"));
-        assert_eq!(refusal["replica"], "gw-audit-0");
-    }
+    assert_eq!(refusals.len(), 1, "{refusals:#?}");
+    let refusal = refusals[0];
+    assert_eq!(refusal["rpc"], "InvokeTool");
+    assert_eq!(refusal["outcome"], "refused");
+    assert_eq!(refusal["code"], "UNAUTHENTICATED");
+    assert!(refusal["reason"].as_str().is_some_and(|r| !r.is_empty()));
+    assert!(refusal.get("tenant").is_none() && refusal.get("caller").is_none());
+    assert!(refusal["peer"].as_str().unwrap().starts_with("127.0.0.1:"));
+    assert_eq!(refusal["replica"], "gw-audit-0");
 
     // No secret, no raw argument and no plain hash of one anywhere in the
     // trail (a plain hash of a guessable argument gives it away), nor the
@@ -304,10 +305,65 @@ async fn each_call_and_refusal_gets_one_record_field_by_field() {
     }
     assert!(!text.contains(DIGEST_KEY), "{text}");
     assert!(!text.contains(TOKEN) && !text.contains("not-a-token"));
-    // One record per call: echo ok, fail, nope, wipe, shed, slow; 2
-    // refusals.
-    assert_eq!(records(&path).len(), 8, "{text}");
+    // One record per call: echo ok, fail, nope, wipe, shed, slow; 1
+    // refusal.
+    assert_eq!(records(&path).len(), 7, "{text}");
     gateway.shutdown().await;
+    // At shutdown, the summary of the interval's other refusals.
+    let all = records(&path);
+    assert_eq!(all.len(), 8, "{all:#?}");
+    let summary = &all[7];
+    assert_eq!(summary["kind"], "refusal");
+    assert_eq!(summary["event"], "refusals_summarized");
+    assert_eq!(summary["peer"], "127.0.0.1");
+    assert_eq!(summary["count"], 1);
+    assert_eq!(summary["outcome"], "refused");
+    let reasons = summary["reasons"].as_object().unwrap();
+    assert_eq!(
+        reasons.values().map(|n| n.as_u64().unwrap()).sum::<u64>(),
+        1
+    );
+    assert!(summary["first_time"].as_str().unwrap() <= summary["last_time"].as_str().unwrap());
+}
+
+/// A flood of refusals from one client: one record of its own, the rest
+/// one summary (the interval's end or shutdown); nothing lost.
+#[tokio::test]
+async fn a_flood_of_refusals_is_summed_up_per_peer() {
+    let server = serve_mcp(TestServer::new(&["echo"])).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    let gateway = TestGateway::start(
+        &config(&audit_at(&path, KEYED), "", &server.url),
+        &[("API_KEY", SECRET), ("DIGEST_KEY", DIGEST_KEY)],
+    )
+    .await;
+    let mut client = gateway.client().await;
+    const FLOOD: u64 = 500;
+    for _ in 0..FLOOD {
+        let err = invoke(&mut client, "not-a-token", "t__echo", "{}")
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::Unauthenticated);
+    }
+    let refusals = |all: &[Value]| -> Vec<Value> {
+        all.iter()
+            .filter(|r| r["kind"] == "refusal")
+            .cloned()
+            .collect()
+    };
+    assert_eq!(refusals(&records(&path)).len(), 1, "one record of its own");
+    gateway.shutdown().await;
+    let all = refusals(&records(&path));
+    assert_eq!(all.len(), 2, "{all:#?}");
+    assert!(all[0].get("event").is_none(), "{}", all[0]);
+    assert_eq!(all[1]["event"], "refusals_summarized");
+    assert_eq!(all[1]["count"], FLOOD - 1, "{}", all[1]);
+    assert_eq!(
+        all[1]["reasons"][all[0]["reason"].as_str().unwrap()],
+        FLOOD - 1
+    );
+    toolgate::audit::verify::verify_files(&[path]).unwrap();
 }
 
 #[tokio::test]

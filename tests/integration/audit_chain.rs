@@ -185,6 +185,35 @@ async fn verify_passes_a_clean_chain_and_names_the_record_edited_removed_or_move
         "{err}"
     );
 
+    // Records without `seq` put before the first record (which starts a
+    // chain anew, linking to nothing): a break, not a note.
+    let forged = r#"{"v":5,"time":"2025-06-01T00:00:00.000Z","kind":"call","rpc":"InvokeTool","tenant":"acme","tool":"t__echo","outcome":"ok"}"#;
+    let mut prefixed = vec![forged.to_owned(), forged.replace("00.000Z", "01.000Z")];
+    prefixed.extend(lines.iter().cloned());
+    let file = copy_with(dir.path(), "forged.jsonl", &prefixed);
+    let (code, out, err) = verify(&[&file]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        err.contains(&format!(
+            "{}:3 (seq 1): starts a chain without `prev` after 2 records without `seq`",
+            file.display()
+        )),
+        "{err}"
+    );
+    // One without `seq` claiming this schema.
+    let mut prefixed = vec![forged.replace("\"v\":5", "\"v\":7")];
+    prefixed.extend(lines.iter().cloned());
+    let file = copy_with(dir.path(), "forged7.jsonl", &prefixed);
+    let (code, out, err) = verify(&[&file]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        err.contains(&format!(
+            "{}:1: no `seq` in a record of schema 7",
+            file.display()
+        )),
+        "{err}"
+    );
+
     // A file that cannot be read.
     let (code, _, err) = verify(&[&dir.path().join("absent.jsonl")]);
     assert_eq!(code, 66, "{err}");

@@ -534,6 +534,22 @@ async fn jwt_callers_get_their_own_upstream_identity_by_token_exchange() {
     for event in ["token_exchanged", "token_exchange_refused"] {
         assert!(audit.contains(event), "no {event} in:\n{audit}");
     }
+    // A refusal's record names the authorization server's OAuth error
+    // code; a failure, what kind it was.
+    let records: Vec<serde_json::Value> = audit
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let refusal = records
+        .iter()
+        .find(|r| r["event"] == "token_exchange_refused" && r["server"] == "bad")
+        .unwrap_or_else(|| panic!("no refusal of bad in:\n{audit}"));
+    assert_eq!(refusal["reason"], "invalid_target", "{refusal}");
+    let failure = records
+        .iter()
+        .find(|r| r["event"] == "token_exchange_failed" && r["server"] == "down")
+        .unwrap_or_else(|| panic!("no failure of down in:\n{audit}"));
+    assert_eq!(failure["reason"], "unavailable", "{failure}");
     for secret in [&alice, &bob] {
         assert!(
             !audit.contains(secret.as_str()),

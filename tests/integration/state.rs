@@ -63,6 +63,42 @@ async fn behaves(url: &str) {
     older_version_put_back_does_not_open(url).await;
     concurrent_puts_each_get_a_version(url).await;
     tasks_are_bound_to_their_id_and_tenant(url).await;
+    racing_task_puts_stop_at_the_cap(url).await;
+}
+
+/// Puts racing for a tenant's last places of open tasks: exactly as many
+/// as there are places are stored (the count and the insert are one step),
+/// on several connections and, for PostgreSQL, several stores.
+async fn racing_task_puts_stop_at_the_cap(url: &str) {
+    let stores = [store(url, &[K1]).await, store(url, &[K1]).await];
+    let far = 4_102_444_800_000; // 2100-01-01
+    const CAP: u64 = 5;
+    let mut puts = Vec::new();
+    for i in 0..40 {
+        let s = stores[i % 2].clone();
+        puts.push(tokio::spawn(async move {
+            s.put_task(&format!("tgt_race{i}"), "tasks-race", b"{}", far, CAP)
+                .await
+        }));
+    }
+    let mut stored = 0;
+    for put in puts {
+        if put.await.unwrap().unwrap() {
+            stored += 1;
+        }
+    }
+    assert_eq!(stored, CAP, "stored past the cap");
+    assert_eq!(stores[0].count_tasks("tasks-race").await.unwrap(), CAP);
+    // Another tenant has its own places.
+    assert!(
+        stores[0]
+            .put_task("tgt_race_other", "tasks-race-other", b"{}", far, CAP)
+            .await
+            .unwrap()
+    );
+    for s in stores {
+        s.close().await;
+    }
 }
 
 /// A task row opens for its id and tenant only, holds no live id, and is
@@ -70,7 +106,7 @@ async fn behaves(url: &str) {
 async fn tasks_are_bound_to_their_id_and_tenant(url: &str) {
     let s = store(url, &[K1]).await;
     let far = 4_102_444_800_000; // 2100-01-01
-    s.put_task("tgt_first", "tasks-acme", b"alice's task", far)
+    s.put_task("tgt_first", "tasks-acme", b"alice's task", far, u64::MAX)
         .await
         .unwrap();
     assert_eq!(
@@ -112,7 +148,7 @@ async fn tasks_are_bound_to_their_id_and_tenant(url: &str) {
     assert_eq!(rows[0].get::<String, _>(0), hash("tgt_first"));
     let first_sealed: Vec<u8> = rows[0].get(1);
     // A sealed value moved to another id's row does not open.
-    s.put_task("tgt_second", "tasks-acme", b"bob's task", far)
+    s.put_task("tgt_second", "tasks-acme", b"bob's task", far, u64::MAX)
         .await
         .unwrap();
     sqlx::query("UPDATE toolgate_tasks SET sealed = $1 WHERE task_hash = $2")
@@ -127,7 +163,7 @@ async fn tasks_are_bound_to_their_id_and_tenant(url: &str) {
         Err(StateError::Decrypt { .. })
     ));
     // Expired: not returned, purged.
-    s.put_task("tgt_old", "tasks-acme", b"old", 1)
+    s.put_task("tgt_old", "tasks-acme", b"old", 1, u64::MAX)
         .await
         .unwrap();
     assert_eq!(s.get_task("tgt_old", "tasks-acme").await.unwrap(), None);

@@ -465,10 +465,30 @@ async fn a_task_that_asks_is_answered_with_update_task_and_one_that_fails_is_fai
     assert_eq!(finished.code(), tonic::Code::FailedPrecondition);
     assert_eq!(reason(&finished), "TASK_FINISHED");
 
-    let failing = start_task(&mut client, None, "tasks__fails", r#"{"message": "boom"}"#).await;
+    // A task that fails with a JSON-RPC error: its text is withheld as a
+    // direct call's is (and logged), the server's status message too.
+    let failing = start_task(
+        &mut client,
+        None,
+        "tasks__fails",
+        r#"{"message": "boom at db-password-123"}"#,
+    )
+    .await;
     let failed = until(&mut client, &failing.task_id, pb::TaskStatus::Failed).await;
-    assert_eq!(failed.status_message, "boom");
+    assert!(
+        !failed.status_message.contains("db-password-123"),
+        "{failed:?}"
+    );
     assert!(failed.result.is_none());
+    let direct = invoke(
+        &mut client,
+        TOKEN,
+        "tasks__fails",
+        r#"{"message": "boom at db-password-123"}"#,
+    )
+    .await
+    .expect_err("the task failed");
+    assert_eq!(failed.status_message, direct.message(), "as a direct call");
 
     // A worker that sets nothing cannot answer: the followed task is
     // cancelled and the call refused, naming InvokeToolInteractive.
@@ -826,7 +846,7 @@ async fn a_tenant_has_at_most_1000_open_tasks() {
     let far = 4_102_444_800_000; // 2100-01-01
     for index in 0..1000 {
         store
-            .put_task(&format!("tgt_filler{index}"), "acme", b"{}", far)
+            .put_task(&format!("tgt_filler{index}"), "acme", b"{}", far, u64::MAX)
             .await
             .unwrap();
     }

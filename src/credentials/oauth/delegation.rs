@@ -71,6 +71,9 @@ pub struct DelegationError {
     pub kind: DelegationFailure,
     /// In words, without any token.
     pub reason: String,
+    /// The token endpoint's OAuth error code (`invalid_grant`, ...), when
+    /// it refused with one.
+    pub code: Option<String>,
 }
 
 impl DelegationError {
@@ -78,6 +81,19 @@ impl DelegationError {
         Self {
             kind,
             reason: reason.into(),
+            code: None,
+        }
+    }
+
+    /// The reason of the failure's audit record: the OAuth error code when
+    /// the token endpoint gave one, else what kind of failure it was.
+    pub fn audit_reason(&self) -> &str {
+        match (&self.code, self.kind) {
+            (Some(code), _) => code,
+            (None, DelegationFailure::RequiresJwt) => "requires_jwt",
+            (None, DelegationFailure::IssuerMismatch) => "issuer_mismatch",
+            (None, DelegationFailure::Refused) => "refused",
+            (None, DelegationFailure::Unavailable) => "unavailable",
         }
     }
 }
@@ -197,7 +213,11 @@ impl OAuthClient {
                 let error = as_delegation(error);
                 tracing::warn!(tenant = %key.tenant, server = %key.server, grant = %self.settings.grant, %error, "delegation failed");
                 let refusal = matches!(&error, OAuthError::Delegation(e) if e.kind == DelegationFailure::Refused);
-                self.event(key, if refusal { refused } else { failed });
+                let reason = match &error {
+                    OAuthError::Delegation(e) => e.audit_reason(),
+                    _ => "error",
+                };
+                self.event_because(key, if refusal { refused } else { failed }, Some(reason));
                 Err(error)
             }
         }
@@ -437,17 +457,22 @@ fn exchange_answer(
         )));
     }
     if !status.is_success() {
-        let reason = serde_json::from_slice::<
+        let answer = serde_json::from_slice::<
             oauth2::StandardErrorResponse<oauth2::basic::BasicErrorResponseType>,
         >(response.body())
-        .map_or_else(|_| format!("HTTP {}", status.as_u16()), |e| e.to_string());
-        return Err(OAuthError::Delegation(DelegationError::new(
+        .ok();
+        let reason = answer
+            .as_ref()
+            .map_or_else(|| format!("HTTP {}", status.as_u16()), ToString::to_string);
+        let mut error = DelegationError::new(
             DelegationFailure::Refused,
             format!(
                 "the token endpoint refused the exchange: {}",
                 scrubbed(reason, secrets)
             ),
-        )));
+        );
+        error.code = answer.map(|a| oauth_code(a.error().as_ref()));
+        return Err(OAuthError::Delegation(error));
     }
     serde_json::from_slice(response.body()).map_err(|_| {
         OAuthError::Delegation(DelegationError::new(
@@ -455,6 +480,22 @@ fn exchange_answer(
             "the token endpoint's answer is not a token response",
         ))
     })
+}
+
+/// An OAuth error code as the audit records it: the code when it is one
+/// (RFC 6749 section 5.2: printable ASCII but `"` and `\`), at most 64
+/// characters; else `invalid_error_code` (the server's text is not kept).
+fn oauth_code(code: &str) -> String {
+    let valid = !code.is_empty()
+        && code.len() <= 64
+        && code
+            .bytes()
+            .all(|b| (0x20..=0x7e).contains(&b) && b != b'"' && b != b'\\');
+    if valid {
+        code.to_owned()
+    } else {
+        "invalid_error_code".to_owned()
+    }
 }
 
 /// A delegation's failure as a [`DelegationError`] where it is one: the
@@ -534,6 +575,8 @@ mod tests {
             panic!("not a refusal");
         };
         assert_eq!(error.kind, DelegationFailure::Refused);
+        assert_eq!(error.code.as_deref(), Some("invalid_grant"));
+        assert_eq!(error.audit_reason(), "invalid_grant");
         assert!(error.reason.contains("invalid_grant"), "{}", error.reason);
         assert!(!error.reason.contains("caller.sig"), "{}", error.reason);
         let down = http::Response::builder()

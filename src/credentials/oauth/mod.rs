@@ -139,11 +139,13 @@ pub struct OAuthClient {
 pub struct EventSink(Arc<EventFn>);
 
 /// What an [`EventSink`] calls.
-type EventFn = dyn Fn(&TokenKey, &'static str) + Send + Sync;
+type EventFn = dyn Fn(&TokenKey, &'static str, Option<&str>) + Send + Sync;
 
 impl EventSink {
-    /// A sink calling `f` with the key and the event's name.
-    pub fn new(f: impl Fn(&TokenKey, &'static str) + Send + Sync + 'static) -> Self {
+    /// A sink calling `f` with the key, the event's name and, for a
+    /// failure, why (the authorization server's OAuth error code when it
+    /// gave one).
+    pub fn new(f: impl Fn(&TokenKey, &'static str, Option<&str>) + Send + Sync + 'static) -> Self {
         Self(Arc::new(f))
     }
 }
@@ -188,8 +190,13 @@ impl OAuthClient {
 
     /// Reports `event` of `key` to the sink, if any.
     pub(crate) fn event(&self, key: &TokenKey, event: &'static str) {
+        self.event_because(key, event, None);
+    }
+
+    /// Reports `event` of `key` with why it happened (a failure's reason).
+    pub(crate) fn event_because(&self, key: &TokenKey, event: &'static str, reason: Option<&str>) {
         if let Some(sink) = &self.events {
-            (sink.0)(key, event);
+            (sink.0)(key, event, reason);
         }
     }
 
