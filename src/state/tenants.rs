@@ -931,7 +931,7 @@ mod tests {
                 .expect("client");
             let task = format!("task-of-{tenant}");
             state
-                .put_task(&task, tenant, b"{}", now_ms() + 60_000)
+                .put_task(&task, tenant, b"{}", now_ms() + 60_000, 10)
                 .await
                 .expect("task");
         }

@@ -94,6 +94,7 @@ impl DelegationError {
             (None, DelegationFailure::IssuerMismatch) => "issuer_mismatch",
             (None, DelegationFailure::Refused) => "refused",
             (None, DelegationFailure::Unavailable) => "unavailable",
+            (None, DelegationFailure::UntrustedEndpoint) => "untrusted_endpoint",
         }
     }
 }
