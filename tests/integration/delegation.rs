@@ -302,6 +302,23 @@ fn exchange_server(name: &str, mcp_url: &str, extra: &str) -> String {
     )
 }
 
+/// `toolgate check` (`--offline` when `offline`) of the configuration at
+/// `path`, with the secrets [`config`] reads.
+fn check_config(path: &Path, offline: bool) -> std::process::Output {
+    let mut command = std::process::Command::new(toolgate_bin());
+    command.arg("check");
+    if offline {
+        command.arg("--offline");
+    }
+    command
+        .arg("--config")
+        .arg(path)
+        .env("STATE_KEY", STATE_KEY)
+        .env("GW_SECRET", GW_SECRET)
+        .output()
+        .unwrap()
+}
+
 /// `name` called with bearer `token`.
 async fn call(
     client: &mut ToolGatewayClient<Channel>,
@@ -729,18 +746,9 @@ async fn a_server_naming_a_foreign_authorization_server_never_receives_the_jwt()
 
     let path = dir.path().join("check.yaml");
     std::fs::write(&path, yaml).unwrap();
-    let output = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(toolgate_bin())
-            .arg("check")
-            .arg("--config")
-            .arg(&path)
-            .env("STATE_KEY", STATE_KEY)
-            .env("GW_SECRET", GW_SECRET)
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
+    let output = tokio::task::spawn_blocking(move || check_config(&path, false))
+        .await
+        .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert_ne!(output.status.code(), Some(0), "{output:?}");
     assert!(
@@ -835,18 +843,7 @@ async fn check_shows_where_each_delegated_server_exchanges() {
     )
     .unwrap();
     let check = move |offline: bool| {
-        let mut command = std::process::Command::new(toolgate_bin());
-        command.arg("check");
-        if offline {
-            command.arg("--offline");
-        }
-        let output = command
-            .arg("--config")
-            .arg(&path)
-            .env("STATE_KEY", STATE_KEY)
-            .env("GW_SECRET", GW_SECRET)
-            .output()
-            .unwrap();
+        let output = check_config(&path, offline);
         let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
         assert_eq!(output.status.code(), Some(0), "{output:?}");
         assert!(!stdout.contains(GW_SECRET), "{stdout}");

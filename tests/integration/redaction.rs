@@ -358,17 +358,11 @@ async fn a_bare_bearer_token_echoed_alone_is_redacted_short_or_long() {
     let config = dir.path().join("toolgate.yaml");
     std::fs::write(&config, yaml).unwrap();
     let log = dir.path().join("gateway.log");
-    let _gateway = ChildGuard(
-        Command::new(toolgate_bin())
-            .args(["serve", "--config"])
-            .arg(&config)
-            .env("SHORT_AUTH", format!("Bearer {SHORT}"))
-            .env("LONG_AUTH", format!("Bearer {LONG}"))
-            .env("RUST_LOG", "info,toolgate=debug")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap(),
+    let (short, long) = (format!("Bearer {SHORT}"), format!("Bearer {LONG}"));
+    let _gateway = serve_binary(
+        &config,
+        &log,
+        &[("SHORT_AUTH", &short), ("LONG_AUTH", &long)],
     );
     wait_for_port(port).await;
     let mut client = client_at(port).await;
