@@ -329,7 +329,7 @@ impl OAuthStore for StateOAuthStore {
                         verdict = Some(Err(ConfirmError::Store(StoreError(
                             "the held consent cannot be parsed".into(),
                         ))));
-                        return HeldUse::Drop;
+                        return HeldUse::Keep;
                     };
                     let key = match grant.confirmed_by(tenant, subject) {
                         Ok(key) => key,
@@ -345,7 +345,7 @@ impl OAuthStore for StateOAuthStore {
                         }
                         Err(error) => {
                             verdict = Some(Err(ConfirmError::Store(error)));
-                            HeldUse::Drop
+                            HeldUse::Keep
                         }
                     }
                 })
@@ -356,7 +356,7 @@ impl OAuthStore for StateOAuthStore {
                     self.versions().remember(&key, version);
                     Ok(key)
                 }
-                (HeldTaken::Dropped, Some(Err(error))) => Err(error),
+                (HeldTaken::Dropped | HeldTaken::Kept, Some(Err(error))) => Err(error),
                 _ => Err(ConfirmError::UnknownCode),
             }
         })

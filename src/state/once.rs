@@ -14,7 +14,9 @@ use super::{Record, StateError, StateStore, get, now_ms};
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum HeldUse {
-    /// Drop it (it is not the confirming caller's, or does not parse).
+    /// Leave it held: nothing changes.
+    Keep,
+    /// Drop it (it is not the confirming caller's).
     Drop,
     /// Drop it and store `value` as the token of `key`, as
     /// [`StateStore::put_token`] does.
@@ -27,6 +29,8 @@ pub enum HeldUse {
 pub enum HeldTaken {
     /// No live consent is held under the code.
     NotHeld,
+    /// It was left held.
+    Kept,
     /// It was dropped.
     Dropped,
     /// Its token was stored at this version.
@@ -177,6 +181,8 @@ impl StateStore {
         let sealed: Vec<u8> = get(&row, 0, HELD.record)?;
         let value = self.open(&sealed, &(HELD.aad)(code), HELD.record)?;
         let taken = match decide(value) {
+            // Dropping the transaction rolls the take back.
+            HeldUse::Keep => return Ok(HeldTaken::Kept),
             HeldUse::Drop => HeldTaken::Dropped,
             HeldUse::Save(key, token) => {
                 HeldTaken::Saved(self.put_token_on(&mut tx, &key, &token).await?)

@@ -147,7 +147,7 @@ pub async fn hold(store: &dyn OAuthStore, grant: HeldGrant) -> Result<ConsentCod
 /// Confirms the grant held under `code` for the caller (`tenant`,
 /// `subject`: the subject's stored key). The held grant is taken and, when
 /// tenant and subject are the flow's, stored as the subject's new grant, in
-/// one step ([`OAuthStore::confirm_held`](super::OAuthStore::confirm_held)): of two confirmations with one
+/// one step ([`OAuthStore::confirm_held`]): of two confirmations with one
 /// code at most one finds it, and a store that fails half-way leaves it
 /// held (the code stays valid for a retry). A grant confirmed for another
 /// tenant or subject is dropped.
