@@ -18,10 +18,10 @@ use futures::future::BoxFuture;
 use rmcp::transport::auth::StoredCredentials;
 
 use super::oauth::{
-    CONFIRM_TTL, HeldGrant, LocalLeases, OAuthStore, PENDING_TTL, PendingFlow, RegisteredClient,
-    StoreError,
+    CONFIRM_TTL, ConfirmError, HeldGrant, LocalLeases, OAuthStore, PENDING_TTL, PendingFlow,
+    RegisteredClient, StoreError,
 };
-use crate::state::{ClientKey, Replaced, StateError, StateStore, TokenKey};
+use crate::state::{ClientKey, HeldTaken, HeldUse, Replaced, StateError, StateStore, TokenKey};
 
 /// Most keys whose last-read version is remembered (the least recently read
 /// are forgotten first; a forgotten key's next save is unconditional).
@@ -313,22 +313,52 @@ impl OAuthStore for StateOAuthStore {
         })
     }
 
-    fn take_held<'a>(
+    fn confirm_held<'a>(
         &'a self,
         code: &'a str,
-    ) -> BoxFuture<'a, Result<Option<HeldGrant>, StoreError>> {
+        tenant: &'a str,
+        subject: &'a str,
+    ) -> BoxFuture<'a, Result<TokenKey, ConfirmError>> {
         Box::pin(async move {
+            // What was decided about the grant, once it was taken.
+            let mut verdict = None;
             let taken = self
                 .state
-                .take_held(code)
-                .await
-                .map_err(|e| failed("taking the held consent", &e))?;
-            taken
-                .map(|value| {
-                    serde_json::from_slice(&value)
-                        .map_err(|_| StoreError("the held consent cannot be parsed".into()))
+                .take_held_with(code, |value| {
+                    let Ok(grant) = serde_json::from_slice::<HeldGrant>(&value) else {
+                        verdict = Some(Err(ConfirmError::Store(StoreError(
+                            "the held consent cannot be parsed".into(),
+                        ))));
+                        return HeldUse::Keep;
+                    };
+                    let key = match grant.confirmed_by(tenant, subject) {
+                        Ok(key) => key,
+                        Err(refused) => {
+                            verdict = Some(Err(ConfirmError::NotYours(refused)));
+                            return HeldUse::Drop;
+                        }
+                    };
+                    match serialized(&grant.credentials) {
+                        Ok(token) => {
+                            verdict = Some(Ok(key.clone()));
+                            HeldUse::Save(key, token)
+                        }
+                        Err(error) => {
+                            verdict = Some(Err(ConfirmError::Store(error)));
+                            HeldUse::Keep
+                        }
+                    }
                 })
-                .transpose()
+                .await
+                .map_err(|e| failed("confirming the held consent", &e))?;
+            match (taken, verdict) {
+                (HeldTaken::Saved(version), Some(Ok(key))) => {
+                    self.versions().remember(&key, version);
+                    Ok(key)
+                }
+                (HeldTaken::Dropped | HeldTaken::Kept, Some(Err(error))) => Err(error),
+                _ => Err(ConfirmError::UnknownCode),
+            }
         })
     }
 
@@ -467,6 +497,43 @@ mod tests {
         assert_eq!(versions.recall(&last), Some(6));
         versions.forget(&last);
         assert_eq!(versions.recall(&last), None);
+    }
+
+    /// A held consent is confirmed once, by its flow's tenant and subject
+    /// only, and becomes their grant (replacing one stored before); one
+    /// confirmed by anyone else is dropped.
+    #[tokio::test]
+    async fn a_held_consent_is_confirmed_once_into_the_subjects_grant() {
+        let (_dir, state) = sqlite().await;
+        let store = StateOAuthStore::new(state);
+        let key = TokenKey::new("acme", "alice", "docs");
+        store.save_grant(&key, credentials("before")).await.unwrap();
+        let held = |access: &str| HeldGrant {
+            tenant: "acme".into(),
+            subject: "alice".into(),
+            server: "docs".into(),
+            credentials: credentials(access),
+        };
+        store.hold_grant("code-1", held("after")).await.unwrap();
+        let refused = store.confirm_held("code-1", "acme", "mallory").await;
+        assert!(
+            matches!(refused, Err(ConfirmError::NotYours(_))),
+            "{refused:?}"
+        );
+        let gone = store.confirm_held("code-1", "acme", "alice").await;
+        assert!(matches!(gone, Err(ConfirmError::UnknownCode)), "{gone:?}");
+        let kept = store.load_credentials(&key).await.unwrap().unwrap();
+        assert_eq!(access(&kept), "before");
+
+        store.hold_grant("code-2", held("after")).await.unwrap();
+        assert_eq!(
+            store.confirm_held("code-2", "acme", "alice").await.unwrap(),
+            key
+        );
+        let saved = store.load_credentials(&key).await.unwrap().unwrap();
+        assert_eq!(access(&saved), "after");
+        let again = store.confirm_held("code-2", "acme", "alice").await;
+        assert!(matches!(again, Err(ConfirmError::UnknownCode)), "{again:?}");
     }
 
     #[tokio::test]

@@ -306,6 +306,11 @@ async fn invoke(
         idempotent,
     };
     let session = target.session().await?;
+    // A task the state store cannot keep must not reach the server.
+    let accepts_task = request.accepts_task && server.input.tasks;
+    if accepts_task {
+        super::tasks::admit(&context.task_events, &tenant.name, &tool.server).await?;
+    }
     // The guards' request phase: after every check of toolgate's own,
     // before anything is sent; the chain is kept for the response phase.
     let chain = tenant.guards(tool.server_index);
@@ -357,7 +362,7 @@ async fn invoke(
         sampling: server.input.sampling,
     };
     call.accepts = questions::accepts(request.accepts_input.as_ref()).and(allowed);
-    call.accepts_task = request.accepts_task && server.input.tasks;
+    call.accepts_task = accepts_task;
     call.tasks_allowed = server.input.tasks;
     if let Some((responses, state)) = answered {
         call.input_responses = Some(responses);
@@ -417,6 +422,7 @@ async fn invoke(
                 tool,
                 subject: &context.subject,
                 events: &context.task_events,
+                idempotent,
             };
             let task = super::tasks::start(&started, &session, created).await?;
             Ok(pb::InvokeToolResponse {

@@ -98,6 +98,22 @@ pub enum CallError {
         /// Why, without secrets.
         reason: String,
     },
+    /// A call with `accepts_task` became a task at the server, and the
+    /// state store could not keep it: the server's task was cancelled, but
+    /// the tool may have acted already.
+    #[error(
+        "server `{server}` made the call a task, but the gateway's state store could not keep it \
+         ({reason}); the server's task was cancelled, and the tool may have acted"
+    )]
+    TaskNotKept {
+        /// The server.
+        server: String,
+        /// Why, without secrets.
+        reason: String,
+        /// Whether the tool is annotated `idempotentHint: true` (then it
+        /// may run again: `UNAVAILABLE`).
+        idempotent: bool,
+    },
     /// The requested name cannot be a tool name (too long or empty).
     #[error("`{name}` is not a valid tool name: {reason}")]
     InvalidName {

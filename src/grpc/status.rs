@@ -58,6 +58,9 @@ pub fn classify(error: &CallError) -> (Code, &'static str) {
             (Code::FailedPrecondition, "UPSTREAM_AUTHORIZATION_REQUIRED")
         }
         CallError::StateUnavailable { .. } => (Code::Unavailable, "STATE_UNAVAILABLE"),
+        CallError::TaskNotKept { idempotent, .. } => {
+            (in_doubt(true, *idempotent), "STATE_UNAVAILABLE")
+        }
         CallError::ConsentCodeInvalid => (Code::InvalidArgument, "CONSENT_CODE_INVALID"),
         CallError::ConsentStoreUnavailable(_) => (Code::Unavailable, "STATE_UNAVAILABLE"),
         CallError::ConsentNotYours { .. } => (Code::PermissionDenied, "CONSENT_SUBJECT_MISMATCH"),
@@ -330,6 +333,7 @@ fn metadata(error: &CallError) -> HashMap<String, String> {
             metadata.insert("authorization_url".to_owned(), url.clone());
         }
         CallError::StateUnavailable { server, .. }
+        | CallError::TaskNotKept { server, .. }
         | CallError::ConsentNotYours {
             server: Some(server),
             ..

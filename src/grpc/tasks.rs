@@ -114,14 +114,45 @@ pub(super) struct Started<'a> {
     pub(super) subject: &'a Subject,
     /// Where its events go.
     pub(super) events: &'a Events,
+    /// Whether the tool is annotated `idempotentHint: true`.
+    pub(super) idempotent: bool,
+}
+
+/// Before a call with `accepts_task` is sent: the state store that would
+/// keep its task is reachable, and the tenant has room for one more open
+/// task. Else nothing is sent: a task that could not be kept would reach
+/// the server (and the tool act) for a caller told to retry.
+///
+/// # Errors
+/// The state store is missing or down (`STATE_UNAVAILABLE`), or the
+/// tenant has [`MAX_OPEN_TASKS`] open tasks (`TASK_LIMIT`).
+pub(super) async fn admit(events: &Events, tenant: &str, server: &str) -> Result<(), CallError> {
+    let state = events
+        .store
+        .as_ref()
+        .ok_or_else(|| CallError::StateUnavailable {
+            server: server.to_owned(),
+            reason: "no state store is open for tasks: restart the gateway".to_owned(),
+        })?;
+    let open = state
+        .count_tasks(tenant)
+        .await
+        .map_err(|e| state_failure(server, &e))?;
+    if open >= MAX_OPEN_TASKS {
+        return Err(CallError::TaskLimit {
+            server: server.to_owned(),
+            limit: MAX_OPEN_TASKS,
+        });
+    }
+    Ok(())
 }
 
 /// Keeps the task a call became and returns toolgate's task for it. When it
 /// cannot be kept, the server's task is cancelled.
 ///
 /// # Errors
-/// The state store is missing or down, or the tenant has too many open
-/// tasks.
+/// The state store went down since [`admit`] ([`CallError::TaskNotKept`]:
+/// the tool may have acted), or the tenant has too many open tasks.
 pub(super) async fn start(
     started: &Started<'_>,
     session: &Arc<Session>,
@@ -146,7 +177,16 @@ pub(super) async fn start(
                     .cancel_task(&upstream_id, crate::upstream::tasks::CANCEL_TIMEOUT)
                     .await;
             });
-            return Err(error);
+            // The server has the call: a store that failed since `admit`
+            // is not "nothing reached the tool".
+            return Err(match error {
+                CallError::StateUnavailable { server, reason } => CallError::TaskNotKept {
+                    server,
+                    reason,
+                    idempotent: started.idempotent,
+                },
+                other => other,
+            });
         }
     };
     events.record(&tenant.name, &task_id, &stored, "created");
@@ -173,6 +213,7 @@ async fn keep(
         tool,
         subject,
         events,
+        ..
     } = *started;
     let state = events
         .store

@@ -59,7 +59,9 @@ pub use first_use::{FirstUse, MAX_REMEMBERED};
 pub use keyring::{KeyError, KeyId, KeyRing, OpenError};
 pub use keys::{ClientKey, TokenKey, aad};
 pub use migrate::MIGRATION_LOCK_KEY;
+pub use once::{HeldTaken, HeldUse};
 pub use rekey::Rekeyed;
+pub use tasks::tasks_lock_key;
 
 use sqlx::AnyPool;
 use sqlx::Row as _;
@@ -165,6 +167,18 @@ impl StateStore {
     /// attempt.
     pub async fn put_token(&self, key: &TokenKey, value: &[u8]) -> Result<i64, StateError> {
         let pool = self.ready().await?;
+        let mut conn = pool.acquire().await.map_err(StateError::from_sqlx)?;
+        self.put_token_on(&mut conn, key, value).await
+    }
+
+    /// [`StateStore::put_token`] on one connection (a transaction's, so
+    /// the write commits or rolls back with the rest of it).
+    async fn put_token_on(
+        &self,
+        conn: &mut sqlx::AnyConnection,
+        key: &TokenKey,
+        value: &[u8],
+    ) -> Result<i64, StateError> {
         for _ in 0..PUT_ATTEMPTS {
             let row = sqlx::query(
                 "SELECT version FROM toolgate_tokens \
@@ -173,11 +187,11 @@ impl StateStore {
             .bind(&key.tenant)
             .bind(&key.subject)
             .bind(&key.server)
-            .fetch_optional(pool)
+            .fetch_optional(&mut *conn)
             .await
             .map_err(StateError::from_sqlx)?;
             let current = row.map(|row| get(&row, 0, Record::Token)).transpose()?;
-            if let Some(version) = self.write_token(pool, key, current, value).await? {
+            if let Some(version) = self.write_token(&mut *conn, key, current, value).await? {
                 return Ok(version);
             }
         }
@@ -214,13 +228,16 @@ impl StateStore {
     /// `current` is `None`: no row), sealed for that version, only if the
     /// row is still at `current` (still absent). Returns the version
     /// written, or `None` when the row was not at `current`.
-    async fn write_token(
+    async fn write_token<'e, E>(
         &self,
-        pool: &AnyPool,
+        executor: E,
         key: &TokenKey,
         current: Option<i64>,
         value: &[u8],
-    ) -> Result<Option<i64>, StateError> {
+    ) -> Result<Option<i64>, StateError>
+    where
+        E: sqlx::Executor<'e, Database = sqlx::Any>,
+    {
         let version = match current {
             None => 1,
             Some(old) => old.checked_add(1).ok_or(StateError::Corrupt {
@@ -255,7 +272,7 @@ impl StateStore {
             Some(old) => query.bind(old),
         };
         let row = query
-            .fetch_optional(pool)
+            .fetch_optional(executor)
             .await
             .map_err(StateError::from_sqlx)?;
         Ok(row.map(|_| version))

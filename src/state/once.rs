@@ -7,8 +7,35 @@
 
 use std::time::Duration;
 
-use super::keys::{held_aad, pending_aad, state_hash};
+use super::keys::{TokenKey, held_aad, pending_aad, state_hash};
 use super::{Record, StateError, StateStore, get, now_ms};
+
+/// What [`StateStore::take_held_with`] does with the consent it took.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum HeldUse {
+    /// Leave it held: nothing changes.
+    Keep,
+    /// Drop it (it is not the confirming caller's).
+    Drop,
+    /// Drop it and store `value` as the token of `key`, as
+    /// [`StateStore::put_token`] does.
+    Save(TokenKey, Vec<u8>),
+}
+
+/// What [`StateStore::take_held_with`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum HeldTaken {
+    /// No live consent is held under the code.
+    NotHeld,
+    /// It was left held.
+    Kept,
+    /// It was dropped.
+    Dropped,
+    /// Its token was stored at this version.
+    Saved(i64),
+}
 
 /// A table of rows used once.
 #[derive(Debug, Clone, Copy)]
@@ -115,6 +142,54 @@ impl StateStore {
     /// [`StateError::Decrypt`] when no configured key opens the value.
     pub async fn take_held(&self, code: &str) -> Result<Option<Vec<u8>>, StateError> {
         self.take_once(HELD, code).await
+    }
+
+    /// Takes the consent held under `code` and does what `decide` says
+    /// with its value, in one transaction: the consent is gone only
+    /// together with its token's write (a store that fails half-way leaves
+    /// it held, for a retry), and of two takers with one code at most one
+    /// gets it. `decide` is called only when a live consent is held.
+    ///
+    /// # Errors
+    /// [`StateError::Unavailable`] when the store cannot be reached (then
+    /// nothing changed), [`StateError::Contended`] as for
+    /// [`StateStore::put_token`], [`StateError::Decrypt`] when no
+    /// configured key opens the value.
+    pub async fn take_held_with(
+        &self,
+        code: &str,
+        decide: impl FnOnce(Vec<u8>) -> HeldUse,
+    ) -> Result<HeldTaken, StateError> {
+        let pool = self.ready().await?;
+        let mut tx = pool.begin().await.map_err(StateError::from_sqlx)?;
+        let row = sqlx::query(&format!(
+            "DELETE FROM {} WHERE {} = $1 RETURNING sealed, expires_at_ms",
+            HELD.table, HELD.id_column
+        ))
+        .bind(state_hash(code))
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(StateError::from_sqlx)?;
+        let Some(row) = row else {
+            return Ok(HeldTaken::NotHeld);
+        };
+        let expires_at_ms: i64 = get(&row, 1, HELD.record)?;
+        if expires_at_ms <= now_ms() {
+            tx.commit().await.map_err(StateError::from_sqlx)?;
+            return Ok(HeldTaken::NotHeld);
+        }
+        let sealed: Vec<u8> = get(&row, 0, HELD.record)?;
+        let value = self.open(&sealed, &(HELD.aad)(code), HELD.record)?;
+        let taken = match decide(value) {
+            // Dropping the transaction rolls the take back.
+            HeldUse::Keep => return Ok(HeldTaken::Kept),
+            HeldUse::Drop => HeldTaken::Dropped,
+            HeldUse::Save(key, token) => {
+                HeldTaken::Saved(self.put_token_on(&mut tx, &key, &token).await?)
+            }
+        };
+        tx.commit().await.map_err(StateError::from_sqlx)?;
+        Ok(taken)
     }
 
     /// Deletes every expired pending flow and held consent; returns how

@@ -11,8 +11,10 @@ use super::{Backend, Record, StateError, StateStore, get, now_ms};
 /// The PostgreSQL advisory lock a task put holds for `tenant` until it
 /// commits: `tgtasks:` and the first bytes of the tenant's SHA-256, as a
 /// 64-bit integer (tenants seldom share one; when two do, they only wait
-/// for each other).
-fn tasks_lock_key(tenant: &str) -> i64 {
+/// for each other). Public for operators and tests that must hold a
+/// tenant's task puts (as [`TENANT_LOCK_KEY`](super::tenants::TENANT_LOCK_KEY)
+/// does tenant writes).
+pub fn tasks_lock_key(tenant: &str) -> i64 {
     use sha2::Digest as _;
     let digest = sha2::Sha256::digest(format!("tgtasks:{tenant}").as_bytes());
     i64::from_be_bytes(digest[..8].try_into().expect("8 bytes"))

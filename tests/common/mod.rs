@@ -791,6 +791,12 @@ impl PgCluster {
         self.stop_with("fast");
     }
 
+    /// Kills the cluster (immediate shutdown: no checkpoint, connections
+    /// cut as by a crash; the next start recovers from the WAL).
+    pub fn crash(&mut self) {
+        self.stop_with("immediate");
+    }
+
     fn stop_with(&mut self, mode: &str) {
         if !self.running {
             return;

@@ -50,6 +50,7 @@ mod search;
 mod sessions;
 mod state;
 mod state_tenants;
+mod store_faults;
 mod subject_limits;
 mod subjects;
 mod tasks;

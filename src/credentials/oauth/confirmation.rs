@@ -38,6 +38,22 @@ impl HeldGrant {
     pub fn key(&self) -> TokenKey {
         TokenKey::new(&self.tenant, &self.subject, &self.server)
     }
+
+    /// Whose grant this becomes when `tenant`'s `subject` confirms it: its
+    /// key, when they are the flow's tenant and subject.
+    ///
+    /// # Errors
+    /// [`NotYours`] when the flow was another tenant's or subject's.
+    pub fn confirmed_by(&self, tenant: &str, subject: &str) -> Result<TokenKey, NotYours> {
+        let key = self.key();
+        if key.tenant != tenant || key.subject != subject {
+            return Err(NotYours {
+                other_tenant: key.tenant != tenant,
+                flow: key,
+            });
+        }
+        Ok(key)
+    }
 }
 
 impl fmt::Debug for HeldGrant {
@@ -129,33 +145,23 @@ pub async fn hold(store: &dyn OAuthStore, grant: HeldGrant) -> Result<ConsentCod
 }
 
 /// Confirms the grant held under `code` for the caller (`tenant`,
-/// `subject`: the subject's stored key). The held grant is taken in one
-/// step whatever the outcome (of two confirmations with one code, at most
-/// one finds it); it is stored as the subject's new grant only when tenant
-/// and subject are the flow's.
+/// `subject`: the subject's stored key). The held grant is taken and, when
+/// tenant and subject are the flow's, stored as the subject's new grant, in
+/// one step ([`OAuthStore::confirm_held`]): of two confirmations with one
+/// code at most one finds it, and a store that fails half-way leaves it
+/// held (the code stays valid for a retry). A grant confirmed for another
+/// tenant or subject is dropped.
 ///
 /// # Errors
 /// [`ConfirmError::UnknownCode`], [`ConfirmError::NotYours`] (the grant is
-/// dropped), or the store failed.
+/// dropped), or the store failed (nothing changed).
 pub async fn confirm(
     store: &dyn OAuthStore,
     code: &str,
     tenant: &str,
     subject: &str,
 ) -> Result<TokenKey, ConfirmError> {
-    let grant = store
-        .take_held(code)
-        .await?
-        .ok_or(ConfirmError::UnknownCode)?;
-    let key = grant.key();
-    if key.tenant != tenant || key.subject != subject {
-        return Err(ConfirmError::NotYours(NotYours {
-            other_tenant: key.tenant != tenant,
-            flow: key,
-        }));
-    }
-    store.save_grant(&key, grant.credentials).await?;
-    Ok(key)
+    store.confirm_held(code, tenant, subject).await
 }
 
 /// rmcp's `CredentialStore` for a code exchange whose grant is held: what

@@ -21,7 +21,7 @@ use rmcp::transport::auth::StoredCredentials;
 
 use super::StoreError;
 use super::bound::Binding;
-use super::confirmation::HeldGrant;
+use super::confirmation::{ConfirmError, HeldGrant};
 use super::store::{OAuthStore, PendingFlow, RegisteredClient};
 use crate::credentials::{MIN_REDACTED_LEN, Redactor, SharedRedactor};
 use crate::state::{ClientKey, TokenKey};
@@ -255,11 +255,14 @@ impl OAuthStore for Holding {
         self.store.hold_grant(code, grant)
     }
 
-    fn take_held<'a>(
+    /// The held grant was stamped and its tokens held when it was held.
+    fn confirm_held<'a>(
         &'a self,
         code: &'a str,
-    ) -> BoxFuture<'a, Result<Option<HeldGrant>, StoreError>> {
-        self.store.take_held(code)
+        tenant: &'a str,
+        subject: &'a str,
+    ) -> BoxFuture<'a, Result<TokenKey, ConfirmError>> {
+        self.store.confirm_held(code, tenant, subject)
     }
 
     fn lock_refresh<'a>(

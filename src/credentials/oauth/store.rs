@@ -16,7 +16,7 @@ use rmcp::transport::auth::{
 use serde::{Deserialize, Serialize};
 
 use super::StoreError;
-use super::confirmation::HeldGrant;
+use super::confirmation::{ConfirmError, HeldGrant};
 use super::freshness::now_secs;
 use super::lease::LocalLeases;
 use crate::state::{ClientKey, TokenKey};
@@ -153,13 +153,19 @@ pub trait OAuthStore: Send + Sync + fmt::Debug {
         grant: HeldGrant,
     ) -> BoxFuture<'a, Result<(), StoreError>>;
 
-    /// Takes the grant held under `code`: returns it and removes it in one
-    /// step (a code works once, on any replica). `None` when no live held
-    /// grant has this code.
-    fn take_held<'a>(
+    /// Confirms the grant held under `code` for `tenant`'s `subject`
+    /// ([`confirm`](super::confirm)): takes it and, when it is theirs
+    /// ([`HeldGrant::confirmed_by`]), stores it as their new
+    /// grant (as [`OAuthStore::save_grant`]), in one step: a code works
+    /// once, on any replica, and a store that fails half-way leaves the
+    /// grant held. A grant of another tenant or subject is taken and
+    /// dropped.
+    fn confirm_held<'a>(
         &'a self,
         code: &'a str,
-    ) -> BoxFuture<'a, Result<Option<HeldGrant>, StoreError>>;
+        tenant: &'a str,
+        subject: &'a str,
+    ) -> BoxFuture<'a, Result<TokenKey, ConfirmError>>;
 
     /// Takes the refresh lease of `key` for `ttl`: its holder asks the token
     /// endpoint for `key`'s token, everyone else waits for the holder's
@@ -305,16 +311,26 @@ impl OAuthStore for MemoryStore {
         done(())
     }
 
-    fn take_held<'a>(
+    fn confirm_held<'a>(
         &'a self,
         code: &'a str,
-    ) -> BoxFuture<'a, Result<Option<HeldGrant>, StoreError>> {
-        done(self.with(|i| {
-            i.held
+        tenant: &'a str,
+        subject: &'a str,
+    ) -> BoxFuture<'a, Result<TokenKey, ConfirmError>> {
+        let confirmed = self.with(|i| {
+            let grant = i
+                .held
                 .remove(code)
                 .filter(|(_, at)| at.elapsed() <= super::CONFIRM_TTL)
                 .map(|(grant, _)| grant)
-        }))
+                .ok_or(ConfirmError::UnknownCode)?;
+            let key = grant
+                .confirmed_by(tenant, subject)
+                .map_err(ConfirmError::NotYours)?;
+            i.credentials.insert(key.clone(), grant.credentials);
+            Ok(key)
+        });
+        Box::pin(std::future::ready(confirmed))
     }
 
     fn lock_refresh<'a>(
