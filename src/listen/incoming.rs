@@ -208,7 +208,8 @@ impl Handshake {
         let (listener, peer) = (self.listener, self.peer);
         let deadline = Instant::now() + self.limits.timeout;
         let hello = LazyConfigAcceptor::new(rustls::server::Acceptor::default(), stream);
-        let start = match tokio::time::timeout(self.limits.client_hello, hello).await {
+        let mut hello = std::pin::pin!(hello);
+        let start = match tokio::time::timeout(self.limits.client_hello, &mut hello).await {
             Ok(Ok(start)) => start,
             Ok(Err(error)) => {
                 tracing::debug!(listener, %peer, %error, "TLS handshake failed");
@@ -216,6 +217,8 @@ impl Handshake {
                 return;
             }
             Err(_) => {
+                // Counted while the connection is still open, so that
+                // whoever sees it closed sees it counted.
                 self.refusals
                     .refused(Refusal::ClientHelloTimeout, peer.ip());
                 return;
