@@ -105,9 +105,10 @@ log "image $IMAGE: $((size / 1000000)) MB, binary $((binary / 1000000)) MB; $pri
 # ---- 4. run it as Kubernetes does -------------------------------------------------------
 free_port() { "$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
-# wait_port PORT SECONDS: until something listens on 127.0.0.1:PORT.
+# wait_port PORT SECONDS: until something listens on 127.0.0.1:PORT; 1 when
+# nothing does in time.
 wait_port() {
-  "$PYTHON" - "$1" "$2" <<'PY' || fail "nothing listens on 127.0.0.1:$1 after $2 s"
+  "$PYTHON" - "$1" "$2" <<'PY'
 import socket, sys, time
 port, deadline = int(sys.argv[1]), time.monotonic() + float(sys.argv[2])
 while True:
@@ -208,10 +209,13 @@ GRPC_PORT="$(free_port)"
 GRPC_ADDR="127.0.0.1:$GRPC_PORT"
 
 log "server-everything on 127.0.0.1:$MCP_PORT (Streamable HTTP)"
-env -i PATH="$PATH" PORT="$MCP_PORT" node --require tests/fixtures/node/pin-localhost.cjs \
+env -i PATH="$PATH" PORT="$MCP_PORT" node --require "$ROOT/tests/fixtures/node/pin-localhost.cjs" \
   "$NODE_FIXTURE" streamableHttp >"$WORK/everything.log" 2>&1 &
 FIXTURE_PID=$!
-wait_port "$MCP_PORT" 30
+if ! wait_port "$MCP_PORT" 30; then
+  tail -20 "$WORK/everything.log" >&2
+  fail "server-everything does not listen on 127.0.0.1:$MCP_PORT after 30 s (its log above)"
+fi
 
 # write_config FILE SERVERS_YAML
 write_config() {
