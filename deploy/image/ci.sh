@@ -40,7 +40,8 @@ fail() {
   log "FAIL: $*"
   exit 1
 }
-pm() { "$PODMAN" "$@"; }
+# podman for the short commands (inspect, exec, logs, top, tag, rm), bounded.
+pm() { timeout 120s "$PODMAN" "$@"; }
 
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/toolgate-image-ci.XXXXXX")"
 FIXTURE_PID=""
@@ -56,6 +57,7 @@ cleanup() {
   exit "$status"
 }
 trap cleanup EXIT
+trap 'exit 130' INT TERM
 
 # ---- 1. tools -----------------------------------------------------------------
 missing=()
@@ -82,7 +84,7 @@ read -r -a base_args < <(timeout 20m "$HERE/bases.sh") || fail "deploy/image/bas
 crate_version="$(sed -n '/^\[package\]/,/^\[/s/^version = "\(.*\)"$/\1/p' Cargo.toml)"
 revision="$(git rev-parse HEAD)"
 source_url="$(git remote get-url origin 2>/dev/null || echo "file://$ROOT")"
-log "building $IMAGE from deploy/Dockerfile (a release build: ~10 min cold on 2 cores)"
+log "building $IMAGE from deploy/Dockerfile (a release build: ~20 min cold on 2 cores, ~6 with its cache)"
 build_started=$SECONDS
 if ! timeout 45m "$PODMAN" build --network host -f deploy/Dockerfile "${base_args[@]}" \
   --build-arg REVISION="$revision" --build-arg SOURCE="$source_url" \
