@@ -276,33 +276,6 @@ impl Replica {
     }
 }
 
-/// Starts the tasks server over Streamable HTTP, logging to `log`.
-async fn start_tasks_server(log: &Path) -> (ChildGuard, String) {
-    let port = free_port();
-    let child = std::process::Command::new(python())
-        .arg(fixture("python/tasks_server.py"))
-        .args(["http", &port.to_string()])
-        .env("TASKS_SERVER_LOG", log)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let guard = ChildGuard(child);
-    // fastmcp takes seconds to import on a busy machine.
-    let started = Instant::now();
-    while tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .is_err()
-    {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "the tasks server never listened on {port}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    (guard, format!("http://127.0.0.1:{port}/mcp"))
-}
-
 /// How many `method` requests the tasks server received.
 fn upstream_requests(log: &Path, method: &str) -> usize {
     std::fs::read_to_string(log)
@@ -785,7 +758,7 @@ async fn two_replicas_ride_out_a_postgresql_outage_and_a_restart_mid_transaction
     let state_url = pg.url();
     let dir = tempfile::tempdir().unwrap();
     let tasks_log = dir.path().join("tasks_server.log");
-    let (_tasks_server, tasks_url) = start_tasks_server(&tasks_log).await;
+    let (_tasks_server, tasks_url) = crate::tasks::start_tasks_http(&tasks_log).await;
     let oauth = upstream(3600);
     let plain = serve_mcp(TestServer::new(&["echo"])).await;
     let urls = [

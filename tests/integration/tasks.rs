@@ -63,31 +63,10 @@ impl Fixture {
                 None,
             ),
             Reach::Http => {
-                let port = free_port();
-                let child = std::process::Command::new(python())
-                    .arg(&script)
-                    .args(["http", &port.to_string()])
-                    .env("TASKS_SERVER_LOG", &log)
-                    .stdout(std::process::Stdio::null())
-                    .stderr(std::process::Stdio::null())
-                    .spawn()
-                    .unwrap();
-                let guard = ChildGuard(child);
-                // fastmcp takes seconds to import on a busy machine.
-                let started = Instant::now();
-                while tokio::net::TcpStream::connect(("127.0.0.1", port))
-                    .await
-                    .is_err()
-                {
-                    assert!(
-                        started.elapsed() < Duration::from_secs(60),
-                        "the tasks server never listened on {port}"
-                    );
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
+                let (guard, url) = start_tasks_http(&log).await;
                 (
                     format!(
-                        "      - name: tasks\n        url: \"http://127.0.0.1:{port}/mcp\"\n        \
+                        "      - name: tasks\n        url: \"{url}\"\n        \
                          lifecycle: discover\n{input}"
                     ),
                     Some(guard),
@@ -881,4 +860,32 @@ async fn a_tenant_has_at_most_1000_open_tasks() {
         .into_inner();
     assert!(other.task.is_some());
     gateway.shutdown().await;
+}
+
+/// tasks_server.py over Streamable HTTP on a free port, logging to `log`:
+/// its guard and its URL, once it listens.
+pub(crate) async fn start_tasks_http(log: &std::path::Path) -> (ChildGuard, String) {
+    let port = free_port();
+    let child = std::process::Command::new(python())
+        .arg(fixture("python/tasks_server.py"))
+        .args(["http", &port.to_string()])
+        .env("TASKS_SERVER_LOG", log)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let guard = ChildGuard(child);
+    // fastmcp takes seconds to import on a busy machine.
+    let started = Instant::now();
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the tasks server never listened on {port}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    (guard, format!("http://127.0.0.1:{port}/mcp"))
 }

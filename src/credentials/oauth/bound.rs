@@ -76,7 +76,7 @@ impl Binding {
             tracing::info!(tenant = %key.tenant, server = %key.server, stored_for = resource, now = %self.resource, "a stored token was obtained for another URL of this server: not used");
             return false;
         }
-        let current = self.issuer().clone();
+        let current = self.issuer();
         if let (Some(stored), Some(current)) = (credentials.issuer.as_deref(), current.as_deref())
             && stored.trim_end_matches('/') != current.trim_end_matches('/')
         {
