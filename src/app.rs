@@ -13,10 +13,11 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::server::TcpIncoming;
 
+use crate::calls::Calls;
+use crate::calls::drain::Drain;
 use crate::config::{Config, Environment};
 use crate::grpc::AuthLayer;
 use crate::grpc::Gateway;
-use crate::grpc::drain::Drain;
 use crate::grpc::server::tool_gateway_server::ToolGatewayServer;
 use crate::listen::{Alpn, TlsIncoming, TlsListener};
 use crate::registry::Registry;
@@ -289,14 +290,15 @@ pub async fn run_with_reload(
         start_admin(&config, state.as_ref(), &registry, &audit, &metrics, &env).await?;
     let abort = CancellationToken::new();
     let drain = Arc::new(Drain::default());
-    let mut gateway =
-        Gateway::new(abort.clone(), metrics.clone(), drain.clone()).with_audit(audit.clone());
+    let mut calls =
+        Calls::new(abort.clone(), metrics.clone(), drain.clone()).with_audit(audit.clone());
     if let Some(state) = &state {
-        gateway = gateway
+        calls = calls
             .with_request_keys(state.keys.clone())
             .with_answered_rounds(state.store.clone())
             .with_task_store(state.store.clone());
     }
+    let gateway = Gateway::new(calls);
     let (health, health_service) = tonic_health::server::health_reporter();
     set_health(&health, tonic_health::ServingStatus::Serving).await;
     let stop_accepting = CancellationToken::new();

@@ -29,7 +29,7 @@ pub fn arguments(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    let parsed = crate::grpc::parse_arguments("fuzz", text);
+    let parsed = crate::calls::parse_arguments("fuzz", text);
     let is_object = text.trim().is_empty()
         || matches!(
             serde_json::from_str::<serde_json::Value>(text),

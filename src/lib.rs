@@ -33,12 +33,15 @@ pub mod upstream;
 // 4. The registry of tenants.
 pub mod registry;
 
-// 5. The surfaces.
+// 5. The calls: the one pipeline every call takes, below every surface.
+pub mod calls;
+
+// 6. The surfaces.
 pub mod admin;
 pub mod consent;
 pub mod grpc;
 
-// 6. Wiring, then the command line.
+// 7. Wiring, then (8) the command line.
 pub mod app;
 pub mod cli;
 #[doc(hidden)]

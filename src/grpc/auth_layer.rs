@@ -110,7 +110,7 @@ where
                 }
                 Err(error) => {
                     let error = super::CallError::from(error);
-                    let (_, reason) = super::status::classify(&error);
+                    let (_, reason) = crate::calls::classify(&error);
                     tracing::debug!(reason, %error, "caller refused");
                     Ok(tonic::Status::from(error).into_http())
                 }

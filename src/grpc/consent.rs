@@ -8,7 +8,7 @@ use crate::credentials::oauth::{ConfirmError, confirm};
 use crate::pb;
 use crate::registry::Tenant;
 
-use super::error::CallError;
+use crate::calls::CallError;
 
 /// Longest consent code accepted (the gateway issues 43 characters).
 const MAX_CODE_LEN: usize = 128;

@@ -1,6 +1,6 @@
 //! `InvokeToolInteractive`: one call whose server may ask questions, with
 //! its worker answering on the same stream. The first message carries the
-//! call; the call runs as InvokeTool's does ([`call::run_call`]) with a
+//! call; the call runs as InvokeTool's does ([`calls::invoke`]) with a
 //! progress sink and an asker. Each round of questions (a 2025-11-25
 //! server's `elicitation/create` or `sampling/createMessage` tied to this
 //! call, or a 2026-07-28 `input_required` round toolgate drives itself)
@@ -20,8 +20,8 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Status, Streaming};
 
 use super::stream::{PROGRESS_BUFFER, Thinning};
-use super::{EventStream, Gateway, call, questions};
-use crate::grpc::error::CallError;
+use super::{EventStream, Gateway, calls, questions};
+use crate::calls::error::CallError;
 use crate::pb;
 use crate::upstream::{Answer, Asked, Round};
 
@@ -116,11 +116,11 @@ impl Relay {
         tokio::pin!(deadline_passed);
         let (progress_sink, mut progress) = mpsc::channel(PROGRESS_BUFFER);
         let (asker, mut rounds) = mpsc::channel::<Round>(ROUNDS_BUFFER);
-        let sinks = call::Sinks {
+        let sinks = crate::calls::Sinks {
             progress: Some(progress_sink),
             asker: Some(asker),
         };
-        let call = call::run_call(&gateway, request, sinks);
+        let call = calls::invoke(&gateway, request, sinks);
         tokio::pin!(call);
         let mut thinning = Thinning::default();
         let mut pending: Vec<Pending> = Vec::new();
@@ -212,10 +212,11 @@ fn take_answer(
     response: &pb::InputResponse,
     max_content_bytes: usize,
 ) -> Result<(), CallError> {
-    // One response per message, within `questions::MAX_ANSWERS` too.
-    let answer = questions::answers(std::slice::from_ref(response), max_content_bytes)?
-        .pop()
-        .expect("one response, one answer");
+    // One response per message, within `rounds::MAX_ANSWERS` too.
+    let answer =
+        crate::calls::rounds::answers(&[questions::response(response)], max_content_bytes)?
+            .pop()
+            .expect("one response, one answer");
     let invalid = |reason: String| CallError::InputResponseInvalid { reason };
     // Rounds the call no longer waits for (withdrawn, timed out).
     pending.retain(|p| !p.reply.is_closed());

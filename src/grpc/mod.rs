@@ -5,29 +5,19 @@
 //! is a [`CallError`], turned into a status in [`status`] only.
 
 mod auth_layer;
-mod call;
-mod call_audit;
-mod call_route;
-mod complete;
+mod calls;
 mod consent;
 pub mod convert;
-pub mod drain;
-pub mod error;
-mod guarding;
-mod input_relay;
-mod input_round;
-mod input_state;
 mod interactive;
 mod listing;
+mod outcome;
 mod prompts;
 mod questions;
 pub mod reply;
-mod resource_read;
 mod resources;
 pub mod status;
 mod stream;
 mod tasks;
-mod upstream_session;
 mod watch_resource;
 
 pub use auth_layer::{AuthLayer, AuthService};
@@ -46,90 +36,25 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::Stream;
-use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 use tracing::Instrument;
 
+use crate::calls::{CallError, Calls, LIST_SETTLE_WAIT, Origin, deadline_margin, rpc_span};
 use crate::pb;
 use crate::registry::{Busy, Tenant};
-use crate::telemetry::{Metrics, trace};
-use error::CallError;
+use crate::telemetry::trace;
 
-/// How long ListTools waits for servers that are still connecting when the
-/// caller set no deadline.
-const LIST_SETTLE_WAIT: Duration = Duration::from_secs(10);
-
-/// Answer a little before the caller's deadline, so that the caller gets
-/// our DEADLINE_EXCEEDED (with details) rather than its own cut-off: 5 % of
-/// the deadline, at least 20 ms and at most 250 ms.
-fn deadline_margin(deadline: Duration) -> Duration {
-    (deadline / 20).clamp(Duration::from_millis(20), Duration::from_millis(250))
-}
-
-/// The ToolGateway service.
+/// The ToolGateway service: the `toolgate.v1` surface of [`Calls`].
 #[derive(Debug, Clone)]
 pub struct Gateway {
-    /// Cancelled when the shutdown grace period runs out: calls still in
-    /// flight are cancelled upstream and answered UNAVAILABLE.
-    abort: CancellationToken,
-    metrics: Arc<Metrics>,
-    drain: Arc<drain::Drain>,
-    /// Where each call's record goes (disabled unless `audit:` is set).
-    audit: crate::audit::Audit,
-    /// Seal and open the `request_state` of rounds of questions: the
-    /// state store's keys, or one random key of this process.
-    request_keys: crate::state::KeyRing,
-    /// Where each answered round's nonce is claimed: the state store when
-    /// one is open, else this process's memory.
-    answered_rounds: crate::state::FirstUse,
-    /// Where tasks handed to workers are kept (`None`: no state store is
-    /// open, and no call may become a task of a worker's).
-    task_store: Option<crate::state::StateStore>,
+    calls: Calls,
 }
 
 impl Gateway {
-    /// The service; `abort` ends calls still running when the shutdown
-    /// grace period is over. Callers' tenants come from [`AuthLayer`].
-    pub fn new(abort: CancellationToken, metrics: Arc<Metrics>, drain: Arc<drain::Drain>) -> Self {
-        Self {
-            abort,
-            metrics,
-            drain,
-            audit: crate::audit::Audit::disabled(),
-            request_keys: crate::state::KeyRing::ephemeral(),
-            answered_rounds: crate::state::FirstUse::default(),
-            task_store: None,
-        }
-    }
-
-    /// The service keeping tasks handed to workers in `store`.
+    /// The service over `calls`. Callers' tenants come from [`AuthLayer`].
     #[must_use]
-    pub fn with_task_store(mut self, store: crate::state::StateStore) -> Self {
-        self.task_store = Some(store);
-        self
-    }
-
-    /// The service recording answered rounds of questions in `store`
-    /// (shared by replicas) instead of this process's memory.
-    #[must_use]
-    pub fn with_answered_rounds(mut self, store: crate::state::StateStore) -> Self {
-        self.answered_rounds = crate::state::FirstUse::Store(store);
-        self
-    }
-
-    /// The service sealing `request_state` with `keys` (the state store's
-    /// `state.keys`, shared by replicas) instead of a key of its own.
-    #[must_use]
-    pub fn with_request_keys(mut self, keys: crate::state::KeyRing) -> Self {
-        self.request_keys = keys;
-        self
-    }
-
-    /// The service writing a record of each call to `audit`.
-    #[must_use]
-    pub fn with_audit(mut self, audit: crate::audit::Audit) -> Self {
-        self.audit = audit;
-        self
+    pub fn new(calls: Calls) -> Self {
+        Self { calls }
     }
 
     /// The caller's tenant, marked busy and then used (a lazy tenant
@@ -168,21 +93,20 @@ impl Gateway {
 }
 
 impl Gateway {
-    /// What a task RPC brings: the caller, and its deadline (less the
-    /// margin to answer in).
-    fn task_call<'a, T>(
-        &self,
-        tenant: &'a Arc<Tenant>,
-        caller: &'a crate::callers::Caller,
-        subject: &'a crate::callers::Subject,
-        request: &Request<T>,
-    ) -> tasks::TaskCall<'a> {
-        tasks::TaskCall {
+    /// Who asks, for the pipeline: the caller's tenant (authenticated,
+    /// marked busy by the caller of this), claims, subject, deadline,
+    /// peer and trace context. `rpc` names the RPC.
+    fn origin<T>(&self, request: &Request<T>, tenant: Arc<Tenant>, rpc: &'static str) -> Origin {
+        let (caller, subject) = caller_of(request);
+        Origin {
             tenant,
             caller,
             subject,
-            deadline: caller_timeout(request).map(|t| t.saturating_sub(deadline_margin(t))),
-            events: tasks::Events::of(self),
+            deadline: Origin::deadline_of(caller_timeout(request)),
+            started: std::time::Instant::now(),
+            rpc,
+            peer: request.remote_addr().map(|a| a.to_string()),
+            trace: trace::caller_context(request.metadata()),
         }
     }
 }
@@ -206,36 +130,6 @@ fn caller_timeout<T>(request: &Request<T>) -> Option<Duration> {
     })
 }
 
-/// Parses `arguments_json`: empty means `{}`; anything but an object is
-/// refused, saying what it is.
-///
-/// # Errors
-/// The text is not empty and not a JSON object.
-pub fn parse_arguments(tool: &str, text: &str) -> Result<rmcp::model::JsonObject, CallError> {
-    let invalid = |reason: String| CallError::InvalidArguments {
-        tool: (tool.to_owned()).into(),
-        reason,
-    };
-    if text.trim().is_empty() {
-        return Ok(rmcp::model::JsonObject::new());
-    }
-    match serde_json::from_str::<serde_json::Value>(text) {
-        Ok(serde_json::Value::Object(map)) => Ok(map),
-        Ok(other) => Err(invalid(format!(
-            "must be a JSON object, but is {}",
-            match other {
-                serde_json::Value::Null => "null",
-                serde_json::Value::Bool(_) => "a boolean",
-                serde_json::Value::Number(_) => "a number",
-                serde_json::Value::String(_) => "a string",
-                serde_json::Value::Array(_) => "an array",
-                serde_json::Value::Object(_) => unreachable!(),
-            }
-        ))),
-        Err(e) => Err(invalid(format!("is not valid JSON: {e}"))),
-    }
-}
-
 /// A server-streaming response.
 type EventStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
 
@@ -249,8 +143,8 @@ impl server::tool_gateway_server::ToolGateway for Gateway {
         let filter = listing::Filter::new(request.get_ref())?;
         let catalog = settled_catalog(&tenant, &request, "ListTools").await;
         let (caller, subject) = caller_of(&request);
-        let policy = listing::policy_for(&tenant, &catalog);
-        let viewer = listing::Viewer {
+        let policy = crate::calls::viewer::policy_for(&tenant, &catalog);
+        let viewer = crate::calls::viewer::Viewer {
             policy: policy.as_deref(),
             caller: &caller,
             subject: &subject,
@@ -260,7 +154,8 @@ impl server::tool_gateway_server::ToolGateway for Gateway {
             .get::<crate::callers::SubjectToken>()
             .is_some()
         {
-            listing::open_delegated(&tenant, catalog, &viewer, settle_wait(&request)).await
+            crate::calls::viewer::open_delegated(&tenant, catalog, &viewer, settle_wait(&request))
+                .await
         } else {
             catalog
         };
@@ -274,7 +169,7 @@ impl server::tool_gateway_server::ToolGateway for Gateway {
         &self,
         request: Request<pb::InvokeToolRequest>,
     ) -> Result<Response<pb::InvokeToolResponse>, Status> {
-        call::run_call(self, request, call::Sinks::default())
+        calls::invoke(self, request, crate::calls::Sinks::default())
             .await
             .map(Response::new)
     }
@@ -309,11 +204,12 @@ impl server::tool_gateway_server::ToolGateway for Gateway {
         request: Request<pb::GetTaskRequest>,
     ) -> Result<Response<pb::Task>, Status> {
         let (tenant, _busy) = self.listing_tenant(&request)?;
-        let (caller, subject) = caller_of(&request);
-        let rpc = self.task_call(&tenant, &caller, &subject, &request);
-        tasks::get(&rpc, &request.get_ref().task_id)
-            .instrument(rpc_span("GetTask", &tenant.name))
-            .await
+        let origin = self.origin(&request, tenant, "GetTask");
+        let rpc = self.calls.task_call(&origin);
+        let task = crate::calls::tasks::get(&rpc, &request.get_ref().task_id)
+            .instrument(rpc_span("GetTask", &origin.tenant.name))
+            .await?;
+        tasks::task(task, &origin.tenant)
             .map(Response::new)
             .map_err(Status::from)
     }
@@ -323,12 +219,14 @@ impl server::tool_gateway_server::ToolGateway for Gateway {
         request: Request<pb::UpdateTaskRequest>,
     ) -> Result<Response<pb::Task>, Status> {
         let (tenant, _busy) = self.listing_tenant(&request)?;
-        let (caller, subject) = caller_of(&request);
-        let rpc = self.task_call(&tenant, &caller, &subject, &request);
+        let origin = self.origin(&request, tenant, "UpdateTask");
+        let rpc = self.calls.task_call(&origin);
         let request = request.get_ref();
-        tasks::update(&rpc, &request.task_id, &request.input_responses)
-            .instrument(rpc_span("UpdateTask", &tenant.name))
-            .await
+        let responses = questions::responses(&request.input_responses);
+        let task = crate::calls::tasks::update(&rpc, &request.task_id, &responses)
+            .instrument(rpc_span("UpdateTask", &origin.tenant.name))
+            .await?;
+        tasks::task(task, &origin.tenant)
             .map(Response::new)
             .map_err(Status::from)
     }
@@ -338,11 +236,12 @@ impl server::tool_gateway_server::ToolGateway for Gateway {
         request: Request<pb::CancelTaskRequest>,
     ) -> Result<Response<pb::Task>, Status> {
         let (tenant, _busy) = self.listing_tenant(&request)?;
-        let (caller, subject) = caller_of(&request);
-        let rpc = self.task_call(&tenant, &caller, &subject, &request);
-        tasks::cancel(&rpc, &request.get_ref().task_id)
-            .instrument(rpc_span("CancelTask", &tenant.name))
-            .await
+        let origin = self.origin(&request, tenant, "CancelTask");
+        let rpc = self.calls.task_call(&origin);
+        let task = crate::calls::tasks::cancel(&rpc, &request.get_ref().task_id)
+            .instrument(rpc_span("CancelTask", &origin.tenant.name))
+            .await?;
+        tasks::task(task, &origin.tenant)
             .map(Response::new)
             .map_err(Status::from)
     }
@@ -364,7 +263,7 @@ impl server::tool_gateway_server::ToolGateway for Gateway {
             filter,
             (caller, subject),
             standing,
-            self.drain.clone(),
+            self.calls.drain().clone(),
         )))
     }
 
@@ -410,7 +309,7 @@ impl server::tool_gateway_server::ToolGateway for Gateway {
         &self,
         request: Request<pb::ReadResourceRequest>,
     ) -> Result<Response<pb::ReadResourceResponse>, Status> {
-        resource_read::read(self, request).await.map(Response::new)
+        calls::read(self, request).await.map(Response::new)
     }
 
     type WatchResourceStream = EventStream<pb::ResourceUpdate>;
@@ -435,14 +334,14 @@ impl server::tool_gateway_server::ToolGateway for Gateway {
         &self,
         request: Request<pb::GetPromptRequest>,
     ) -> Result<Response<pb::GetPromptResponse>, Status> {
-        prompts::get(self, request).await.map(Response::new)
+        calls::get_prompt(self, request).await.map(Response::new)
     }
 
     async fn complete(
         &self,
         request: Request<pb::CompleteRequest>,
     ) -> Result<Response<pb::CompleteResponse>, Status> {
-        complete::complete(self, request).await.map(Response::new)
+        calls::complete(self, request).await.map(Response::new)
     }
 }
 
@@ -492,8 +391,8 @@ fn caller_view(
     caller: &crate::callers::Caller,
     subject: &crate::callers::Subject,
 ) -> Option<Arc<crate::policy::View>> {
-    let policy = listing::policy_for(tenant, catalog);
-    let viewer = listing::Viewer {
+    let policy = crate::calls::viewer::policy_for(tenant, catalog);
+    let viewer = crate::calls::viewer::Viewer {
         policy: policy.as_deref(),
         caller,
         subject,
@@ -509,36 +408,9 @@ fn settle_wait<T>(request: &Request<T>) -> Duration {
         .min(LIST_SETTLE_WAIT)
 }
 
-/// The span of a catalog RPC.
-fn rpc_span(method: &'static str, tenant: &str) -> tracing::Span {
-    tracing::info_span!(
-        "rpc",
-        otel.name = format!("toolgate.v1.ToolGateway/{method}"),
-        otel.kind = "server",
-        rpc.system = "grpc",
-        rpc.service = "toolgate.v1.ToolGateway",
-        rpc.method = method,
-        tenant = %tenant,
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn arguments_must_be_an_object() {
-        assert!(parse_arguments("t", "").unwrap().is_empty());
-        assert!(
-            parse_arguments("t", " {\"a\": 1} ")
-                .unwrap()
-                .contains_key("a")
-        );
-        let err = parse_arguments("t", "[1]").unwrap_err().to_string();
-        assert!(err.contains("an array"), "{err}");
-        let err = parse_arguments("t", "{nope").unwrap_err().to_string();
-        assert!(err.contains("not valid JSON"), "{err}");
-    }
 
     #[test]
     fn parses_grpc_timeouts() {

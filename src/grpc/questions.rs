@@ -1,13 +1,11 @@
 //! Questions and answers between a call and its worker, in the API's
-//! messages: [`Asked`] questions become `InputRequired`, `InputResponse`s
-//! become [`Answer`]s (checked before anything is sent upstream).
+//! messages: [`Asked`] questions become `InputRequired`, `InputResponse`
+//! messages the calls' [`InputResponse`]s (checked by the pipeline before
+//! anything is sent upstream).
 
-use crate::grpc::error::CallError;
+use crate::calls::{InputFields, InputResponse, Questions};
 use crate::pb;
-use crate::upstream::{Action, Answer, Asked, InputKinds, Question};
-
-/// At most this many answers in one message or retry.
-pub(crate) const MAX_ANSWERS: usize = 32;
+use crate::upstream::{Action, Asked, InputKinds, Question};
 
 /// What the worker said it answers (`accepts_input`).
 pub(crate) fn accepts(capabilities: Option<&pb::InputCapabilities>) -> InputKinds {
@@ -16,6 +14,43 @@ pub(crate) fn accepts(capabilities: Option<&pb::InputCapabilities>) -> InputKind
         url: c.url,
         sampling: c.sampling,
     })
+}
+
+/// A request's fields of rounds of questions.
+pub(crate) fn input_fields(
+    accepts_input: Option<&pb::InputCapabilities>,
+    request_state: &str,
+    input_responses: &[pb::InputResponse],
+) -> InputFields {
+    InputFields {
+        accepts: accepts(accepts_input),
+        request_state: request_state.to_owned(),
+        input_responses: responses(input_responses),
+    }
+}
+
+/// The worker's answers as the calls take them.
+pub(crate) fn responses(responses: &[pb::InputResponse]) -> Vec<InputResponse> {
+    responses.iter().map(response).collect()
+}
+
+/// One answer as the calls take it.
+pub(crate) fn response(response: &pb::InputResponse) -> InputResponse {
+    InputResponse {
+        id: response.id.clone(),
+        action: match pb::InputAction::try_from(response.action) {
+            Ok(pb::InputAction::Accept) => Some(Action::Accept),
+            Ok(pb::InputAction::Decline) => Some(Action::Decline),
+            Ok(pb::InputAction::Cancel) => Some(Action::Cancel),
+            Ok(pb::InputAction::Unspecified) | Err(_) => None,
+        },
+        content_json: response.content_json.clone(),
+    }
+}
+
+/// The `InputRequired` message of a round of questions.
+pub(crate) fn questions(questions: Questions) -> pb::InputRequired {
+    input_required(&questions.asked, questions.request_state)
 }
 
 /// The `InputRequired` message of `asked`, with the worker's
@@ -53,108 +88,9 @@ fn input_request(asked: &Asked) -> pb::InputRequest {
     }
 }
 
-/// The worker's answers, each with an action and, when given, content
-/// that is JSON of at most `max_content_bytes`.
-///
-/// # Errors
-/// `INPUT_RESPONSE_INVALID`, naming the response.
-pub(crate) fn answers(
-    responses: &[pb::InputResponse],
-    max_content_bytes: usize,
-) -> Result<Vec<Answer>, CallError> {
-    if responses.len() > MAX_ANSWERS {
-        return Err(CallError::InputResponseInvalid {
-            reason: format!(
-                "{} responses in one message, over {MAX_ANSWERS}",
-                responses.len()
-            ),
-        });
-    }
-    responses
-        .iter()
-        .map(|r| answer(r, max_content_bytes))
-        .collect()
-}
-
-/// One answer.
-///
-/// # Errors
-/// `INPUT_RESPONSE_INVALID`, naming the response.
-pub(crate) fn answer(
-    response: &pb::InputResponse,
-    max_content_bytes: usize,
-) -> Result<Answer, CallError> {
-    let id = crate::callers::quoted(&response.id);
-    let invalid = |reason: String| CallError::InputResponseInvalid { reason };
-    if response.id.is_empty() {
-        return Err(invalid("a response has no `id`".to_owned()));
-    }
-    let action = match pb::InputAction::try_from(response.action) {
-        Ok(pb::InputAction::Accept) => Action::Accept,
-        Ok(pb::InputAction::Decline) => Action::Decline,
-        Ok(pb::InputAction::Cancel) => Action::Cancel,
-        Ok(pb::InputAction::Unspecified) | Err(_) => {
-            return Err(invalid(format!(
-                "response `{id}` has no action (INPUT_ACTION_ACCEPT, _DECLINE or _CANCEL)"
-            )));
-        }
-    };
-    let content = if response.content_json.is_empty() {
-        None
-    } else if response.content_json.len() > max_content_bytes {
-        return Err(invalid(format!(
-            "response `{id}`: content_json is {} bytes, over {max_content_bytes}",
-            response.content_json.len()
-        )));
-    } else {
-        Some(
-            serde_json::from_str(&response.content_json)
-                .map_err(|e| invalid(format!("response `{id}`: content_json is not JSON: {e}")))?,
-        )
-    };
-    Ok(Answer {
-        id: response.id.clone(),
-        action,
-        content,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn response(id: &str, action: pb::InputAction, content: &str) -> pb::InputResponse {
-        pb::InputResponse {
-            id: id.to_owned(),
-            action: action as i32,
-            content_json: content.to_owned(),
-        }
-    }
-
-    #[test]
-    fn responses_need_an_id_an_action_and_json() {
-        let ok = answer(&response("q1", pb::InputAction::Accept, r#"{"n":1}"#), 100).unwrap();
-        assert_eq!(ok.action, Action::Accept);
-        assert_eq!(ok.content, Some(serde_json::json!({"n": 1})));
-        for bad in [
-            response("", pb::InputAction::Accept, "{}"),
-            response("q1", pb::InputAction::Unspecified, ""),
-            response("q1", pb::InputAction::Accept, "{not json"),
-            response(
-                "q1",
-                pb::InputAction::Accept,
-                &format!("\"{}\"", "x".repeat(200)),
-            ),
-        ] {
-            let error = answer(&bad, 100).unwrap_err();
-            assert!(
-                matches!(error, CallError::InputResponseInvalid { .. }),
-                "{error}"
-            );
-        }
-        let many = vec![response("q", pb::InputAction::Cancel, ""); MAX_ANSWERS + 1];
-        assert!(answers(&many, 100).is_err());
-    }
 
     #[test]
     fn questions_keep_their_ids_and_kinds() {

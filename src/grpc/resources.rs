@@ -14,8 +14,8 @@ use tonic::{Request, Status};
 use tracing::Instrument;
 
 use super::Gateway;
-use super::error::CallError;
 use crate::callers::{Caller, Subject};
+use crate::calls::CallError;
 use crate::pb;
 use crate::policy::ResourceUri;
 use crate::registry::{SessionUnavailable, Tenant};

@@ -10,10 +10,11 @@ use tonic::{Request, Status};
 
 use super::auth_layer::Standing;
 use super::listing::{self, Filter};
-use super::{EventStream, Gateway, call, drain};
+use super::{EventStream, Gateway, calls};
 use crate::callers::{Caller, Subject};
+use crate::calls::drain;
+use crate::calls::error::CallError;
 use crate::catalog::ServerState;
-use crate::grpc::error::CallError;
 use crate::pb;
 use crate::registry::Tenant;
 
@@ -36,11 +37,11 @@ pub(super) fn invoke_with_progress(
     let (out, rx) = mpsc::channel::<Result<pb::InvokeToolEvent, Status>>(16);
     tokio::spawn(async move {
         let (sink, mut progress) = mpsc::channel(PROGRESS_BUFFER);
-        let sinks = call::Sinks {
+        let sinks = crate::calls::Sinks {
             progress: Some(sink),
             asker: None,
         };
-        let call = call::run_call(&gateway, request, sinks);
+        let call = calls::invoke(&gateway, request, sinks);
         tokio::pin!(call);
         let mut thinning = Thinning::default();
         loop {
@@ -232,8 +233,8 @@ impl Watch {
     ) -> Option<super::reply::ListToolsReply> {
         // The policy of the tenant object that built this snapshot
         // (reloads replace the one the watch started with).
-        let policy = listing::policy_for(&self.tenant, catalog);
-        let view = listing::Viewer {
+        let policy = crate::calls::viewer::policy_for(&self.tenant, catalog);
+        let view = crate::calls::viewer::Viewer {
             policy: policy.as_deref(),
             caller: &self.credential.caller,
             subject: &self.credential.subject,

@@ -25,10 +25,11 @@ use tokio_util::sync::CancellationToken;
 use tonic::{Request, Status};
 
 use super::auth_layer::Standing;
-use super::call_audit::{AuditedCall, Progress};
-use super::error::{CallError, Feature, Target, quoted};
 use super::stream::Credential;
-use super::{EventStream, Gateway, drain, upstream_session};
+use super::{EventStream, Gateway};
+use crate::calls::drain;
+use crate::calls::error::{CallError, Feature, Target, quoted};
+use crate::calls::{AuditedCall, Progress, Recorded};
 use crate::pb;
 use crate::policy::ResourceUri;
 use crate::registry::{Busy, Tenant, WatchPermit};
@@ -52,14 +53,9 @@ pub(super) async fn start(
         .as_ref()
         .map_or_else(|_| asked.uri.clone(), |u| u.as_str().to_owned());
     let record = |event: &'static str| {
-        let mut audited = AuditedCall::of(
-            &gateway.audit,
-            &request,
-            &tenant,
-            "WatchResource",
-            started,
-            None,
-        );
+        let mut origin = gateway.origin(&request, tenant.clone(), "WatchResource");
+        origin.started = started;
+        let mut audited = AuditedCall::of(gateway.calls.audit(), &origin, None);
         audited.describe(|record| {
             record.event = Some(event.to_owned());
             record.uri = Some(
@@ -101,7 +97,7 @@ pub(super) async fn start(
         first: Some(first),
         opened,
         credential,
-        drain: gateway.drain.clone(),
+        drain: gateway.calls.drain().clone(),
         tenant,
         closing: Some(closing),
         started,
@@ -128,7 +124,7 @@ struct Opened {
     _permit: WatchPermit,
 }
 
-impl super::call_audit::Audited for Opened {}
+impl Recorded for Opened {}
 
 /// Checks the request and subscribes (see the module's order).
 async fn open(
@@ -159,7 +155,8 @@ async fn open(
         })?;
     // Under `audit.required`, nothing is subscribed that is not recorded.
     opening.admit(true).await?;
-    let session = upstream_session::session(tenant, index, &credential.subject, &target).await?;
+    let session =
+        crate::calls::session::session(tenant, index, &credential.subject, &target, true).await?;
     let capabilities = session.server_capabilities();
     let Some(resources) = capabilities.resources else {
         return Err(CallError::Unsupported {
@@ -178,7 +175,15 @@ async fn open(
         .watch_resource(uri.as_str(), timeout)
         .await
         .map_err(|error| {
-            upstream_session::failure(tenant, index, &server, &target, &credential.subject, error)
+            crate::calls::session::failure(
+                tenant,
+                index,
+                &server,
+                &target,
+                &credential.subject,
+                error,
+                true,
+            )
         })?;
     Ok(Opened {
         server,

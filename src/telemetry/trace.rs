@@ -73,6 +73,48 @@ pub fn continue_caller_trace(span: &tracing::Span, metadata: &tonic::metadata::M
     let _ = span.set_parent(context);
 }
 
+/// The caller's W3C trace-context fields (from [`caller_context`]), read
+/// as a propagator reads headers.
+struct FieldsExtractor<'a>(&'a [(String, String)]);
+
+impl Extractor for FieldsExtractor<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(key))
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0.iter().map(|(k, _)| k.as_str()).collect()
+    }
+}
+
+/// Makes `span` a child of the caller's trace when its trace-context
+/// `fields` (from [`caller_context`]) carry a `traceparent`.
+pub fn continue_trace(span: &tracing::Span, fields: &[(String, String)]) {
+    if !fields.iter().any(|(k, _)| k == "traceparent") {
+        return;
+    }
+    let context = TraceContextPropagator::new().extract(&FieldsExtractor(fields));
+    let _ = span.set_parent(context);
+}
+
+/// [`trace_id`] of a call whose caller's trace-context fields are
+/// `fields` (from [`caller_context`]).
+pub fn trace_id_of(span: &tracing::Span, fields: &[(String, String)]) -> Option<String> {
+    use opentelemetry::trace::TraceContextExt as _;
+    let context = span.context();
+    let own = context.span().span_context().trace_id();
+    if own != opentelemetry::trace::TraceId::INVALID {
+        return Some(own.to_string());
+    }
+    fields
+        .iter()
+        .find(|(k, _)| k == "traceparent")
+        .and_then(|(_, v)| traceparent_id(v))
+}
+
 struct MapInjector<'a>(&'a mut Vec<(String, String)>);
 
 impl Injector for MapInjector<'_> {

@@ -46,7 +46,7 @@ pub struct CompletionRequest {
 
 /// The server's completion, bounded ([`MAX_COMPLETION_VALUES`],
 /// [`MAX_COMPLETION_VALUE_BYTES`]) and redacted.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Completion {
     /// The values, best first.
     pub values: Vec<String>,

@@ -18,10 +18,10 @@ use futures::stream::FuturesUnordered;
 use tokio::sync::{mpsc, oneshot};
 use tracing::Instrument;
 
-use super::call_audit::AuditedCall;
-use super::input_state::Binding;
+use super::state::Binding;
+use crate::calls::error::CallError;
+use crate::calls::record::AuditedCall;
 use crate::credentials::Redactor;
-use crate::grpc::error::CallError;
 use crate::telemetry::Metrics;
 use crate::upstream::{Answer, CallOutcome, CallRequest, InputSink, Round, Session, UpstreamError};
 
@@ -31,7 +31,7 @@ const BUFFER: usize = 4;
 /// The span of one round of questions put to a worker: its revision
 /// (`era`), its number, and (recorded later) the kinds asked
 /// (comma-separated) and how it ended.
-pub(super) fn round_span(era: &'static str, round: u32) -> tracing::Span {
+pub(crate) fn round_span(era: &'static str, round: u32) -> tracing::Span {
     tracing::info_span!(
         "toolgate.input_round",
         era,
@@ -42,7 +42,7 @@ pub(super) fn round_span(era: &'static str, round: u32) -> tracing::Span {
 }
 
 /// The protocol revision of a session's questions, as spans name it.
-pub(super) fn era(session: &Session) -> &'static str {
+pub(crate) fn era(session: &Session) -> &'static str {
     let stateless = session
         .peer()
         .peer_info()
@@ -55,37 +55,37 @@ pub(super) fn era(session: &Session) -> &'static str {
 }
 
 /// The rounds of one call on their way to its worker.
-pub(super) struct Relay<'a, R> {
+pub(crate) struct Asking<'a, R> {
     /// Where the records go.
-    pub(super) audited: &'a AuditedCall,
+    pub(crate) audited: &'a AuditedCall,
     /// Where rounds are counted.
-    pub(super) metrics: &'a Metrics,
+    pub(crate) metrics: &'a Metrics,
     /// The call: tenant, server, tool, definition hash.
-    pub(super) binding: &'a Binding,
+    pub(crate) binding: &'a Binding,
     /// Keeps answers' content as `audit.arguments` keeps arguments.
-    pub(super) redactor: R,
+    pub(crate) redactor: R,
     /// The revision of the session's questions.
-    pub(super) era: &'static str,
+    pub(crate) era: &'static str,
     /// The number of the first round (1, or the next after a retry's).
-    pub(super) first: u32,
+    pub(crate) first: u32,
     /// Whether the tool is annotated `idempotentHint: true`.
-    pub(super) idempotent: bool,
+    pub(crate) idempotent: bool,
 }
 
 /// A forwarding asker for the upstream call and the rounds it will carry;
-/// [`Relay::run`] them to the worker.
+/// [`Asking::run`] them to the worker.
 fn channel() -> (InputSink, mpsc::Receiver<Round>) {
     mpsc::channel(BUFFER)
 }
 
-impl<R: Fn() -> std::sync::Arc<Redactor>> Relay<'_, R> {
+impl<R: Fn() -> std::sync::Arc<Redactor>> Asking<'_, R> {
     /// Runs `call` on `session`; when it has a `worker` to ask, every
     /// round goes to it through this relay.
     ///
     /// # Errors
     /// An answer could not be recorded under `audit.required` (the call
     /// is dropped: cancelled upstream).
-    pub(super) async fn call(
+    pub(crate) async fn call(
         &self,
         session: &Session,
         call: &mut CallRequest,
@@ -106,7 +106,7 @@ impl<R: Fn() -> std::sync::Arc<Redactor>> Relay<'_, R> {
     /// beside the upstream call, which ends it; returns only when an
     /// answer could not be recorded under `audit.required` (the answers
     /// are not sent: the call ends with that error).
-    pub(super) async fn run(
+    pub(crate) async fn run(
         &self,
         mut rounds: mpsc::Receiver<Round>,
         worker: InputSink,

@@ -5,59 +5,77 @@
 //! `INPUT_ROUNDS_EXCEEDED`, sealed, audited), a `-32021` naming kinds of
 //! question, and their `toolgate_input_rounds_total`.
 
-use super::call_audit::AuditedCall;
-use super::listing::Viewer;
-use super::{input_relay, input_state, questions, status};
+mod answers;
+pub(crate) mod asking;
+pub(crate) mod state;
+
+pub use answers::{InputFields, InputResponse, MAX_ANSWERS, answers};
+pub(crate) use state::{Binding, Method, arguments_digest};
+
+use super::classify;
+use super::record::AuditedCall;
+use super::viewer::Viewer;
+use crate::calls::error::{CallError, Pin};
 use crate::catalog::{Catalog, CatalogTool};
 use crate::config::ServerConfig;
-use crate::grpc::error::{CallError, Pin};
-use crate::pb;
 use crate::registry::Tenant;
 use crate::telemetry::Metrics;
-use crate::upstream::{InputKinds, UpstreamError};
+use crate::upstream::{Asked, InputKinds, UpstreamError};
+use state as input_state;
 
-/// A round of questions being handed out.
-pub(super) struct Questions<'a> {
-    pub(super) keys: &'a crate::state::KeyRing,
-    pub(super) metrics: &'a Metrics,
-    pub(super) binding: &'a input_state::Binding,
-    pub(super) server: &'a ServerConfig,
-    pub(super) accepts: InputKinds,
-    /// Its number (1 for the first).
-    pub(super) number: u32,
+/// A round of questions for the caller: what the server asked, and
+/// toolgate's sealed state of the round, which the caller's retry passes
+/// back with its answers.
+#[derive(Debug, Clone)]
+pub struct Questions {
+    /// The questions.
+    pub asked: Vec<Asked>,
+    /// The sealed `request_state`.
+    pub request_state: String,
 }
 
-impl Questions<'_> {
+/// A round of questions being handed out.
+pub(crate) struct Handing<'a> {
+    pub(crate) keys: &'a crate::state::KeyRing,
+    pub(crate) metrics: &'a Metrics,
+    pub(crate) binding: &'a input_state::Binding,
+    pub(crate) server: &'a ServerConfig,
+    pub(crate) accepts: InputKinds,
+    /// Its number (1 for the first).
+    pub(crate) number: u32,
+}
+
+impl Handing<'_> {
     /// A round of questions for the worker: `INPUT_NOT_ACCEPTED` when the
     /// call did not opt in to every kind asked, else the questions with
     /// the sealed state of this round (counted and audited).
     ///
     /// `protocol` is the error of a round the server put malformed.
-    pub(super) fn hand_out(
+    pub(crate) fn hand_out(
         &self,
         asked: rmcp::model::InputRequiredResult,
         audited: &AuditedCall,
         protocol: impl Fn(String) -> CallError,
-    ) -> Result<pb::InputRequired, CallError> {
-        let span = input_relay::round_span("2026-07-28", self.number);
+    ) -> Result<Questions, CallError> {
+        let span = asking::round_span("2026-07-28", self.number);
         let handed = span.in_scope(|| self.questions(asked, audited, protocol));
         span.record(
             "outcome",
             match &handed {
                 Ok(_) => "asked",
-                Err(e) => status::classify(e).1,
+                Err(e) => classify(e).1,
             },
         );
         handed
     }
 
-    /// [`Questions::hand_out`], in the round's span.
+    /// [`Handing::hand_out`], in the round's span.
     fn questions(
         &self,
         asked: rmcp::model::InputRequiredResult,
         audited: &AuditedCall,
         protocol: impl Fn(String) -> CallError,
-    ) -> Result<pb::InputRequired, CallError> {
+    ) -> Result<Questions, CallError> {
         let kinds_of =
             |ids: &[input_state::AskedId]| ids.iter().map(|a| a.kind.as_str()).collect::<Vec<_>>();
         let questions = input_state::round(
@@ -104,7 +122,10 @@ impl Questions<'_> {
             (&b.server, &b.definition_hash),
             self.number,
         );
-        Ok(questions::input_required(&questions.asked, state))
+        Ok(Questions {
+            asked: questions.asked,
+            request_state: state,
+        })
     }
 
     fn count(&self, kind: &str, outcome: &str) {
@@ -115,7 +136,7 @@ impl Questions<'_> {
 }
 
 /// A retry checked: its state opened, its answers as `inputResponses`.
-pub(super) struct CheckedRetry {
+pub(crate) struct CheckedRetry {
     state: input_state::Retry,
     answers: Vec<crate::upstream::Answer>,
     responses: rmcp::model::InputResponses,
@@ -131,11 +152,11 @@ pub(super) struct CheckedRetry {
 /// answers without a state, or a state without answers; the round was
 /// answered before (`REQUEST_STATE_USED`); the store of answered rounds
 /// is unreachable (`STATE_UNAVAILABLE`, nothing sent).
-pub(super) async fn open_retry(
+pub(crate) async fn open_retry(
     (keys, used): (&crate::state::KeyRing, &crate::state::FirstUse),
     tenant: &Tenant,
     server: &ServerConfig,
-    (request_state, input_responses): (&str, &[pb::InputResponse]),
+    (request_state, input_responses): (&str, &[InputResponse]),
     binding: &input_state::Binding,
     definition_changed: impl FnOnce() -> CallError,
 ) -> Result<Option<CheckedRetry>, CallError> {
@@ -164,7 +185,7 @@ pub(super) async fn open_retry(
         std::time::SystemTime::now(),
         definition_changed,
     )?;
-    let answers = questions::answers(input_responses, tenant.limits().max_argument_bytes)?;
+    let answers = answers(input_responses, tenant.limits().max_argument_bytes)?;
     let responses = state.responses(&answers, &server.roots)?;
     let limit = server.input.max_rounds;
     if state.round > limit {
@@ -189,7 +210,7 @@ pub(super) async fn open_retry(
     if !claimed {
         return Err(CallError::RequestStateRefused {
             tool: binding.target(),
-            refusal: crate::grpc::error::StateRefusal::Used,
+            refusal: crate::calls::error::StateRefusal::Used,
             detail: "its round was answered already (a round's answers are used once): call \
                      again without request_state and input_responses to start over"
                 .to_owned(),
@@ -221,7 +242,7 @@ fn count_answers(metrics: &Metrics, binding: &input_state::Binding, retry: &Chec
 
 /// `TOOL_DEFINITION_CHANGED` for a retry whose state was handed out for
 /// an earlier definition of `tool`.
-pub(super) fn definition_changed(
+pub(crate) fn definition_changed(
     tool: &CatalogTool,
     viewer: &Viewer<'_>,
     catalog: &Catalog,
@@ -242,7 +263,7 @@ pub(super) fn definition_changed(
 /// `INPUT_NOT_ACCEPTED` for a `-32021` refusal naming only kinds of
 /// question (the server would have asked, had the call opted in); any
 /// other result as it is.
-pub(super) fn not_accepted<T>(
+pub(crate) fn not_accepted<T>(
     result: Result<T, UpstreamError>,
     metrics: &Metrics,
     binding: &input_state::Binding,
@@ -283,7 +304,7 @@ fn input_kinds(required: &[String]) -> Option<Vec<&'static str>> {
 
 /// What a call sends of a retry: the number of the round its server may
 /// ask next, and its `inputResponses` and the server's `requestState`.
-pub(super) type Answered = (u32, Option<(rmcp::model::InputResponses, Option<String>)>);
+pub(crate) type Answered = (u32, Option<(rmcp::model::InputResponses, Option<String>)>);
 
 /// A retry's answers on record (written before they leave; under
 /// `audit.required`, a record that cannot be written refuses the retry)
@@ -291,7 +312,7 @@ pub(super) type Answered = (u32, Option<(rmcp::model::InputResponses, Option<Str
 ///
 /// # Errors
 /// `AUDIT_UNAVAILABLE` (nothing sent).
-pub(super) async fn answered(
+pub(crate) async fn answered(
     retry: Option<CheckedRetry>,
     audited: &AuditedCall,
     metrics: &Metrics,

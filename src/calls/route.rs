@@ -1,30 +1,41 @@
 //! Where a tool call goes: the catalog snapshot a name resolves in (and
 //! the tenant object that built it), a delegated server's first listing,
 //! why a name cannot be routed (withheld, its server down, gone since the
-//! caller's plan, unknown), plan pins and the policy. [`super::call`]
-//! runs the call's steps; this file decides its target.
+//! caller's plan, unknown), plan pins and the policy. The pipeline runs
+//! the call's steps ([`super::tool`] its resolve step); this file decides
+//! its target.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::LIST_SETTLE_WAIT;
-use super::listing::{self, Viewer};
+use super::viewer::{self as listing, Viewer};
+use crate::calls::error::{CallError, MAX_TOOL_NAME, Pin, quoted};
 use crate::catalog::{Catalog, CatalogTool, ServerState, ServerStatus};
-use crate::grpc::error::{CallError, MAX_TOOL_NAME, Pin, quoted};
-use crate::pb;
 use crate::registry::{Resolved, Tenant, Unresolved};
+
+/// What a tool call names and what its caller's plan pinned.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Plan<'a> {
+    /// The exposed name.
+    pub(crate) name: &'a str,
+    /// The definition hash the plan saw (empty: none pinned).
+    pub(crate) definition_hash: &'a str,
+    /// The catalog version the plan saw (empty: none pinned).
+    pub(crate) catalog_version: &'a str,
+}
 use crate::upstream::UpstreamError;
 
 /// Who a call acts for, and within what deadline: what routing a name
 /// needs of the call.
 #[derive(Clone, Copy)]
-pub(super) struct Caller<'a> {
+pub(crate) struct Caller<'a> {
     /// The caller.
-    pub(super) caller: &'a crate::callers::Caller,
+    pub(crate) caller: &'a crate::callers::Caller,
     /// The subject it acts for.
-    pub(super) subject: &'a crate::callers::Subject,
+    pub(crate) subject: &'a crate::callers::Subject,
     /// The caller's deadline, if it set one.
-    pub(super) deadline: Option<Duration>,
+    pub(crate) deadline: Option<Duration>,
 }
 
 /// The tenant's catalog as a task RPC on tool `name` uses it: the tool in
@@ -33,7 +44,7 @@ pub(super) struct Caller<'a> {
 ///
 /// # Errors
 /// The tool is not permitted, withheld, its server down, or gone.
-pub(super) async fn task_tool(
+pub(crate) async fn task_tool(
     authenticated: &Arc<Tenant>,
     name: &str,
     caller: &crate::callers::Caller,
@@ -48,9 +59,9 @@ pub(super) async fn task_tool(
     match resolved.catalog.get(name) {
         Some(tool) => permitted(&viewer, &resolved.catalog, tool)?,
         None => {
-            let request = pb::InvokeToolRequest {
-                name: name.to_owned(),
-                ..Default::default()
+            let request = Plan {
+                name,
+                ..Plan::default()
             };
             return Err(not_routable(
                 &resolved.tenant,
@@ -66,7 +77,7 @@ pub(super) async fn task_tool(
 }
 
 /// Refuses a tool name that is empty or too long.
-pub(super) fn check_name(name: &str) -> Result<(), CallError> {
+pub(crate) fn check_name(name: &str) -> Result<(), CallError> {
     if name.len() > MAX_TOOL_NAME {
         return Err(CallError::InvalidName {
             name: quoted(name).into_owned(),
@@ -85,7 +96,7 @@ pub(super) fn check_name(name: &str) -> Result<(), CallError> {
 /// The catalog `name` is looked up in (waiting, within the caller's
 /// deadline, for servers still connecting when it is not there yet), with
 /// the tenant object that built it.
-pub(super) async fn resolve(
+pub(crate) async fn resolve(
     authenticated: &Arc<Tenant>,
     name: &str,
     caller_deadline: Option<Duration>,
@@ -104,7 +115,7 @@ pub(super) async fn resolve(
 /// # Errors
 /// The tenant was removed by a reload (`UNAUTHENTICATED`), or reloaded
 /// again and again while routing (`RELOADING`).
-pub(super) async fn resolve_when(
+pub(crate) async fn resolve_when(
     authenticated: &Arc<Tenant>,
     caller_deadline: Option<Duration>,
     found: impl Fn(&Catalog) -> bool,
@@ -143,7 +154,7 @@ fn unresolved(error: Unresolved) -> CallError {
 /// # Errors
 /// The exchange failed or was refused (the `DELEGATION_*` reasons), or
 /// the tenant was reloaded away meanwhile.
-pub(super) async fn first_delegated_listing(
+pub(crate) async fn first_delegated_listing(
     resolved: Resolved,
     name: &str,
     who: &Caller<'_>,
@@ -182,14 +193,14 @@ pub(super) async fn first_delegated_listing(
 /// Why a name that is not in the catalog cannot be called: withheld for
 /// want of approval, its server down, gone since the caller's plan, or
 /// unknown.
-pub(super) async fn not_routable(
+pub(crate) async fn not_routable(
     tenant: &Tenant,
     catalog: &Catalog,
-    request: &pb::InvokeToolRequest,
+    request: &Plan<'_>,
     viewer: &Viewer<'_>,
     server_name: &mut Option<String>,
 ) -> CallError {
-    let name = request.name.as_str();
+    let name = request.name;
     // A tool withheld for want of approval is named as such.
     if let Some((server, withheld)) = catalog.withheld(name) {
         if let Err(refused) = permitted(viewer, catalog, &withheld.tool) {
@@ -262,7 +273,7 @@ async fn server_down(
 /// anything was sent: a subject that must consent first gets the URL, a
 /// state store that is down is retryable, anything else is the server's
 /// failure (nothing sent).
-pub(super) fn token_failure(
+pub(crate) fn token_failure(
     server: &str,
     tool: &str,
     subject: &crate::callers::Subject,
@@ -293,11 +304,11 @@ pub(super) fn token_failure(
 ///
 /// Catalog versions are the caller's: the versions of its views under the
 /// tenant's policy (the catalog's own when it has none).
-pub(super) fn check_pins(
+pub(crate) fn check_pins(
     tenant: &Tenant,
     current: &Catalog,
     tool: &CatalogTool,
-    request: &pb::InvokeToolRequest,
+    request: &Plan<'_>,
     viewer: &Viewer<'_>,
 ) -> Result<(), CallError> {
     let current_version = || viewer.version(current);
@@ -314,7 +325,7 @@ pub(super) fn check_pins(
             format!(
                 "the definition of `{}` changed since the plan (definition_hash {} is now {})",
                 tool.name,
-                quoted(&request.definition_hash),
+                quoted(request.definition_hash),
                 tool.definition_hash
             ),
         ));
@@ -327,13 +338,13 @@ pub(super) fn check_pins(
         && !request.catalog_version.is_empty()
         && request.catalog_version != current_version()
     {
-        let Some((pinned, view)) = viewer.pinned(tenant, &request.catalog_version) else {
+        let Some((pinned, view)) = viewer.pinned(tenant, request.catalog_version) else {
             return Err(refuse(
                 Pin::VersionUnknown,
                 format!(
                     "catalog_version {} is not known to this gateway (too old, or never served); \
                      the catalog is now {}",
-                    quoted(&request.catalog_version),
+                    quoted(request.catalog_version),
                     current_version()
                 ),
             ));
@@ -346,7 +357,7 @@ pub(super) fn check_pins(
                     format!(
                         "the definition of `{}` changed since catalog_version {}",
                         tool.name,
-                        quoted(&request.catalog_version)
+                        quoted(request.catalog_version)
                     ),
                 ));
             }
@@ -356,7 +367,7 @@ pub(super) fn check_pins(
                     format!(
                         "`{}` was not in catalog_version {}: the plan cannot have used it",
                         tool.name,
-                        quoted(&request.catalog_version)
+                        quoted(request.catalog_version)
                     ),
                 ));
             }
@@ -367,23 +378,19 @@ pub(super) fn check_pins(
 
 /// For a name not in the catalog: TOOL_GONE when the caller's pins show
 /// the tool existed when the plan was made.
-fn gone_since_pin(
-    tenant: &Tenant,
-    request: &pb::InvokeToolRequest,
-    viewer: &Viewer<'_>,
-) -> Option<CallError> {
+fn gone_since_pin(tenant: &Tenant, request: &Plan<'_>, viewer: &Viewer<'_>) -> Option<CallError> {
     let current = tenant.catalog();
     let existed = if !request.catalog_version.is_empty() {
         viewer
-            .pinned(tenant, &request.catalog_version)
-            .is_some_and(|(c, view)| listing::seen(&c, view.as_deref(), &request.name).is_some())
+            .pinned(tenant, request.catalog_version)
+            .is_some_and(|(c, view)| listing::seen(&c, view.as_deref(), request.name).is_some())
     } else {
         // Only a hash this gateway has served for this name counts.
         !request.definition_hash.is_empty()
-            && tenant.served_definition(&request.name, &request.definition_hash)
+            && tenant.served_definition(request.name, request.definition_hash)
     };
     existed.then(|| CallError::PlanOutdated {
-        tool: request.name.clone(),
+        tool: request.name.to_owned(),
         pin: Pin::Gone,
         detail: format!(
             "`{}` is gone from the catalog since the plan was made",
@@ -395,7 +402,7 @@ fn gone_since_pin(
 }
 
 /// Refuses a tool the tenant's policy does not let this caller call.
-pub(super) fn permitted(
+pub(crate) fn permitted(
     viewer: &Viewer<'_>,
     catalog: &Catalog,
     tool: &CatalogTool,

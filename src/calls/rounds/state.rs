@@ -26,8 +26,8 @@ use rmcp::model::{InputRequest, InputRequiredResult, InputResponses, JsonObject,
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::calls::error::{CallError, StateRefusal, Target};
 use crate::config::Root;
-use crate::grpc::error::{CallError, StateRefusal, Target};
 use crate::state::{KeyRing, OpenError};
 use crate::upstream::{Answer, Asked, InputKinds, Question, QuestionKind};
 
@@ -41,7 +41,7 @@ const VERSION: u32 = 2;
 pub(crate) const MAX_SERVER_STATE: usize = 64 * 1024;
 
 /// The most questions one round may ask.
-const MAX_QUESTIONS: usize = crate::grpc::questions::MAX_ANSWERS;
+const MAX_QUESTIONS: usize = super::answers::MAX_ANSWERS;
 
 /// The longest question id (a server's key) toolgate carries.
 const MAX_ID: usize = 128;

@@ -8,19 +8,15 @@
 
 use std::time::Instant;
 
-use tonic::Request;
-
-use super::status;
+use super::{Origin, classify};
 use crate::audit::{
     Audit, AuditSlot, CallerRecord, InputItem, Outcome, Record, RecordKind, code_name,
     error_outcome,
 };
-use crate::grpc::error::{CallError, quoted};
-use crate::pb;
-use crate::registry::Tenant;
+use crate::calls::error::CallError;
 
 /// A call's record in the making.
-pub(super) struct AuditedCall {
+pub(crate) struct AuditedCall {
     audit: Audit,
     /// `None` once written (or when the trail is disabled).
     record: Option<Record>,
@@ -34,20 +30,20 @@ pub(super) struct AuditedCall {
 }
 
 /// How far a call got, as the record tells it.
-pub(super) struct Progress<'a> {
+pub(crate) struct Progress<'a> {
     /// The server the name resolved to (or whose namespace it is in).
-    pub(super) server: Option<&'a str>,
+    pub(crate) server: Option<&'a str>,
     /// The definition hash of the resolved tool.
-    pub(super) definition_hash: Option<&'a str>,
+    pub(crate) definition_hash: Option<&'a str>,
     /// Whether the request was handed to the upstream session.
-    pub(super) sent: bool,
+    pub(crate) sent: bool,
     /// Whether the tool is annotated `idempotentHint: true`.
-    pub(super) idempotent: bool,
+    pub(crate) idempotent: bool,
 }
 
 impl Progress<'static> {
     /// A call that got nowhere.
-    pub(super) fn none() -> Self {
+    pub(crate) fn none() -> Self {
         Progress {
             server: None,
             definition_hash: None,
@@ -58,63 +54,25 @@ impl Progress<'static> {
 }
 
 impl AuditedCall {
-    /// The record of `request` by `tenant` made with `rpc`
-    /// (`InvokeTool`, `InvokeToolStream`, `InvokeToolInteractive`),
-    /// started at `started`.
-    pub(super) fn new(
-        audit: &Audit,
-        request: &Request<pb::InvokeToolRequest>,
-        tenant: &Tenant,
-        rpc: &str,
-        started: Instant,
-    ) -> Self {
-        let mut audited = Self::of(
-            audit,
-            request,
-            tenant,
-            rpc,
-            started,
-            Some(&request.get_ref().arguments_json),
-        );
-        audited.describe(|record| {
-            record.tool = Some(quoted(&request.get_ref().name).into_owned());
-        });
-        audited
-    }
-
-    /// The record of any ToolGateway `request` by `tenant` made with `rpc`
-    /// (`ReadResource`, `GetPrompt`, ...), with the digest of
-    /// `arguments_json` (`None`: no arguments kept), started at `started`. What it is
-    /// about (`uri`, `prompt`, ...) is set with [`AuditedCall::describe`].
-    pub(super) fn of<T>(
-        audit: &Audit,
-        request: &Request<T>,
-        tenant: &Tenant,
-        rpc: &str,
-        started: Instant,
-        arguments_json: Option<&str>,
-    ) -> Self {
+    /// The record of a call of `origin`'s, with the digest of
+    /// `arguments_json` (`None`: no arguments kept). What it is about
+    /// (`tool`, `uri`, `prompt`, ...) is set with [`AuditedCall::describe`].
+    pub(crate) fn of(audit: &Audit, origin: &Origin, arguments_json: Option<&str>) -> Self {
         let record = audit.is_enabled().then(|| {
             let mut record = Record::new(RecordKind::Call, Outcome::Cancelled);
-            record.rpc = Some(rpc.to_owned());
-            record.tenant = Some(tenant.name.clone());
-            record.subject = request
-                .extensions()
-                .get::<crate::callers::Subject>()
-                .and_then(|s| s.id().map(|_| s.key().to_owned()));
-            record.caller = request
-                .extensions()
-                .get::<crate::callers::Caller>()
-                .map(|caller| CallerRecord::from(&caller.identity));
-            record.peer = request.remote_addr().map(|a| a.to_string());
+            record.rpc = Some(origin.rpc.to_owned());
+            record.tenant = Some(origin.tenant.name.clone());
+            record.subject = origin.subject.id().map(|_| origin.subject.key().to_owned());
+            record.caller = Some(CallerRecord::from(&origin.caller.identity));
+            record.peer.clone_from(&origin.peer);
             if let Some(arguments_json) = arguments_json {
-                record.arguments = audit.arguments(arguments_json, || tenant.redactor());
+                record.arguments = audit.arguments(arguments_json, || origin.tenant.redactor());
             }
-            record.trace_id = request
-                .metadata()
-                .get("traceparent")
-                .and_then(|v| v.to_str().ok())
-                .and_then(crate::telemetry::trace::traceparent_id);
+            record.trace_id = origin
+                .trace
+                .iter()
+                .find(|(key, _)| key == "traceparent")
+                .and_then(|(_, value)| crate::telemetry::trace::traceparent_id(value));
             record
         });
         Self {
@@ -122,13 +80,13 @@ impl AuditedCall {
             record,
             slot: None,
             no_room: false,
-            started,
+            started: origin.started,
         }
     }
 
     /// Sets what the record is about (`tool`, `uri`, `prompt`,
     /// `uri_template`); nothing when the trail is disabled.
-    pub(super) fn describe(&mut self, describe: impl FnOnce(&mut Record)) {
+    pub(crate) fn describe(&mut self, describe: impl FnOnce(&mut Record)) {
         if let Some(record) = &mut self.record {
             describe(record);
         }
@@ -142,7 +100,7 @@ impl AuditedCall {
     ///
     /// # Errors
     /// `AUDIT_UNAVAILABLE` (nothing sent).
-    pub(super) async fn admit(&mut self, idempotent: bool) -> Result<(), CallError> {
+    pub(crate) async fn admit(&mut self, idempotent: bool) -> Result<(), CallError> {
         if !self.audit.is_required() || self.slot.is_some() {
             return Ok(());
         }
@@ -192,7 +150,7 @@ impl AuditedCall {
     /// Records a round of questions handed to the worker (queued: the
     /// call's own record, written before the response leaves, says the
     /// call ended with questions).
-    pub(super) fn input_asked(
+    pub(crate) fn input_asked(
         &self,
         asked: &[crate::upstream::Asked],
         tool: (&str, &str),
@@ -219,7 +177,7 @@ impl AuditedCall {
     ///
     /// # Errors
     /// `AUDIT_UNAVAILABLE` (nothing sent).
-    pub(super) async fn input_answered(
+    pub(crate) async fn input_answered(
         &self,
         answers: &[crate::upstream::Answer],
         tool: (&str, &str),
@@ -255,7 +213,7 @@ impl AuditedCall {
     /// order; `replaced_arguments`, the arguments sent upstream when a
     /// request-phase guard replaced them, kept on the last such entry as
     /// `audit.arguments` keeps arguments.
-    pub(super) fn guarded(
+    pub(crate) fn guarded(
         &mut self,
         acted: &[crate::guards::Acted],
         replaced_arguments: Option<&str>,
@@ -289,9 +247,9 @@ impl AuditedCall {
 
     /// Takes the trace id of the call's span (the gateway's own trace when
     /// export is on).
-    pub(super) fn trace(&mut self, span: &tracing::Span, metadata: &tonic::metadata::MetadataMap) {
+    pub(crate) fn trace(&mut self, span: &tracing::Span, fields: &[(String, String)]) {
         if let Some(record) = &mut self.record {
-            record.trace_id = crate::telemetry::trace::trace_id(span, metadata);
+            record.trace_id = crate::telemetry::trace::trace_id_of(span, fields);
         }
     }
 
@@ -300,9 +258,9 @@ impl AuditedCall {
     /// be written: `AUDIT_UNAVAILABLE`, in doubt (UNKNOWN) when the request
     /// was sent to a tool that is not idempotent. A call that was not sent
     /// keeps its own status: it served nothing.
-    pub(super) async fn finish<T: Audited>(
+    pub(crate) async fn finish<R: Recorded>(
         mut self,
-        result: &Result<T, CallError>,
+        result: &Result<R, CallError>,
         progress: Progress<'_>,
     ) -> Option<CallError> {
         let mut record = self.record.take()?;
@@ -319,15 +277,13 @@ impl AuditedCall {
                 } else {
                     Outcome::Ok
                 };
-                record.bytes = response.bytes().or_else(|| {
-                    // A tool call a guard checked: the size of what was
-                    // handed out (a replacement's).
-                    record.guards.as_ref().map(|_| response.encoded_len())
-                });
+                // Reads and prompts, and a tool call a guard checked: the
+                // size of what was handed out (a replacement's).
+                record.bytes = response.recorded_bytes(record.guards.is_some());
                 record.code = Some(code_name(tonic::Code::Ok).to_owned());
             }
             Err(error) => {
-                let (code, reason) = status::classify(error);
+                let (code, reason) = classify(error);
                 record.outcome = error_outcome(code, sent);
                 record.code = Some(code_name(code).to_owned());
                 record.reason = Some(reason.to_owned());
@@ -351,7 +307,7 @@ impl AuditedCall {
         };
         (written.is_err() && self.audit.is_required() && sent).then(|| {
             tracing::error!(
-                outcome = ?result.as_ref().map(Audited::is_error).map_err(|e| status::classify(e).1),
+                outcome = ?result.as_ref().map(Recorded::is_error).map_err(|e| classify(e).1),
                 "the call's audit record cannot be written and audit.required is set: the result is withheld"
             );
             CallError::AuditUnavailable {
@@ -381,46 +337,18 @@ impl Drop for AuditedCall {
     }
 }
 
-/// What a record keeps of a successful response.
-pub(super) trait Audited {
+/// What a call's record keeps of a successful reply.
+pub trait Recorded {
     /// A tool that ran and reported failure (`outcome: tool_error`).
     fn is_error(&self) -> bool {
         false
     }
 
-    /// The size handed out (`bytes`), for reads and prompts.
-    fn bytes(&self) -> Option<u64> {
+    /// The size handed out (`bytes`): reads and prompts always, a tool
+    /// call's when a guard checked it (`guarded`).
+    fn recorded_bytes(&self, guarded: bool) -> Option<u64> {
+        let _ = guarded;
         None
     }
-
-    /// The encoded size (`bytes` of a call a guard checked).
-    fn encoded_len(&self) -> u64 {
-        0
-    }
 }
-
-impl Audited for pb::InvokeToolResponse {
-    fn is_error(&self) -> bool {
-        self.is_error
-    }
-
-    fn encoded_len(&self) -> u64 {
-        prost::Message::encoded_len(self) as u64
-    }
-}
-
-impl Audited for pb::ReadResourceResponse {
-    fn bytes(&self) -> Option<u64> {
-        Some(prost::Message::encoded_len(self) as u64)
-    }
-}
-
-impl Audited for pb::GetPromptResponse {
-    fn bytes(&self) -> Option<u64> {
-        Some(prost::Message::encoded_len(self) as u64)
-    }
-}
-
-impl Audited for pb::CompleteResponse {}
-
-impl Audited for () {}
+impl Recorded for () {}

@@ -1,5 +1,5 @@
-//! The upstream session a request other than a tool call uses (a read, a
-//! prompt, a completion, a watch): the tenant's session of the server, or
+//! The upstream session a call uses (a tool call, a read, a prompt, a
+//! completion, a watch): the tenant's session of the server, or
 //! for a per-user server the subject's own, with the same errors as a
 //! call's (the consent URL for a subject that must consent first).
 
@@ -17,11 +17,12 @@ use crate::upstream::{Session, UpstreamError};
 /// The server is down or connecting (`UPSTREAM_UNAVAILABLE`); a per-user
 /// server's subject must consent (`UPSTREAM_AUTHORIZATION_REQUIRED`, the
 /// URL remembered for `ListTools`) or the state store is down.
-pub(super) async fn session(
+pub(crate) async fn session(
     tenant: &Tenant,
     index: usize,
     subject: &Subject,
     target: &Target,
+    idempotent: bool,
 ) -> Result<Arc<Session>, CallError> {
     let server = tenant
         .servers()
@@ -32,7 +33,7 @@ pub(super) async fn session(
         return tenant
             .user_session(index, subject)
             .await
-            .map_err(|error| failure(tenant, index, &server, target, subject, error));
+            .map_err(|error| failure(tenant, index, &server, target, subject, error, idempotent));
     }
     tenant
         .session(index)
@@ -50,13 +51,14 @@ pub(super) async fn session(
 /// server `index`: a subject that must consent gets the URL (and it is
 /// remembered for listings), a state store that is down is retryable,
 /// anything else is the server's failure.
-pub(super) fn failure(
+pub(crate) fn failure(
     tenant: &Tenant,
     index: usize,
     server: &str,
     target: &Target,
     subject: &Subject,
     error: UpstreamError,
+    idempotent: bool,
 ) -> CallError {
     match error {
         UpstreamError::AuthorizationRequired { url } => {
@@ -76,7 +78,7 @@ pub(super) fn failure(
             server: server.to_owned(),
             tool: target.clone(),
             error,
-            idempotent: false,
+            idempotent,
         },
     }
 }

@@ -1,0 +1,235 @@
+//! The calls: every request that reaches a server on a caller's behalf
+//! (a tool call, a prompt, a resource read, a completion, and the task
+//! verbs), taken through one pipeline of named steps below every API
+//! surface ([`pipeline::run`]; the steps are listed in
+//! `docs/architecture.md`, "The way of one call").
+//!
+//! A surface (the `toolgate.v1` gRPC service today) turns its request
+//! into an [`Origin`] (who asks, within what deadline) and an operation
+//! of this layer ([`ToolCall`], [`PromptGet`], [`ResourceRead`],
+//! [`CompletionAsk`]), hands both to [`Calls::run`], and turns the
+//! [`Outcome`] it gets back into its own messages through [`Reply`].
+//! Nothing here knows protobuf; every failure is a [`CallError`], whose
+//! code and stable reason [`classify`] gives.
+
+mod classify;
+mod completion;
+pub mod drain;
+pub mod error;
+mod guards;
+mod pipeline;
+mod prompt;
+mod read;
+mod record;
+pub mod rounds;
+mod route;
+pub(crate) mod session;
+pub mod tasks;
+mod tool;
+pub(crate) mod viewer;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+
+pub(crate) use classify::jsonrpc;
+pub use classify::{classify, in_doubt};
+pub use completion::{CompletionAsk, CompletionTarget};
+pub use error::CallError;
+pub use pipeline::{Outcome, Recorded, Reply, Unencodable};
+pub use prompt::PromptGet;
+pub use read::ResourceRead;
+pub(crate) use record::{AuditedCall, Progress};
+pub use rounds::{InputFields, InputResponse, Questions};
+pub use tasks::{Task, TaskCall};
+pub use tool::parse_arguments;
+pub use tool::{ProgressSink, Sinks, ToolCall};
+
+use crate::callers::{Caller, Subject};
+use crate::registry::Tenant;
+use crate::telemetry::Metrics;
+
+/// How long a request waits for servers that are still connecting when
+/// the caller set no deadline.
+pub const LIST_SETTLE_WAIT: Duration = Duration::from_secs(10);
+
+/// Answer a little before the caller's deadline, so that the caller gets
+/// our DEADLINE_EXCEEDED (with details) rather than its own cut-off: 5 % of
+/// the deadline, at least 20 ms and at most 250 ms.
+#[must_use]
+pub fn deadline_margin(deadline: Duration) -> Duration {
+    (deadline / 20).clamp(Duration::from_millis(20), Duration::from_millis(250))
+}
+
+/// The span of one RPC (`method`) of `tenant`'s: its server and outcome
+/// are recorded as they become known.
+#[must_use]
+pub fn rpc_span(method: &'static str, tenant: &str) -> tracing::Span {
+    tracing::info_span!(
+        "rpc",
+        otel.name = format!("toolgate.v1.ToolGateway/{method}"),
+        otel.kind = "server",
+        otel.status_code = tracing::field::Empty,
+        rpc.system = "grpc",
+        rpc.service = "toolgate.v1.ToolGateway",
+        rpc.method = method,
+        rpc.grpc.status_code = tracing::field::Empty,
+        tenant = %tenant,
+        server = tracing::field::Empty,
+        outcome = tracing::field::Empty,
+    )
+}
+
+/// Who asks, and within what: what a surface hands the pipeline with the
+/// operation.
+#[derive(Debug, Clone)]
+pub struct Origin {
+    /// The caller's tenant (as authenticated; the pipeline routes through
+    /// the tenant object that built the catalog it resolves in).
+    pub tenant: Arc<Tenant>,
+    /// Who is calling: the policy reads its claims.
+    pub caller: Caller,
+    /// Whom the call acts for (a per-user server's credential is its).
+    pub subject: Subject,
+    /// The caller's deadline less the margin to answer in
+    /// ([`deadline_margin`]), if it set one.
+    pub deadline: Option<Duration>,
+    /// When the request arrived.
+    pub started: Instant,
+    /// The RPC as spans, metrics and audit records name it
+    /// (`InvokeTool`, `GetPrompt`, ...).
+    pub rpc: &'static str,
+    /// The caller's address, for the audit record.
+    pub peer: Option<String>,
+    /// The caller's W3C trace context (`traceparent`, `tracestate`).
+    pub trace: Vec<(String, String)>,
+}
+
+impl Origin {
+    /// The caller's deadline for a request of the caller's whose own
+    /// timeout is `timeout`: less the margin to answer in.
+    #[must_use]
+    pub fn deadline_of(timeout: Option<Duration>) -> Option<Duration> {
+        timeout.map(|t| t.saturating_sub(deadline_margin(t)))
+    }
+}
+
+/// The calls of one gateway: what every call's steps share (the audit
+/// trail, the keys of sealed state, the store of answered rounds and
+/// tasks, the metrics, the drain and the abort of a shutdown).
+#[derive(Debug, Clone)]
+pub struct Calls {
+    /// Cancelled when the shutdown grace period runs out: calls still in
+    /// flight are cancelled upstream and answered UNAVAILABLE.
+    abort: CancellationToken,
+    metrics: Arc<Metrics>,
+    drain: Arc<drain::Drain>,
+    /// Where each call's record goes (disabled unless `audit:` is set).
+    audit: crate::audit::Audit,
+    /// Seal and open the `request_state` of rounds of questions: the
+    /// state store's keys, or one random key of this process.
+    request_keys: crate::state::KeyRing,
+    /// Where each answered round's nonce is claimed: the state store when
+    /// one is open, else this process's memory.
+    answered_rounds: crate::state::FirstUse,
+    /// Where tasks handed to workers are kept (`None`: no state store is
+    /// open, and no call may become a task of a worker's).
+    task_store: Option<crate::state::StateStore>,
+}
+
+impl Calls {
+    /// The calls of a gateway; `abort` ends calls still running when the
+    /// shutdown grace period is over, `drain` refuses new ones once
+    /// shutdown has reached its drain stage.
+    #[must_use]
+    pub fn new(abort: CancellationToken, metrics: Arc<Metrics>, drain: Arc<drain::Drain>) -> Self {
+        Self {
+            abort,
+            metrics,
+            drain,
+            audit: crate::audit::Audit::disabled(),
+            request_keys: crate::state::KeyRing::ephemeral(),
+            answered_rounds: crate::state::FirstUse::default(),
+            task_store: None,
+        }
+    }
+
+    /// Keeping tasks handed to workers in `store`.
+    #[must_use]
+    pub fn with_task_store(mut self, store: crate::state::StateStore) -> Self {
+        self.task_store = Some(store);
+        self
+    }
+
+    /// Recording answered rounds of questions in `store` (shared by
+    /// replicas) instead of this process's memory.
+    #[must_use]
+    pub fn with_answered_rounds(mut self, store: crate::state::StateStore) -> Self {
+        self.answered_rounds = crate::state::FirstUse::Store(store);
+        self
+    }
+
+    /// Sealing `request_state` with `keys` (the state store's
+    /// `state.keys`, shared by replicas) instead of a key of its own.
+    #[must_use]
+    pub fn with_request_keys(mut self, keys: crate::state::KeyRing) -> Self {
+        self.request_keys = keys;
+        self
+    }
+
+    /// Writing a record of each call to `audit`.
+    #[must_use]
+    pub fn with_audit(mut self, audit: crate::audit::Audit) -> Self {
+        self.audit = audit;
+        self
+    }
+
+    /// The gateway's metrics.
+    #[must_use]
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// The audit trail.
+    pub(crate) fn audit(&self) -> &crate::audit::Audit {
+        &self.audit
+    }
+
+    /// The drain every call enters.
+    #[must_use]
+    pub fn drain(&self) -> &Arc<drain::Drain> {
+        &self.drain
+    }
+
+    /// Cancelled when the shutdown grace period runs out.
+    #[must_use]
+    pub fn abort(&self) -> &CancellationToken {
+        &self.abort
+    }
+
+    /// Runs `operation` for `origin` through the pipeline and answers it
+    /// as `R` (the surface's reply).
+    ///
+    /// # Errors
+    /// The error the call ends with.
+    pub(crate) async fn run<O: pipeline::Operation, R: Reply<O::Output>>(
+        &self,
+        origin: Origin,
+        operation: O,
+    ) -> Result<R, CallError> {
+        pipeline::run(self, origin, operation).await
+    }
+
+    /// A task RPC of `origin`'s ([`tasks`]).
+    #[must_use]
+    pub fn task_call(&self, origin: &Origin) -> TaskCall {
+        TaskCall {
+            tenant: origin.tenant.clone(),
+            caller: origin.caller.clone(),
+            subject: origin.subject.clone(),
+            deadline: origin.deadline,
+            events: tasks::Events::of(self),
+        }
+    }
+}

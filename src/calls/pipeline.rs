@@ -1,0 +1,716 @@
+//! The pipeline: the steps every call takes, in one order, for every kind
+//! of operation ([`run`]). An [`Operation`] supplies only what differs
+//! between kinds: how its request is checked and resolved (with the
+//! policy and pins), its arguments, how it is sent and what it answers.
+//!
+//! The envelope ([`run`]): the audit record begun, the drain entered, the
+//! span, the steps raced against the shutdown's abort, what the call had
+//! reached carried into the record, the record written before the answer
+//! leaves, the metrics and the log. The steps ([`Steps::run`]), in order:
+//!
+//! 1. **check**: the request's own shape (a name, a URI in normal form);
+//! 2. **admission**: the subject's and the tenant's rate and concurrency;
+//! 3. **resolve**: the target in the tenant's catalog or servers, the
+//!    policy, the caller's pins;
+//! 4. **arguments**: within `limits.max_argument_bytes`;
+//! 5. **retry**: a retry's sealed `request_state` and answers, checked
+//!    and its round claimed (before anything is sent);
+//! 6. **server slot**: the server's concurrency limit;
+//! 7. **session**: the tenant's session of the server, or the subject's
+//!    own for a per-user server;
+//! 8. **capability**: the server declared what the operation needs;
+//! 9. **ready**: the kind's last check before sending (a listed size, a
+//!    task store);
+//! 10. **guards, request phase**;
+//! 11. **audit place** (`audit.required`);
+//! 12. **answers on record**: a retry's answers, before they leave;
+//! 13. **deadline**: what is left of the caller's, within the server's
+//!     timeouts;
+//! 14. **send**: the upstream request;
+//! 15. **answer**: the upstream failure as a call error (whether it had
+//!     left after all), a round of questions the caller did not opt in to;
+//! 16. **outcome**: a result through the guards' response phase, a round
+//!     of questions sealed and handed out, or a task kept;
+//! 17. **reply**: the surface's reply, within `limits.max_message_bytes`.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rmcp::model::{CreateTaskResult, InputRequiredResult, JsonObject};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tracing::Instrument;
+
+use super::error::{CallError, Feature, Target};
+pub use super::record::Recorded;
+use super::record::{AuditedCall, Progress};
+use super::rounds::{self, Binding, InputFields, Method, Questions};
+use super::{Calls, Origin, classify, guards};
+use crate::config::ServerConfig;
+use crate::pb::guard::TargetKind;
+use crate::registry::Tenant;
+use crate::telemetry::metrics::{TenantCalls, ToolCalls};
+use crate::telemetry::trace;
+use crate::upstream::{InputKinds, Session, UpstreamError};
+
+/// What a call answers besides an error: its result, a round of
+/// questions for the caller, or the task it became.
+#[derive(Debug)]
+pub enum Outcome<T> {
+    /// The server's result (through the guards' response phase).
+    Done(T),
+    /// Questions the caller answers on a retry, with toolgate's sealed
+    /// state of the round.
+    Questions(Questions),
+    /// The call became a task the caller follows (tool calls with
+    /// `accepts_task`).
+    Task(Box<super::Task>),
+}
+
+/// An outcome a surface could not carry in its messages: the server's
+/// result is malformed for it (an invalid base64 blob, ...).
+#[derive(Debug)]
+pub struct Unencodable(pub String);
+
+/// A surface's reply to an outcome of `T`: what the pipeline hands out,
+/// and what the call's record and metrics say of it.
+pub trait Reply<T>: Recorded + Sized + Send {
+    /// The reply to `outcome` of `server` (links and embedded resources
+    /// of a result name it).
+    ///
+    /// # Errors
+    /// The outcome cannot be carried (a protocol error of the server's).
+    fn encode(outcome: Outcome<T>, server: &str) -> Result<Self, Unencodable>;
+
+    /// Its size on the wire (bounded by `limits.max_message_bytes`).
+    fn encoded_len(&self) -> usize;
+
+    /// Whether it hands the caller questions (`outcome: input_required`).
+    fn asks(&self) -> bool {
+        false
+    }
+}
+
+/// What the upstream session answered to an operation's request.
+pub(crate) enum Upstream<T> {
+    /// The result.
+    Complete(T),
+    /// A 2026-07-28 round of questions for the caller.
+    InputRequired(InputRequiredResult),
+    /// A task the call became (tool calls that accept one).
+    Task(CreateTaskResult),
+}
+
+/// Where an operation resolved to: what the steps after resolving share.
+pub(crate) struct Routed<E> {
+    /// The tenant object that built the catalog the call routes by.
+    pub(crate) tenant: Arc<Tenant>,
+    /// The server's index in that tenant's configuration.
+    pub(crate) index: usize,
+    /// The server's configured name.
+    pub(crate) server: String,
+    /// What the server is asked for: the upstream tool or prompt name, the
+    /// resource URI or template in normal form.
+    pub(crate) upstream_name: String,
+    /// What the caller named (for errors and metric labels).
+    pub(crate) target: Target,
+    /// The definition hash of the tool or prompt (`""`: none).
+    pub(crate) definition_hash: String,
+    /// Whether a retry is safe: a tool annotated `idempotentHint: true`,
+    /// and every read, prompt and completion (they change nothing).
+    pub(crate) idempotent: bool,
+    /// What the kind keeps besides.
+    pub(crate) kind: E,
+}
+
+impl<E> Routed<E> {
+    /// The server's configuration.
+    pub(crate) fn config(&self) -> &ServerConfig {
+        self.tenant.server(self.index)
+    }
+
+    /// The server's failure of this call.
+    pub(crate) fn upstream(&self, error: UpstreamError) -> CallError {
+        CallError::Upstream {
+            server: self.server.clone(),
+            tool: self.target.clone(),
+            error,
+            idempotent: self.idempotent,
+        }
+    }
+}
+
+/// How far a call got: what its record, its metrics and a shutdown's
+/// status say of it.
+#[derive(Default)]
+pub(crate) struct Reached {
+    /// The server the target resolved to (or whose namespace it is in).
+    pub(crate) server: Option<String>,
+    /// The target's definition hash.
+    pub(crate) definition_hash: Option<String>,
+    /// Whether a retry is safe.
+    pub(crate) idempotent: bool,
+    /// Whether the request was handed to the upstream session.
+    pub(crate) sent: bool,
+    /// What the guards did, in order.
+    pub(crate) guards: Vec<crate::guards::Acted>,
+    /// The arguments sent upstream when a guard replaced them.
+    pub(crate) replaced_arguments: Option<String>,
+    /// The tenant's call series (tool calls).
+    pub(crate) series: Option<Arc<TenantCalls>>,
+    /// The series of the tool a call resolved to (only then is the name
+    /// a label value).
+    pub(crate) tool_series: Option<Arc<ToolCalls>>,
+}
+
+/// What the send step hands an operation.
+pub(crate) struct Sending<'a, E> {
+    /// Where the call goes.
+    pub(crate) routed: &'a Routed<E>,
+    /// The session it goes on.
+    pub(crate) session: &'a Arc<Session>,
+    /// The arguments, as the guards let them through.
+    pub(crate) arguments: JsonObject,
+    /// The upstream request's timeout.
+    pub(crate) timeout: Duration,
+    /// The kinds of question the caller answers (within the server's).
+    pub(crate) accepts: InputKinds,
+    /// A retry's `inputResponses` and the server's `requestState`.
+    pub(crate) answered: Option<(rmcp::model::InputResponses, Option<String>)>,
+    /// The round the server may ask next.
+    pub(crate) round: u32,
+    /// The call's binding of sealed state (kinds with rounds).
+    pub(crate) binding: Option<&'a Binding>,
+    /// The call's record (its rounds are recorded on it).
+    pub(crate) audited: &'a AuditedCall,
+    /// The calls' shared parts.
+    pub(crate) calls: &'a Calls,
+    /// Who asks.
+    pub(crate) origin: &'a Origin,
+}
+
+/// One kind of operation: what it supplies to the pipeline.
+pub(crate) trait Operation: Send + Sync + Sized {
+    /// What a completed request answers (before conversion by a surface).
+    type Output: Send + Serialize + DeserializeOwned;
+    /// What a resolved target keeps besides [`Routed`].
+    type Extra: Send + Sync;
+
+    /// The capability the server must declare.
+    const FEATURE: Option<Feature>;
+    /// What guards are told the target is (`None`: no guard phases).
+    const GUARDED: Option<TargetKind>;
+    /// How sealed state binds its rounds (`None`: no rounds).
+    const ROUNDS: Option<Method>;
+    /// Whether a retry is safe before the target is known.
+    const IDEMPOTENT: bool;
+    /// Whether its metrics are the per-tool call series
+    /// (`toolgate_calls_total`) rather than `toolgate_requests_total`.
+    const TOOL_SERIES: bool = false;
+
+    /// The call's span.
+    fn span(&self, tenant: &str) -> tracing::Span;
+
+    /// What the audit record says the call is about, and the arguments it
+    /// keeps a digest of.
+    fn describe(&self, record: &mut crate::audit::Record, tenant: &Tenant);
+
+    /// The arguments whose digest the record keeps (`None`: none).
+    fn audited_arguments(&self) -> Option<String>;
+
+    /// Step 1: the request's own shape.
+    fn check(&self) -> Result<(), CallError>;
+
+    /// Step 3: the target, with the policy and the caller's pins.
+    fn resolve(
+        &self,
+        origin: &Origin,
+        reached: &mut Reached,
+    ) -> impl Future<Output = Result<Routed<Self::Extra>, CallError>> + Send;
+
+    /// Step 4: the arguments, within `limit` bytes.
+    fn arguments(
+        &self,
+        routed: &Routed<Self::Extra>,
+        limit: usize,
+    ) -> Result<JsonObject, CallError>;
+
+    /// What the caller sent of rounds of questions (kinds with rounds).
+    fn input(&self) -> Option<&InputFields> {
+        None
+    }
+
+    /// The error of a retry whose state was handed out for another
+    /// definition of the target.
+    fn definition_changed(&self, routed: &Routed<Self::Extra>, origin: &Origin) -> CallError {
+        let _ = (routed, origin);
+        CallError::InputResponseInvalid {
+            reason: "the request_state does not fit this request".to_owned(),
+        }
+    }
+
+    /// Step 7: the session (the tenant's, or the subject's own).
+    fn session(
+        &self,
+        routed: &Routed<Self::Extra>,
+        origin: &Origin,
+    ) -> impl Future<Output = Result<Arc<Session>, CallError>> + Send {
+        super::session::session(
+            &routed.tenant,
+            routed.index,
+            &origin.subject,
+            &routed.target,
+            routed.idempotent,
+        )
+    }
+
+    /// Step 9: the kind's last check before sending.
+    fn ready(
+        &self,
+        routed: &Routed<Self::Extra>,
+        session: &Session,
+        calls: &Calls,
+    ) -> impl Future<Output = Result<(), CallError>> + Send {
+        let _ = (routed, session, calls);
+        std::future::ready(Ok(()))
+    }
+
+    /// The upstream timeout when the caller set no deadline.
+    fn default_timeout(&self, routed: &Routed<Self::Extra>) -> Duration {
+        routed.config().call_timeout
+    }
+
+    /// Step 14: the upstream request. The outer error ends the call
+    /// without an upstream answer (an answer that could not be recorded).
+    fn send(
+        &self,
+        sending: Sending<'_, Self::Extra>,
+    ) -> impl Future<Output = Result<Result<Upstream<Self::Output>, UpstreamError>, CallError>> + Send;
+
+    /// Step 15: an upstream failure as the call's error.
+    fn failure(
+        &self,
+        routed: &Routed<Self::Extra>,
+        origin: &Origin,
+        error: UpstreamError,
+    ) -> CallError {
+        super::session::failure(
+            &routed.tenant,
+            routed.index,
+            &routed.server,
+            &routed.target,
+            &origin.subject,
+            error,
+            routed.idempotent,
+        )
+    }
+
+    /// Step 16: the task a call became (tool calls that accept one).
+    fn task(
+        &self,
+        routed: &Routed<Self::Extra>,
+        session: &Arc<Session>,
+        created: CreateTaskResult,
+        calls: &Calls,
+        origin: &Origin,
+    ) -> impl Future<Output = Result<super::Task, CallError>> + Send {
+        let _ = (session, created, calls, origin);
+        std::future::ready(Err(routed.upstream(UpstreamError::Protocol(
+            "a task where none was asked for".to_owned(),
+        ))))
+    }
+}
+
+/// Runs `operation` for `origin`: the envelope around [`Steps::run`].
+pub(crate) async fn run<O: Operation, R: Reply<O::Output>>(
+    calls: &Calls,
+    origin: Origin,
+    operation: O,
+) -> Result<R, CallError> {
+    let tenant = origin.tenant.clone();
+    let started = origin.started;
+    let mut audited = AuditedCall::of(
+        &calls.audit,
+        &origin,
+        operation.audited_arguments().as_deref(),
+    );
+    audited.describe(|record| operation.describe(record, &tenant));
+    let meter = Meter::new::<O>(calls, &tenant.name, origin.rpc);
+    let Some(_entered) = calls.drain.enter() else {
+        let refused = Err(CallError::Draining);
+        audited.finish(&refused, Progress::none()).await;
+        meter.finished(
+            &tracing::Span::none(),
+            &refused,
+            &mut Reached::default(),
+            started,
+        );
+        return refused;
+    };
+    let span = operation.span(&tenant.name);
+    trace::continue_trace(&span, &origin.trace);
+    audited.trace(&span, &origin.trace);
+    let _in_flight = meter.in_flight();
+    let mut reached = Reached {
+        idempotent: O::IDEMPOTENT,
+        series: meter.series.clone(),
+        ..Reached::default()
+    };
+    let steps = Steps {
+        calls,
+        origin: &origin,
+    };
+    let work = async {
+        tokio::select! {
+            result = steps.run::<O, R>(&operation, &mut reached, &mut audited) => result,
+            () = calls.abort.cancelled() => Err(CallError::ShuttingDown { sent: false, idempotent: false }),
+        }
+    };
+    let mut result = work.instrument(span.clone()).await;
+    if let Err(CallError::ShuttingDown { sent, idempotent }) = &mut result {
+        // The steps' future is gone: what it had got to is in `reached`.
+        *sent = reached.sent;
+        *idempotent = reached.idempotent;
+    }
+    // What the guards did is on the record, whatever became of the call.
+    audited.guarded(
+        &reached.guards,
+        reached.replaced_arguments.as_deref(),
+        || tenant.redactor(),
+    );
+    // The record is written before the response leaves.
+    let progress = Progress {
+        server: reached.server.as_deref(),
+        definition_hash: reached.definition_hash.as_deref(),
+        sent: reached.sent,
+        idempotent: reached.idempotent,
+    };
+    if let Some(withheld) = audited.finish(&result, progress).await {
+        result = Err(withheld);
+    }
+    meter.finished(&span, &result, &mut reached, started);
+    result
+}
+
+/// The metrics of one call: the per-tool series of tool calls, the
+/// request counter of the others.
+struct Meter<'a> {
+    calls: &'a Calls,
+    tenant: &'a str,
+    rpc: &'static str,
+    series: Option<Arc<TenantCalls>>,
+}
+
+impl<'a> Meter<'a> {
+    fn new<O: Operation>(calls: &'a Calls, tenant: &'a str, rpc: &'static str) -> Self {
+        Self {
+            calls,
+            tenant,
+            rpc,
+            series: O::TOOL_SERIES.then(|| calls.metrics.calls(tenant)),
+        }
+    }
+
+    /// Counts the call in flight (tool calls) until the guard drops.
+    fn in_flight(&self) -> Option<crate::telemetry::metrics::InFlight> {
+        self.series.as_ref().map(|series| series.in_flight())
+    }
+
+    /// Records how the call ended: in its span (outcome, status), its
+    /// series, and the log.
+    fn finished<R: Reply<T>, T>(
+        &self,
+        span: &tracing::Span,
+        result: &Result<R, CallError>,
+        reached: &mut Reached,
+        started: Instant,
+    ) {
+        let elapsed = started.elapsed();
+        let (outcome, code) = match result {
+            Ok(r) if r.is_error() => ("tool_error", tonic::Code::Ok),
+            Ok(r) if r.asks() => ("input_required", tonic::Code::Ok),
+            Ok(_) => ("ok", tonic::Code::Ok),
+            Err(e) => {
+                let (code, reason) = classify(e);
+                (reason, code)
+            }
+        };
+        span.record("outcome", outcome);
+        span.record("rpc.grpc.status_code", code as i32);
+        if code != tonic::Code::Ok {
+            span.record("otel.status_code", "ERROR");
+        }
+        match &self.series {
+            Some(series) => {
+                // Only names that resolved to a tool become label values:
+                // callers cannot grow the metric set with made-up names.
+                let tool = reached
+                    .tool_series
+                    .take()
+                    .unwrap_or_else(|| series.tool(reached.server.as_deref().unwrap_or(""), ""));
+                tool.finished(outcome, elapsed.as_secs_f64());
+            }
+            None => self.calls.metrics.request(
+                self.tenant,
+                reached.server.as_deref(),
+                self.rpc,
+                match result {
+                    Ok(_) => "ok",
+                    Err(error) => classify(error).1,
+                },
+            ),
+        }
+        let rpc = self.rpc;
+        span.in_scope(|| match result {
+            Err(error) => tracing::info!(
+                elapsed_ms = elapsed.as_millis() as u64,
+                %error,
+                rpc,
+                "call failed"
+            ),
+            Ok(_) => tracing::debug!(elapsed_ms = elapsed.as_millis() as u64, rpc, "call done"),
+        });
+    }
+}
+
+/// The steps of one call.
+struct Steps<'a> {
+    calls: &'a Calls,
+    origin: &'a Origin,
+}
+
+impl Steps<'_> {
+    /// The steps in their order (the module's list).
+    async fn run<O: Operation, R: Reply<O::Output>>(
+        &self,
+        operation: &O,
+        reached: &mut Reached,
+        audited: &mut AuditedCall,
+    ) -> Result<R, CallError> {
+        let (calls, origin) = (self.calls, self.origin);
+        // 1. check
+        operation.check()?;
+        // 2. admission: a bounded wait for a slot, never an unbounded queue.
+        let _admission = origin
+            .tenant
+            .limiter
+            .admit(&origin.subject)
+            .await
+            .map_err(|shed| CallError::Shed(shed, None))?;
+        // 3. resolve
+        let routed = operation.resolve(origin, reached).await?;
+        tracing::Span::current().record("server", routed.server.as_str());
+        reached.server = Some(routed.server.clone());
+        reached.definition_hash =
+            (!routed.definition_hash.is_empty()).then(|| routed.definition_hash.clone());
+        reached.idempotent = routed.idempotent;
+        let tenant = &routed.tenant;
+        let limits = tenant.limits();
+        // 4. arguments
+        let arguments = operation.arguments(&routed, limits.max_argument_bytes)?;
+        // 5. retry
+        let binding = O::ROUNDS.map(|method| Binding {
+            method,
+            tenant: tenant.name.clone(),
+            subject: origin.subject.key().to_owned(),
+            server: routed.server.clone(),
+            upstream_tool: routed.upstream_name.clone(),
+            exposed_name: routed.target.name.clone(),
+            definition_hash: routed.definition_hash.clone(),
+            args_sha256: rounds::arguments_digest(&arguments),
+        });
+        let input = operation.input();
+        let retry = match (&binding, input) {
+            (Some(binding), Some(input)) => {
+                rounds::open_retry(
+                    (&calls.request_keys, &calls.answered_rounds),
+                    tenant,
+                    routed.config(),
+                    (&input.request_state, &input.input_responses),
+                    binding,
+                    || operation.definition_changed(&routed, origin),
+                )
+                .await?
+            }
+            _ => None,
+        };
+        // 6. server slot
+        let _server_slot = server_slot(&routed).await?;
+        // 7. session
+        let session = operation.session(&routed, origin).await?;
+        // 8. capability
+        if let Some(feature) = O::FEATURE
+            && !supports(&session, feature)
+        {
+            return Err(CallError::Unsupported {
+                server: routed.server.clone(),
+                feature,
+            });
+        }
+        // 9. ready
+        operation.ready(&routed, &session, calls).await?;
+        // 10. guards, request phase: after every check of toolgate's own,
+        // before anything is sent; the chain is kept for the response phase.
+        let guard = O::GUARDED
+            .map(|kind| guards::Guarding::new(kind, &routed, &session, origin, &calls.metrics));
+        let arguments = match &guard {
+            Some(guard) => guard.request(arguments, reached).await?,
+            None => arguments,
+        };
+        // 11. audit place (`audit.required`), before anything is sent (the
+        // record of a call whose caller goes away included).
+        audited.admit(routed.idempotent).await?;
+        // 12. a retry's answers on record before they leave.
+        let (round, answered) = match &binding {
+            Some(binding) => {
+                rounds::answered(retry, audited, &calls.metrics, binding, tenant).await?
+            }
+            None => (1, None),
+        };
+        // 13. deadline
+        let config = routed.config();
+        let remaining = origin
+            .deadline
+            .map(|d| d.saturating_sub(origin.started.elapsed()));
+        let deadline_exceeded = |sent| CallError::DeadlineExceeded {
+            server: routed.server.clone(),
+            tool: routed.target.clone(),
+            after: origin.started.elapsed(),
+            sent,
+        };
+        if remaining.is_some_and(|r| r.is_zero()) {
+            // Sending now would let the server act while the caller is
+            // told DEADLINE_EXCEEDED: nothing is sent.
+            return Err(deadline_exceeded(false));
+        }
+        let timeout = remaining
+            .unwrap_or_else(|| operation.default_timeout(&routed))
+            .min(config.max_call_timeout);
+        // What the caller answers, within what the server's tools may ask.
+        let allowed = InputKinds {
+            form: config.input.form,
+            url: config.input.url,
+            sampling: config.input.sampling,
+        };
+        let accepts = input.map_or(InputKinds::default(), |i| i.accepts.and(allowed));
+        // 14. send
+        reached.sent = true;
+        let sending = Sending {
+            routed: &routed,
+            session: &session,
+            arguments,
+            timeout,
+            accepts,
+            answered,
+            round,
+            binding: binding.as_ref(),
+            audited,
+            calls,
+            origin,
+        };
+        let upstream_started = Instant::now();
+        let result = operation.send(sending).await?;
+        if let Some(tool) = &reached.tool_series {
+            tool.upstream_finished(upstream_started.elapsed().as_secs_f64());
+        }
+        // 15. answer
+        let result = match &binding {
+            Some(binding) => rounds::not_accepted(result, &calls.metrics, binding)?,
+            None => result,
+        };
+        let upstream = match result {
+            Ok(upstream) => upstream,
+            Err(UpstreamError::Timeout(_))
+                if remaining.is_some_and(|r| r <= config.max_call_timeout) =>
+            {
+                return Err(deadline_exceeded(true));
+            }
+            Err(error) => {
+                if matches!(error, UpstreamError::Closed) || error.is_credential_failure() {
+                    // The session was gone, or no token could be had,
+                    // before the request left: nothing was sent.
+                    reached.sent = false;
+                }
+                return Err(operation.failure(&routed, origin, error));
+            }
+        };
+        // 16. outcome
+        let outcome = match upstream {
+            Upstream::Complete(result) => Outcome::Done(match &guard {
+                Some(guard) => guard.response(result, reached).await?,
+                None => result,
+            }),
+            Upstream::InputRequired(asked) => {
+                let binding = binding.as_ref().ok_or_else(|| {
+                    routed.upstream(UpstreamError::Protocol(
+                        "questions where none can be asked".to_owned(),
+                    ))
+                })?;
+                let round = rounds::Handing {
+                    keys: &calls.request_keys,
+                    metrics: &calls.metrics,
+                    binding,
+                    server: config,
+                    accepts,
+                    number: round,
+                };
+                Outcome::Questions(round.hand_out(asked, audited, |reason| {
+                    routed.upstream(UpstreamError::Protocol(reason))
+                })?)
+            }
+            Upstream::Task(created) => Outcome::Task(Box::new(
+                operation
+                    .task(&routed, &session, created, calls, origin)
+                    .await?,
+            )),
+        };
+        // 17. reply
+        let reply = R::encode(outcome, &routed.server)
+            .map_err(|e| routed.upstream(UpstreamError::Protocol(e.0)))?;
+        let size = reply.encoded_len();
+        if size > limits.max_message_bytes {
+            return Err(CallError::ResponseTooLarge {
+                server: routed.server.clone(),
+                tool: routed.target.clone(),
+                size,
+                limit: limits.max_message_bytes,
+            });
+        }
+        Ok(reply)
+    }
+}
+
+/// Whether `session`'s server declared `feature`.
+fn supports(session: &Session, feature: Feature) -> bool {
+    let capabilities = session.server_capabilities();
+    match feature {
+        Feature::Prompts => capabilities.prompts.is_some(),
+        Feature::Resources => capabilities.resources.is_some(),
+        Feature::Completions => capabilities.completions.is_some(),
+        Feature::Subscriptions => capabilities
+            .resources
+            .as_ref()
+            .is_some_and(|r| r.subscribe == Some(true)),
+    }
+}
+
+/// A slot of the server's concurrency limit, when it has one (a bounded
+/// wait, as for the tenant's).
+async fn server_slot<E>(
+    routed: &Routed<E>,
+) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, CallError> {
+    let Some(limit) = routed.tenant.server_limit(routed.index) else {
+        return Ok(None);
+    };
+    limit
+        .acquire(routed.tenant.limiter.queue_timeout())
+        .await
+        .map(Some)
+        .ok_or_else(|| {
+            CallError::Shed(
+                crate::registry::limits::Shed::ServerConcurrency(limit.limit()),
+                Some(routed.server.clone()),
+            )
+        })
+}
