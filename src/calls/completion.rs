@@ -79,14 +79,15 @@ impl Operation for CompletionAsk {
         }
     }
 
-    fn audited_arguments(&self) -> Option<String> {
+    fn audited_arguments(&self) -> Option<std::borrow::Cow<'_, str>> {
         Some(
             serde_json::json!({
                 "argument": self.argument,
                 "value": self.value,
                 "context": self.context,
             })
-            .to_string(),
+            .to_string()
+            .into(),
         )
     }
 

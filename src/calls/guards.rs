@@ -14,6 +14,7 @@ use super::Origin;
 use super::error::CallError;
 use super::pipeline::{Reached, Routed};
 use crate::credentials::Redaction;
+use crate::guards::Phase;
 use crate::pb::guard as wire;
 use crate::telemetry::{Metrics, trace};
 use crate::upstream::Session;
@@ -58,6 +59,8 @@ pub(super) struct Guarding<'a> {
     name: &'a str,
     definition_hash: &'a str,
     origin: &'a Origin,
+    /// toolgate's id of the call, the same in every check of the call.
+    call_id: String,
     redaction: Redaction,
     metrics: &'a Arc<Metrics>,
     max_argument_bytes: usize,
@@ -77,14 +80,23 @@ impl<'a> Guarding<'a> {
         metrics: &'a Arc<Metrics>,
     ) -> Self {
         let limits = routed.tenant.limits();
+        let chain = routed.tenant.guards(routed.index);
+        let asks = !chain.skips(Phase::Request) || !chain.skips(Phase::Response);
         Self {
-            chain: routed.tenant.guards(routed.index),
             kind,
             server: &routed.server,
             upstream_name: &routed.upstream_name,
             name: &routed.target.name,
             definition_hash: &routed.definition_hash,
             origin,
+            // In the call's span: its trace id when it is traced (none
+            // made for a call no guard is asked about).
+            call_id: if asks {
+                call_id(&tracing::Span::current(), &origin.trace)
+            } else {
+                String::new()
+            },
+            chain,
             redaction: session.redaction().clone(),
             metrics,
             max_argument_bytes: limits.max_argument_bytes,
@@ -108,8 +120,7 @@ impl<'a> Guarding<'a> {
                 upstream_name: self.upstream_name.to_owned(),
                 definition_hash: self.definition_hash.to_owned(),
             },
-            // In the call's span: its trace id when it is traced.
-            call_id: call_id(&tracing::Span::current(), &self.origin.trace),
+            call_id: self.call_id.clone(),
             trace: trace_fields(&self.origin.trace),
             redact: &redact,
             metrics: self.metrics,
@@ -132,7 +143,7 @@ impl<'a> Guarding<'a> {
         arguments: JsonObject,
         reached: &mut Reached,
     ) -> Result<JsonObject, CallError> {
-        if self.chain.skips(crate::guards::Phase::Request) {
+        if self.chain.skips(Phase::Request) {
             return Ok(arguments);
         }
         let checked = self
@@ -161,7 +172,7 @@ impl<'a> Guarding<'a> {
         result: T,
         reached: &mut Reached,
     ) -> Result<T, CallError> {
-        if self.chain.skips(crate::guards::Phase::Response) {
+        if self.chain.skips(Phase::Response) {
             return Ok(result);
         }
         self.with_info(async |info| {

@@ -101,7 +101,7 @@ pub struct Origin {
     /// (`InvokeTool`, `GetPrompt`, ...).
     pub rpc: &'static str,
     /// The caller's address, for the audit record.
-    pub peer: Option<String>,
+    pub peer: Option<std::net::SocketAddr>,
     /// The caller's W3C trace context (`traceparent`, `tracestate`).
     pub trace: Vec<(String, String)>,
 }

@@ -164,6 +164,37 @@ pub(crate) struct Reached {
     pub(crate) tool_series: Option<Arc<ToolCalls>>,
 }
 
+impl From<crate::upstream::CallOutcome> for Upstream<rmcp::model::CallToolResult> {
+    fn from(outcome: crate::upstream::CallOutcome) -> Self {
+        use crate::upstream::CallOutcome;
+        match outcome {
+            CallOutcome::Complete(result) => Self::Complete(result),
+            CallOutcome::InputRequired(asked) => Self::InputRequired(asked),
+            CallOutcome::Task(created) => Self::Task(created),
+        }
+    }
+}
+
+impl From<crate::upstream::PromptOutcome> for Upstream<rmcp::model::GetPromptResult> {
+    fn from(outcome: crate::upstream::PromptOutcome) -> Self {
+        use crate::upstream::PromptOutcome;
+        match outcome {
+            PromptOutcome::Complete(result) => Self::Complete(result),
+            PromptOutcome::InputRequired(asked) => Self::InputRequired(asked),
+        }
+    }
+}
+
+impl From<crate::upstream::resources::ReadOutcome> for Upstream<rmcp::model::ReadResourceResult> {
+    fn from(outcome: crate::upstream::resources::ReadOutcome) -> Self {
+        use crate::upstream::resources::ReadOutcome;
+        match outcome {
+            ReadOutcome::Complete(result) => Self::Complete(result),
+            ReadOutcome::InputRequired(asked) => Self::InputRequired(asked),
+        }
+    }
+}
+
 /// What the send step hands an operation.
 pub(crate) struct Sending<'a, E> {
     /// Where the call goes.
@@ -188,6 +219,36 @@ pub(crate) struct Sending<'a, E> {
     pub(crate) calls: &'a Calls,
     /// Who asks.
     pub(crate) origin: &'a Origin,
+}
+
+impl<E> Sending<'_, E> {
+    /// A retry's `inputResponses` and the server's `requestState`, taken
+    /// for the upstream request.
+    pub(crate) fn take_answers(&mut self) -> (Option<rmcp::model::InputResponses>, Option<String>) {
+        match self.answered.take() {
+            Some((responses, state)) => (Some(responses), state),
+            None => (None, None),
+        }
+    }
+}
+
+/// An upstream failure of the call `routed` as its error (step 15): a
+/// subject that must consent gets the URL, a state store that is down is
+/// retryable, anything else is the server's failure.
+pub(crate) fn failure_of<E>(
+    routed: &Routed<E>,
+    origin: &Origin,
+    error: UpstreamError,
+) -> CallError {
+    super::session::failure(
+        &routed.tenant,
+        routed.index,
+        &routed.server,
+        &routed.target,
+        &origin.subject,
+        error,
+        routed.idempotent,
+    )
 }
 
 /// One kind of operation: what it supplies to the pipeline.
@@ -217,7 +278,7 @@ pub(crate) trait Operation: Send + Sync + Sized {
     fn describe(&self, record: &mut crate::audit::Record, tenant: &Tenant);
 
     /// The arguments whose digest the record keeps (`None`: none).
-    fn audited_arguments(&self) -> Option<String>;
+    fn audited_arguments(&self) -> Option<std::borrow::Cow<'_, str>>;
 
     /// Step 1: the request's own shape.
     fn check(&self) -> Result<(), CallError>;
@@ -295,15 +356,7 @@ pub(crate) trait Operation: Send + Sync + Sized {
         origin: &Origin,
         error: UpstreamError,
     ) -> CallError {
-        super::session::failure(
-            &routed.tenant,
-            routed.index,
-            &routed.server,
-            &routed.target,
-            &origin.subject,
-            error,
-            routed.idempotent,
-        )
+        failure_of(routed, origin, error)
     }
 
     /// Step 16: the task a call became (tool calls that accept one).
@@ -330,11 +383,7 @@ pub(crate) async fn run<O: Operation, R: Reply<O::Output>>(
 ) -> Result<R, CallError> {
     let tenant = origin.tenant.clone();
     let started = origin.started;
-    let mut audited = AuditedCall::of(
-        &calls.audit,
-        &origin,
-        operation.audited_arguments().as_deref(),
-    );
+    let mut audited = AuditedCall::of(&calls.audit, &origin, || operation.audited_arguments());
     audited.describe(|record| operation.describe(record, &tenant));
     let meter = Meter::new::<O>(calls, &tenant.name, origin.rpc);
     let Some(_entered) = calls.drain.enter() else {

@@ -13,7 +13,7 @@ use super::viewer::Viewer;
 use crate::catalog::{Catalog, CatalogPrompt, ServerState};
 use crate::pb::guard::TargetKind;
 use crate::registry::{Resolved, Tenant};
-use crate::upstream::{PromptOutcome, PromptRequest, UpstreamError};
+use crate::upstream::{PromptRequest, UpstreamError};
 
 /// One prompt to render.
 #[derive(Debug, Default)]
@@ -89,8 +89,12 @@ impl Operation for PromptGet {
         record.prompt = Some(quoted(&self.name).into_owned());
     }
 
-    fn audited_arguments(&self) -> Option<String> {
-        Some(serde_json::Value::Object(self.arguments.clone()).to_string())
+    fn audited_arguments(&self) -> Option<std::borrow::Cow<'_, str>> {
+        Some(
+            serde_json::to_string(&self.arguments)
+                .unwrap_or_default()
+                .into(),
+        )
     }
 
     fn check(&self) -> Result<(), CallError> {
@@ -170,10 +174,8 @@ impl Operation for PromptGet {
         &self,
         sending: Sending<'_, ()>,
     ) -> Result<Result<Upstream<GetPromptResult>, UpstreamError>, CallError> {
-        let (input_responses, request_state) = match sending.answered {
-            Some((responses, state)) => (Some(responses), state),
-            None => (None, None),
-        };
+        let mut sending = sending;
+        let (input_responses, request_state) = sending.take_answers();
         let get = PromptRequest {
             name: sending.routed.upstream_name.clone(),
             arguments: sending.arguments,
@@ -183,14 +185,7 @@ impl Operation for PromptGet {
             request_state,
             inherited_trace: sending.origin.trace.clone(),
         };
-        Ok(sending
-            .session
-            .get_prompt(&get)
-            .await
-            .map(|outcome| match outcome {
-                PromptOutcome::Complete(result) => Upstream::Complete(result),
-                PromptOutcome::InputRequired(asked) => Upstream::InputRequired(asked),
-            }))
+        Ok(sending.session.get_prompt(&get).await.map(Upstream::from))
     }
 }
 

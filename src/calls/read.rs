@@ -12,7 +12,7 @@ use super::rounds::{InputFields, Method};
 use crate::calls::classify::jsonrpc::{INVALID_PARAMS, RESOURCE_NOT_FOUND};
 use crate::pb::guard::TargetKind;
 use crate::policy::{ResourceUri, UriError};
-use crate::upstream::resources::{ReadOutcome, ReadRequest};
+use crate::upstream::resources::ReadRequest;
 use crate::upstream::{Session, UpstreamError};
 
 /// The longest URI an audit record keeps.
@@ -77,7 +77,7 @@ impl Operation for ResourceRead {
         record.uri = Some(bounded(&tenant.redactor().redact(uri)));
     }
 
-    fn audited_arguments(&self) -> Option<String> {
+    fn audited_arguments(&self) -> Option<std::borrow::Cow<'_, str>> {
         None
     }
 
@@ -161,10 +161,8 @@ impl Operation for ResourceRead {
         &self,
         sending: Sending<'_, ()>,
     ) -> Result<Result<Upstream<ReadResourceResult>, UpstreamError>, CallError> {
-        let (input_responses, request_state) = match sending.answered {
-            Some((responses, state)) => (Some(responses), state),
-            None => (None, None),
-        };
+        let mut sending = sending;
+        let (input_responses, request_state) = sending.take_answers();
         let read = ReadRequest {
             uri: sending.routed.upstream_name.clone(),
             timeout: sending.timeout,
@@ -177,10 +175,7 @@ impl Operation for ResourceRead {
             .session
             .read_resource(&read)
             .await
-            .map(|outcome| match outcome {
-                ReadOutcome::Complete(result) => Upstream::Complete(result),
-                ReadOutcome::InputRequired(asked) => Upstream::InputRequired(asked),
-            }))
+            .map(Upstream::from))
     }
 
     /// No such resource (-32002; or -32602, which 2026-07-28 servers
@@ -196,15 +191,7 @@ impl Operation for ResourceRead {
                 uri: routed.target.name.clone(),
             };
         }
-        super::session::failure(
-            &routed.tenant,
-            routed.index,
-            &routed.server,
-            &routed.target,
-            &origin.subject,
-            error,
-            true,
-        )
+        super::pipeline::failure_of(routed, origin, error)
     }
 }
 

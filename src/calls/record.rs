@@ -54,19 +54,24 @@ impl Progress<'static> {
 }
 
 impl AuditedCall {
-    /// The record of a call of `origin`'s, with the digest of
-    /// `arguments_json` (`None`: no arguments kept). What it is about
+    /// The record of a call of `origin`'s, with the digest of the
+    /// arguments `arguments_json` gives (`None`: no arguments kept; not
+    /// asked when the trail is disabled). What it is about
     /// (`tool`, `uri`, `prompt`, ...) is set with [`AuditedCall::describe`].
-    pub(crate) fn of(audit: &Audit, origin: &Origin, arguments_json: Option<&str>) -> Self {
+    pub(crate) fn of<'a>(
+        audit: &Audit,
+        origin: &Origin,
+        arguments_json: impl FnOnce() -> Option<std::borrow::Cow<'a, str>>,
+    ) -> Self {
         let record = audit.is_enabled().then(|| {
             let mut record = Record::new(RecordKind::Call, Outcome::Cancelled);
             record.rpc = Some(origin.rpc.to_owned());
             record.tenant = Some(origin.tenant.name.clone());
             record.subject = origin.subject.id().map(|_| origin.subject.key().to_owned());
             record.caller = Some(CallerRecord::from(&origin.caller.identity));
-            record.peer.clone_from(&origin.peer);
-            if let Some(arguments_json) = arguments_json {
-                record.arguments = audit.arguments(arguments_json, || origin.tenant.redactor());
+            record.peer = origin.peer.map(|a| a.to_string());
+            if let Some(arguments_json) = arguments_json() {
+                record.arguments = audit.arguments(&arguments_json, || origin.tenant.redactor());
             }
             record.trace_id = origin
                 .trace

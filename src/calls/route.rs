@@ -279,24 +279,7 @@ pub(crate) fn token_failure(
     subject: &crate::callers::Subject,
     error: UpstreamError,
 ) -> CallError {
-    match error {
-        UpstreamError::AuthorizationRequired { url } => CallError::AuthorizationRequired {
-            server: server.to_owned(),
-            tool: (tool.to_owned()).into(),
-            subject: subject.key().to_owned(),
-            url,
-        },
-        UpstreamError::StateUnavailable(reason) => CallError::StateUnavailable {
-            server: server.to_owned(),
-            reason,
-        },
-        error => CallError::Upstream {
-            server: server.to_owned(),
-            tool: (tool.to_owned()).into(),
-            error,
-            idempotent: false,
-        },
-    }
+    super::session::unsent_failure(server, &tool.into(), subject, error, false)
 }
 
 /// Refuses the call when the caller pinned a definition or catalog version

@@ -60,16 +60,29 @@ pub(crate) fn failure(
     error: UpstreamError,
     idempotent: bool,
 ) -> CallError {
+    if let UpstreamError::AuthorizationRequired { url } = &error {
+        tenant.remember_consent_url(index, subject, url);
+    }
+    unsent_failure(server, target, subject, error, idempotent)
+}
+
+/// [`failure`] without remembering a consent URL: a subject that must
+/// consent gets the URL, a state store that is down is retryable, anything
+/// else is the server's failure.
+pub(crate) fn unsent_failure(
+    server: &str,
+    target: &Target,
+    subject: &Subject,
+    error: UpstreamError,
+    idempotent: bool,
+) -> CallError {
     match error {
-        UpstreamError::AuthorizationRequired { url } => {
-            tenant.remember_consent_url(index, subject, &url);
-            CallError::AuthorizationRequired {
-                server: server.to_owned(),
-                tool: target.clone(),
-                subject: subject.key().to_owned(),
-                url,
-            }
-        }
+        UpstreamError::AuthorizationRequired { url } => CallError::AuthorizationRequired {
+            server: server.to_owned(),
+            tool: target.clone(),
+            subject: subject.key().to_owned(),
+            url,
+        },
         UpstreamError::StateUnavailable(reason) => CallError::StateUnavailable {
             server: server.to_owned(),
             reason,

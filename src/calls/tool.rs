@@ -18,7 +18,7 @@ use super::{Calls, LIST_SETTLE_WAIT, Origin, tasks};
 use crate::catalog::Catalog;
 use crate::pb::guard::TargetKind;
 use crate::registry::{Resolved, SessionUnavailable};
-use crate::upstream::{CallOutcome, CallRequest, InputSink, Session, UpstreamError};
+use crate::upstream::{CallRequest, InputSink, Session, UpstreamError};
 
 /// Where a call's progress notifications go.
 pub type ProgressSink = tokio::sync::mpsc::Sender<rmcp::model::ProgressNotificationParam>;
@@ -122,8 +122,8 @@ impl Operation for ToolCall {
         record.tool = Some(quoted(&self.name).into_owned());
     }
 
-    fn audited_arguments(&self) -> Option<String> {
-        Some(self.arguments_json.clone())
+    fn audited_arguments(&self) -> Option<std::borrow::Cow<'_, str>> {
+        Some(self.arguments_json.as_str().into())
     }
 
     fn check(&self) -> Result<(), CallError> {
@@ -311,11 +311,7 @@ impl Operation for ToolCall {
         let result = asking
             .call(session, &mut call, self.sinks.asker.clone())
             .await?;
-        Ok(result.map(|outcome| match outcome {
-            CallOutcome::Complete(result) => Upstream::Complete(result),
-            CallOutcome::InputRequired(asked) => Upstream::InputRequired(asked),
-            CallOutcome::Task(created) => Upstream::Task(created),
-        }))
+        Ok(result.map(Upstream::from))
     }
 
     async fn task(

@@ -105,7 +105,7 @@ impl Gateway {
             deadline: Origin::deadline_of(caller_timeout(request)),
             started: std::time::Instant::now(),
             rpc,
-            peer: request.remote_addr().map(|a| a.to_string()),
+            peer: request.remote_addr(),
             trace: trace::caller_context(request.metadata()),
         }
     }

@@ -55,7 +55,7 @@ pub(super) async fn start(
     let record = |event: &'static str| {
         let mut origin = gateway.origin(&request, tenant.clone(), "WatchResource");
         origin.started = started;
-        let mut audited = AuditedCall::of(gateway.calls.audit(), &origin, None);
+        let mut audited = AuditedCall::of(gateway.calls.audit(), &origin, || None);
         audited.describe(|record| {
             record.event = Some(event.to_owned());
             record.uri = Some(
