@@ -12,7 +12,7 @@ use serde::de::DeserializeOwned;
 
 use super::Origin;
 use super::error::CallError;
-use super::pipeline::{Reached, Routed};
+use super::routed::{Reached, Routed};
 use crate::credentials::Redaction;
 use crate::guards::Phase;
 use crate::pb::guard as wire;

@@ -23,6 +23,7 @@ mod read;
 mod record;
 pub mod rounds;
 mod route;
+mod routed;
 pub(crate) mod session;
 pub mod tasks;
 mod tool;

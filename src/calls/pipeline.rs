@@ -42,15 +42,15 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tracing::Instrument;
 
-use super::error::{CallError, Feature, Target};
+use super::error::{CallError, Feature};
 pub use super::record::Recorded;
 use super::record::{AuditedCall, Progress};
 use super::rounds::{self, Binding, InputFields, Method, Questions};
+pub(crate) use super::routed::{Reached, Routed};
 use super::{Calls, Origin, classify, guards};
-use crate::config::ServerConfig;
 use crate::pb::guard::TargetKind;
 use crate::registry::Tenant;
-use crate::telemetry::metrics::{TenantCalls, ToolCalls};
+use crate::telemetry::metrics::TenantCalls;
 use crate::telemetry::trace;
 use crate::upstream::{InputKinds, Session, UpstreamError};
 
@@ -100,68 +100,6 @@ pub(crate) enum Upstream<T> {
     InputRequired(InputRequiredResult),
     /// A task the call became (tool calls that accept one).
     Task(CreateTaskResult),
-}
-
-/// Where an operation resolved to: what the steps after resolving share.
-pub(crate) struct Routed<E> {
-    /// The tenant object that built the catalog the call routes by.
-    pub(crate) tenant: Arc<Tenant>,
-    /// The server's index in that tenant's configuration.
-    pub(crate) index: usize,
-    /// The server's configured name.
-    pub(crate) server: String,
-    /// What the server is asked for: the upstream tool or prompt name, the
-    /// resource URI or template in normal form.
-    pub(crate) upstream_name: String,
-    /// What the caller named (for errors and metric labels).
-    pub(crate) target: Target,
-    /// The definition hash of the tool or prompt (`""`: none).
-    pub(crate) definition_hash: String,
-    /// Whether a retry is safe: a tool annotated `idempotentHint: true`,
-    /// and every read, prompt and completion (they change nothing).
-    pub(crate) idempotent: bool,
-    /// What the kind keeps besides.
-    pub(crate) kind: E,
-}
-
-impl<E> Routed<E> {
-    /// The server's configuration.
-    pub(crate) fn config(&self) -> &ServerConfig {
-        self.tenant.server(self.index)
-    }
-
-    /// The server's failure of this call.
-    pub(crate) fn upstream(&self, error: UpstreamError) -> CallError {
-        CallError::Upstream {
-            server: self.server.clone(),
-            tool: self.target.clone(),
-            error,
-            idempotent: self.idempotent,
-        }
-    }
-}
-
-/// How far a call got: what its record, its metrics and a shutdown's
-/// status say of it.
-#[derive(Default)]
-pub(crate) struct Reached {
-    /// The server the target resolved to (or whose namespace it is in).
-    pub(crate) server: Option<String>,
-    /// The target's definition hash.
-    pub(crate) definition_hash: Option<String>,
-    /// Whether a retry is safe.
-    pub(crate) idempotent: bool,
-    /// Whether the request was handed to the upstream session.
-    pub(crate) sent: bool,
-    /// What the guards did, in order.
-    pub(crate) guards: Vec<crate::guards::Acted>,
-    /// The arguments sent upstream when a guard replaced them.
-    pub(crate) replaced_arguments: Option<String>,
-    /// The tenant's call series (tool calls).
-    pub(crate) series: Option<Arc<TenantCalls>>,
-    /// The series of the tool a call resolved to (only then is the name
-    /// a label value).
-    pub(crate) tool_series: Option<Arc<ToolCalls>>,
 }
 
 impl From<crate::upstream::CallOutcome> for Upstream<rmcp::model::CallToolResult> {
