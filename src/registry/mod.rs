@@ -37,9 +37,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use oauth::OAuthContext;
-pub use tenant::{
-    Busy, CONSENT_URL_REUSE, ConsentState, Resolved, SessionUnavailable, Tenant, Unresolved,
-};
+pub use slot::CONSENT_URL_REUSE;
+pub use tenant::{Busy, ConsentState, Resolved, SessionUnavailable, Tenant, Unresolved};
 
 pub use watches::WatchPermit;
 
