@@ -17,7 +17,7 @@
 //! window behind it each time (PostgreSQL sequence values can commit out of
 //! order), skipping the changes it has seen. A change to a tenant that is
 //! not loaded only clears the cache of unknown tokens; a loaded one is
-//! loaded again ([`Registry::refresh`]).
+//! loaded again ([`StoredTenants::refresh`](super::store::StoredTenants::refresh)).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -220,7 +220,7 @@ impl Follower {
         let how = Refresh::Changed {
             version: Some(change.version),
         };
-        match self.registry.refresh(&change.tenant, how).await {
+        match store.refresh(&self.registry, &change.tenant, how).await {
             Ok(_) => {
                 let now_ms = SystemTime::now()
                     .duration_since(UNIX_EPOCH)
@@ -240,7 +240,8 @@ impl Follower {
     /// loads again those that differ (removing those gone); with
     /// `revalidate`, every loaded tenant is validated again.
     async fn resync(&mut self, revalidate: bool) {
-        let Some(store) = self.registry.store_tenants() else {
+        let registry = self.registry.clone();
+        let Some(store) = registry.store_tenants() else {
             return;
         };
         self.resync_due = false;
@@ -266,7 +267,7 @@ impl Follower {
                     Some(v) => Refresh::Changed { version: Some(*v) },
                     None => Refresh::Changed { version: Some(0) },
                 };
-                if let Err(error) = self.registry.refresh(name, how).await {
+                if let Err(error) = store.refresh(&registry, name, how).await {
                     self.down(&error);
                     self.resync_due = true;
                     return;

@@ -37,13 +37,13 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use oauth::OAuthContext;
-pub use tenant::{
-    Busy, CONSENT_URL_REUSE, ConsentState, Resolved, SessionUnavailable, Tenant, Unresolved,
-};
+pub use slot::CONSENT_URL_REUSE;
+pub use tenant::{Busy, ConsentState, Resolved, SessionUnavailable, Tenant, Unresolved};
 
 pub use watches::WatchPermit;
 
 use slot::Slot;
+use store::StoredTenants;
 use tenant::Publication;
 
 use crate::callers::TokenTable;
@@ -210,7 +210,7 @@ pub struct Registry {
     /// streams) re-check their callers at each.
     applied: tokio::sync::watch::Sender<u64>,
     /// The state store's tenants, once served ([`Registry::serve_store_tenants`]).
-    store: std::sync::OnceLock<store::StoreTenants>,
+    store: std::sync::OnceLock<StoredTenants>,
     /// The configuration in force without its tenants, when `tenant_store`
     /// is configured: what store tenants are validated against.
     config: arc_swap::ArcSwapOption<Config>,
@@ -231,9 +231,12 @@ impl crate::callers::Directory for Arc<Registry> {
         if let Some(found) = self.authenticate(token) {
             return Ok(Some(found));
         }
+        let Some(store) = self.store.get() else {
+            return Ok(None);
+        };
         let digest = crate::callers::TokenDigest::of(token);
-        Ok(self
-            .store_by_token(&digest)
+        Ok(store
+            .by_token(self, &digest)
             .await?
             .map(|(tenant, index)| (tenant, crate::callers::Caller::static_token(index))))
     }
@@ -268,7 +271,10 @@ impl crate::callers::Directory for Arc<Registry> {
         if !self.generation.load().callers_name_tenants() {
             return Ok(None);
         }
-        self.store_tenant_named(name).await
+        match self.store.get() {
+            Some(store) => store.tenant_named(self, name).await,
+            None => Ok(None),
+        }
     }
 
     fn loaded_tenant_named(&self, name: &str) -> Option<Arc<Tenant>> {
@@ -356,6 +362,32 @@ impl Registry {
 
     fn current(&self) -> Arc<Generation> {
         self.generation.load_full()
+    }
+
+    /// Serves the tenants of the state store (`tenant_store` is
+    /// configured): they are loaded on first use. Called once, before
+    /// serving; later calls change nothing.
+    pub fn serve_store_tenants(&self, state: crate::state::StateStore) {
+        let _ = self.store.set(StoredTenants::new(state));
+    }
+
+    /// The state store's tenants, when served.
+    pub(super) fn store_tenants(&self) -> Option<&StoredTenants> {
+        self.store.get()
+    }
+
+    /// A loaded store tenant a token with this digest selects, and the
+    /// token's index.
+    fn loaded_by_digest(
+        &self,
+        digest: &crate::callers::TokenDigest,
+    ) -> Option<(Arc<Tenant>, usize)> {
+        self.store.get()?.by_digest(digest, self.spawner.now_ms())
+    }
+
+    /// The loaded store tenant named `name`.
+    fn loaded_named(&self, name: &str) -> Option<Arc<Tenant>> {
+        self.store.get()?.named(name, self.spawner.now_ms())
     }
 
     /// The tenant a bearer token selects, and the caller it proves (among
@@ -490,12 +522,13 @@ impl Registry {
             .store(Arc::new(Redactor::for_config(config)));
         // Tenants of other sources redact the new configuration's
         // credentials with their own (the ones built below already do).
-        for tenant in self
-            .current()
-            .tenants
-            .iter()
-            .chain(self.store_tenants_loaded().iter())
-        {
+        for tenant in self.current().tenants.iter().chain(
+            self.store
+                .get()
+                .map(StoredTenants::tenants)
+                .unwrap_or_default()
+                .iter(),
+        ) {
             tenant.refresh_redactor();
         }
         self.max_live
@@ -743,7 +776,11 @@ impl Registry {
             .iter()
             .flat_map(|t| t.slots.iter().cloned())
             .collect();
-        let store_slots = self.store_slots();
+        let store_slots = self
+            .store
+            .get()
+            .map(StoredTenants::slots)
+            .unwrap_or_default();
         slots.extend(store_slots.iter().map(|(_, slot)| slot.clone()));
         slots.extend(self.retired.lock().expect("retired lock").drain(..));
         let closing = slots
@@ -783,7 +820,9 @@ async fn reap(registry: Arc<Registry>) {
             }
         }
         reap_once(&registry);
-        registry.evict_idle_store_tenants();
+        if let Some(store) = registry.store.get() {
+            store.evict_idle(&registry);
+        }
     }
 }
 

@@ -5,18 +5,31 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use super::Tenant;
 use super::users::UserSessions;
 use crate::catalog::ServerPart;
 use crate::config::{Limits, ServerConfig};
 use crate::credentials::oauth::OAuthClient;
 use crate::registry::limits::Concurrency;
 use crate::upstream::Session;
+
+/// How long an authorization URL made for a `ListTools` view is shown again
+/// before a new one is made (its pending flow lives [`PENDING_TTL`]).
+///
+/// [`PENDING_TTL`]: crate::credentials::oauth::PENDING_TTL
+pub const CONSENT_URL_REUSE: Duration = Duration::from_secs(300);
+
+/// What a slot's state feeds: the tenant object that builds a catalog from
+/// its slots, rebuilt at every change of a slot's state. (A trait, so that
+/// slots know nothing of tenants: the tenant implements it.)
+pub(super) trait Republish: Send + Sync {
+    /// Builds and publishes the catalog again from the slots' states.
+    fn rebuild(&self);
+}
 
 /// The state of a slot's session.
 #[derive(Debug, Clone)]
@@ -50,7 +63,7 @@ pub(crate) struct Slot {
     pub(super) limit: Option<Concurrency>,
     state: Mutex<SlotState>,
     /// The tenant object whose catalog this slot feeds (replaced on reload).
-    owner: Mutex<Weak<Tenant>>,
+    owner: Mutex<Option<Weak<dyn Republish>>>,
     /// Stops the slot for good (shutdown, or the server was removed or
     /// changed by a reload).
     pub(super) stop: CancellationToken,
@@ -106,7 +119,7 @@ impl Slot {
             config,
             fingerprint: OnceLock::new(),
             state: Mutex::new(SlotState::Idle),
-            owner: Mutex::new(Weak::new()),
+            owner: Mutex::new(None),
             stop,
             activation: Mutex::new(None),
         }
@@ -155,8 +168,8 @@ impl Slot {
         for session in self.users.take_all() {
             tokio::spawn(async move { session.close().await });
         }
-        if let Some(tenant) = self.owner.lock().expect("slot lock").upgrade() {
-            tenant.rebuild();
+        if let Some(owner) = self.owner() {
+            owner.rebuild();
         }
     }
 
@@ -164,8 +177,20 @@ impl Slot {
         self.state.lock().expect("slot lock").clone()
     }
 
-    pub(super) fn set_owner(&self, tenant: &Arc<Tenant>) {
-        *self.owner.lock().expect("slot lock") = Arc::downgrade(tenant);
+    /// Makes `owner` the one this slot's state changes rebuild.
+    pub(super) fn set_owner<T: Republish + 'static>(&self, owner: &Arc<T>) {
+        let owner: Weak<T> = Arc::downgrade(owner);
+        let owner: Weak<dyn Republish> = owner;
+        *self.owner.lock().expect("slot lock") = Some(owner);
+    }
+
+    /// The owner, while it lives.
+    fn owner(&self) -> Option<Arc<dyn Republish>> {
+        self.owner
+            .lock()
+            .expect("slot lock")
+            .as_ref()
+            .and_then(Weak::upgrade)
     }
 
     /// Records a new state from the supervisor holding `supervisor` (its
@@ -186,9 +211,8 @@ impl Slot {
             }
             *current = state;
         }
-        let owner = self.owner.lock().expect("slot lock").upgrade();
-        if let Some(tenant) = owner {
-            tenant.rebuild();
+        if let Some(owner) = self.owner() {
+            owner.rebuild();
         }
     }
 
@@ -202,7 +226,7 @@ impl Slot {
     pub(super) fn consent_url(&self, subject: &str) -> Option<String> {
         let urls = self.consent_urls.lock().expect("slot lock");
         urls.get(subject)
-            .filter(|(_, made)| made.elapsed() < super::tenant::CONSENT_URL_REUSE)
+            .filter(|(_, made)| made.elapsed() < CONSENT_URL_REUSE)
             .map(|(url, _)| url.clone())
     }
 
@@ -210,7 +234,7 @@ impl Slot {
     pub(super) fn remember_consent_url(&self, subject: &str, url: &str) {
         let mut urls = self.consent_urls.lock().expect("slot lock");
         if urls.len() >= MAX_CONSENT_URLS {
-            urls.retain(|_, (_, made)| made.elapsed() < super::tenant::CONSENT_URL_REUSE);
+            urls.retain(|_, (_, made)| made.elapsed() < CONSENT_URL_REUSE);
             if urls.len() >= MAX_CONSENT_URLS {
                 urls.clear();
             }

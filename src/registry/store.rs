@@ -1,5 +1,7 @@
-//! Tenants of the state store in the registry: loaded on first use, kept
-//! in a bounded cache, evicted when idle, loaded again when they change.
+//! `StoredTenants`: the tenants of the state store in the registry, loaded
+//! on first use, kept in a bounded cache, evicted when idle, loaded again
+//! when they change. The registry holds it and hands it itself where a
+//! tenant object is built or retired.
 //!
 //! Nothing is read at start: a caller's unknown static token is looked up
 //! by digest (`tenant_for_token`), a JWT naming an unknown tenant by name
@@ -32,7 +34,7 @@ use crate::telemetry::metrics::LoadOutcome;
 const MAX_UNKNOWN: usize = 10_000;
 
 /// The state store's tenants loaded now, and what loads them.
-pub(crate) struct StoreTenants {
+pub(crate) struct StoredTenants {
     pub(super) state: StateStore,
     loaded: RwLock<Loaded>,
     /// Digests of tokens the store did not know (bounded).
@@ -42,9 +44,9 @@ pub(crate) struct StoreTenants {
     flights: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
-impl std::fmt::Debug for StoreTenants {
+impl std::fmt::Debug for StoredTenants {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("StoreTenants")
+        f.debug_struct("StoredTenants")
             .field("loaded", &self.read().tenants.len())
             .finish_non_exhaustive()
     }
@@ -95,7 +97,7 @@ pub(super) enum Found {
     Nothing,
 }
 
-impl StoreTenants {
+impl StoredTenants {
     pub(super) fn new(state: StateStore) -> Self {
         Self {
             state,
@@ -165,97 +167,81 @@ impl StoreTenants {
             flights.remove(name);
         }
     }
-}
 
-impl Registry {
-    /// Serves the tenants of the state store (`tenant_store` is
-    /// configured): they are loaded on first use. Called once, before
-    /// serving; later calls change nothing.
-    pub fn serve_store_tenants(&self, state: StateStore) {
-        let _ = self.store.set(StoreTenants::new(state));
-    }
-
-    /// The state store's tenants, when served.
-    pub(super) fn store_tenants(&self) -> Option<&StoreTenants> {
-        self.store.get()
-    }
-
-    /// A loaded store tenant a token with this digest selects, and the
-    /// token's index.
-    pub(super) fn loaded_by_digest(&self, digest: &TokenDigest) -> Option<(Arc<Tenant>, usize)> {
-        let store = self.store.get()?;
-        let loaded = store.read();
+    /// A loaded tenant a token with this digest selects, and the token's
+    /// index; marked used at `now_ms`.
+    pub(super) fn by_digest(
+        &self,
+        digest: &TokenDigest,
+        now_ms: u64,
+    ) -> Option<(Arc<Tenant>, usize)> {
+        let loaded = self.read();
         let (name, index) = loaded.tokens.get(digest.as_bytes())?;
         let entry = loaded.tenants.get(name)?;
-        entry.used.store(self.spawner.now_ms(), Ordering::Relaxed);
+        entry.used.store(now_ms, Ordering::Relaxed);
         Some((entry.tenant.clone(), *index))
     }
 
-    /// The loaded store tenant named `name`.
-    pub(super) fn loaded_named(&self, name: &str) -> Option<Arc<Tenant>> {
-        let store = self.store.get()?;
-        let loaded = store.read();
+    /// The loaded tenant named `name`; marked used at `now_ms`.
+    pub(super) fn named(&self, name: &str, now_ms: u64) -> Option<Arc<Tenant>> {
+        let loaded = self.read();
         let entry = loaded.tenants.get(name)?;
-        entry.used.store(self.spawner.now_ms(), Ordering::Relaxed);
+        entry.used.store(now_ms, Ordering::Relaxed);
         Some(entry.tenant.clone())
     }
 
-    /// The store tenant a static token selects, loading it on first use.
+    /// The tenant a static token selects, loading it on first use.
     ///
     /// # Errors
     /// The store cannot be reached.
-    pub(super) async fn store_by_token(
-        self: &Arc<Self>,
+    pub(super) async fn by_token(
+        &self,
+        registry: &Arc<Registry>,
         digest: &TokenDigest,
     ) -> Result<Option<(Arc<Tenant>, usize)>, CallerError> {
-        let Some(store) = self.store.get() else {
-            return Ok(None);
-        };
-        if let Some(found) = self.loaded_by_digest(digest) {
+        if let Some(found) = self.by_digest(digest, registry.spawner.now_ms()) {
             return Ok(Some(found));
         }
-        if store.is_unknown(digest) {
+        if self.is_unknown(digest) {
             return Ok(None);
         }
-        let owner = match store.state.tenant_for_token(digest).await {
+        let owner = match self.state.tenant_for_token(digest).await {
             Ok(owner) => owner,
             Err(error) => {
-                self.metrics.tenants().load(LoadOutcome::Unavailable);
+                registry.metrics.tenants().load(LoadOutcome::Unavailable);
                 return Err(unavailable(&error));
             }
         };
         let Some((name, _)) = owner else {
-            store.remember_unknown(digest);
+            self.remember_unknown(digest);
             return Ok(None);
         };
-        self.refresh(&name, Refresh::IfAbsent)
+        self.refresh(registry, &name, Refresh::IfAbsent)
             .await
             .map_err(|e| unavailable(&e))?;
         // The token index of the version loaded (the spec's tokens decide).
-        let found = self.loaded_by_digest(digest);
+        let found = self.by_digest(digest, registry.spawner.now_ms());
         if found.is_none() {
             // Its tenant is not served (shadowed, or its spec does not
             // validate here): not asked again until something changes.
-            store.remember_unknown(digest);
+            self.remember_unknown(digest);
         }
         Ok(found)
     }
 
-    /// The store tenant named `name`, loading it on first use.
+    /// The tenant named `name`, loading it on first use.
     ///
     /// # Errors
     /// The store cannot be reached.
-    pub(super) async fn store_tenant_named(
-        self: &Arc<Self>,
+    pub(super) async fn tenant_named(
+        &self,
+        registry: &Arc<Registry>,
         name: &str,
     ) -> Result<Option<Arc<Tenant>>, CallerError> {
-        if self.store.get().is_none() {
-            return Ok(None);
-        }
-        if let Some(tenant) = self.loaded_named(name) {
+        if let Some(tenant) = self.named(name, registry.spawner.now_ms()) {
             return Ok(Some(tenant));
         }
-        match self.refresh(name, Refresh::IfAbsent).await {
+        match self.refresh(registry, name, Refresh::IfAbsent).await {
             Ok(Found::Tenant(tenant)) => Ok(Some(tenant)),
             Ok(Found::Nothing) => Ok(None),
             Err(error) => Err(unavailable(&error)),
@@ -264,73 +250,71 @@ impl Registry {
 
     /// Loads tenant `name` from the store, or loads it again, as `how`
     /// says; one flight per name. A change to a loaded tenant applies like
-    /// a reload (unchanged servers keep their sessions); a tenant no longer
-    /// stored is removed (its sessions close, its callers are refused); a
-    /// spec that no longer validates is logged and counted, and the loaded
-    /// version kept.
+    /// a reload of `registry` (unchanged servers keep their sessions); a
+    /// tenant no longer stored is removed (its sessions close, its callers
+    /// are refused); a spec that no longer validates is logged and counted,
+    /// and the loaded version kept.
     ///
     /// # Errors
     /// The store cannot be reached (the loaded version, if any, is kept).
     pub(super) async fn refresh(
-        self: &Arc<Self>,
+        &self,
+        registry: &Arc<Registry>,
         name: &str,
         how: Refresh,
     ) -> Result<Found, StateError> {
-        let Some(store) = self.store.get() else {
-            return Ok(Found::Nothing);
-        };
-        let flight = store.flight(name);
+        let flight = self.flight(name);
         let result = {
             let _flying = flight.lock().await;
-            self.refresh_in_flight(store, name, how).await
+            self.refresh_in_flight(registry, name, how).await
         };
-        store.land(name, flight);
+        self.land(name, flight);
         if let Err(error) = &result {
-            self.metrics.tenants().load(LoadOutcome::Unavailable);
+            registry.metrics.tenants().load(LoadOutcome::Unavailable);
             tracing::warn!(tenant = %name, %error, "the tenant store cannot be reached to load a tenant");
         }
         result
     }
 
     async fn refresh_in_flight(
-        self: &Arc<Self>,
-        store: &StoreTenants,
+        &self,
+        registry: &Arc<Registry>,
         name: &str,
         how: Refresh,
     ) -> Result<Found, StateError> {
-        let loaded = store.version(name);
+        let loaded = self.version(name);
         match (how, loaded) {
             (Refresh::IfAbsent, Some(_)) => {
                 return Ok(self
-                    .loaded_named(name)
+                    .named(name, registry.spawner.now_ms())
                     .map_or(Found::Nothing, Found::Tenant));
             }
             (Refresh::Changed { .. } | Refresh::Revalidate, None) => return Ok(Found::Nothing),
             (Refresh::Changed { version: Some(v) }, Some(at)) if v != 0 && v <= at => {
                 return Ok(self
-                    .loaded_named(name)
+                    .named(name, registry.spawner.now_ms())
                     .map_or(Found::Nothing, Found::Tenant));
             }
             _ => {}
         }
-        let metrics = self.metrics.tenants();
-        if let Some(origin) = self.defined_outside_store(name) {
+        let metrics = registry.metrics.tenants();
+        if let Some(origin) = registry.defined_outside_store(name) {
             if loaded.is_some() {
                 tracing::warn!(tenant = %name, %origin, "a tenant of the state store is shadowed by a tenant defined elsewhere: it is no longer served from the store");
-                self.unload(store, name, true);
+                self.unload(registry, name, true);
             }
             metrics.load(LoadOutcome::NotFound);
             return Ok(Found::Nothing);
         }
-        let Some(stored) = store.state.get_tenant(name).await? else {
+        let Some(stored) = self.state.get_tenant(name).await? else {
             if loaded.is_some() {
                 tracing::info!(tenant = %name, "a tenant of the state store was deleted: removed");
-                self.unload(store, name, true);
+                self.unload(registry, name, true);
             }
             metrics.load(LoadOutcome::NotFound);
             return Ok(Found::Nothing);
         };
-        let Some(config) = self.store_config() else {
+        let Some(config) = registry.store_config() else {
             return Ok(Found::Nothing);
         };
         let validated = match TenantSpec::parse(&stored.spec, Some(name)) {
@@ -339,7 +323,7 @@ impl Registry {
                 let secrets = if references.is_empty() {
                     HashMap::new()
                 } else {
-                    store.state.secrets(name, &references).await?
+                    self.state.secrets(name, &references).await?
                 };
                 config.validate_tenant(
                     spec,
@@ -347,7 +331,7 @@ impl Registry {
                         stored: &secrets,
                         version: stored.version,
                     },
-                    self.spawner.env(),
+                    registry.spawner.env(),
                 )
             }
             Err(error) => Err(error),
@@ -366,14 +350,14 @@ impl Registry {
                 );
                 metrics.load(LoadOutcome::Invalid);
                 return Ok(self
-                    .loaded_named(name)
+                    .named(name, registry.spawner.now_ms())
                     .map_or(Found::Nothing, Found::Tenant));
             }
         };
-        let previous = store.read().tenants.get(name).map(|e| e.tenant.clone());
+        let previous = self.read().tenants.get(name).map(|e| e.tenant.clone());
         let mut kept = HashSet::new();
         let mut summary = ReloadSummary::default();
-        let tenant = self.build_tenant(
+        let tenant = registry.build_tenant(
             &tenant_config,
             previous.as_ref(),
             &config.limits,
@@ -386,7 +370,7 @@ impl Registry {
             .map(|t| *TokenDigest::of(t.expose()).as_bytes())
             .collect();
         let evicted = {
-            let mut loaded = store.write();
+            let mut loaded = self.write();
             remove_entry(&mut loaded, name);
             for (index, digest) in digests.iter().enumerate() {
                 loaded.tokens.insert(*digest, (name.to_owned(), index));
@@ -397,7 +381,7 @@ impl Registry {
                     tenant: tenant.clone(),
                     version: stored.version,
                     digests,
-                    used: AtomicU64::new(self.spawner.now_ms()),
+                    used: AtomicU64::new(registry.spawner.now_ms()),
                 },
             );
             let max = config
@@ -407,7 +391,7 @@ impl Registry {
             make_room(&mut loaded, max, name)
         };
         if let Some(previous) = &previous {
-            self.retire_tenant(previous, &kept, false, &mut summary);
+            registry.retire_tenant(previous, &kept, false, &mut summary);
             tracing::info!(
                 tenant = %name,
                 version = stored.version,
@@ -419,12 +403,12 @@ impl Registry {
         } else {
             tracing::debug!(tenant = %name, version = stored.version, "loaded a tenant of the state store");
         }
-        self.retire_evicted(evicted);
+        self.retire_evicted(registry, evicted);
         metrics.load(LoadOutcome::Ok);
-        metrics.set_store_loaded(store.read().tenants.len());
+        metrics.set_store_loaded(self.read().tenants.len());
         if previous.is_some() {
             // Long-lived streams re-check their callers.
-            self.applied.send_modify(|n| *n += 1);
+            registry.applied.send_modify(|n| *n += 1);
         }
         Ok(Found::Tenant(tenant))
     }
@@ -432,40 +416,38 @@ impl Registry {
     /// Removes loaded tenant `name`: its sessions close; when `removed`
     /// (deleted or shadowed, not merely evicted), its watchers end and
     /// long-lived streams re-check their callers.
-    pub(super) fn unload(self: &Arc<Self>, store: &StoreTenants, name: &str, removed: bool) {
-        let entry = remove_entry(&mut store.write(), name);
+    pub(super) fn unload(&self, registry: &Arc<Registry>, name: &str, removed: bool) {
+        let entry = remove_entry(&mut self.write(), name);
         if let Some(entry) = entry {
             let mut summary = ReloadSummary::default();
-            self.retire_tenant(&entry.tenant, &HashSet::new(), removed, &mut summary);
-            self.metrics
+            registry.retire_tenant(&entry.tenant, &HashSet::new(), removed, &mut summary);
+            registry
+                .metrics
                 .tenants()
-                .set_store_loaded(store.read().tenants.len());
+                .set_store_loaded(self.read().tenants.len());
             if removed {
-                self.applied.send_modify(|n| *n += 1);
+                registry.applied.send_modify(|n| *n += 1);
             }
         }
     }
 
-    fn retire_evicted(self: &Arc<Self>, evicted: Vec<Entry>) {
+    fn retire_evicted(&self, registry: &Arc<Registry>, evicted: Vec<Entry>) {
         if evicted.is_empty() {
             return;
         }
-        self.metrics.tenants().evicted(evicted.len());
+        registry.metrics.tenants().evicted(evicted.len());
         for entry in evicted {
             tracing::info!(tenant = %entry.tenant.name, "unloaded the least recently used tenant of the state store to make room (tenant_store.max_loaded)");
             let mut summary = ReloadSummary::default();
-            self.retire_tenant(&entry.tenant, &HashSet::new(), false, &mut summary);
+            registry.retire_tenant(&entry.tenant, &HashSet::new(), false, &mut summary);
         }
     }
 
     /// Unloads store tenants idle for their `idle_timeout` (no call in
     /// flight): the reaper's pass.
-    pub(super) fn evict_idle_store_tenants(self: &Arc<Self>) {
-        let Some(store) = self.store.get() else {
-            return;
-        };
-        let now = self.spawner.now_ms();
-        let idle: Vec<String> = store
+    pub(super) fn evict_idle(&self, registry: &Arc<Registry>) {
+        let now = registry.spawner.now_ms();
+        let idle: Vec<String> = self
             .read()
             .tenants
             .iter()
@@ -481,7 +463,7 @@ impl Registry {
         }
         let mut evicted = Vec::new();
         {
-            let mut loaded = store.write();
+            let mut loaded = self.write();
             for name in &idle {
                 // Checked again under the lock: a caller may have come.
                 let still_idle = loaded.tenants.get(name).is_some_and(|e| {
@@ -494,44 +476,39 @@ impl Registry {
                 }
             }
         }
-        self.metrics.tenants().evicted(evicted.len());
+        registry.metrics.tenants().evicted(evicted.len());
         for entry in evicted {
             tracing::info!(tenant = %entry.tenant.name, "unloaded an idle tenant of the state store");
             let mut summary = ReloadSummary::default();
-            self.retire_tenant(&entry.tenant, &HashSet::new(), false, &mut summary);
+            registry.retire_tenant(&entry.tenant, &HashSet::new(), false, &mut summary);
         }
-        self.metrics
+        registry
+            .metrics
             .tenants()
-            .set_store_loaded(store.read().tenants.len());
+            .set_store_loaded(self.read().tenants.len());
     }
 
-    /// Every loaded store tenant.
-    pub(super) fn store_tenants_loaded(&self) -> Vec<Arc<Tenant>> {
-        self.store.get().map_or_else(Vec::new, |store| {
-            store
-                .read()
-                .tenants
-                .values()
-                .map(|e| e.tenant.clone())
-                .collect()
-        })
+    /// Every loaded tenant.
+    pub(super) fn tenants(&self) -> Vec<Arc<Tenant>> {
+        self.read()
+            .tenants
+            .values()
+            .map(|e| e.tenant.clone())
+            .collect()
     }
 
-    /// Every slot of every loaded store tenant (closed at shutdown).
-    pub(super) fn store_slots(&self) -> Vec<(String, Arc<Slot>)> {
-        self.store.get().map_or_else(Vec::new, |store| {
-            store
-                .read()
-                .tenants
-                .values()
-                .flat_map(|e| {
-                    e.tenant
-                        .slots
-                        .iter()
-                        .map(|s| (e.tenant.name.clone(), s.clone()))
-                })
-                .collect()
-        })
+    /// Every slot of every loaded tenant (closed at shutdown).
+    pub(super) fn slots(&self) -> Vec<(String, Arc<Slot>)> {
+        self.read()
+            .tenants
+            .values()
+            .flat_map(|e| {
+                e.tenant
+                    .slots
+                    .iter()
+                    .map(|s| (e.tenant.name.clone(), s.clone()))
+            })
+            .collect()
     }
 }
 

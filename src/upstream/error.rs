@@ -189,9 +189,7 @@ impl UpstreamError {
             E::McpError(data) if super::stdio::too_large_limit(&data).is_some() => {
                 UpstreamError::TooLarge(super::stdio::too_large_limit(&data).unwrap_or_default())
             }
-            E::McpError(data) if super::tasks::requires_tasks(&data) => {
-                UpstreamError::TasksRequired
-            }
+            E::McpError(data) if requires_tasks(&data) => UpstreamError::TasksRequired,
             E::McpError(data) if data.code.0 == MISSING_REQUIRED_CLIENT_CAPABILITY => {
                 UpstreamError::MissingCapability {
                     required: required_capabilities(data.data.as_ref()),
@@ -254,7 +252,7 @@ fn from_transport(
     match http {
         H::ResponseBodyTooLarge { max_size } => UpstreamError::TooLarge(*max_size),
         H::HttpStatus(status) => http_status(status.status, "", redaction),
-        H::UnexpectedServerResponse(text) => match super::http::split_status(text) {
+        H::UnexpectedServerResponse(text) => match split_status(text) {
             Some((status, body)) => http_status(status, body, redaction),
             None => UpstreamError::Protocol(redaction.upstream_text(text)),
         },
@@ -377,6 +375,34 @@ fn required_capabilities(data: Option<&serde_json::Value>) -> Vec<String> {
     required
 }
 
+/// Whether a JSON-RPC error is the server's refusal of a call that did not
+/// declare the tasks extension: `-32021` (missing required client
+/// capability) whose `data.requiredCapabilities.extensions` names it.
+pub(super) fn requires_tasks(error: &rmcp::model::ErrorData) -> bool {
+    error.code == rmcp::model::ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY
+        && error
+            .data
+            .as_ref()
+            .and_then(|data| data.get("requiredCapabilities"))
+            .and_then(|required| required.get("extensions"))
+            .and_then(serde_json::Value::as_object)
+            .is_some_and(|extensions| extensions.contains_key(rmcp::model::TASKS_EXTENSION_ID))
+}
+
+/// The answer to an HTTP request that failed with an error status, as rmcp
+/// reports it (`HTTP 400 Bad Request: <body prefix>`): the status code and
+/// the body. `None` for any other text.
+pub(super) fn split_status(text: &str) -> Option<(u16, &str)> {
+    let rest = text.strip_prefix("HTTP ")?;
+    let code = rest.get(..3)?;
+    if !code.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let status = code.parse().ok()?;
+    let body = rest.split_once(": ").map_or("", |(_, body)| body);
+    Some((status, body))
+}
+
 #[cfg(test)]
 mod missing_capability_tests {
     use super::required_capabilities;
@@ -404,5 +430,52 @@ mod missing_capability_tests {
             ["io.modelcontextprotocol/tasks"]
         );
         assert_eq!(required_capabilities(None), ["unknown"]);
+    }
+}
+
+#[cfg(test)]
+mod classification_tests {
+    use rmcp::model::{ErrorCode, ErrorData, TASKS_EXTENSION_ID};
+    use serde_json::Value;
+
+    use super::*;
+
+    #[test]
+    fn only_a_refusal_naming_the_tasks_extension_requires_tasks() {
+        let refusal = |data: Value| {
+            ErrorData::new(
+                ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY,
+                "Tool 'slow_report' requires the tasks extension",
+                Some(data),
+            )
+        };
+        assert!(requires_tasks(&refusal(serde_json::json!({
+            "requiredCapabilities": {"extensions": {TASKS_EXTENSION_ID: {}}}
+        }))));
+        assert!(!requires_tasks(&refusal(serde_json::json!({
+            "requiredCapabilities": {"elicitation": {}}
+        }))));
+        let other = ErrorData::new(
+            ErrorCode::INVALID_PARAMS,
+            "x",
+            Some(serde_json::json!({
+                "requiredCapabilities": {"extensions": {TASKS_EXTENSION_ID: {}}}
+            })),
+        );
+        assert!(!requires_tasks(&other));
+    }
+
+    #[test]
+    fn split_status_reads_rmcps_error_text() {
+        assert_eq!(
+            split_status("HTTP 400 Bad Request: no such tool"),
+            Some((400, "no such tool"))
+        );
+        assert_eq!(
+            split_status("HTTP 418 <unknown status code>: "),
+            Some((418, ""))
+        );
+        assert_eq!(split_status("could not parse JSON response"), None);
+        assert_eq!(split_status("HTTP abc"), None);
     }
 }

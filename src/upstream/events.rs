@@ -24,7 +24,7 @@ pub struct SessionEvents {
     /// 3 KiB) is not held by the many sessions nobody watches.
     updated: std::sync::OnceLock<broadcast::Sender<String>>,
     /// The session's resource subscriptions, by URI (`WatchResource`).
-    subscriptions: super::subscriptions::Subscriptions,
+    subscriptions: super::watchers::Subscriptions,
 }
 
 impl Default for SessionEvents {
@@ -34,7 +34,7 @@ impl Default for SessionEvents {
             prompts: watch::Sender::new(0),
             resources: watch::Sender::new(0),
             updated: std::sync::OnceLock::new(),
-            subscriptions: super::subscriptions::Subscriptions::default(),
+            subscriptions: super::watchers::Subscriptions::default(),
         }
     }
 }
@@ -78,7 +78,7 @@ impl SessionEvents {
     }
 
     /// The session's resource subscriptions.
-    pub(super) fn subscriptions(&self) -> &super::subscriptions::Subscriptions {
+    pub(super) fn subscriptions(&self) -> &super::watchers::Subscriptions {
         &self.subscriptions
     }
 

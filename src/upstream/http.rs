@@ -8,8 +8,6 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::sync::{Arc, Weak};
-use std::time::Duration;
 
 use http::{HeaderName, HeaderValue};
 use rmcp::model::{ClientJsonRpcMessage, ClientRequest, JsonRpcMessage};
@@ -19,10 +17,11 @@ use rmcp::transport::streamable_http_client::{
 };
 
 use self::layer::{Attempt, Body, Headers, HttpError, HttpLayer, Layered, Request};
-use super::{Bearer, UpstreamError, error};
+use super::{Bearer, UpstreamError};
 use crate::config::{Reach, Secret, TlsTrust};
 use crate::credentials::Redaction;
 
+pub(super) mod client;
 pub(crate) mod layer;
 
 /// A session's Streamable HTTP transport.
@@ -42,12 +41,6 @@ fn ensure_crypto_provider() {
 /// [`MAX_UPSTREAM_TEXT`](crate::credentials::MAX_UPSTREAM_TEXT), so a
 /// credential that straddles the final cut is still recognised whole.
 const MAX_ERROR_BODY: usize = 4096;
-
-/// Idle connections kept per upstream host (shared by every session).
-const POOL_MAX_IDLE_PER_HOST: usize = 32;
-
-/// How long an idle pooled connection is kept.
-const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// Builds the transport for `url` with `headers`, checking an HTTPS
 /// server's certificate against `tls` (when set) instead of the system's
@@ -91,8 +84,8 @@ pub(super) fn transport(
             super::reach::client(tls, url.port_or_known_default().unwrap_or(443), allow)?
         }
         // Shared by every session with the same TLS trust.
-        (Reach::Any, None) => shared_client()?,
-        (Reach::Any, Some(tls)) => trusting_client(tls)?,
+        (Reach::Any, None) => client::shared_client()?,
+        (Reach::Any, Some(tls)) => client::trusting_client(tls)?,
     };
     let layer = TraceHeaders {
         redaction: redaction.clone(),
@@ -102,112 +95,6 @@ pub(super) fn transport(
         Layered::new(client, layer),
         config,
     ))
-}
-
-/// One HTTP client for every session of the process: its TLS roots,
-/// settings and connection pool are built once (per-session clients cost
-/// hundreds of KiB each, and could not share connections). Headers are per
-/// session, passed with every request.
-fn shared_client() -> Result<Arc<reqwest::Client>, UpstreamError> {
-    static CLIENT: std::sync::OnceLock<Result<Arc<reqwest::Client>, String>> =
-        std::sync::OnceLock::new();
-    CLIENT
-        .get_or_init(|| {
-            client_builder()
-                .build()
-                .map(Arc::new)
-                .map_err(|e| error::root_cause(&e))
-        })
-        .clone()
-        .map_err(|reason| {
-            UpstreamError::Transport(format!("cannot build the HTTP client: {reason}"))
-        })
-}
-
-/// The client of every session whose server trusts `tls`'s roots: one per
-/// distinct set of roots, shared (with its connection pool) by all the
-/// sessions that use it, and dropped with the last of them.
-fn trusting_client(tls: &TlsTrust) -> Result<Arc<reqwest::Client>, UpstreamError> {
-    type Clients = std::sync::Mutex<HashMap<[u8; 32], Weak<reqwest::Client>>>;
-    static CLIENTS: std::sync::OnceLock<Clients> = std::sync::OnceLock::new();
-    let clients = CLIENTS.get_or_init(Default::default);
-    // Poisoning cannot leave the map inconsistent (single inserts).
-    let mut clients = clients.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(client) = clients.get(&tls.digest()).and_then(Weak::upgrade) {
-        return Ok(client);
-    }
-    let client = Arc::new(build_client(client_builder(), Some(tls))?);
-    clients.retain(|_, client| client.strong_count() > 0);
-    clients.insert(tls.digest(), Arc::downgrade(&client));
-    Ok(client)
-}
-
-/// Builds a client from `builder` trusting `tls`'s roots only (the
-/// system's without).
-///
-/// # Errors
-/// The CA certificates cannot be used, or the client cannot be built.
-pub(super) fn build_client(
-    builder: reqwest::ClientBuilder,
-    tls: Option<&TlsTrust>,
-) -> Result<reqwest::Client, UpstreamError> {
-    let Some(tls) = tls else {
-        return builder.build().map_err(|e| {
-            UpstreamError::Transport(format!(
-                "cannot build the HTTP client: {}",
-                error::root_cause(&e)
-            ))
-        });
-    };
-    let mut roots = Vec::with_capacity(tls.roots().len());
-    for der in tls.roots() {
-        roots.push(reqwest::Certificate::from_der(der).map_err(|e| {
-            UpstreamError::Transport(format!(
-                "cannot use the CA certificates of {}: {}",
-                tls.ca_file().display(),
-                error::root_cause(&e)
-            ))
-        })?);
-    }
-    builder.tls_certs_only(roots).build().map_err(|e| {
-        UpstreamError::Transport(format!(
-            "cannot build the HTTP client trusting {}: {}",
-            tls.ca_file().display(),
-            error::root_cause(&e)
-        ))
-    })
-}
-
-/// The settings of every HTTP client of the gateway.
-pub(super) fn client_builder() -> reqwest::ClientBuilder {
-    reqwest::Client::builder()
-        // Redirects could carry the configured credentials elsewhere.
-        .redirect(reqwest::redirect::Policy::none())
-        // Keep connections (and their TLS sessions) for reuse: a call to an
-        // HTTPS upstream must not cost a new TCP and TLS handshake. hyper
-        // puts a connection back in the pool only once its response body
-        // was read to the end; a response dropped early (rmcp reads only a
-        // prefix of an error body) closes its connection instead, so no
-        // reused connection waits on unread bytes.
-        .pool_max_idle_per_host(POOL_MAX_IDLE_PER_HOST)
-        .pool_idle_timeout(POOL_IDLE_TIMEOUT)
-        // No Nagle: a request written in two segments (headers, body) must
-        // not wait for the server's delayed ACK.
-        .tcp_nodelay(true)
-}
-
-/// The answer to an HTTP request that failed with an error status, as rmcp
-/// reports it (`HTTP 400 Bad Request: <body prefix>`): the status code and
-/// the body. `None` for any other text.
-pub(super) fn split_status(text: &str) -> Option<(u16, &str)> {
-    let rest = text.strip_prefix("HTTP ")?;
-    let code = rest.get(..3)?;
-    if !code.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    let status = code.parse().ok()?;
-    let body = rest.split_once(": ").map_or("", |(_, body)| body);
-    Some((status, body))
 }
 
 /// The layer of a session's HTTP requests: it adds the trace-context
@@ -283,6 +170,9 @@ impl HttpLayer for TraceHeaders {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
+    use super::client::{shared_client, trusting_client};
     use super::*;
     use crate::config::test_certs::{CA_1, CA_2};
 
@@ -307,19 +197,5 @@ mod tests {
         let weak = Arc::downgrade(&other);
         drop(other);
         assert!(weak.upgrade().is_none());
-    }
-
-    #[test]
-    fn split_status_reads_rmcps_error_text() {
-        assert_eq!(
-            split_status("HTTP 400 Bad Request: no such tool"),
-            Some((400, "no such tool"))
-        );
-        assert_eq!(
-            split_status("HTTP 418 <unknown status code>: "),
-            Some((418, ""))
-        );
-        assert_eq!(split_status("could not parse JSON response"), None);
-        assert_eq!(split_status("HTTP abc"), None);
     }
 }

@@ -23,6 +23,7 @@ mod stdio;
 mod subscriptions;
 pub mod tasks;
 mod ties;
+mod watchers;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -52,7 +53,7 @@ pub use input::{
 pub use prompts::{PromptOutcome, PromptRequest};
 pub use request::Request;
 pub use stdio::Label;
-pub use subscriptions::{ResourceWatch, WatchEnd};
+pub use watchers::{ResourceWatch, WatchEnd};
 
 use crate::config::{Environment, Lifecycle, ServerConfig, Transport};
 use crate::credentials::{Redaction, SharedRedactor};

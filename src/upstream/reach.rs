@@ -98,8 +98,8 @@ pub(super) fn client(
         port,
         allow: allow.clone(),
     };
-    let builder = super::http::client_builder().dns_resolver(Arc::new(resolver));
-    let client = Arc::new(super::http::build_client(builder, tls)?);
+    let builder = super::http::client::client_builder().dns_resolver(Arc::new(resolver));
+    let client = Arc::new(super::http::client::build_client(builder, tls)?);
     clients.retain(|_, client| client.strong_count() > 0);
     clients.insert(key, Arc::downgrade(&client));
     Ok(client)

@@ -7,15 +7,15 @@
 //!
 //! A server that runs a tool only as a task refuses a call that did not
 //! declare the extension with JSON-RPC `-32021` naming it
-//! ([`requires_tasks`]); the tool did not run, and [`Session::call`] sends
+//! ([`requires_tasks`](super::error::requires_tasks)); the tool did not run, and [`Session::call`] sends
 //! it once more with the extension declared.
 
 use std::time::Duration;
 
 use rmcp::model::{
     CallToolResult, CancelTaskParams, CancelTaskRequest, ClientRequest, CreateTaskResult,
-    ErrorCode, ErrorData, GetTaskParams, GetTaskRequest, InputResponses, JsonObject,
-    RequestMetaObject, ServerResult, TASKS_EXTENSION_ID, UpdateTaskParams, UpdateTaskRequest,
+    ErrorCode, GetTaskParams, GetTaskRequest, InputResponses, JsonObject, RequestMetaObject,
+    ServerResult, TASKS_EXTENSION_ID, UpdateTaskParams, UpdateTaskRequest,
 };
 use rmcp::service::PeerRequestOptions;
 use serde_json::Value;
@@ -45,20 +45,6 @@ pub const CANCEL_TIMEOUT: Duration = Duration::from_secs(5);
 /// Rounds of questions one followed task may ask (as for `input_required`
 /// results).
 const MAX_TASK_ROUNDS: u32 = 10;
-
-/// Whether a JSON-RPC error is the server's refusal of a call that did not
-/// declare the tasks extension: `-32021` (missing required client
-/// capability) whose `data.requiredCapabilities.extensions` names it.
-pub(super) fn requires_tasks(error: &ErrorData) -> bool {
-    error.code == ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY
-        && error
-            .data
-            .as_ref()
-            .and_then(|data| data.get("requiredCapabilities"))
-            .and_then(|required| required.get("extensions"))
-            .and_then(Value::as_object)
-            .is_some_and(|extensions| extensions.contains_key(TASKS_EXTENSION_ID))
-}
 
 /// How long to wait before the next `tasks/get`: the server's
 /// `pollIntervalMs` within [`MIN_POLL`] and [`MAX_POLL`].
@@ -453,30 +439,5 @@ mod tests {
         assert_eq!(poll_interval(Some(2_000)), Duration::from_secs(2));
         assert_eq!(poll_interval(Some(3_600_000)), MAX_POLL);
         assert_eq!(poll_interval(None), DEFAULT_POLL);
-    }
-
-    #[test]
-    fn only_a_refusal_naming_the_tasks_extension_requires_tasks() {
-        let refusal = |data: Value| {
-            ErrorData::new(
-                ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY,
-                "Tool 'slow_report' requires the tasks extension",
-                Some(data),
-            )
-        };
-        assert!(requires_tasks(&refusal(serde_json::json!({
-            "requiredCapabilities": {"extensions": {TASKS_EXTENSION_ID: {}}}
-        }))));
-        assert!(!requires_tasks(&refusal(serde_json::json!({
-            "requiredCapabilities": {"elicitation": {}}
-        }))));
-        let other = ErrorData::new(
-            ErrorCode::INVALID_PARAMS,
-            "x",
-            Some(serde_json::json!({
-                "requiredCapabilities": {"extensions": {TASKS_EXTENSION_ID: {}}}
-            })),
-        );
-        assert!(!requires_tasks(&other));
     }
 }
