@@ -228,30 +228,29 @@ fn nonce() -> String {
 /// no whitespace, so that the same arguments written differently match.
 pub(crate) fn arguments_digest(arguments: &JsonObject) -> String {
     let mut text = Vec::new();
-    canonical(&serde_json::Value::Object(arguments.clone()), &mut text);
+    canonical_object(arguments, &mut text);
     hex::encode(Sha256::digest(&text))
+}
+
+/// An object in canonical form (keys sorted), without copying it.
+fn canonical_object(map: &JsonObject, out: &mut Vec<u8>) {
+    let mut entries: Vec<(&String, &serde_json::Value)> = map.iter().collect();
+    entries.sort_by(|a, b| a.0.cmp(b.0));
+    out.push(b'{');
+    for (i, (key, value)) in entries.into_iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        serde_json::to_writer(&mut *out, key).expect("a string serializes into memory");
+        out.push(b':');
+        canonical(value, out);
+    }
+    out.push(b'}');
 }
 
 fn canonical(value: &serde_json::Value, out: &mut Vec<u8>) {
     match value {
-        serde_json::Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
-            out.push(b'{');
-            for (i, key) in keys.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                out.extend_from_slice(
-                    serde_json::Value::String(key.clone())
-                        .to_string()
-                        .as_bytes(),
-                );
-                out.push(b':');
-                canonical(&map[key], out);
-            }
-            out.push(b'}');
-        }
+        serde_json::Value::Object(map) => canonical_object(map, out),
         serde_json::Value::Array(items) => {
             out.push(b'[');
             for (i, item) in items.iter().enumerate() {
