@@ -243,7 +243,7 @@ fn classify_upstream(error: &UpstreamError, idempotent: bool) -> (Code, &'static
         UpstreamError::Protocol(_) => (Code::Internal, "UPSTREAM_PROTOCOL_ERROR"),
         UpstreamError::Unsupported(_) => (Code::Unimplemented, "UPSTREAM_UNSUPPORTED"),
         // Capabilities the worker can give are INPUT_NOT_ACCEPTED (see
-        // `call.rs`); any other (an extension toolgate does not declare)
+        // `calls/rounds/mod.rs`); any other (an extension toolgate does not declare)
         // is the server's own error, as before.
         UpstreamError::MissingCapability { .. } => (Code::Unknown, "UPSTREAM_ERROR"),
         UpstreamError::TasksRequired => (Code::FailedPrecondition, "TASK_REQUIRED"),

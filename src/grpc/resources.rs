@@ -1,7 +1,7 @@
 //! `ListResources`: a tenant's resources and templates, read through from
 //! its servers (per subject for per-user servers), filtered, under the
 //! tenant's resource policy, paged with stateless tokens. `ReadResource`
-//! is in [`super::resource_read`].
+//! is a call ([`crate::calls::ResourceRead`]).
 
 use std::sync::Arc;
 
