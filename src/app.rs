@@ -686,8 +686,14 @@ fn grpc_server(
     let max_message_bytes = config.limits.max_message_bytes;
     let mut builder = tonic::transport::Server::builder()
         // Outermost: records ToolGateway calls refused before the service
-        // (authentication), with the status that leaves.
-        .layer(crate::audit::RefusalLayer::new(audit.clone()))
+        // (authentication), with the status that leaves. Without an audit
+        // trail there is nothing to record: no layer, so a call pays for
+        // neither a clone of the service stack nor a boxed future.
+        .layer(tower::util::option_layer(
+            audit
+                .is_enabled()
+                .then(|| crate::audit::RefusalLayer::new(audit.clone())),
+        ))
         .layer(tower::util::MapResponseLayer::new(
             move |response: http::Response<tonic::body::Body>| {
                 crate::grpc::status::oversized_message(response, max_message_bytes)

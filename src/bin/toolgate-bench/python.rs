@@ -221,6 +221,11 @@ pub async fn report(rounds: usize, duration: Duration) -> anyhow::Result<()> {
             target.measure(duration).await?;
         }
     }
+    // What the gateway holds once the load is over, and its peak.
+    let gateway_rss = (
+        measure::rss_mib(gateway.pid()),
+        measure::peak_rss_mib(gateway.pid()),
+    );
     let [floor, via] = targets.map(|t| t.figures);
     let floor_cpu = median(floor.cpu_ms);
     let gateway_cpu = median(via.gateway_cpu_ms);
@@ -237,6 +242,11 @@ pub async fn report(rounds: usize, duration: Duration) -> anyhow::Result<()> {
         super::report::fmt(floor_cpu, 3),
         super::report::fmt(gateway_cpu, 3),
         super::report::fmt(median(via.cpu_ms), 3)
+    );
+    println!(
+        "| Python client: gateway RSS after load / peak (VmRSS / VmHWM) | {} / {} MiB | | |",
+        super::report::fmt(gateway_rss.0, 1),
+        super::report::fmt(gateway_rss.1, 1)
     );
     let ratio = gateway_cpu / floor_cpu;
     println!(
