@@ -71,38 +71,36 @@ pub(super) struct Guarding<'a> {
 }
 
 impl<'a> Guarding<'a> {
-    /// The guards of the call `routed` on `session`.
+    /// The guards of the call `routed` on `session`; `None` when no guard
+    /// is asked about it (nothing of the call is prepared for them).
     pub(super) fn new<E>(
         kind: wire::TargetKind,
         routed: &'a Routed<E>,
         session: &Session,
         origin: &'a Origin,
         metrics: &'a Arc<Metrics>,
-    ) -> Self {
-        let limits = routed.tenant.limits();
+    ) -> Option<Self> {
         let chain = routed.tenant.guards(routed.index);
-        let asks = !chain.skips(Phase::Request) || !chain.skips(Phase::Response);
-        Self {
+        if chain.skips(Phase::Request) && chain.skips(Phase::Response) {
+            return None;
+        }
+        let limits = routed.tenant.limits();
+        Some(Self {
             kind,
             server: &routed.server,
             upstream_name: &routed.upstream_name,
             name: &routed.target.name,
             definition_hash: &routed.definition_hash,
             origin,
-            // In the call's span: its trace id when it is traced (none
-            // made for a call no guard is asked about).
-            call_id: if asks {
-                call_id(&tracing::Span::current(), &origin.trace)
-            } else {
-                String::new()
-            },
+            // In the call's span: its trace id when it is traced.
+            call_id: call_id(&tracing::Span::current(), &origin.trace),
             chain,
             redaction: session.redaction().clone(),
             metrics,
             max_argument_bytes: limits.max_argument_bytes,
             max_result_bytes: limits.max_result_bytes,
             stop: (routed.target.clone(), routed.idempotent),
-        }
+        })
     }
 
     /// Runs `phase` with what the guards are told of this call.

@@ -235,6 +235,13 @@ pub(crate) trait Operation: Send + Sync + Sized {
         limit: usize,
     ) -> Result<JsonObject, CallError>;
 
+    /// The digest of the arguments as the caller sent them (before any
+    /// guard), which sealed state binds (kinds with rounds).
+    fn arguments_digest(&self, routed: &Routed<Self::Extra>) -> Result<String, CallError> {
+        let limit = routed.tenant.limits().max_argument_bytes;
+        Ok(rounds::arguments_digest(&self.arguments(routed, limit)?))
+    }
+
     /// What the caller sent of rounds of questions (kinds with rounds).
     fn input(&self) -> Option<&InputFields> {
         None
@@ -497,7 +504,12 @@ impl Steps<'_> {
         // 4. arguments
         let arguments = operation.arguments(&routed, limits.max_argument_bytes)?;
         // 5. retry
-        let binding = O::ROUNDS.map(|method| Binding {
+        // The digest of the arguments (as the caller sent them) binds
+        // sealed state: made only for a retry, or once questions are
+        // handed out (step 16), never for a call that has neither.
+        let input = operation.input();
+        let retrying = input.is_some_and(|i| !i.request_state.is_empty());
+        let mut binding = O::ROUNDS.map(|method| Binding {
             method,
             tenant: tenant.name.clone(),
             subject: origin.subject.key().to_owned(),
@@ -505,9 +517,12 @@ impl Steps<'_> {
             upstream_tool: routed.upstream_name.clone(),
             exposed_name: routed.target.name.clone(),
             definition_hash: routed.definition_hash.clone(),
-            args_sha256: rounds::arguments_digest(&arguments),
+            args_sha256: if retrying {
+                rounds::arguments_digest(&arguments)
+            } else {
+                String::new()
+            },
         });
-        let input = operation.input();
         let retry = match (&binding, input) {
             (Some(binding), Some(input)) => {
                 rounds::open_retry(
@@ -539,8 +554,9 @@ impl Steps<'_> {
         operation.ready(&routed, &session, calls).await?;
         // 10. guards, request phase: after every check of toolgate's own,
         // before anything is sent; the chain is kept for the response phase.
-        let guard = O::GUARDED
-            .map(|kind| guards::Guarding::new(kind, &routed, &session, origin, &calls.metrics));
+        let guard = O::GUARDED.and_then(|kind| {
+            guards::Guarding::new(kind, &routed, &session, origin, &calls.metrics)
+        });
         let arguments = match &guard {
             Some(guard) => guard.request(arguments, reached).await?,
             None => arguments,
@@ -629,11 +645,15 @@ impl Steps<'_> {
                 None => result,
             }),
             Upstream::InputRequired(asked) => {
-                let binding = binding.as_ref().ok_or_else(|| {
+                let binding = binding.as_mut().ok_or_else(|| {
                     routed.upstream(UpstreamError::Protocol(
                         "questions where none can be asked".to_owned(),
                     ))
                 })?;
+                if binding.args_sha256.is_empty() {
+                    binding.args_sha256 = operation.arguments_digest(&routed)?;
+                }
+                let binding = &*binding;
                 let round = rounds::Handing {
                     keys: &calls.request_keys,
                     metrics: &calls.metrics,
