@@ -403,3 +403,35 @@ async fn a_per_user_server_completes_with_the_subjects_own_credential() {
     authorization_url(&bob);
     gateway.shutdown().await;
 }
+
+/// Under `audit.required`, a completion is a call like any other: with a
+/// trail that cannot be written, it is refused before anything is sent
+/// (not sent and its values withheld afterwards).
+#[tokio::test]
+async fn a_required_trail_that_cannot_be_written_refuses_a_completion_before_sending() {
+    let dir = tempfile::tempdir().unwrap();
+    // A directory where the file should be: it can never be opened.
+    let audit = dir.path().join("audit.jsonl");
+    std::fs::create_dir(&audit).unwrap();
+    let plain = serve_mcp(TestServer::new(&["noop"])).await;
+    let extra = format!(
+        "audit:\n  path: \"{}\"\n  required: true\n",
+        audit.display()
+    );
+    let gateway = TestGateway::start(&yaml(&plain, &extra), &[]).await;
+    let mut client = gateway.client().await;
+    wait_listed(&mut client, TOKEN, "everything__echo").await;
+    let status = complete(
+        &mut client,
+        template("everything", TEXT_TEMPLATE, "resourceId", "42"),
+    )
+    .await
+    .expect_err("the trail cannot be written");
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+    assert_eq!(reason(&status), "AUDIT_UNAVAILABLE");
+    assert!(
+        status.message().contains("nothing was sent upstream"),
+        "{status:?}"
+    );
+    gateway.shutdown().await;
+}
