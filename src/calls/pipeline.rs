@@ -211,8 +211,8 @@ pub(crate) trait Operation: Send + Sync + Sized {
     /// The call's span.
     fn span(&self, tenant: &str) -> tracing::Span;
 
-    /// What the audit record says the call is about, and the arguments it
-    /// keeps a digest of.
+    /// What the audit record says the call is about (`tool`, `prompt`,
+    /// `uri`, `uri_template`).
     fn describe(&self, record: &mut crate::audit::Record, tenant: &Tenant);
 
     /// The arguments whose digest the record keeps (`None`: none).
