@@ -184,7 +184,7 @@ fn classify_certificate(error: &crate::callers::CertError) -> (Code, &'static st
 /// replay `UNAVAILABLE` on the code alone, and the tool may have acted),
 /// unless the tool says it is idempotent; `UNAVAILABLE` when nothing was
 /// sent.
-pub fn in_doubt(sent: bool, idempotent: bool) -> Code {
+fn in_doubt(sent: bool, idempotent: bool) -> Code {
     if sent && !idempotent {
         Code::Unknown
     } else {

@@ -22,7 +22,7 @@ use crate::upstream::Session;
 /// toolgate's id of a call, as guards see it (`CheckRequest.call_id`): the
 /// call's trace id when it is traced, else a random one (32 hex digits).
 fn call_id(span: &tracing::Span, fields: &[(String, String)]) -> String {
-    trace::trace_id_of(span, fields).unwrap_or_else(|| {
+    trace::trace_id(span, fields).unwrap_or_else(|| {
         let bytes: [u8; 16] = std::array::from_fn(|_| fastrand::u8(..));
         hex::encode(bytes)
     })

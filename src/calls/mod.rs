@@ -34,8 +34,8 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
+pub use classify::classify;
 pub(crate) use classify::jsonrpc;
-pub use classify::{classify, in_doubt};
 pub use completion::{CompletionAsk, CompletionTarget};
 pub use error::CallError;
 pub use pipeline::{Outcome, Recorded, Reply, Unencodable};
@@ -186,12 +186,6 @@ impl Calls {
         self
     }
 
-    /// The gateway's metrics.
-    #[must_use]
-    pub fn metrics(&self) -> &Arc<Metrics> {
-        &self.metrics
-    }
-
     /// The audit trail.
     pub(crate) fn audit(&self) -> &crate::audit::Audit {
         &self.audit
@@ -201,12 +195,6 @@ impl Calls {
     #[must_use]
     pub fn drain(&self) -> &Arc<drain::Drain> {
         &self.drain
-    }
-
-    /// Cancelled when the shutdown grace period runs out.
-    #[must_use]
-    pub fn abort(&self) -> &CancellationToken {
-        &self.abort
     }
 
     /// Runs `operation` for `origin` through the pipeline and answers it

@@ -221,7 +221,9 @@ pub(crate) trait Operation: Send + Sync + Sized {
     /// Step 1: the request's own shape.
     fn check(&self) -> Result<(), CallError>;
 
-    /// Step 3: the target, with the policy and the caller's pins.
+    /// Step 3: the target, with the policy and the caller's pins. The
+    /// server and definition hash go into `reached` as soon as they are
+    /// known, so that a refusal after that is recorded under them.
     fn resolve(
         &self,
         origin: &Origin,
@@ -494,10 +496,9 @@ impl Steps<'_> {
             .map_err(|shed| CallError::Shed(shed, None))?;
         // 3. resolve
         let routed = operation.resolve(origin, reached).await?;
+        // The kind put the server and definition hash in `reached` as
+        // soon as it knew them (a refusal after that is recorded under them).
         tracing::Span::current().record("server", routed.server.as_str());
-        reached.server = Some(routed.server.clone());
-        reached.definition_hash =
-            (!routed.definition_hash.is_empty()).then(|| routed.definition_hash.clone());
         reached.idempotent = routed.idempotent;
         let tenant = &routed.tenant;
         let limits = tenant.limits();

@@ -45,6 +45,13 @@ impl ResourceRead {
     }
 }
 
+impl ResourceRead {
+    /// The URI in its normal form (`INVALID_RESOURCE_URI` when it has none).
+    fn normal(&self) -> Result<&ResourceUri, CallError> {
+        self.normal.as_ref().map_err(|e| e.clone().into())
+    }
+}
+
 /// `text` cut to [`MAX_AUDIT_URI`] characters, with a note of its length.
 fn bounded(text: &str) -> String {
     let length = text.chars().count();
@@ -82,10 +89,7 @@ impl Operation for ResourceRead {
     }
 
     fn check(&self) -> Result<(), CallError> {
-        self.normal
-            .as_ref()
-            .map(|_| ())
-            .map_err(|e| e.clone().into())
+        self.normal().map(|_| ())
     }
 
     async fn resolve(
@@ -101,10 +105,7 @@ impl Operation for ResourceRead {
             });
         };
         reached.server = Some(name.clone());
-        let normal = self
-            .normal
-            .as_ref()
-            .map_err(|e| CallError::from(e.clone()))?;
+        let normal = self.normal()?;
         let target = Target::resource(normal.as_str());
         // Policy before the session: no consent is offered for what the
         // caller may not read.

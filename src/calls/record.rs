@@ -254,7 +254,7 @@ impl AuditedCall {
     /// export is on).
     pub(crate) fn trace(&mut self, span: &tracing::Span, fields: &[(String, String)]) {
         if let Some(record) = &mut self.record {
-            record.trace_id = crate::telemetry::trace::trace_id_of(span, fields);
+            record.trace_id = crate::telemetry::trace::trace_id(span, fields);
         }
     }
 

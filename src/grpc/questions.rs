@@ -8,7 +8,7 @@ use crate::pb;
 use crate::upstream::{Action, Asked, InputKinds, Question};
 
 /// What the worker said it answers (`accepts_input`).
-pub(crate) fn accepts(capabilities: Option<&pb::InputCapabilities>) -> InputKinds {
+fn accepts(capabilities: Option<&pb::InputCapabilities>) -> InputKinds {
     capabilities.map_or_else(InputKinds::default, |c| InputKinds {
         form: c.form,
         url: c.url,

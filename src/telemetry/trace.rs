@@ -100,9 +100,10 @@ pub fn continue_trace(span: &tracing::Span, fields: &[(String, String)]) {
     let _ = span.set_parent(context);
 }
 
-/// [`trace_id`] of a call whose caller's trace-context fields are
+/// The trace id of a call: the one of `span` when trace export is on,
+/// else that of the caller's `traceparent` among its trace-context
 /// `fields` (from [`caller_context`]).
-pub fn trace_id_of(span: &tracing::Span, fields: &[(String, String)]) -> Option<String> {
+pub fn trace_id(span: &tracing::Span, fields: &[(String, String)]) -> Option<String> {
     use opentelemetry::trace::TraceContextExt as _;
     let context = span.context();
     let own = context.span().span_context().trace_id();
@@ -151,19 +152,4 @@ pub fn traceparent_id(traceparent: &str) -> Option<String> {
     let (_version, id) = (parts.next()?, parts.next()?);
     (id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()) && id.bytes().any(|b| b != b'0'))
         .then(|| id.to_ascii_lowercase())
-}
-
-/// The trace id of a call: the one of `span` when trace export is on,
-/// else the caller's `traceparent`'s.
-pub fn trace_id(span: &tracing::Span, metadata: &tonic::metadata::MetadataMap) -> Option<String> {
-    use opentelemetry::trace::TraceContextExt as _;
-    let context = span.context();
-    let own = context.span().span_context().trace_id();
-    if own != opentelemetry::trace::TraceId::INVALID {
-        return Some(own.to_string());
-    }
-    metadata
-        .get("traceparent")
-        .and_then(|v| v.to_str().ok())
-        .and_then(traceparent_id)
 }

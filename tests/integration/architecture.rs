@@ -286,29 +286,15 @@ fn rust_files(dir: &Path, files: &mut Vec<PathBuf>) {
 
 /// Every import from one top-level module to another, by importing module.
 fn imports(src: &Path) -> BTreeMap<String, Vec<Import>> {
-    let mut files = Vec::new();
-    rust_files(src, &mut files);
     let mut graph: BTreeMap<String, Vec<Import>> = BTreeMap::new();
-    for file in files {
-        let relative = file.strip_prefix(src).unwrap();
-        let mut path: Vec<String> = relative
-            .iter()
-            .map(|part| part.to_string_lossy().trim_end_matches(".rs").to_owned())
-            .collect();
-        // Binaries stand above the library; the crate root is no room.
-        if path[0] == "bin" || path == ["lib"] || path == ["main"] {
-            continue;
-        }
-        if path.last().is_some_and(|last| last == "mod") {
-            path.pop();
-        }
+    for (path, name, source) in library_files(src) {
         let top = path[0].clone();
-        let code = code_only(&std::fs::read_to_string(&file).unwrap());
+        let code = code_only(&source);
         for (to, line) in references(&code, &path) {
             if to != top && !to.is_empty() && to != "self" {
                 graph.entry(top.clone()).or_default().push(Import {
                     to,
-                    file: format!("src/{}", relative.display()),
+                    file: name.clone(),
                     line,
                 });
             }
@@ -316,6 +302,32 @@ fn imports(src: &Path) -> BTreeMap<String, Vec<Import>> {
         graph.entry(top).or_default();
     }
     graph
+}
+
+/// Each file of the library below `src` with its module path (`["registry",
+/// "slot"]`; a `mod.rs` is its folder's module), its name (`src/…`) and its
+/// text. Binaries stand above the library, and the crate root is no room:
+/// neither is listed.
+fn library_files(src: &Path) -> Vec<(Vec<String>, String, String)> {
+    let mut paths = Vec::new();
+    rust_files(src, &mut paths);
+    let mut files = Vec::new();
+    for file in paths {
+        let relative = file.strip_prefix(src).unwrap();
+        let mut module: Vec<String> = relative
+            .iter()
+            .map(|part| part.to_string_lossy().trim_end_matches(".rs").to_owned())
+            .collect();
+        if module[0] == "bin" || module == ["lib"] || module == ["main"] {
+            continue;
+        }
+        if module.last().is_some_and(|last| last == "mod") {
+            module.pop();
+        }
+        let name = format!("src/{}", relative.display());
+        files.push((module, name, std::fs::read_to_string(&file).unwrap()));
+    }
+    files
 }
 
 /// The top-level modules `lib.rs` declares (and `pb`, which it defines).
@@ -633,27 +645,12 @@ struct FileImport {
 /// The imports between the files of each room, as the module docs above
 /// count them, and every file read.
 fn file_imports(src: &Path) -> (BTreeSet<String>, Vec<FileImport>) {
-    let mut paths = Vec::new();
-    rust_files(src, &mut paths);
-    // Module path → file (`src/…`), and each file's module path.
-    let mut modules: BTreeMap<Vec<String>, String> = BTreeMap::new();
-    let mut sources = Vec::new();
-    for file in paths {
-        let relative = file.strip_prefix(src).unwrap();
-        let mut module: Vec<String> = relative
-            .iter()
-            .map(|part| part.to_string_lossy().trim_end_matches(".rs").to_owned())
-            .collect();
-        if module[0] == "bin" || module == ["lib"] || module == ["main"] {
-            continue;
-        }
-        if module.last().is_some_and(|last| last == "mod") {
-            module.pop();
-        }
-        let name = format!("src/{}", relative.display());
-        modules.insert(module.clone(), name.clone());
-        sources.push((module, name, std::fs::read_to_string(&file).unwrap()));
-    }
+    let sources = library_files(src);
+    // Module path → file (`src/…`).
+    let modules: BTreeMap<Vec<String>, String> = sources
+        .iter()
+        .map(|(module, name, _)| (module.clone(), name.clone()))
+        .collect();
     let mut test_only = BTreeSet::new();
     let mut read = Vec::new();
     for (module, name, source) in sources {
