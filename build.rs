@@ -14,6 +14,7 @@
 fn main() -> anyhow::Result<()> {
     let protos = [
         "proto/toolgate/v1/toolgate.proto",
+        "proto/toolgate/v1/call_approvals.proto",
         "proto/toolgate/admin/v1/admin.proto",
         "proto/toolgate/guard/v1/guard.proto",
     ];
