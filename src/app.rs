@@ -296,8 +296,14 @@ pub async fn run_with_reload(
         calls = calls
             .with_request_keys(state.keys.clone())
             .with_answered_rounds(state.store.clone())
-            .with_task_store(state.store.clone());
+            .with_task_store(state.store.clone())
+            .with_call_approvals(state.store.clone());
     }
+    // Expired call approvals are marked and recorded, old ones forgotten,
+    // for as long as this gateway runs.
+    let stop_sweep = CancellationToken::new();
+    let _stop_sweep = stop_sweep.clone().drop_guard();
+    tokio::spawn(calls.call_approvals().clone().sweep_until(stop_sweep));
     let gateway = Gateway::new(calls);
     let (health, health_service) = tonic_health::server::health_reporter();
     set_health(&health, tonic_health::ServingStatus::Serving).await;
@@ -675,6 +681,12 @@ fn grpc_server(
     metrics: &Arc<Metrics>,
     stop_accepting: CancellationToken,
 ) -> Result<ServerFuture, AppError> {
+    let approvals = tower::Layer::layer(
+        &AuthLayer::new(registry.clone()).for_approvers(),
+        crate::grpc::server::call_approvals_service_server::CallApprovalsServiceServer::new(
+            crate::grpc::call_approvals::CallApprovalsApi::new(gateway.calls().clone()),
+        ),
+    );
     let service = tower::Layer::layer(
         &AuthLayer::new(registry.clone()),
         ToolGatewayServer::new(gateway)
@@ -705,6 +717,7 @@ fn grpc_server(
     let router = builder
         .add_service(health_service)
         .add_service(service)
+        .add_service(approvals)
         .add_optional_service(reflection.as_ref().map(|r| r.0.clone()))
         .add_optional_service(reflection.map(|r| r.1));
     let stop = stop_accepting.clone().cancelled_owned();

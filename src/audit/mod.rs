@@ -441,6 +441,35 @@ impl Audit {
         self.authorization_from(tenant, subject, server, event, reason, None);
     }
 
+    /// Records an event of a call approval without waiting: `event` (one
+    /// of [`RecordKind::CallApproval`]'s), the approval, the call it
+    /// holds, who acted (an approver for a decision, the call's caller
+    /// otherwise) and, for a decision or a refusal, why.
+    pub fn call_approval(&self, event: &CallApprovalEvent<'_>) {
+        if self.0.is_none() {
+            return;
+        }
+        let outcome = match event.event {
+            "call_approval_refused" | "call_approval_denied" => record::Outcome::Refused,
+            "call_approval_expired" => record::Outcome::Failed,
+            _ => record::Outcome::Ok,
+        };
+        let mut record = Record::new(RecordKind::CallApproval, outcome);
+        record.tenant = Some(event.tenant.to_owned());
+        record.subject = (!event.subject.is_empty()).then(|| event.subject.to_owned());
+        record.caller = event.caller.map(CallerRecord::from);
+        record.server = Some(event.server.to_owned());
+        record.tool = Some(event.tool.to_owned());
+        record.definition_hash = Some(event.definition_hash.to_owned());
+        record.event = Some(event.event.to_owned());
+        record.call_approval = Some(event.approval_id.to_owned());
+        record.rule = Some(event.rule.to_owned());
+        record.note = event.note.map(str::to_owned);
+        record.reason = event.reason.map(str::to_owned);
+        record.trace_id = event.trace_id.map(str::to_owned);
+        self.enqueue(record);
+    }
+
     /// Records an event of a task (`task_created`, `task_updated`,
     /// `task_completed`, `task_failed`, `task_cancelled`) of (`tenant`,
     /// `subject`, `server`, `tool`) without waiting. `task` is the hash
@@ -571,6 +600,37 @@ pub struct AdminChange<'a> {
     pub old_version: Option<i64>,
     /// The tenant's version after.
     pub new_version: Option<i64>,
+}
+
+/// One event of a call approval ([`Audit::call_approval`]).
+#[derive(Debug)]
+pub struct CallApprovalEvent<'a> {
+    /// `call_approval_requested`, `_approved`, `_denied`, `_expired`,
+    /// `_spent`, `_returned` or `_refused`.
+    pub event: &'a str,
+    /// The tenant.
+    pub tenant: &'a str,
+    /// The subject key of the call it holds (empty: the tenant itself).
+    pub subject: &'a str,
+    /// Who acted: the approver of a decision, the caller of a call (`None`:
+    /// toolgate itself, e.g. an expiry).
+    pub caller: Option<&'a crate::callers::CallerIdentity>,
+    /// The approval's id.
+    pub approval_id: &'a str,
+    /// The tool's exposed name.
+    pub tool: &'a str,
+    /// Its server.
+    pub server: &'a str,
+    /// The tool's definition hash the approval binds.
+    pub definition_hash: &'a str,
+    /// The rule that asked.
+    pub rule: &'a str,
+    /// A decision's reason, as the approver gave it (redacted).
+    pub note: Option<&'a str>,
+    /// A refusal's stable reason (`APPROVAL_MISMATCH`, ...).
+    pub reason: Option<&'a str>,
+    /// The trace id of the call (spent, returned, refused).
+    pub trace_id: Option<&'a str>,
 }
 
 #[cfg(test)]

@@ -47,6 +47,14 @@ pub enum RecordKind {
     /// An event of a task (SEP-2663) a worker follows: `task_created`,
     /// `task_updated`, `task_completed`, `task_failed`, `task_cancelled`.
     Task,
+    /// An event of a call approval (a tool call a policy rule held for a
+    /// person's decision): `call_approval_requested`,
+    /// `call_approval_approved`, `call_approval_denied` (with who decided
+    /// and why), `call_approval_expired`, `call_approval_spent` (by which
+    /// call: its trace id), `call_approval_returned` (the call that spent
+    /// it sent nothing), `call_approval_refused` (a call named it and could
+    /// not use it, and why).
+    CallApproval,
     /// A change made through the admin API (`PutTenant`, `DeleteTenant`,
     /// `PutSecret`, `DeleteSecret`): who, which tenant (and secret), the
     /// versions before and after; never a spec or a value.
@@ -302,6 +310,18 @@ pub struct Record {
     /// `input` records: the questions asked, or the answers given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input: Option<Vec<InputItem>>,
+    /// `call_approval` records, and the record of a call that spent or
+    /// asked for one: the approval's id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_approval: Option<String>,
+    /// `call_approval` records: the policy rule that asked for approval
+    /// (`tenants[0].policy[2]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+    /// `call_approval` records of a decision: the approver's reason (at
+    /// most 1024 characters, redacted like arguments).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
     /// A task's record: the first 16 hex digits of the SHA-256 of its
     /// task id (never the id).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -386,6 +406,9 @@ impl Record {
             event: None,
             round: None,
             input: None,
+            call_approval: None,
+            rule: None,
+            note: None,
             task: None,
             secret: None,
             old_version: None,

@@ -118,6 +118,24 @@ pub fn classify(error: &CallError) -> (Code, &'static str) {
             )
         }
         CallError::PromptNotFound { .. } => (Code::NotFound, "PROMPT_NOT_FOUND"),
+        CallError::CallNotPermitted { target, .. } => (
+            Code::PermissionDenied,
+            match target.kind {
+                crate::calls::error::TargetKind::Prompt => "PROMPT_NOT_PERMITTED",
+                _ => "TOOL_NOT_PERMITTED",
+            },
+        ),
+        CallError::ApprovalPending { .. } => (Code::FailedPrecondition, "APPROVAL_PENDING"),
+        CallError::ApprovalDenied { .. } => (Code::PermissionDenied, "APPROVAL_DENIED"),
+        CallError::ApprovalExpired { .. } => (Code::FailedPrecondition, "APPROVAL_EXPIRED"),
+        CallError::ApprovalSpent { .. } => (Code::FailedPrecondition, "APPROVAL_SPENT"),
+        CallError::ApprovalMismatch { .. } => (Code::FailedPrecondition, "APPROVAL_MISMATCH"),
+        CallError::ApprovalNotFound { .. } => (Code::NotFound, "CALL_APPROVAL_NOT_FOUND"),
+        CallError::ApprovalLimit { .. } => (Code::ResourceExhausted, "APPROVAL_LIMIT"),
+        CallError::NotApprover { .. } => (Code::PermissionDenied, "CALL_APPROVAL_NOT_APPROVER"),
+        CallError::ApprovalDecided { .. } => (Code::FailedPrecondition, "CALL_APPROVAL_DECIDED"),
+        CallError::ApprovalVoid { .. } => (Code::FailedPrecondition, "CALL_APPROVAL_VOID"),
+        CallError::ApprovalStoreUnavailable { .. } => (Code::Unavailable, "STATE_UNAVAILABLE"),
         CallError::InvalidCompletion(_) => (Code::InvalidArgument, "INVALID_COMPLETION"),
         CallError::InvalidUri(_) => (Code::InvalidArgument, "INVALID_RESOURCE_URI"),
         CallError::NotPermitted { target, .. } => (

@@ -415,6 +415,115 @@ pub enum CallError {
         /// The tool is annotated `idempotentHint: true`.
         idempotent: bool,
     },
+    // Policy on a call's arguments, and call approvals
+    // (docs/call-approvals.md).
+    /// A policy rule decided on this call's arguments refused it (or its
+    /// condition could not be evaluated on them): the message names the
+    /// rule, never an argument's value.
+    #[error("this caller may not make this call of {target}: policy rule {rule} {}", if *.failed { "could not be evaluated on its arguments, which refuses it" } else { "denies it" })]
+    CallNotPermitted {
+        /// The tool or prompt.
+        target: Target,
+        /// The rule (`tenants[0].policy[2]`).
+        rule: String,
+        /// Its condition failed to evaluate on these arguments.
+        failed: bool,
+    },
+    /// A policy rule holds the call until a person approves it: nothing
+    /// was sent.
+    #[error("{tool} waits for a person's approval (policy rule {rule}): retry with approval_id {approval_id} once it is approved; undecided, it expires in {}", humantime::format_duration(std::time::Duration::from_secs(u64::try_from((*.expires_at_ms - crate::state::now_ms()).max(0) / 1000).unwrap_or(0))))]
+    ApprovalPending {
+        /// The tool's exposed name.
+        tool: String,
+        /// The approval's id.
+        approval_id: String,
+        /// The rule that asked.
+        rule: String,
+        /// When it expires undecided (Unix milliseconds).
+        expires_at_ms: i64,
+    },
+    /// The approval the call waits for or names was denied.
+    #[error("call approval {approval_id} was denied by {decided_by}{}", if .reason.is_empty() { String::new() } else { format!(": {}", quoted(.reason)) })]
+    ApprovalDenied {
+        /// The approval's id.
+        approval_id: String,
+        /// Who denied it.
+        decided_by: String,
+        /// Their reason (may be empty).
+        reason: String,
+    },
+    /// The approval expired: undecided in time, or not used in time.
+    #[error("call approval {approval_id} expired {}: ask again (retry without approval_id)", if *.approved { "before it was used" } else { "before anyone decided it" })]
+    ApprovalExpired {
+        /// The approval's id.
+        approval_id: String,
+        /// It had been approved.
+        approved: bool,
+    },
+    /// The approval allowed as many calls as it may, and they were made.
+    #[error("call approval {approval_id} is used up: ask again (retry without approval_id)")]
+    ApprovalSpent {
+        /// The approval's id.
+        approval_id: String,
+    },
+    /// The approval was asked for another call: the same approval never
+    /// serves a call that differs in any part it binds.
+    #[error(
+        "call approval {approval_id} was given for another call ({what} differ): this call needs its own approval (retry without approval_id)"
+    )]
+    ApprovalMismatch {
+        /// The approval's id.
+        approval_id: String,
+        /// What differs (`the arguments`, `the subjects`, ...).
+        what: &'static str,
+    },
+    /// No call approval of this tenant has this id (or it ended long ago
+    /// and was forgotten).
+    #[error("there is no call approval {approval_id} in this tenant")]
+    ApprovalNotFound {
+        /// The id asked for (as quoted).
+        approval_id: String,
+    },
+    /// The subject has as many call approvals pending as it may.
+    #[error(
+        "this subject has {limit} call approvals pending, the most it may have (call_approvals.max_pending_per_subject): wait for their decisions"
+    )]
+    ApprovalLimit {
+        /// The limit.
+        limit: u32,
+    },
+    /// The caller may not decide this approval.
+    #[error("this caller may not decide call approval {approval_id}: {why}")]
+    NotApprover {
+        /// The approval's id.
+        approval_id: String,
+        /// Why.
+        why: &'static str,
+    },
+    /// The approval is no longer pending.
+    #[error("call approval {approval_id} is {state}, no longer pending")]
+    ApprovalDecided {
+        /// The approval's id.
+        approval_id: String,
+        /// Its state.
+        state: String,
+    },
+    /// The approval cannot be decided any more: the rule that asked for it
+    /// is gone or changed since.
+    #[error("call approval {approval_id} cannot be decided: {why}")]
+    ApprovalVoid {
+        /// The approval's id.
+        approval_id: String,
+        /// Why.
+        why: &'static str,
+    },
+    /// Call approvals live in the state store, which cannot be reached
+    /// (or none is configured): nothing was sent.
+    #[error("call approvals need the state store, which {reason}; nothing was sent, retry")]
+    ApprovalStoreUnavailable {
+        /// Why (without secrets).
+        reason: &'static str,
+    },
     // Guards (`guards:`, docs/guards.md).
     /// A guard denied the call: in the request phase nothing was sent; in
     /// the response phase the result is withheld.

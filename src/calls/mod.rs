@@ -12,6 +12,7 @@
 //! Nothing here knows protobuf; every failure is a [`CallError`], whose
 //! code and stable reason [`classify`] gives.
 
+pub mod approval;
 mod classify;
 mod completion;
 pub mod drain;
@@ -34,6 +35,8 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
+pub use approval::decide::{ApprovalShown, ApprovalView, Approver};
+pub use approval::{ApprovalNotice, ApprovalSink, Approving};
 pub use classify::classify;
 pub(crate) use classify::jsonrpc;
 pub use completion::{CompletionAsk, CompletionTarget};
@@ -137,6 +140,8 @@ pub struct Calls {
     /// Where tasks handed to workers are kept (`None`: no state store is
     /// open, and no call may become a task of a worker's).
     task_store: Option<crate::state::StateStore>,
+    /// Tool calls held for a person's approval (`require_approval`).
+    approvals: approval::CallApprovals,
 }
 
 impl Calls {
@@ -147,12 +152,18 @@ impl Calls {
     pub fn new(abort: CancellationToken, metrics: Arc<Metrics>, drain: Arc<drain::Drain>) -> Self {
         Self {
             abort,
-            metrics,
             drain,
             audit: crate::audit::Audit::disabled(),
             request_keys: crate::state::KeyRing::ephemeral(),
             answered_rounds: crate::state::FirstUse::default(),
             task_store: None,
+            approvals: approval::CallApprovals::new(
+                None,
+                crate::audit::Audit::disabled(),
+                metrics.clone(),
+                approval::notify::Notifier::default(),
+            ),
+            metrics,
         }
     }
 
@@ -182,8 +193,24 @@ impl Calls {
     /// Writing a record of each call to `audit`.
     #[must_use]
     pub fn with_audit(mut self, audit: crate::audit::Audit) -> Self {
+        self.approvals.audit = audit.clone();
         self.audit = audit;
         self
+    }
+
+    /// Keeping call approvals (tool calls held for a person's decision)
+    /// in `store`, shared by replicas; without one, a call a
+    /// `require_approval` rule holds is refused (`STATE_UNAVAILABLE`).
+    #[must_use]
+    pub fn with_call_approvals(mut self, store: crate::state::StateStore) -> Self {
+        self.approvals.store = Some(store);
+        self
+    }
+
+    /// What approvers do ([`approval::decide`]).
+    #[must_use]
+    pub fn call_approvals(&self) -> &approval::CallApprovals {
+        &self.approvals
     }
 
     /// The audit trail.

@@ -11,27 +11,36 @@
 //! 1. **check**: the request's own shape (a name, a URI in normal form);
 //! 2. **admission**: the subject's and the tenant's rate and concurrency;
 //! 3. **resolve**: the target in the tenant's catalog or servers, the
-//!    policy, the caller's pins;
+//!    policy as listings apply it (a rule that reads `args` does not
+//!    decide yet), the caller's pins;
 //! 4. **arguments**: within `limits.max_argument_bytes`;
-//! 5. **retry**: a retry's sealed `request_state` and answers, checked
+//! 5. **policy on arguments, approval**: the rules that read `args` or
+//!    require approval, decided on this call; a call a `require_approval`
+//!    rule holds spends an approval bound to exactly this call, or asks
+//!    for one and stops (or, interactive, waits for the decision without
+//!    its admission slot);
+//! 6. **retry**: a retry's sealed `request_state` and answers, checked
 //!    and its round claimed (before anything is sent);
-//! 6. **server slot**: the server's concurrency limit;
-//! 7. **session**: the tenant's session of the server, or the subject's
+//! 7. **server slot**: the server's concurrency limit;
+//! 8. **session**: the tenant's session of the server, or the subject's
 //!    own for a per-user server;
-//! 8. **capability**: the server declared what the operation needs;
-//! 9. **ready**: the kind's last check before sending (a listed size, a
-//!    task store);
-//! 10. **guards, request phase**;
-//! 11. **audit place** (`audit.required`);
-//! 12. **answers on record**: a retry's answers, before they leave;
-//! 13. **deadline**: what is left of the caller's, within the server's
+//! 9. **capability**: the server declared what the operation needs;
+//! 10. **ready**: the kind's last check before sending (a listed size, a
+//!     task store);
+//! 11. **guards, request phase**: after the policy and the approval;
+//! 12. **audit place** (`audit.required`);
+//! 13. **answers on record**: a retry's answers, before they leave;
+//! 14. **deadline**: what is left of the caller's, within the server's
 //!     timeouts;
-//! 14. **send**: the upstream request;
-//! 15. **answer**: the upstream failure as a call error (whether it had
+//! 15. **send**: the upstream request;
+//! 16. **answer**: the upstream failure as a call error (whether it had
 //!     left after all), a round of questions the caller did not opt in to;
-//! 16. **outcome**: a result through the guards' response phase, a round
+//! 17. **outcome**: a result through the guards' response phase, a round
 //!     of questions sealed and handed out, or a task kept;
-//! 17. **reply**: the surface's reply, within `limits.max_message_bytes`.
+//! 18. **reply**: the surface's reply, within `limits.max_message_bytes`.
+//!
+//! A call that spent an approval and then sent nothing (a server down, a
+//! guard's refusal) gives the use back ([`run`]).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -170,7 +179,7 @@ impl<E> Sending<'_, E> {
     }
 }
 
-/// An upstream failure of the call `routed` as its error (step 15): a
+/// An upstream failure of the call `routed` as its error (step 16): a
 /// subject that must consent gets the URL, a state store that is down is
 /// retryable, anything else is the server's failure.
 pub(crate) fn failure_of<E>(
@@ -244,6 +253,24 @@ pub(crate) trait Operation: Send + Sync + Sized {
         Ok(rounds::arguments_digest(&self.arguments(routed, limit)?))
     }
 
+    /// Step 5: the policy's verdict with the arguments read (the rules
+    /// that read `args` or require approval); kinds whose rules never read
+    /// them allow.
+    fn verdict(
+        &self,
+        routed: &Routed<Self::Extra>,
+        origin: &Origin,
+        arguments: &JsonObject,
+    ) -> crate::policy::Verdict {
+        let _ = (routed, origin, arguments);
+        crate::policy::Verdict::Allow
+    }
+
+    /// What the call brings to the approval step (tool calls).
+    fn approving(&self) -> super::Approving<'_> {
+        super::Approving::default()
+    }
+
     /// What the caller sent of rounds of questions (kinds with rounds).
     fn input(&self) -> Option<&InputFields> {
         None
@@ -258,7 +285,7 @@ pub(crate) trait Operation: Send + Sync + Sized {
         }
     }
 
-    /// Step 7: the session (the tenant's, or the subject's own).
+    /// Step 8: the session (the tenant's, or the subject's own).
     fn session(
         &self,
         routed: &Routed<Self::Extra>,
@@ -273,7 +300,7 @@ pub(crate) trait Operation: Send + Sync + Sized {
         )
     }
 
-    /// Step 9: the kind's last check before sending.
+    /// Step 10: the kind's last check before sending.
     fn ready(
         &self,
         routed: &Routed<Self::Extra>,
@@ -289,14 +316,14 @@ pub(crate) trait Operation: Send + Sync + Sized {
         routed.config().call_timeout
     }
 
-    /// Step 14: the upstream request. The outer error ends the call
+    /// Step 15: the upstream request. The outer error ends the call
     /// without an upstream answer (an answer that could not be recorded).
     fn send(
         &self,
         sending: Sending<'_, Self::Extra>,
     ) -> impl Future<Output = Result<Result<Upstream<Self::Output>, UpstreamError>, CallError>> + Send;
 
-    /// Step 15: an upstream failure as the call's error.
+    /// Step 16: an upstream failure as the call's error.
     fn failure(
         &self,
         routed: &Routed<Self::Extra>,
@@ -306,7 +333,7 @@ pub(crate) trait Operation: Send + Sync + Sized {
         failure_of(routed, origin, error)
     }
 
-    /// Step 16: the task a call became (tool calls that accept one).
+    /// Step 17: the task a call became (tool calls that accept one).
     fn task(
         &self,
         routed: &Routed<Self::Extra>,
@@ -368,6 +395,21 @@ pub(crate) async fn run<O: Operation, R: Reply<O::Output>>(
         // The steps' future is gone: what it had got to is in `reached`.
         *sent = reached.sent;
         *idempotent = reached.idempotent;
+    }
+    // A call that spent an approval and sent nothing has not run: the use
+    // goes back.
+    if let Some(id) = &reached.call_approval
+        && result.is_err()
+        && !reached.sent
+    {
+        super::approval::return_use(&calls.approvals, &origin, id).await;
+    }
+    let approval = reached.call_approval.clone().or_else(|| match &result {
+        Err(CallError::ApprovalPending { approval_id, .. }) => Some(approval_id.clone()),
+        _ => None,
+    });
+    if approval.is_some() {
+        audited.describe(|record| record.call_approval = approval);
     }
     // What the guards did is on the record, whatever became of the call.
     audited.guarded(
@@ -488,12 +530,14 @@ impl Steps<'_> {
         // 1. check
         operation.check()?;
         // 2. admission: a bounded wait for a slot, never an unbounded queue.
-        let _admission = origin
-            .tenant
-            .limiter
-            .admit(&origin.subject)
-            .await
-            .map_err(|shed| CallError::Shed(shed, None))?;
+        let mut admission = Some(
+            origin
+                .tenant
+                .limiter
+                .admit(&origin.subject)
+                .await
+                .map_err(|shed| CallError::Shed(shed, None))?,
+        );
         // 3. resolve
         let routed = operation.resolve(origin, reached).await?;
         // The kind put the server and definition hash in `reached` as
@@ -504,7 +548,37 @@ impl Steps<'_> {
         let limits = tenant.limits();
         // 4. arguments
         let arguments = operation.arguments(&routed, limits.max_argument_bytes)?;
-        // 5. retry
+        // 5. policy on arguments, approval
+        match operation.verdict(&routed, origin, &arguments) {
+            crate::policy::Verdict::Allow => {}
+            crate::policy::Verdict::Deny { rule, failed } => {
+                return Err(CallError::CallNotPermitted {
+                    target: routed.target.clone(),
+                    rule,
+                    failed,
+                });
+            }
+            crate::policy::Verdict::RequireApproval(rule) => {
+                let held = super::approval::Held {
+                    tenant: tenant.as_ref(),
+                    server: &routed.server,
+                    tool: &routed.target.name,
+                    definition_hash: &routed.definition_hash,
+                    arguments: &arguments,
+                };
+                let spent = super::approval::hold(
+                    &calls.approvals,
+                    &held,
+                    origin,
+                    &rule,
+                    operation.approving(),
+                    &mut admission,
+                )
+                .await?;
+                reached.call_approval = Some(spent);
+            }
+        }
+        // 6. retry
         // The digest of the arguments (as the caller sent them) binds
         // sealed state: made only for a retry, or once questions are
         // handed out (step 16), never for a call that has neither.
@@ -538,11 +612,11 @@ impl Steps<'_> {
             }
             _ => None,
         };
-        // 6. server slot
+        // 7. server slot
         let _server_slot = server_slot(&routed).await?;
-        // 7. session
+        // 8. session
         let session = operation.session(&routed, origin).await?;
-        // 8. capability
+        // 9. capability
         if let Some(feature) = O::FEATURE
             && !supports(&session, feature)
         {
@@ -551,9 +625,9 @@ impl Steps<'_> {
                 feature,
             });
         }
-        // 9. ready
+        // 10. ready
         operation.ready(&routed, &session, calls).await?;
-        // 10. guards, request phase: after every check of toolgate's own,
+        // 11. guards, request phase: after every check of toolgate's own,
         // before anything is sent; the chain is kept for the response phase.
         let guard = O::GUARDED.and_then(|kind| {
             guards::Guarding::new(kind, &routed, &session, origin, &calls.metrics)
@@ -562,17 +636,17 @@ impl Steps<'_> {
             Some(guard) => guard.request(arguments, reached).await?,
             None => arguments,
         };
-        // 11. audit place (`audit.required`), before anything is sent (the
+        // 12. audit place (`audit.required`), before anything is sent (the
         // record of a call whose caller goes away included).
         audited.admit(routed.idempotent).await?;
-        // 12. a retry's answers on record before they leave.
+        // 13. a retry's answers on record before they leave.
         let (round, answered) = match &binding {
             Some(binding) => {
                 rounds::answered(retry, audited, &calls.metrics, binding, tenant).await?
             }
             None => (1, None),
         };
-        // 13. deadline
+        // 14. deadline
         let config = routed.config();
         let remaining = origin
             .deadline
@@ -598,7 +672,7 @@ impl Steps<'_> {
             sampling: config.input.sampling,
         };
         let accepts = input.map_or(InputKinds::default(), |i| i.accepts.and(allowed));
-        // 14. send
+        // 15. send
         reached.sent = true;
         let sending = Sending {
             routed: &routed,
@@ -618,7 +692,7 @@ impl Steps<'_> {
         if let Some(tool) = &reached.tool_series {
             tool.upstream_finished(upstream_started.elapsed().as_secs_f64());
         }
-        // 15. answer
+        // 16. answer
         let result = match &binding {
             Some(binding) => rounds::not_accepted(result, &calls.metrics, binding)?,
             None => result,
@@ -639,7 +713,7 @@ impl Steps<'_> {
                 return Err(operation.failure(&routed, origin, error));
             }
         };
-        // 16. outcome
+        // 17. outcome
         let outcome = match upstream {
             Upstream::Complete(result) => Outcome::Done(match &guard {
                 Some(guard) => guard.response(result, reached).await?,
@@ -673,7 +747,7 @@ impl Steps<'_> {
                     .await?,
             )),
         };
-        // 17. reply
+        // 18. reply
         let reply = R::encode(outcome, &routed.server)
             .map_err(|e| routed.upstream(UpstreamError::Protocol(e.0)))?;
         let size = reply.encoded_len();

@@ -158,6 +158,31 @@ impl Operation for PromptGet {
         Ok(self.arguments.clone())
     }
 
+    fn verdict(
+        &self,
+        routed: &Routed<()>,
+        origin: &Origin,
+        arguments: &JsonObject,
+    ) -> crate::policy::Verdict {
+        let Some(policy) = routed.tenant.policy() else {
+            return crate::policy::Verdict::Allow;
+        };
+        if !policy.decides_prompt_at_call(&self.name) {
+            return crate::policy::Verdict::Allow;
+        }
+        let catalog = routed.tenant.catalog();
+        match catalog.prompt(&self.name) {
+            Some(prompt) => {
+                policy.decide_prompt(&origin.caller, &origin.subject, prompt, arguments)
+            }
+            // Gone since it resolved (a reload): nothing to decide on.
+            None => crate::policy::Verdict::Deny {
+                rule: "(the prompt is gone from the catalog)".to_owned(),
+                failed: true,
+            },
+        }
+    }
+
     fn input(&self) -> Option<&InputFields> {
         Some(&self.input)
     }

@@ -65,6 +65,8 @@ pub(crate) struct Reached {
     pub(crate) guards: Vec<crate::guards::Acted>,
     /// The arguments sent upstream when a guard replaced them.
     pub(crate) replaced_arguments: Option<String>,
+    /// The call approval the call spent (step 5).
+    pub(crate) call_approval: Option<String>,
     /// The tenant's call series (tool calls).
     pub(crate) series: Option<Arc<TenantCalls>>,
     /// The series of the tool a call resolved to (only then is the name

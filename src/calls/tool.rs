@@ -31,6 +31,10 @@ pub struct Sinks {
     pub progress: Option<ProgressSink>,
     /// Questions of the server, answered by the worker on its stream.
     pub asker: Option<InputSink>,
+    /// Set for a call that waits for a person's approval when a
+    /// `require_approval` rule holds it (interactive): told the approval's
+    /// id, it waits for the decision.
+    pub approval: Option<super::ApprovalSink>,
 }
 
 /// One tool call.
@@ -49,6 +53,8 @@ pub struct ToolCall {
     pub input: InputFields,
     /// Whether the caller follows a task itself.
     pub accepts_task: bool,
+    /// The call approval this call spends (empty: none named).
+    pub approval_id: String,
     /// Where progress and questions go.
     pub sinks: Sinks,
 }
@@ -201,6 +207,30 @@ impl Operation for ToolCall {
             });
         }
         parse_arguments(&self.name, &self.arguments_json)
+    }
+
+    fn verdict(
+        &self,
+        routed: &Routed<Resolution>,
+        origin: &Origin,
+        arguments: &JsonObject,
+    ) -> crate::policy::Verdict {
+        match routed.tenant.policy() {
+            Some(policy) if policy.decides_at_call(&self.name) => policy.decide_call(
+                &origin.caller,
+                &origin.subject,
+                routed.kind.tool(),
+                arguments,
+            ),
+            _ => crate::policy::Verdict::Allow,
+        }
+    }
+
+    fn approving(&self) -> super::Approving<'_> {
+        super::Approving {
+            approval_id: &self.approval_id,
+            waiting: self.sinks.approval.as_ref(),
+        }
     }
 
     fn input(&self) -> Option<&InputFields> {

@@ -455,6 +455,11 @@ async fn interactive(
                 }
             }
             Some(Event::Result(result)) => return Ok(result),
+            Some(Event::ApprovalPending(pending)) => eprintln!(
+                "toolgate: the call waits for approval {} (rule {}); it goes on once a person \
+                 approves it (`toolgate call-approvals approve {}`)",
+                pending.approval_id, pending.rule, pending.approval_id
+            ),
             Some(Event::Progress(_)) | None => {}
         }
     }

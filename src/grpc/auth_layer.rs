@@ -22,12 +22,25 @@ use crate::registry::Registry;
 #[derive(Debug, Clone)]
 pub struct AuthLayer {
     registry: Arc<Registry>,
+    approvers: bool,
 }
 
 impl AuthLayer {
     /// A layer over the registry's tenants and callers.
     pub fn new(registry: Arc<Registry>) -> Self {
-        Self { registry }
+        Self {
+            registry,
+            approvers: false,
+        }
+    }
+
+    /// The same, also accepting the tenants' approver tokens
+    /// (`call_approvals.approver_tokens`): the CallApprovalsService's
+    /// layer. An approver token reaches no other service.
+    #[must_use]
+    pub fn for_approvers(mut self) -> Self {
+        self.approvers = true;
+        self
     }
 }
 
@@ -38,6 +51,7 @@ impl<S> Layer<S> for AuthLayer {
         AuthService {
             inner,
             registry: self.registry.clone(),
+            approvers: self.approvers,
         }
     }
 }
@@ -52,6 +66,7 @@ impl<S> Layer<S> for AuthLayer {
 pub struct AuthService<S> {
     inner: S,
     registry: Arc<Registry>,
+    approvers: bool,
 }
 
 impl<S, ReqBody, ResBody> Service<http::Request<ReqBody>> for AuthService<S>

@@ -40,6 +40,7 @@ pub(super) async fn invoke(
         definition_hash: request.definition_hash,
         catalog_version: request.catalog_version,
         accepts_task: request.accepts_task,
+        approval_id: request.approval_id,
         sinks,
     };
     Ok(gateway.calls.run(origin, call).await?)

@@ -116,9 +116,11 @@ impl Relay {
         tokio::pin!(deadline_passed);
         let (progress_sink, mut progress) = mpsc::channel(PROGRESS_BUFFER);
         let (asker, mut rounds) = mpsc::channel::<Round>(ROUNDS_BUFFER);
+        let (approval_sink, mut approvals) = mpsc::channel(1);
         let sinks = crate::calls::Sinks {
             progress: Some(progress_sink),
             asker: Some(asker),
+            approval: Some(approval_sink),
         };
         let call = calls::invoke(&gateway, request, sinks);
         tokio::pin!(call);
@@ -148,6 +150,20 @@ impl Relay {
                     };
                     let _ = out.send(Err(passed.into())).await;
                     return;
+                }
+                Some(notice) = approvals.recv() => {
+                    let event = pb::InvokeToolEvent {
+                        event: Some(pb::invoke_tool_event::Event::ApprovalPending(
+                            pb::ApprovalPending {
+                                approval_id: notice.approval_id,
+                                expires_at_unix_ms: notice.expires_at_ms,
+                                rule: notice.rule,
+                            },
+                        )),
+                    };
+                    if out.send(Ok(event)).await.is_err() {
+                        return;
+                    }
                 }
                 Some(update) = progress.recv() => {
                     let Some(event) = thinning.admit(update) else { continue };

@@ -5,6 +5,7 @@
 //! is a [`CallError`], turned into a status in [`status`] only.
 
 mod auth_layer;
+pub mod call_approvals;
 mod calls;
 mod consent;
 pub mod convert;
@@ -55,6 +56,12 @@ impl Gateway {
     #[must_use]
     pub fn new(calls: Calls) -> Self {
         Self { calls }
+    }
+
+    /// The calls it serves (what the CallApprovalsService shares).
+    #[must_use]
+    pub fn calls(&self) -> &Calls {
+        &self.calls
     }
 
     /// The caller's tenant, marked busy and then used (a lazy tenant

@@ -246,6 +246,38 @@ fn metadata(error: &CallError) -> HashMap<String, String> {
         CallError::PromptNotFound { name } => {
             metadata.insert("prompt".to_owned(), name.clone());
         }
+        CallError::CallNotPermitted { target, rule, .. } => {
+            metadata.insert(target.metadata_key().to_owned(), target.name.clone());
+            metadata.insert("rule".to_owned(), rule.clone());
+        }
+        CallError::ApprovalPending {
+            tool,
+            approval_id,
+            rule,
+            expires_at_ms,
+        } => {
+            metadata.insert("tool".to_owned(), tool.clone());
+            metadata.insert("approval_id".to_owned(), approval_id.clone());
+            metadata.insert("rule".to_owned(), rule.clone());
+            metadata.insert("expires_at_unix_ms".to_owned(), expires_at_ms.to_string());
+        }
+        CallError::ApprovalDenied { approval_id, .. }
+        | CallError::ApprovalExpired { approval_id, .. }
+        | CallError::ApprovalSpent { approval_id }
+        | CallError::ApprovalMismatch { approval_id, .. }
+        | CallError::ApprovalNotFound { approval_id }
+        | CallError::NotApprover { approval_id, .. }
+        | CallError::ApprovalDecided { approval_id, .. }
+        | CallError::ApprovalVoid { approval_id, .. } => {
+            metadata.insert("approval_id".to_owned(), approval_id.clone());
+        }
+        CallError::ApprovalLimit { limit } => {
+            metadata.insert(
+                "limit".to_owned(),
+                "call_approvals.max_pending_per_subject".to_owned(),
+            );
+            metadata.insert("limit_value".to_owned(), limit.to_string());
+        }
         CallError::PromptDefinitionChanged {
             prompt,
             current_hash,
@@ -277,6 +309,7 @@ fn metadata(error: &CallError) -> HashMap<String, String> {
         | CallError::ShuttingDown { .. }
         | CallError::AuditUnavailable { .. }
         | CallError::Draining
+        | CallError::ApprovalStoreUnavailable { .. }
         | CallError::Reloading
         | CallError::TenantStoreUnavailable(_)
         | CallError::InvalidName { .. }

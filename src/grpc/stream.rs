@@ -40,6 +40,7 @@ pub(super) fn invoke_with_progress(
         let sinks = crate::calls::Sinks {
             progress: Some(sink),
             asker: None,
+            approval: None,
         };
         let call = calls::invoke(&gateway, request, sinks);
         tokio::pin!(call);

@@ -20,6 +20,8 @@
 //! form of a resource URI (what is matched, and sent) in `uri`.
 
 mod reads;
+mod stub_verdict;
+pub use stub_verdict::{ApprovalRule, Verdict};
 mod targets;
 mod unlisted;
 mod uri;

@@ -25,6 +25,8 @@ pub enum Record {
     TenantSecret,
     /// An entry of the tenants' change log, or of their token index.
     TenantChange,
+    /// A call approval (a tool call held for a person's decision).
+    CallApproval,
 }
 
 impl std::fmt::Display for Record {
@@ -38,6 +40,7 @@ impl std::fmt::Display for Record {
             Record::Tenant => "tenant spec",
             Record::TenantSecret => "tenant secret",
             Record::TenantChange => "tenant change",
+            Record::CallApproval => "call approval",
         })
     }
 }

@@ -40,8 +40,10 @@
 //! Here: the store's operations. Opening it (URLs, the pool, migrations) is
 //! in `connect`, the rows' keys and the data that binds a sealed value to
 //! its row in `keys`, the keys that seal values in `keyring`, moving a
-//! token to another key (migrating subjects) in `rekey`.
+//! token to another key (migrating subjects) in `rekey`, tool calls held
+//! for a person's approval in `call_approvals`.
 
+pub mod call_approvals;
 mod connect;
 mod error;
 mod first_use;

@@ -29,6 +29,9 @@
 //! | `toolgate_tls_handshake_failures_total` | counter | listener |
 //! | `toolgate_guard_checks_total` | counter | guard, phase, verdict |
 //! | `toolgate_guard_check_seconds` | histogram | guard |
+//! | `toolgate_call_approvals_total` | counter | tenant, event |
+//! | `toolgate_call_approvals_pending` | gauge | tenant |
+//! | `toolgate_call_approval_decision_seconds` | histogram | tenant |
 
 use std::sync::Arc;
 
@@ -40,11 +43,13 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 
+mod call_approvals;
 mod calls;
 mod guards;
 mod tenants;
 mod tls;
 
+pub use call_approvals::CallApprovalMetrics;
 pub use calls::{InFlight, TenantCalls, ToolCalls};
 pub use guards::GuardMetrics;
 pub use tenants::{LoadOutcome, TenantMetrics};
@@ -163,6 +168,7 @@ pub struct Metrics {
     tenants_dir_files: Family<FileStateLabels, Gauge>,
     admin_requests: Family<AdminLabels, Counter>,
     guards: GuardMetrics,
+    call_approvals: CallApprovalMetrics,
 }
 
 /// The state of a `tenants_dir` file.
@@ -335,6 +341,7 @@ impl Metrics {
         let tenants = TenantMetrics::register(&mut registry);
         let tls = TlsMetrics::register(&mut registry);
         let guards = GuardMetrics::register(&mut registry);
+        let call_approvals = CallApprovalMetrics::register(&mut registry);
         let tenants_dir_files = Family::<FileStateLabels, Gauge>::default();
         registry.register(
             "toolgate_tenants_dir_files",
@@ -352,6 +359,7 @@ impl Metrics {
         );
         Metrics {
             guards,
+            call_approvals,
             tenants,
             tls,
             registry,
@@ -383,6 +391,11 @@ impl Metrics {
     /// The guards' checks (`guards:`).
     pub fn guards(&self) -> &GuardMetrics {
         &self.guards
+    }
+
+    /// Call approvals (tool calls held for a person's decision).
+    pub fn call_approvals(&self) -> &CallApprovalMetrics {
+        &self.call_approvals
     }
 
     /// Counts one `rpc` request of `tenant` to `server` that ended with
