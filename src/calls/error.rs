@@ -508,15 +508,6 @@ pub enum CallError {
         /// Its state.
         state: String,
     },
-    /// The approval cannot be decided any more: the rule that asked for it
-    /// is gone or changed since.
-    #[error("call approval {approval_id} cannot be decided: {why}")]
-    ApprovalVoid {
-        /// The approval's id.
-        approval_id: String,
-        /// Why.
-        why: &'static str,
-    },
     /// Call approvals live in the state store, which cannot be reached
     /// (or none is configured): nothing was sent.
     #[error("call approvals need the state store, which {reason}; nothing was sent, retry")]

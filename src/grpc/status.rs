@@ -267,8 +267,7 @@ fn metadata(error: &CallError) -> HashMap<String, String> {
         | CallError::ApprovalMismatch { approval_id, .. }
         | CallError::ApprovalNotFound { approval_id }
         | CallError::NotApprover { approval_id, .. }
-        | CallError::ApprovalDecided { approval_id, .. }
-        | CallError::ApprovalVoid { approval_id, .. } => {
+        | CallError::ApprovalDecided { approval_id, .. } => {
             metadata.insert("approval_id".to_owned(), approval_id.clone());
         }
         CallError::ApprovalLimit { limit } => {

@@ -8,6 +8,7 @@ mod admin;
 mod approvals;
 mod architecture;
 mod audit;
+mod call_approvals;
 mod audit_chain;
 mod auth;
 mod binary;

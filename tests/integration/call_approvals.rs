@@ -1,0 +1,559 @@
+//! Call approvals (docs/call-approvals.md) and policy on a call's
+//! arguments, with real processes: `toolgate serve` replicas on one
+//! PostgreSQL in front of the Python `mcp` SDK's `payments_server.py`,
+//! whose log proves how often, and with what, `send_payment` ran. A call a
+//! `require_approval` rule holds is asked for on one replica, approved
+//! through the other, and spent on either, once; every other use of the
+//! approval is refused with its reason, and all of it is on the audit
+//! trail.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tonic::Code;
+use tonic::transport::Channel;
+use tonic_types::StatusExt;
+use toolgate::pb;
+use toolgate::pb::call_approvals_service_client::CallApprovalsServiceClient;
+use toolgate::pb::tool_gateway_client::ToolGatewayClient;
+
+use crate::common::*;
+
+const TOKEN: &str = "acme-worker-token";
+const APPROVER: &str = "acme-approver-token-alice";
+const OTHER_TOKEN: &str = "globex-worker-token";
+const OTHER_APPROVER: &str = "globex-approver-token-eve";
+/// A 32-byte key in base64, shared by the replicas of one test.
+const STATE_KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
+
+/// One payments server's files: its log of payments and its description.
+struct Payments {
+    log: PathBuf,
+    description: PathBuf,
+}
+
+impl Payments {
+    fn new(dir: &Path, name: &str) -> Self {
+        let description = dir.join(format!("{name}-description.txt"));
+        std::fs::write(&description, "Send a payment.").unwrap();
+        Self {
+            log: dir.join(format!("{name}-payments.jsonl")),
+            description,
+        }
+    }
+
+    /// The `servers[]` entry.
+    fn server(&self) -> String {
+        format!(
+            "      - name: pay\n        command: [\"{}\", \"{}\", \"{}\", \"{}\"]\n",
+            python().display(),
+            fixture("python/payments_server.py").display(),
+            self.log.display(),
+            self.description.display()
+        )
+    }
+
+    /// The payments made, as logged.
+    fn made(&self) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect()
+    }
+}
+
+/// The policy of the tests: payments over 500 need a person (approver
+/// tokens by default); `db`-style denial on arguments; `extra` rules
+/// first.
+fn policy(rule_options: &str, extra: &str) -> String {
+    format!(
+        "    policy:\n{extra}      - deny: \"pay__send_payment\"\n        when: \"args.to == 'mallory'\"\n      \
+         - require_approval: \"pay__send_payment\"\n        when: \"args.amount > 500\"\n{rule_options}"
+    )
+}
+
+/// A gateway's configuration: tenant `acme` (worker token, approver token
+/// `alice`) and `globex` (its own), both in front of `payments`.
+fn config(port: u16, state: &str, audit: &Path, payments: &Payments, policy: &str, tenant_extra: &str) -> String {
+    format!(
+        "listen: \"127.0.0.1:{port}\"\nshutdown_delay: \"0s\"\n{state}audit:\n  path: \"{}\"\n\
+         tenants:\n  - name: acme\n    tokens: [{TOKEN}]\n    call_approvals:\n      approver_tokens:\n        \
+         - name: alice\n          token: {APPROVER}\n{tenant_extra}    servers:\n{}{policy}\
+         \n  - name: globex\n    tokens: [{OTHER_TOKEN}]\n    call_approvals:\n      approver_tokens:\n        \
+         - name: eve\n          token: {OTHER_APPROVER}\n    servers:\n{}{}",
+        audit.display(),
+        payments.server(),
+        payments.server(),
+        self::policy("", ""),
+    )
+}
+
+/// The state store section on PostgreSQL.
+fn postgres(pg: &PgCluster) -> String {
+    format!(
+        "state:\n  url: \"{}\"\n  keys: [{{ env: STATE_KEY }}]\n",
+        pg.url()
+    )
+}
+
+fn send(arguments: &str) -> pb::InvokeToolRequest {
+    pb::InvokeToolRequest {
+        name: "pay__send_payment".to_owned(),
+        arguments_json: arguments.to_owned(),
+        ..Default::default()
+    }
+}
+
+fn with_id(mut request: pb::InvokeToolRequest, id: &str) -> pb::InvokeToolRequest {
+    request.approval_id = id.to_owned();
+    request
+}
+
+async fn call(
+    client: &mut ToolGatewayClient<Channel>,
+    subject: &str,
+    request: pb::InvokeToolRequest,
+) -> Result<pb::InvokeToolResponse, tonic::Status> {
+    client
+        .invoke_tool(authed_as(TOKEN, subject, request))
+        .await
+        .map(tonic::Response::into_inner)
+}
+
+/// An `ErrorInfo` metadata value of `status`.
+fn info(status: &tonic::Status, key: &str) -> String {
+    status
+        .get_error_details()
+        .error_info()
+        .and_then(|i| i.metadata.get(key).cloned())
+        .unwrap_or_default()
+}
+
+/// The approval id of an `APPROVAL_PENDING` refusal.
+fn pending_id(result: Result<pb::InvokeToolResponse, tonic::Status>) -> String {
+    let status = result.expect_err("held for approval");
+    assert_eq!(status.code(), Code::FailedPrecondition, "{status:?}");
+    assert_eq!(reason(&status), "APPROVAL_PENDING", "{status:?}");
+    let id = info(&status, "approval_id");
+    assert!(id.starts_with("apv_"), "{status:?}");
+    assert_eq!(info(&status, "rule"), "tenants[0].policy[1]", "{status:?}");
+    id
+}
+
+fn refused(result: Result<pb::InvokeToolResponse, tonic::Status>, code: Code, expected: &str) {
+    let status = result.expect_err(expected);
+    assert_eq!((status.code(), reason(&status).as_str()), (code, expected), "{status:?}");
+}
+
+async fn approvals_at(port: u16) -> CallApprovalsServiceClient<Channel> {
+    CallApprovalsServiceClient::connect(format!("http://127.0.0.1:{port}"))
+        .await
+        .unwrap()
+}
+
+async fn approve(
+    approvals: &mut CallApprovalsServiceClient<Channel>,
+    token: &str,
+    id: &str,
+) -> Result<pb::CallApproval, tonic::Status> {
+    approvals
+        .approve_call(authed(
+            token,
+            pb::ApproveCallRequest {
+                approval_id: id.to_owned(),
+                reason: "ok for the quarterly invoice".to_owned(),
+            },
+        ))
+        .await
+        .map(|r| r.into_inner().approval.unwrap())
+}
+
+async fn pending(
+    approvals: &mut CallApprovalsServiceClient<Channel>,
+    token: &str,
+) -> Vec<pb::CallApproval> {
+    approvals
+        .list_call_approvals(authed(token, pb::ListCallApprovalsRequest::default()))
+        .await
+        .unwrap()
+        .into_inner()
+        .approvals
+}
+
+/// The audit records of `path` with `kind`.
+fn records(path: &Path, kind: &str) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|r| r["kind"] == kind)
+        .collect()
+}
+
+/// Waits (at most 10 s) until `path` holds a `call_approval` record of
+/// `event`.
+async fn audited(paths: &[&Path], event: &str) -> serde_json::Value {
+    for _ in 0..100 {
+        for path in paths {
+            if let Some(found) = records(path, "call_approval")
+                .into_iter()
+                .find(|r| r["event"] == event)
+            {
+                return found;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("no {event} record in {paths:?}");
+}
+
+/// Requested on one replica, approved through the other, spent on either,
+/// once. Every other use of the approval is refused with its reason; the
+/// tool ran exactly once, with exactly the approved arguments.
+#[tokio::test]
+async fn held_at_one_replica_approved_at_the_other_spent_once() {
+    let pg = PgCluster::start();
+    let dir = tempfile::tempdir().unwrap();
+    let payments = Payments::new(dir.path(), "shared");
+    let (one_port, two_port) = (free_port(), free_port());
+    let (one_audit, two_audit) = (dir.path().join("one.jsonl"), dir.path().join("two.jsonl"));
+    let env = [("STATE_KEY", STATE_KEY)];
+    let mut gateways = Vec::new();
+    for (port, audit) in [(one_port, &one_audit), (two_port, &two_audit)] {
+        let path = dir.path().join(format!("gateway-{port}.yaml"));
+        std::fs::write(
+            &path,
+            config(port, &postgres(&pg), audit, &payments, &policy("", ""), ""),
+        )
+        .unwrap();
+        gateways.push(serve_binary(&path, &dir.path().join(format!("{port}.log")), &env));
+    }
+    let mut one = client_at(one_port).await;
+    let mut two = client_at(two_port).await;
+    wait_listed(&mut one, TOKEN, "pay__send_payment").await;
+    wait_listed(&mut two, TOKEN, "pay__send_payment").await;
+
+    // Under the limit: no approval.
+    let small = call(&mut one, "bob", send(r#"{"amount": 20, "to": "carol"}"#)).await.unwrap();
+    assert_eq!(small.text, "sent 20 to carol");
+    // Over it: held, nothing sent.
+    let payment = send(r#"{"amount": 900, "to": "dave", "memo": "invoice 7"}"#);
+    let id = pending_id(call(&mut one, "bob", payment.clone()).await);
+    assert_eq!(payments.made().len(), 1);
+    // The same call again, at either replica: the same pending approval.
+    assert_eq!(pending_id(call(&mut two, "bob", payment.clone()).await), id);
+    assert_eq!(pending_id(call(&mut two, "bob", with_id(payment.clone(), &id)).await), id);
+
+    // The approver (an approver token) sees it at the other replica, with
+    // the arguments, and approves it there.
+    let mut approvals = approvals_at(two_port).await;
+    let listed = pending(&mut approvals, APPROVER).await;
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    let shown = &listed[0];
+    assert_eq!(shown.approval_id, id);
+    assert_eq!(shown.tool, "pay__send_payment");
+    assert_eq!(shown.subject, "token:bob");
+    assert!(shown.may_decide);
+    let arguments: serde_json::Value = serde_json::from_str(&shown.arguments_json).unwrap();
+    assert_eq!(arguments["amount"], 900);
+    // Another tenant's approver sees nothing of it, and cannot decide it.
+    let mut other = approvals_at(one_port).await;
+    assert!(pending(&mut other, OTHER_APPROVER).await.is_empty());
+    let status = approve(&mut other, OTHER_APPROVER, &id).await.unwrap_err();
+    assert_eq!(reason(&status), "CALL_APPROVAL_NOT_FOUND", "{status:?}");
+    // A worker token is no approver under the default rule.
+    let status = approve(&mut approvals, TOKEN, &id).await.unwrap_err();
+    assert_eq!(reason(&status), "CALL_APPROVAL_NOT_FOUND", "{status:?}");
+    // An approver token calls no tool.
+    let status = two
+        .list_tools(authed(APPROVER, pb::ListToolsRequest::default()))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::Unauthenticated, "{status:?}");
+    let approved = approve(&mut approvals, APPROVER, &id).await.unwrap();
+    assert_eq!(approved.state(), pb::CallApprovalState::Approved);
+    assert_eq!(approved.decided_by, "approver_token alice");
+    // Decided once.
+    let status = approve(&mut approvals, APPROVER, &id).await.unwrap_err();
+    assert_eq!(reason(&status), "CALL_APPROVAL_DECIDED", "{status:?}");
+
+    // Not for other arguments, nor another subject.
+    refused(
+        call(&mut one, "bob", with_id(send(r#"{"amount": 9000, "to": "dave", "memo": "invoice 7"}"#), &id)).await,
+        Code::FailedPrecondition,
+        "APPROVAL_MISMATCH",
+    );
+    refused(
+        call(&mut one, "eve", with_id(payment.clone(), &id)).await,
+        Code::FailedPrecondition,
+        "APPROVAL_MISMATCH",
+    );
+    // Another tenant's worker does not find it.
+    let status = one
+        .invoke_tool(authed(OTHER_TOKEN, with_id(payment.clone(), &id)))
+        .await
+        .unwrap_err();
+    assert_eq!(reason(&status), "CALL_APPROVAL_NOT_FOUND", "{status:?}");
+    // The approved call, its keys in another order (the canonical digest),
+    // at the first replica: it runs.
+    let reordered = send(r#"{"memo": "invoice 7", "to": "dave", "amount": 900}"#);
+    let done = call(&mut one, "bob", with_id(reordered.clone(), &id)).await.unwrap();
+    assert_eq!(done.text, "sent 900 to dave");
+    // Once.
+    refused(
+        call(&mut two, "bob", with_id(reordered, &id)).await,
+        Code::FailedPrecondition,
+        "APPROVAL_SPENT",
+    );
+    let made = payments.made();
+    assert_eq!(made.len(), 2, "{made:?}");
+    assert_eq!(made[1], serde_json::json!({"amount": 900, "to": "dave", "memo": "invoice 7"}));
+
+    // A rule on the arguments refuses, naming the rule, never the values.
+    let status = call(&mut two, "bob", send(r#"{"amount": 5, "to": "mallory"}"#)).await.unwrap_err();
+    assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
+    assert_eq!(reason(&status), "TOOL_NOT_PERMITTED");
+    assert_eq!(info(&status, "rule"), "tenants[0].policy[0]");
+    assert!(!status.message().contains("mallory"), "{status:?}");
+    // ... and hides nothing from listings.
+    assert!(names(&list(&mut two, TOKEN).await).contains(&"pay__send_payment".to_owned()));
+    // A condition that cannot be evaluated on the arguments refuses too.
+    let status = call(&mut two, "bob", send(r#"{"to": "dave"}"#)).await.unwrap_err();
+    assert_eq!(reason(&status), "TOOL_NOT_PERMITTED", "{status:?}");
+    assert_eq!(info(&status, "rule"), "tenants[0].policy[1]", "{status:?}");
+    assert_eq!(payments.made().len(), 2);
+
+    // All of it on the audit trail, wherever it happened.
+    let trails = [one_audit.as_path(), two_audit.as_path()];
+    let requested = audited(&trails, "call_approval_requested").await;
+    assert_eq!(requested["call_approval"], id.as_str());
+    assert_eq!(requested["rule"], "tenants[0].policy[1]");
+    let approved = audited(&trails, "call_approval_approved").await;
+    assert_eq!(approved["note"], "ok for the quarterly invoice");
+    assert_eq!(approved["caller"]["kind"], "approver_token", "{approved}");
+    audited(&trails, "call_approval_spent").await;
+    let refusal = audited(&trails, "call_approval_refused").await;
+    assert!(refusal["reason"].as_str().unwrap().starts_with("APPROVAL_"), "{refusal}");
+    drop(gateways);
+}
+
+/// On `InvokeToolInteractive` the worker is told the call waits, and the
+/// call goes on by itself once approved (or ends once denied); a waiting
+/// call holds no slot of the tenant's.
+#[tokio::test]
+async fn an_interactive_call_waits_for_the_decision() {
+    let dir = tempfile::tempdir().unwrap();
+    let payments = Payments::new(dir.path(), "interactive");
+    let audit = dir.path().join("audit.jsonl");
+    let state = format!(
+        "state:\n  url: \"sqlite://{}\"\n",
+        dir.path().join("state.db").display()
+    );
+    let limits = "    limits:\n      max_concurrent_calls: 1\n      queue_timeout: 100ms\n";
+    let gateway = TestGateway::start(
+        &config(0, &state, &audit, &payments, &policy("", ""), limits),
+        &[],
+    )
+    .await;
+    let mut client = gateway.client().await;
+    wait_listed(&mut client, TOKEN, "pay__send_payment").await;
+    let mut approvals = CallApprovalsServiceClient::connect(format!("http://{}", gateway.addr))
+        .await
+        .unwrap();
+
+    for (approve_it, amount) in [(true, 700), (false, 800)] {
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        tx.send(pb::InteractiveRequest {
+            message: Some(pb::interactive_request::Message::Call(send(&format!(
+                r#"{{"amount": {amount}, "to": "dave"}}"#
+            )))),
+        })
+        .await
+        .unwrap();
+        let mut events = client
+            .invoke_tool_interactive(authed_as(
+                TOKEN,
+                "bob",
+                tokio_stream::wrappers::ReceiverStream::new(rx),
+            ))
+            .await
+            .unwrap()
+            .into_inner();
+        let first = events.message().await.unwrap().unwrap();
+        let Some(pb::invoke_tool_event::Event::ApprovalPending(waiting)) = first.event else {
+            panic!("{first:?}");
+        };
+        assert_eq!(waiting.rule, "tenants[0].policy[1]");
+        // While it waits, another call gets the tenant's one slot.
+        let balance = pb::InvokeToolRequest {
+            name: "pay__balance".to_owned(),
+            ..Default::default()
+        };
+        assert_eq!(call(&mut client, "bob", balance).await.unwrap().text, "1000");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        if approve_it {
+            approve(&mut approvals, APPROVER, &waiting.approval_id).await.unwrap();
+            let last = events.message().await.unwrap().unwrap();
+            let Some(pb::invoke_tool_event::Event::Result(result)) = last.event else {
+                panic!("{last:?}");
+            };
+            assert_eq!(result.text, "sent 700 to dave");
+        } else {
+            approvals
+                .deny_call(authed(
+                    APPROVER,
+                    pb::DenyCallRequest {
+                        approval_id: waiting.approval_id.clone(),
+                        reason: "not this month".to_owned(),
+                    },
+                ))
+                .await
+                .unwrap();
+            let status = events.message().await.unwrap_err();
+            assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
+            assert_eq!(reason(&status), "APPROVAL_DENIED");
+            assert!(status.message().contains("not this month"), "{status:?}");
+        }
+        drop(tx);
+    }
+    let made = payments.made();
+    assert_eq!(made.len(), 1, "{made:?}");
+    assert_eq!(made[0]["amount"], 700);
+    gateway.shutdown().await;
+}
+
+/// What an approval was not given for is refused: the approver's own call
+/// (unless the rule allows it), after expiry, a flood of requests, a
+/// changed definition and a changed rule.
+#[tokio::test]
+async fn approvals_refuse_what_they_were_not_given_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let payments = Payments::new(dir.path(), "refusals");
+    let audit = dir.path().join("audit.jsonl");
+    let port = free_port();
+    let state = format!(
+        "state:\n  url: \"sqlite://{}\"\n",
+        dir.path().join("state.db").display()
+    );
+    // Workers' own tokens may approve, but never their own calls; an
+    // approval is asked for within 2 s and holds 2 s.
+    let options = "        approval:\n          approvers: \"caller.kind == 'token'\"\n          \
+                   wait: 2s\n          valid_for: 2s\n";
+    let path = dir.path().join("gateway.yaml");
+    let write = |options: &str, pending_limit: u32| {
+        let text = config(port, &state, &audit, &payments, &policy(options, ""), "")
+            .replace(
+                "      approver_tokens:\n        - name: alice",
+                &format!(
+                    "      max_pending_per_subject: {pending_limit}\n      approver_tokens:\n        - name: alice"
+                ),
+            );
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, &path).unwrap();
+    };
+    write(options, 3);
+    let log = dir.path().join("gateway.log");
+    let gateway = serve_binary(&path, &log, &[]);
+    let mut client = client_at(port).await;
+    wait_listed(&mut client, TOKEN, "pay__send_payment").await;
+    let mut approvals = approvals_at(port).await;
+    let approve_as = |subject: &'static str, id: String| {
+        let mut approvals = approvals.clone();
+        async move {
+            approvals
+                .approve_call(authed_as(
+                    TOKEN,
+                    subject,
+                    pb::ApproveCallRequest {
+                        approval_id: id,
+                        reason: String::new(),
+                    },
+                ))
+                .await
+        }
+    };
+
+    // Self-approval is refused; another subject approves.
+    let payment = send(r#"{"amount": 600, "to": "dave"}"#);
+    let id = pending_id(call(&mut client, "bob", payment.clone()).await);
+    let status = approve_as("bob", id.clone()).await.unwrap_err();
+    assert_eq!(reason(&status), "CALL_APPROVAL_NOT_APPROVER", "{status:?}");
+    assert!(status.message().contains("self-approval"), "{status:?}");
+    approve_as("carol", id.clone()).await.unwrap();
+    // Not used within valid_for: expired.
+    tokio::time::sleep(Duration::from_millis(2300)).await;
+    refused(
+        call(&mut client, "bob", with_id(payment.clone(), &id)).await,
+        Code::FailedPrecondition,
+        "APPROVAL_EXPIRED",
+    );
+    // Not decided within wait: expired, and no longer decidable.
+    let id = pending_id(call(&mut client, "bob", payment.clone()).await);
+    tokio::time::sleep(Duration::from_millis(2300)).await;
+    let status = approve_as("carol", id.clone()).await.unwrap_err();
+    assert_eq!(reason(&status), "CALL_APPROVAL_DECIDED", "{status:?}");
+    refused(
+        call(&mut client, "bob", with_id(payment.clone(), &id)).await,
+        Code::FailedPrecondition,
+        "APPROVAL_EXPIRED",
+    );
+
+    // A flood of requests is bounded per subject.
+    for amount in 701..704 {
+        pending_id(call(&mut client, "bob", send(&format!(r#"{{"amount": {amount}, "to": "x"}}"#))).await);
+    }
+    refused(
+        call(&mut client, "bob", send(r#"{"amount": 999, "to": "x"}"#)).await,
+        Code::ResourceExhausted,
+        "APPROVAL_LIMIT",
+    );
+    // Another subject has its own room.
+    pending_id(call(&mut client, "carol", send(r#"{"amount": 999, "to": "x"}"#)).await);
+
+    // Approved, then the rule changes (a reload): the approval no longer
+    // fits, and a pending one can no longer be decided.
+    let approved = pending_id(call(&mut client, "dan", payment.clone()).await);
+    approve_as("carol", approved.clone()).await.unwrap();
+    let undecided = pending_id(call(&mut client, "erin", payment.clone()).await);
+    write(&options.replace("wait: 2s", "wait: 3s"), 3);
+    signal(gateway.0.id(), "HUP");
+    let mut changed = false;
+    for _ in 0..100 {
+        let status = call(&mut client, "dan", with_id(payment.clone(), &approved)).await.unwrap_err();
+        if reason(&status) == "APPROVAL_MISMATCH" {
+            assert!(status.message().contains("rules"), "{status:?}");
+            changed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(changed, "the reload never changed the rule");
+    let status = approve_as("carol", undecided).await.unwrap_err();
+    assert_eq!(reason(&status), "CALL_APPROVAL_NOT_FOUND", "{status:?}");
+
+    // Approved, then the tool's definition changes (the server restarts
+    // with another description): the approval no longer fits.
+    let approved = pending_id(call(&mut client, "fay", payment.clone()).await);
+    approve_as("carol", approved.clone()).await.unwrap();
+    std::fs::write(&payments.description, "Send a payment, now with fees.").unwrap();
+    for child in children_of(gateway.0.id()) {
+        signal(child, "KILL");
+    }
+    let mut changed = false;
+    for _ in 0..150 {
+        match call(&mut client, "fay", with_id(payment.clone(), &approved)).await {
+            Err(status) if reason(&status) == "APPROVAL_MISMATCH" => {
+                assert!(status.message().contains("definition"), "{status:?}");
+                changed = true;
+                break;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            Ok(done) => panic!("ran under the old approval: {done:?}"),
+        }
+    }
+    assert!(changed, "the definition never changed");
+    assert!(payments.made().is_empty(), "{:?}", payments.made());
+    drop(gateway);
+}
