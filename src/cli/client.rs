@@ -455,7 +455,8 @@ async fn interactive(
                 }
             }
             Some(Event::Result(result)) => return Ok(result),
-            Some(Event::Progress(_)) | None => {}
+            // The wait for an approval ends in a result (or a status).
+            Some(Event::Progress(_) | Event::ApprovalPending(_)) | None => {}
         }
     }
     Err(Failure::Status(tonic::Status::unknown(
