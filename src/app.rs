@@ -91,7 +91,7 @@ pub fn open_state(config: &Config) -> Result<Option<OpenedState>, AppError> {
     // Tenants in the state store (`admin:` or `tenant_store:`): state.keys
     // is required then (the configuration says so).
     let holds_tenants = config.tenant_store.is_some();
-    if !uses_oauth && !may_ask && !holds_tenants {
+    if !uses_oauth && !may_ask && !holds_tenants && !uses_call_approvals(config) {
         return Ok(None);
     }
     let keys = if config.state.keys.is_empty() && !uses_oauth && !holds_tenants {
@@ -124,6 +124,21 @@ pub fn open_oauth(config: &Config) -> Result<Option<crate::registry::OAuthContex
         return Ok(None);
     }
     Ok(oauth_context(config, open_state(config)?.as_ref()))
+}
+
+/// Whether a tenant's policy holds calls for a person's approval
+/// (`require_approval`), or tenants of the state store (which may) are
+/// served: call approvals live in the state store.
+fn uses_call_approvals(config: &Config) -> bool {
+    config.tenant_store.is_some()
+        || config.tenants.iter().any(|t| {
+            t.policy.as_ref().is_some_and(|rules| {
+                rules
+                    .rules
+                    .iter()
+                    .any(|r| r.effect == crate::config::policy::Effect::RequireApproval)
+            })
+        })
 }
 
 /// Whether some server uses OAuth.
@@ -284,6 +299,7 @@ pub async fn run_with_reload(
     let (registry, stop_approvals) = start_registry(&config, env.clone(), &metrics, &oauth)?;
     let stop_consent = start_consent(&config, &oauth, &registry, &metrics).await?;
     let stop_follow = start_follow(&config, state.as_ref(), &registry);
+    let sweeps_approvals = uses_call_approvals(&config);
     let (config, tenant_count) = without_tenants(config);
     let stop_reload = start_reload(reload, &config, &registry, &metrics, sources);
     let stop_admin =
@@ -303,7 +319,9 @@ pub async fn run_with_reload(
     // for as long as this gateway runs.
     let stop_sweep = CancellationToken::new();
     let _stop_sweep = stop_sweep.clone().drop_guard();
-    tokio::spawn(calls.call_approvals().clone().sweep_until(stop_sweep));
+    if sweeps_approvals {
+        tokio::spawn(calls.call_approvals().clone().sweep_until(stop_sweep));
+    }
     let gateway = Gateway::new(calls);
     let (health, health_service) = tonic_health::server::health_reporter();
     set_health(&health, tonic_health::ServingStatus::Serving).await;

@@ -112,6 +112,12 @@ pub enum CallerRecord {
         /// Lowercase hex SHA-256 of the certificate (DER).
         sha256: String,
     },
+    /// An approver token of the tenant
+    /// (`tenants[].call_approvals.approver_tokens`): its name.
+    ApproverToken {
+        /// The token's configured name.
+        name: String,
+    },
 }
 
 impl From<&crate::callers::CallerIdentity> for CallerRecord {
@@ -133,6 +139,9 @@ impl From<&crate::callers::CallerIdentity> for CallerRecord {
                 id: id.clone(),
                 sha256: sha256.clone(),
             },
+            crate::callers::CallerIdentity::ApproverToken { name } => {
+                CallerRecord::ApproverToken { name: name.clone() }
+            }
         }
     }
 }

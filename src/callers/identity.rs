@@ -14,6 +14,7 @@
 //! | a JWT of issuer `https://issuer.example` whose subject is `alice` | `jwt:https://issuer.example alice` |
 //! | a client certificate of SPIFFE trust domain `cluster.local` whose subject expression gives `spiffe://cluster.local/ns/acme/sa/worker` | `cert:cluster.local spiffe://cluster.local/ns/acme/sa/worker` |
 //! | a client certificate without a SPIFFE ID whose subject expression gives `CN=worker` | `cert: CN=worker` |
+//! | an approver token (`tenants[].call_approvals.approver_tokens`) naming `alice` | `approver:alice` |
 //!
 //! So a static token naming the subject a JWT issuer produces, or two
 //! issuers mapped to one tenant producing the same id, never reach each
@@ -49,6 +50,8 @@ const JWT_PREFIX: &str = "jwt:";
 /// The key prefix of subjects a client certificate names (then its trust
 /// domain, a space, the id).
 const CERT_PREFIX: &str = "cert:";
+/// The key prefix of subjects an approver token names.
+const APPROVER_PREFIX: &str = "approver:";
 
 /// How the caller that names a subject authenticated: the namespace of
 /// the subject's [key](Subject::key).
@@ -61,6 +64,9 @@ pub enum Namespace<'a> {
     /// A client certificate whose SPIFFE ID is of this trust domain (empty
     /// without a SPIFFE ID); its `callers.mtls` entry names the id.
     Certificate(&'a str),
+    /// An approver token of the tenant (one that decides call approvals,
+    /// and reaches nothing else).
+    Approver,
 }
 
 impl<'a> Namespace<'a> {
@@ -122,6 +128,7 @@ impl Subject {
             Namespace::Token => format!("{TOKEN_PREFIX}{id}"),
             Namespace::Jwt(issuer) => format!("{JWT_PREFIX}{issuer} {id}"),
             Namespace::Certificate(domain) => format!("{CERT_PREFIX}{domain} {id}"),
+            Namespace::Approver => format!("{APPROVER_PREFIX}{id}"),
         };
         Ok(Self {
             id: Some(Arc::from(id)),
@@ -138,7 +145,8 @@ impl Subject {
     /// The key the subject's credentials, sessions and consents are kept
     /// under: `""` for the tenant itself, `token:<id>` for a subject a
     /// static token named, `jwt:<issuer> <id>` for one a JWT named,
-    /// `cert:<trust domain> <id>` for one a client certificate named.
+    /// `cert:<trust domain> <id>` for one a client certificate named,
+    /// `approver:<id>` for one an approver token named.
     pub fn key(&self) -> &str {
         &self.key
     }
@@ -166,6 +174,9 @@ impl Subject {
                 .strip_prefix(CERT_PREFIX)
                 .and_then(|rest| rest.split_once(' '))
                 .is_some_and(|(_, id)| check_id(id).is_ok())
+            || key
+                .strip_prefix(APPROVER_PREFIX)
+                .is_some_and(|id| check_id(id).is_ok())
     }
 
     /// The subject id `x-toolgate-subject` names in request metadata.
@@ -235,6 +246,7 @@ impl Caller {
             CallerIdentity::Certificate { trust_domain, .. } => {
                 Namespace::Certificate(trust_domain)
             }
+            CallerIdentity::ApproverToken { .. } => Namespace::Approver,
         }
     }
 
@@ -242,6 +254,17 @@ impl Caller {
     pub fn static_token(index: usize) -> Self {
         Self {
             identity: CallerIdentity::Token { index },
+            claims: Arc::new(serde_json::Value::Object(serde_json::Map::new())),
+        }
+    }
+
+    /// A caller with the approver token named `name` of its tenant (empty
+    /// claims).
+    pub fn approver_token(name: &str) -> Self {
+        Self {
+            identity: CallerIdentity::ApproverToken {
+                name: name.to_owned(),
+            },
             claims: Arc::new(serde_json::Value::Object(serde_json::Map::new())),
         }
     }
@@ -272,6 +295,13 @@ pub enum CallerIdentity {
         /// Lowercase hex SHA-256 of the certificate (DER).
         sha256: String,
     },
+    /// An approver token of the tenant
+    /// (`tenants[].call_approvals.approver_tokens`): it decides call
+    /// approvals, and calls nothing.
+    ApproverToken {
+        /// The token's configured name.
+        name: String,
+    },
 }
 
 impl std::fmt::Display for CallerIdentity {
@@ -282,6 +312,7 @@ impl std::fmt::Display for CallerIdentity {
             CallerIdentity::Certificate { id, sha256, .. } => {
                 write!(f, "cert {id} sha256:{sha256}")
             }
+            CallerIdentity::ApproverToken { name } => write!(f, "approver_token {name}"),
         }
     }
 }
@@ -338,6 +369,7 @@ mod tests {
             "jwt:an issuer with spaces alice",
             "cert:cluster.local spiffe://cluster.local/ns/a/sa/b",
             "cert: CN=worker",
+            "approver:alice",
         ] {
             assert!(Subject::is_key(key), "{key}");
         }
@@ -349,6 +381,8 @@ mod tests {
             "jwt: alice",
             "cert:cluster.local",
             "cert:a b c",
+            "approver:",
+            "approver:a b",
         ] {
             assert!(!Subject::is_key(bare), "{bare}");
         }
@@ -364,5 +398,19 @@ mod tests {
         assert!(Namespace::parse("jwt:").is_err());
         assert!(Namespace::parse("cert:cluster.local").is_err());
         assert!(Namespace::parse("tokens").is_err());
+    }
+
+    #[test]
+    fn approver_tokens_name_subjects_of_their_own() {
+        let approver = Caller::approver_token("finance");
+        assert_eq!(approver.namespace(), Namespace::Approver);
+        assert_eq!(approver.identity.to_string(), "approver_token finance");
+        assert_eq!(approver.claims.as_object().map(|c| c.len()), Some(0));
+        let alice = Subject::named(approver.namespace(), "alice").unwrap();
+        assert_eq!(alice.key(), "approver:alice");
+        assert_ne!(
+            alice.key(),
+            Subject::named(Namespace::Token, "alice").unwrap().key()
+        );
     }
 }

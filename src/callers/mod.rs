@@ -244,9 +244,12 @@ pub fn recheck<D: Directory>(
                     )))
                 })
         }
-        (Presented::Jwt(_), CallerIdentity::Token { .. } | CallerIdentity::Certificate { .. }) => {
-            Err(CallerError::Unauthenticated("unknown token"))
-        }
+        (
+            Presented::Jwt(_),
+            CallerIdentity::Token { .. }
+            | CallerIdentity::Certificate { .. }
+            | CallerIdentity::ApproverToken { .. },
+        ) => Err(CallerError::Unauthenticated("unknown token")),
     }
 }
 

@@ -76,11 +76,16 @@ fn print(reports: &[FileReport]) -> bool {
     for report in reports {
         let file = report.file.display();
         match (&report.tenant, report.errors.is_empty()) {
-            (Some(tenant), true) => println!(
-                "{file}: tenant {} is valid ({} server(s))",
-                tenant.name,
-                tenant.servers.len()
-            ),
+            (Some(tenant), true) => {
+                println!(
+                    "{file}: tenant {} is valid ({} server(s))",
+                    tenant.name,
+                    tenant.servers.len()
+                );
+                for line in call_time_lines(tenant) {
+                    println!("{file}: {line}");
+                }
+            }
             _ => {
                 valid = false;
                 for error in &report.errors {
@@ -90,4 +95,54 @@ fn print(reports: &[FileReport]) -> bool {
         }
     }
     valid
+}
+
+/// Prints, for every tenant of `config`, the policy rules decided at call
+/// time (what `toolgate check` tells beside validity).
+pub(super) fn print_call_time_rules(config: &Config) {
+    for tenant in &config.tenants {
+        for line in call_time_lines(tenant) {
+            println!("{line}");
+        }
+    }
+}
+
+/// `tenants[0].policy[2]: decided at call time (reads args)` for each
+/// rule of the tenant's policy decided at call time, in order.
+fn call_time_lines(tenant: &TenantConfig) -> Vec<String> {
+    let Some(rules) = &tenant.policy else {
+        return Vec::new();
+    };
+    crate::policy::Policy::new(rules)
+        .call_time_rules()
+        .into_iter()
+        .map(|(path, why)| format!("{path}: decided at call time ({why})"))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn call_time_rules_are_named_with_why() {
+        let yaml = "tenants:\n  - name: t\n    tokens: [tok]\n    policy:\n      \
+                    - deny: \"db__*\"\n        when: \"claims.x == 1\"\n      \
+                    - deny: db__query\n        when: \"args.sql.contains('payroll.')\"\n      \
+                    - require_approval: [\"pay__send_*\"]\n";
+        let config = Config::from_yaml(
+            yaml,
+            "test.yaml",
+            Path::new("."),
+            &std::collections::HashMap::<String, String>::new(),
+        )
+        .unwrap();
+        assert_eq!(
+            call_time_lines(&config.tenants[0]),
+            [
+                "tenants[0].policy[1]: decided at call time (reads args)",
+                "tenants[0].policy[2]: decided at call time (require_approval)",
+            ]
+        );
+    }
 }

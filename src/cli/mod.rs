@@ -392,6 +392,7 @@ async fn check(path: PathBuf, offline: bool) -> ExitCode {
         Err(code) => return code,
     };
     check_audit(&config);
+    check_tenants::print_call_time_rules(&config);
     check_tls::check_listener_tls(&config);
     check_tls::check_cert_callers(&config);
     check_delegation::check_delegated_servers(&config);

@@ -1,13 +1,17 @@
 //! The configuration of a tenant's policy (`tenants[].policy`): ordered
 //! rules, each `allow` or `deny` globs over exposed names (of tools and
-//! prompts alike), or `allow_resources` or `deny_resources` globs over
-//! resources (`<server>:<uri>`), with an optional CEL `when`. Validation
-//! checks every glob and condition and keeps them parsed
-//! ([`PolicyRules`]); the policy room builds the evaluating `Policy` from
-//! them.
+//! prompts alike), `require_approval` globs over exposed tool names (with
+//! an optional `approval:` block), or `allow_resources` or
+//! `deny_resources` globs over resources (`<server>:<uri>`), with an
+//! optional CEL `when`. Validation checks every glob, condition and
+//! approval option and keeps them parsed ([`PolicyRules`]); the policy
+//! room builds the evaluating `Policy` from them.
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
 
 use globset::{Glob, GlobBuilder, GlobMatcher, GlobSet, GlobSetBuilder};
 use serde::Deserialize;
@@ -16,8 +20,10 @@ use super::fields::Errors;
 
 /// The variables a `when` may read. `tool`, `prompt` and `resource` are
 /// bound only when a tool, a prompt or a resource is decided on: a
-/// condition reading another fails, and a failure never grants.
-pub const VARIABLES: [&str; 7] = [
+/// condition reading another fails, and a failure never grants. `args`
+/// (the arguments of a tool call or of a prompt) is bound only when a
+/// call is decided: a rule whose `when` reads it is decided at call time.
+pub const VARIABLES: [&str; 8] = [
     "claims",
     "subject",
     "subject_key",
@@ -25,7 +31,27 @@ pub const VARIABLES: [&str; 7] = [
     "tool",
     "prompt",
     "resource",
+    "args",
 ];
+
+/// The variables an `approval.approvers` expression may read: who would
+/// decide, never what is decided.
+pub const APPROVER_VARIABLES: [&str; 4] = ["claims", "subject", "subject_key", "caller"];
+
+/// How long a call waits for a decision unless `approval.wait` says.
+pub const DEFAULT_APPROVAL_WAIT: Duration = Duration::from_secs(3600);
+/// How long an approval holds once given unless `approval.valid_for` says.
+pub const DEFAULT_APPROVAL_VALID_FOR: Duration = Duration::from_secs(15 * 60);
+/// How many calls one approval allows unless `approval.uses` says.
+pub const DEFAULT_APPROVAL_USES: u32 = 1;
+
+/// The bounds of `approval.wait`.
+const WAIT_RANGE: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(7 * 86400));
+/// The bounds of `approval.valid_for`.
+const VALID_FOR_RANGE: (Duration, Duration) =
+    (Duration::from_secs(1), Duration::from_secs(7 * 86400));
+/// The bounds of `approval.uses`.
+const USES_RANGE: (i64, i64) = (1, 100);
 
 /// What a rule does to what it matches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,6 +60,9 @@ pub enum Effect {
     Allow,
     /// The caller may not use it, and does not see it.
     Deny,
+    /// The caller sees the tool, and a person must approve each call it
+    /// matches first (tools only: never prompts nor resources).
+    RequireApproval,
 }
 
 /// What a rule's globs are matched against.
@@ -59,6 +88,8 @@ impl Targets {
             (Targets::Names, Effect::Deny) => "deny",
             (Targets::Resources, Effect::Allow) => "allow_resources",
             (Targets::Resources, Effect::Deny) => "deny_resources",
+            // Only over names; a spec over resources is refused by `check`.
+            (_, Effect::RequireApproval) => "require_approval",
         }
     }
 }
@@ -77,6 +108,30 @@ pub struct RuleSpec {
     /// A CEL expression over [`VARIABLES`]; the rule applies only when it
     /// is true.
     pub when: Option<String>,
+    /// The `approval:` block as written (only a `require_approval` rule
+    /// takes one; unset, the defaults).
+    pub approval: Option<ApprovalSpec>,
+}
+
+/// A `require_approval` rule's `approval:` block as written, before
+/// checking.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ApprovalSpec {
+    /// A CEL expression over [`APPROVER_VARIABLES`]: who may decide.
+    /// Unset: only the tenant's approver tokens.
+    pub approvers: Option<String>,
+    /// How long a request waits for a decision (a duration such as
+    /// `"1h"`, 1s to 7d; default [`DEFAULT_APPROVAL_WAIT`]).
+    pub wait: Option<String>,
+    /// How long an approval holds once given (1s to 7d; default
+    /// [`DEFAULT_APPROVAL_VALID_FOR`]).
+    pub valid_for: Option<String>,
+    /// How many calls one approval allows (1 to 100; default
+    /// [`DEFAULT_APPROVAL_USES`]).
+    pub uses: Option<i64>,
+    /// Whether the subject that asked for the call may approve it itself
+    /// (default false).
+    pub self_approval: Option<bool>,
 }
 
 /// A rule that does not check: where and why.
@@ -101,8 +156,28 @@ pub(crate) struct RawRule {
     pub(crate) allow_resources: Option<RawGlobs>,
     /// Globs of resources (`server:uri`) the rule denies.
     pub(crate) deny_resources: Option<RawGlobs>,
+    /// Globs of tools whose calls the rule holds for a person's approval.
+    pub(crate) require_approval: Option<RawGlobs>,
     /// A CEL condition over [`VARIABLES`].
     pub(crate) when: Option<String>,
+    /// The options of a `require_approval` rule.
+    pub(crate) approval: Option<RawApproval>,
+}
+
+/// A `require_approval` rule's `approval:` block as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawApproval {
+    /// A CEL condition over [`APPROVER_VARIABLES`]: who may decide.
+    pub(crate) approvers: Option<String>,
+    /// How long a request waits for a decision.
+    pub(crate) wait: Option<String>,
+    /// How long an approval holds once given.
+    pub(crate) valid_for: Option<String>,
+    /// How many calls one approval allows.
+    pub(crate) uses: Option<i64>,
+    /// Whether the subject that asked may approve its own call.
+    pub(crate) self_approval: Option<bool>,
 }
 
 /// One glob, or a list of them.
@@ -133,6 +208,11 @@ pub(super) fn policy(
             (Effect::Deny, Targets::Names, rule.deny),
             (Effect::Allow, Targets::Resources, rule.allow_resources),
             (Effect::Deny, Targets::Resources, rule.deny_resources),
+            (
+                Effect::RequireApproval,
+                Targets::Names,
+                rule.require_approval,
+            ),
         ]
         .into_iter()
         .filter_map(|(effect, targets, globs)| globs.map(|g| (effect, targets, g)))
@@ -141,11 +221,13 @@ pub(super) fn policy(
             errors.push(
                 format!("{path}[{index}]"),
                 if given.is_empty() {
-                    "a rule needs `allow` or `deny` (globs over exposed tool and prompt names) or \
-                     `allow_resources` or `deny_resources` (globs over `server:uri`)"
+                    "a rule needs `allow` or `deny` (globs over exposed tool and prompt names), \
+                     `require_approval` (globs over exposed tool names) or `allow_resources` or \
+                     `deny_resources` (globs over `server:uri`)"
                 } else {
-                    "a rule has exactly one of `allow`, `deny`, `allow_resources` and \
-                     `deny_resources`, not both (write two rules; the first that matches decides)"
+                    "a rule has exactly one of `allow`, `deny`, `require_approval`, \
+                     `allow_resources` and `deny_resources`, not both (write two rules; the first \
+                     that matches decides)"
                 },
             );
             continue;
@@ -159,6 +241,13 @@ pub(super) fn policy(
                 RawGlobs::Many(globs) => globs,
             },
             when: rule.when,
+            approval: rule.approval.map(|a| ApprovalSpec {
+                approvers: a.approvers,
+                wait: a.wait,
+                valid_for: a.valid_for,
+                uses: a.uses,
+                self_approval: a.self_approval,
+            }),
         });
     }
     if errors.0.len() != before {
@@ -192,6 +281,12 @@ pub struct PolicyRules {
     pub resource_servers: Vec<GlobMatcher>,
     /// The rule of each glob in `resource_uris`.
     pub resource_rule: Vec<usize>,
+    /// The globs of the rules decided at call time for a tool (a `when`
+    /// reading `args`, or `require_approval`).
+    pub call_time_tools: GlobSet,
+    /// The globs of the rules decided at call time for a prompt (a `when`
+    /// reading `args`; `require_approval` never matches prompts).
+    pub call_time_prompts: GlobSet,
 }
 
 impl std::fmt::Debug for PolicyRules {
@@ -212,6 +307,12 @@ pub struct CheckedRule {
     pub targets: Targets,
     /// The condition, compiled, and its source.
     pub when: Option<(Arc<cel::Program>, String)>,
+    /// Whether the condition reads `args` (the rule is decided at call
+    /// time).
+    pub reads_args: bool,
+    /// The approval options of a `require_approval` rule (the defaults
+    /// when it has no `approval:` block); `None` for any other rule.
+    pub approval: Option<CheckedApproval>,
 }
 
 impl std::fmt::Debug for CheckedRule {
@@ -221,6 +322,42 @@ impl std::fmt::Debug for CheckedRule {
             .field("effect", &self.effect)
             .field("targets", &self.targets)
             .field("when", &self.when.as_ref().map(|(_, source)| source))
+            .field("approval", &self.approval)
+            .finish()
+    }
+}
+
+/// A `require_approval` rule's approval options, checked.
+pub struct CheckedApproval {
+    /// Who may decide: the compiled expression and its source; `None`,
+    /// only the tenant's approver tokens.
+    pub approvers: Option<(Arc<cel::Program>, String)>,
+    /// How long a request waits for a decision.
+    pub wait: Duration,
+    /// How long an approval holds once given.
+    pub valid_for: Duration,
+    /// How many calls one approval allows.
+    pub uses: u32,
+    /// Whether the subject that asked may approve its own call.
+    pub self_approval: bool,
+    /// Lowercase hex SHA-256 over the rule as configured (its path,
+    /// effect, globs, `when` and these options): it changes when the rule
+    /// does.
+    pub digest: String,
+}
+
+impl std::fmt::Debug for CheckedApproval {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CheckedApproval")
+            .field(
+                "approvers",
+                &self.approvers.as_ref().map(|(_, source)| source),
+            )
+            .field("wait", &self.wait)
+            .field("valid_for", &self.valid_for)
+            .field("uses", &self.uses)
+            .field("self_approval", &self.self_approval)
+            .field("digest", &self.digest)
             .finish()
     }
 }
@@ -229,8 +366,10 @@ impl std::fmt::Debug for CheckedRule {
 ///
 /// # Errors
 /// Every rule with no glob, a glob that does not parse (a resource glob
-/// without its `server:`), or a `when` that does not compile or reads a
-/// variable other than [`VARIABLES`], each naming its path.
+/// without its `server:`), a `when` that does not compile or reads a
+/// variable other than [`VARIABLES`] (or, over resources, `args`), an
+/// `approval:` block on a rule other than `require_approval`, or an
+/// approval option out of its bounds, each naming its path.
 pub fn check(path: &str, specs: &[RuleSpec]) -> Result<PolicyRules, Vec<PolicyError>> {
     let env = cel::Env::stdlib();
     let mut errors = Vec::new();
@@ -240,9 +379,18 @@ pub fn check(path: &str, specs: &[RuleSpec]) -> Result<PolicyRules, Vec<PolicyEr
     let mut uri_builder = GlobSetBuilder::new();
     let mut resource_servers = Vec::new();
     let mut resource_rule = Vec::new();
+    let mut call_time_tools = GlobSetBuilder::new();
+    let mut call_time_prompts = GlobSetBuilder::new();
     for (index, spec) in specs.iter().enumerate() {
         let rule_path = format!("{path}[{index}]");
         let key = spec.targets.key(spec.effect);
+        if spec.effect == Effect::RequireApproval && spec.targets == Targets::Resources {
+            errors.push(PolicyError {
+                path: rule_path.clone(),
+                message: "`require_approval` is over exposed tool names, never resources"
+                    .to_owned(),
+            });
+        }
         if spec.globs.is_empty() {
             errors.push(PolicyError {
                 path: format!("{rule_path}.{key}"),
@@ -283,7 +431,7 @@ pub fn check(path: &str, specs: &[RuleSpec]) -> Result<PolicyRules, Vec<PolicyEr
         }
         let when = match &spec.when {
             None => None,
-            Some(source) => match compile_condition(&env, source) {
+            Some(source) => match compile_condition(&env, source, &VARIABLES) {
                 Ok(program) => Some((Arc::new(program), source.clone())),
                 Err(message) => {
                     errors.push(PolicyError {
@@ -294,11 +442,53 @@ pub fn check(path: &str, specs: &[RuleSpec]) -> Result<PolicyRules, Vec<PolicyEr
                 }
             },
         };
+        let reads_args = when
+            .as_ref()
+            .is_some_and(|(program, _)| free_variables(program.expression()).contains_key("args"));
+        if reads_args && spec.targets == Targets::Resources {
+            errors.push(PolicyError {
+                path: format!("{rule_path}.when"),
+                message: "reads `args`, which only a tool call or a prompt has: a resource rule \
+                          cannot read it"
+                    .to_owned(),
+            });
+        }
+        let approval = match (spec.effect, &spec.approval) {
+            (Effect::RequireApproval, given) => {
+                let default = ApprovalSpec::default();
+                Some(check_approval(
+                    &env,
+                    &rule_path,
+                    spec,
+                    given.as_ref().unwrap_or(&default),
+                    &mut errors,
+                ))
+            }
+            (_, Some(_)) => {
+                errors.push(PolicyError {
+                    path: format!("{rule_path}.approval"),
+                    message: "only a `require_approval` rule takes `approval:`".to_owned(),
+                });
+                None
+            }
+            (_, None) => None,
+        };
+        if spec.targets == Targets::Names && (reads_args || spec.effect == Effect::RequireApproval)
+        {
+            for glob in spec.globs.iter().filter_map(|text| Glob::new(text).ok()) {
+                if spec.effect != Effect::RequireApproval {
+                    call_time_prompts.add(glob.clone());
+                }
+                call_time_tools.add(glob);
+            }
+        }
         rules.push(CheckedRule {
             path: rule_path,
             effect: spec.effect,
             targets: spec.targets,
             when,
+            reads_args,
+            approval,
         });
     }
     let compiled = |builder: GlobSetBuilder| {
@@ -311,6 +501,8 @@ pub fn check(path: &str, specs: &[RuleSpec]) -> Result<PolicyRules, Vec<PolicyEr
     };
     let globs = compiled(builder);
     let resource_uris = compiled(uri_builder);
+    let call_time_tools = compiled(call_time_tools);
+    let call_time_prompts = compiled(call_time_prompts);
     if !errors.is_empty() {
         return Err(errors);
     }
@@ -321,7 +513,138 @@ pub fn check(path: &str, specs: &[RuleSpec]) -> Result<PolicyRules, Vec<PolicyEr
         resource_uris: resource_uris?,
         resource_servers,
         resource_rule,
+        call_time_tools: call_time_tools?,
+        call_time_prompts: call_time_prompts?,
     })
+}
+
+/// Checks the `approval:` options of the `require_approval` rule at
+/// `rule_path` (`given`, the defaults when it has none), recording each
+/// bad field under `{rule_path}.approval.<field>`.
+fn check_approval(
+    env: &cel::Env,
+    rule_path: &str,
+    spec: &RuleSpec,
+    given: &ApprovalSpec,
+    errors: &mut Vec<PolicyError>,
+) -> CheckedApproval {
+    let at = |field: &str| format!("{rule_path}.approval.{field}");
+    let approvers = given.approvers.as_ref().and_then(|source| {
+        match compile_condition(env, source, &APPROVER_VARIABLES) {
+            Ok(program) => Some((Arc::new(program), source.clone())),
+            Err(message) => {
+                errors.push(PolicyError {
+                    path: at("approvers"),
+                    message,
+                });
+                None
+            }
+        }
+    });
+    let mut duration = |field: &str, text: Option<&str>, default, (min, max)| {
+        let Some(text) = text else {
+            return default;
+        };
+        let message = match humantime::parse_duration(text) {
+            Ok(value) if (min..=max).contains(&value) => return value,
+            Ok(_) => format!(
+                "must be between {} and {}",
+                humantime::format_duration(min),
+                humantime::format_duration(max)
+            ),
+            Err(e) => format!("`{text}` is not a duration such as \"1h\" or \"15m\": {e}"),
+        };
+        errors.push(PolicyError {
+            path: at(field),
+            message,
+        });
+        default
+    };
+    let wait = duration(
+        "wait",
+        given.wait.as_deref(),
+        DEFAULT_APPROVAL_WAIT,
+        WAIT_RANGE,
+    );
+    let valid_for = duration(
+        "valid_for",
+        given.valid_for.as_deref(),
+        DEFAULT_APPROVAL_VALID_FOR,
+        VALID_FOR_RANGE,
+    );
+    let uses = match given.uses {
+        None => DEFAULT_APPROVAL_USES,
+        Some(uses) => match u32::try_from(uses) {
+            Ok(value) if (USES_RANGE.0..=USES_RANGE.1).contains(&uses) => value,
+            _ => {
+                errors.push(PolicyError {
+                    path: at("uses"),
+                    message: format!(
+                        "must be between {} and {} (calls one approval allows)",
+                        USES_RANGE.0, USES_RANGE.1
+                    ),
+                });
+                DEFAULT_APPROVAL_USES
+            }
+        },
+    };
+    let self_approval = given.self_approval.unwrap_or(false);
+    let digest = rule_digest(
+        rule_path,
+        spec,
+        approvers.as_ref().map(|(_, source)| source.as_str()),
+        [
+            wait.as_millis().to_le_bytes().as_slice(),
+            valid_for.as_millis().to_le_bytes().as_slice(),
+            uses.to_le_bytes().as_slice(),
+            &[u8::from(self_approval)],
+        ],
+    );
+    CheckedApproval {
+        approvers,
+        wait,
+        valid_for,
+        uses,
+        self_approval,
+        digest,
+    }
+}
+
+/// Lowercase hex SHA-256 over a rule as configured: its path, effect,
+/// globs, `when`, `approvers` and the other approval options (as they
+/// take effect, so that writing a default out changes nothing), each
+/// length-prefixed under a domain tag.
+fn rule_digest(
+    rule_path: &str,
+    spec: &RuleSpec,
+    approvers: Option<&str>,
+    options: [&[u8]; 4],
+) -> String {
+    let mut hasher = Sha256::new();
+    let mut field = |bytes: &[u8]| {
+        hasher.update((bytes.len() as u64).to_le_bytes());
+        hasher.update(bytes);
+    };
+    field(b"toolgate policy rule v1");
+    field(rule_path.as_bytes());
+    field(spec.targets.key(spec.effect).as_bytes());
+    field(&(spec.globs.len() as u64).to_le_bytes());
+    for glob in &spec.globs {
+        field(glob.as_bytes());
+    }
+    for optional in [spec.when.as_deref(), approvers] {
+        match optional {
+            None => field(b"-"),
+            Some(source) => {
+                field(b"+");
+                field(source.as_bytes());
+            }
+        }
+    }
+    for option in options {
+        field(option);
+    }
+    hex::encode(hasher.finalize())
 }
 
 /// Why a glob is refused.
@@ -419,19 +742,28 @@ fn never_normal(uri: &str) -> Option<&'static str> {
     None
 }
 
-/// Compiles a `when`, refusing variables other than [`VARIABLES`].
-fn compile_condition(env: &cel::Env, source: &str) -> Result<cel::Program, String> {
+/// Compiles a condition (a `when`, or `approvers`), refusing variables
+/// other than `variables`.
+fn compile_condition(
+    env: &cel::Env,
+    source: &str,
+    variables: &[&str],
+) -> Result<cel::Program, String> {
     if source.trim().is_empty() {
-        return Err("an empty condition (leave `when` out to match always)".to_owned());
+        return Err("an empty condition (leave it out to match always)".to_owned());
     }
     let program = env
         .compile(source)
         .map_err(|e| format!("does not compile: {}", one_line(&e.to_string())))?;
     let free = free_variables(program.expression());
-    if let Some(unknown) = free.keys().find(|name| !VARIABLES.contains(&name.as_str())) {
+    if let Some(unknown) = free.keys().find(|name| !variables.contains(&name.as_str())) {
+        let named: Vec<String> = variables.iter().map(|v| format!("`{v}`")).collect();
+        let list = match named.split_last() {
+            Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
+            _ => named.concat(),
+        };
         return Err(format!(
-            "reads `{unknown}`, which is not a variable here (a condition reads `claims`, \
-             `subject`, `subject_key`, `caller`, `tool`, `prompt` and `resource`)"
+            "reads `{unknown}`, which is not a variable here (a condition reads {list})"
         ));
     }
     Ok(program)
@@ -532,4 +864,138 @@ pub fn free_variables(expression: &cel::IdedExpr) -> HashMap<String, usize> {
     let mut free = HashMap::new();
     walk(expression, &mut Vec::new(), &mut free);
     free
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::config::validate::testing::{load, messages};
+
+    /// A tenant whose policy is `rules` (YAML list items, indented by six).
+    fn with_policy(rules: &str) -> String {
+        format!("tenants:\n  - name: acme\n    tokens: [t]\n    policy:\n{rules}")
+    }
+
+    #[test]
+    fn require_approval_rules_load_with_their_options_and_defaults() {
+        let config = load(&with_policy(
+            r#"      - deny: "db__*"
+        when: "args.sql.contains('payroll.')"
+      - require_approval: ["payments__send_*", "payments__refund"]
+        when: "args.amount > 500"
+        approval:
+          approvers: "'finance' in claims.groups"
+          wait: 2h
+          valid_for: 10m
+          uses: 3
+          self_approval: true
+      - require_approval: payments__close
+"#,
+        ))
+        .unwrap();
+        let rules = config.tenants[0].policy.as_ref().unwrap();
+        assert!(rules.rules[0].reads_args && rules.rules[0].approval.is_none());
+        let given = rules.rules[1].approval.as_ref().unwrap();
+        assert_eq!(given.wait, Duration::from_secs(7200));
+        assert_eq!(given.valid_for, Duration::from_secs(600));
+        assert_eq!(given.uses, 3);
+        assert!(given.self_approval);
+        assert_eq!(
+            given.approvers.as_ref().map(|(_, s)| s.as_str()),
+            Some("'finance' in claims.groups")
+        );
+        let defaults = rules.rules[2].approval.as_ref().unwrap();
+        assert_eq!(defaults.wait, super::DEFAULT_APPROVAL_WAIT);
+        assert_eq!(defaults.valid_for, super::DEFAULT_APPROVAL_VALID_FOR);
+        assert_eq!(defaults.uses, 1);
+        assert!(!defaults.self_approval && defaults.approvers.is_none());
+        assert!(!rules.rules[2].reads_args);
+        assert_eq!(defaults.digest.len(), 64);
+        assert!(rules.call_time_tools.is_match("payments__send_eur"));
+        assert!(rules.call_time_tools.is_match("db__query"));
+        assert!(!rules.call_time_tools.is_match("web__fetch"));
+        // require_approval never matches prompts.
+        assert!(!rules.call_time_prompts.is_match("payments__refund"));
+        assert!(rules.call_time_prompts.is_match("db__query"));
+    }
+
+    #[test]
+    fn every_bad_approval_field_names_its_path() {
+        let errors = messages(&with_policy(
+            r#"      - allow: "a__*"
+        approval: {uses: 2}
+      - require_approval: "b__*"
+        approval:
+          approvers: "tool.name == 'x'"
+          wait: 30s
+          valid_for: soon
+          uses: 0
+      - require_approval: "c__*"
+        approval: {wait: 8d, valid_for: 5s, uses: 101, approvers: "claims.groups.exists(g,"}
+      - deny_resources: "docs:**"
+        when: "args.x == 1"
+"#,
+        ));
+        let paths: Vec<&str> = errors
+            .iter()
+            .map(|e| e.split_once(": ").unwrap().0)
+            .collect();
+        assert_eq!(
+            paths,
+            [
+                "tenants[0].policy[0].approval",
+                "tenants[0].policy[1].approval.approvers",
+                "tenants[0].policy[1].approval.wait",
+                "tenants[0].policy[1].approval.valid_for",
+                "tenants[0].policy[1].approval.uses",
+                "tenants[0].policy[2].approval.approvers",
+                "tenants[0].policy[2].approval.wait",
+                "tenants[0].policy[2].approval.valid_for",
+                "tenants[0].policy[2].approval.uses",
+                "tenants[0].policy[3].when",
+            ],
+            "{errors:#?}"
+        );
+        let text = errors.join("\n");
+        assert!(
+            text.contains("only a `require_approval` rule takes `approval:`"),
+            "{text}"
+        );
+        assert!(
+            text.contains("reads `tool`, which is not a variable here (a condition reads `claims`, `subject`, `subject_key` and `caller`)"),
+            "{text}"
+        );
+        assert!(text.contains("must be between 1m and 7days"), "{text}");
+        assert!(text.contains("must be between 10s and 7days"), "{text}");
+        assert!(text.contains("`soon` is not a duration"), "{text}");
+        assert!(text.contains("must be between 1 and 100"), "{text}");
+        assert!(text.contains("a resource rule cannot read it"), "{text}");
+        // A rule of two effects, or of none (an `approval:` alone).
+        let errors = messages(&with_policy(
+            "      - require_approval: \"d__*\"\n        deny: \"d__*\"\n      - approval: {}\n",
+        ));
+        assert!(
+            errors[0].starts_with("tenants[0].policy[0]: a rule has exactly one of `allow`, `deny`, `require_approval`"),
+            "{errors:?}"
+        );
+        assert!(
+            errors[1].starts_with("tenants[0].policy[1]: a rule needs"),
+            "{errors:?}"
+        );
+    }
+
+    #[test]
+    fn approval_keys_are_refused_when_unknown_and_args_is_a_variable() {
+        let error = load(&with_policy(
+            "      - require_approval: \"b__*\"\n        approval: {approver: x}\n",
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(error.contains("approver"), "{error}");
+        let errors = messages(&with_policy(
+            "      - deny: \"b__*\"\n        when: \"argz.x == 1\"\n",
+        ));
+        assert!(errors[0].contains("`resource` and `args`)"), "{errors:?}");
+    }
 }

@@ -172,7 +172,8 @@ impl Standing {
                 .jwt_callers()
                 .expires_at(issuer, &caller.claims),
             crate::callers::CallerIdentity::Token { .. }
-            | crate::callers::CallerIdentity::Certificate { .. } => None,
+            | crate::callers::CallerIdentity::Certificate { .. }
+            | crate::callers::CallerIdentity::ApproverToken { .. } => None,
         }
     }
 }

@@ -119,7 +119,12 @@ impl CallInfo<'_> {
             Some(crate::callers::CallerIdentity::Certificate { .. }) => {
                 wire::CallerKind::Certificate
             }
-            None => wire::CallerKind::Unspecified,
+            // An approver token calls no tool (it reaches the call
+            // approvals service only), and the guard protocol has no kind
+            // for it.
+            Some(crate::callers::CallerIdentity::ApproverToken { .. }) | None => {
+                wire::CallerKind::Unspecified
+            }
         };
         let (arguments_json, result_json) = match phase {
             Phase::Request => (payload.to_owned(), String::new()),

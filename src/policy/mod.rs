@@ -10,18 +10,28 @@
 //!
 //! A `when` that cannot be evaluated for a call (a missing claim, a type
 //! mismatch, a result that is not a boolean) never widens access: it counts
-//! as true for a `deny` rule and false for an `allow` rule. The first such
-//! failure of each rule is logged at debug level.
+//! as true for a `deny` rule and for a `require_approval` rule, and false
+//! for an `allow` rule. The first such failure of each rule is logged at
+//! debug level (naming the rule, never a value).
+//!
+//! Some rules are decided at call time ([`call`]): those whose `when`
+//! reads `args` (the call's arguments) and every `require_approval` rule
+//! (which holds a tool call for a person's approval, and never matches a
+//! prompt or a resource). Such a rule never hides a tool: in a listing a
+//! call-time `allow` or `require_approval` shows it (its condition may
+//! hold), a call-time `deny` is passed over; the call is then decided with
+//! its arguments bound ([`Policy::decide_call`]), and a condition reading
+//! `args` that fails to evaluate refuses the call, naming the rule.
 //!
 //! Here: the compiled policy and its evaluation. What a condition reads of
 //! `tool` (so that values are remembered across tools alike) is in `reads`,
 //! the CEL values of `tool`, `prompt`, `resource` and `claims` in `values`,
 //! the decisions on prompts and resources in `targets`, the one normal
-//! form of a resource URI (what is matched, and sent) in `uri`.
+//! form of a resource URI (what is matched, and sent) in `uri`, the
+//! decisions on one call (with its arguments) in `call`.
 
+mod call;
 mod reads;
-mod stub_verdict;
-pub use stub_verdict::{ApprovalRule, Verdict};
 mod targets;
 mod unlisted;
 mod uri;
@@ -37,6 +47,7 @@ pub(crate) fn test_policy(rules: &[(Effect, &str, Option<&str>)]) -> Policy {
             targets: crate::config::policy::Targets::Names,
             globs: vec![(*glob).to_owned()],
             when: when.map(str::to_owned),
+            approval: None,
         })
         .collect();
     Policy::compile("tenants[0].policy", &specs).unwrap()
@@ -53,14 +64,18 @@ use globset::{Candidate, GlobSet};
 use crate::callers::{Caller, Subject};
 use crate::catalog::{CatalogPrompt, CatalogTool};
 use crate::config::policy::free_variables;
-pub use crate::config::policy::{Effect, PolicyError, PolicyRules, RuleSpec, Targets, VARIABLES};
+pub use crate::config::policy::{
+    APPROVER_VARIABLES, ApprovalSpec, Effect, PolicyError, PolicyRules, RuleSpec, Targets,
+    VARIABLES,
+};
 
+pub use call::{ApprovalRule, Verdict};
 pub use unlisted::Unlisted;
 pub use uri::{ResourceUri, UriError};
 pub use view::{View, cached_view, caller_view};
 
 use reads::{ToolReads, tool_reads};
-use values::{caller_val, json_val, prompt_val, resource_val, tool_val};
+use values::{caller_val, json_val, object_val, prompt_val, resource_val, tool_val};
 
 /// Identities of compiled policies: keys of cached views, so that a view
 /// evaluated under one configuration is never served under another.
@@ -82,6 +97,10 @@ pub struct Policy {
     resource_servers: Vec<globset::GlobMatcher>,
     /// The rule of each glob in `resource_uris`.
     resource_rule: Vec<usize>,
+    /// The globs of the rules decided at call time for a tool.
+    call_time_tools: GlobSet,
+    /// The globs of the rules decided at call time for a prompt.
+    call_time_prompts: GlobSet,
     env: Arc<cel::Env>,
     /// Whether any `when` reads `claims`.
     reads_claims: bool,
@@ -89,6 +108,8 @@ pub struct Policy {
     reads_subject: bool,
     /// Whether any `when` reads `caller`.
     reads_caller: bool,
+    /// Whether any `when` reads `args`.
+    reads_args: bool,
 }
 
 impl std::fmt::Debug for Policy {
@@ -105,6 +126,26 @@ struct Rule {
     path: String,
     effect: Effect,
     when: Option<Condition>,
+    /// A `require_approval` rule's options (always set for one).
+    approval: Option<Arc<ApprovalRule>>,
+}
+
+impl Rule {
+    /// Whether its condition reads `args`.
+    fn reads_args(&self) -> bool {
+        self.when.as_ref().is_some_and(|c| c.reads_args)
+    }
+
+    /// Why it is decided at call time, if it is.
+    fn call_time(&self) -> Option<&'static str> {
+        if self.effect == Effect::RequireApproval {
+            Some("require_approval")
+        } else if self.reads_args() {
+            Some("reads args")
+        } else {
+            None
+        }
+    }
 }
 
 impl std::fmt::Debug for Rule {
@@ -113,6 +154,7 @@ impl std::fmt::Debug for Rule {
             .field("path", &self.path)
             .field("effect", &self.effect)
             .field("when", &self.when.as_ref().map(|c| &c.source))
+            .field("approval", &self.approval)
             .finish()
     }
 }
@@ -128,6 +170,9 @@ struct Condition {
     reads_prompt: bool,
     /// Whether it reads `resource` (bound only for a resource).
     reads_resource: bool,
+    /// Whether it reads `args` (bound only when one call is decided):
+    /// never evaluated for a listing, never remembered.
+    reads_args: bool,
     /// Set once its first evaluation failure has been logged.
     failure_logged: AtomicBool,
 }
@@ -146,12 +191,17 @@ impl Policy {
     /// so that evaluation converts only what the rules read.
     pub fn new(checked: &PolicyRules) -> Policy {
         let (mut reads_claims, mut reads_subject, mut reads_caller) = (false, false, false);
-        let rules = checked
+        let env = Arc::new(cel::Env::stdlib());
+        let rules: Vec<Rule> = checked
             .rules
             .iter()
             .map(|rule| Rule {
                 path: rule.path.clone(),
                 effect: rule.effect,
+                approval: rule
+                    .approval
+                    .as_ref()
+                    .map(|approval| Arc::new(ApprovalRule::new(&rule.path, approval, &env))),
                 when: rule.when.as_ref().map(|(program, source)| {
                     let free = free_variables(program.expression());
                     reads_claims |= free.contains_key("claims");
@@ -164,11 +214,13 @@ impl Policy {
                         reads_tool: tool_reads(program.expression()),
                         reads_prompt: free.contains_key("prompt"),
                         reads_resource: free.contains_key("resource"),
+                        reads_args: free.contains_key("args"),
                         failure_logged: AtomicBool::new(false),
                     }
                 }),
             })
             .collect();
+        let reads_args = rules.iter().any(Rule::reads_args);
         Policy {
             id: POLICY_IDS.fetch_add(1, Ordering::Relaxed),
             rules,
@@ -177,10 +229,13 @@ impl Policy {
             resource_uris: checked.resource_uris.clone(),
             resource_servers: checked.resource_servers.clone(),
             resource_rule: checked.resource_rule.clone(),
-            env: Arc::new(cel::Env::stdlib()),
+            call_time_tools: checked.call_time_tools.clone(),
+            call_time_prompts: checked.call_time_prompts.clone(),
+            env,
             reads_claims,
             reads_subject,
             reads_caller,
+            reads_args,
         }
     }
 
@@ -194,9 +249,13 @@ impl Policy {
         self.rules.is_empty()
     }
 
-    /// Whether `caller`, acting for `subject`, may call (and see) `tool`:
-    /// the effect of the first rule whose glob matches the tool's exposed
-    /// name and whose `when` holds; allowed when none does.
+    /// Whether `caller`, acting for `subject`, may see `tool` and call it
+    /// as far as its listing tells: the effect of the first rule whose
+    /// glob matches the tool's exposed name and whose `when` holds;
+    /// allowed when none does. A rule decided at call time never hides a
+    /// tool (see the module documentation): when
+    /// [`Policy::decides_at_call`] says so, the call itself is decided by
+    /// [`Policy::decide_call`].
     pub fn allows(&self, caller: &Caller, subject: &Subject, tool: &CatalogTool) -> bool {
         self.evaluator(caller, subject).allows(tool)
     }
@@ -230,6 +289,7 @@ impl Policy {
             memo: vec![None; self.rules.len()],
             tool_memo: HashMap::new(),
             matched: Vec::new(),
+            stage: Stage::Listing,
         }
     }
 
@@ -250,16 +310,57 @@ pub(crate) struct Evaluator<'a> {
     policy: &'a Policy,
     context: cel::Context<'a, 'a>,
     /// Per rule, the value of a condition that reads nothing of the target
-    /// decided on, once evaluated. One value serves every kind of target:
-    /// such a condition sees the caller's variables and none of `tool`,
-    /// `prompt` and `resource` bound, whatever is decided.
-    memo: Vec<Option<bool>>,
+    /// decided on (nor `args`), once evaluated. One value serves every
+    /// kind of target: such a condition sees the caller's variables and
+    /// none of `tool`, `prompt` and `resource` bound, whatever is decided.
+    memo: Vec<Option<Holds>>,
     /// Values of conditions that read only a tool's server or annotations:
     /// by rule, server index and hints.
-    tool_memo: HashMap<(usize, usize, u8), bool>,
+    tool_memo: HashMap<(usize, usize, u8), Holds>,
     /// Scratch space: indices of the globs matching a name, then of their
     /// rules.
     matched: Vec<usize>,
+    /// Whether it decides listings, or one call with its arguments bound.
+    stage: Stage,
+}
+
+/// What an evaluator decides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    /// What a caller sees (and may call as far as a listing tells):
+    /// conditions reading `args` are not evaluated.
+    Listing,
+    /// One call, `args` bound.
+    Call,
+}
+
+/// The value of a condition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Holds {
+    Yes,
+    No,
+    /// It failed to evaluate, or is not a boolean.
+    Failed,
+}
+
+/// What the rules decided for one target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Decision {
+    /// No rule refuses.
+    Allow,
+    /// Refused by the rule at this index; `failed`: its condition failed
+    /// to evaluate.
+    Deny { rule: usize, failed: bool },
+    /// The `require_approval` rule at this index holds it (a listing
+    /// shows the tool).
+    Approval(usize),
+}
+
+impl Decision {
+    /// Whether a listing shows it.
+    fn visible(self) -> bool {
+        !matches!(self, Decision::Deny { .. })
+    }
 }
 
 /// What one decision is about: the variable a condition sees it as.
@@ -274,17 +375,28 @@ enum Target<'a> {
 }
 
 impl<'a> Evaluator<'a> {
-    /// Whether the caller may call `tool`.
+    /// This evaluator deciding one call, `arguments` bound as `args`.
+    fn for_call(mut self, arguments: &'a serde_json::Map<String, serde_json::Value>) -> Self {
+        if self.policy.reads_args {
+            self.context
+                .add_variable_as_val("args", object_val(arguments));
+        }
+        self.stage = Stage::Call;
+        self
+    }
+
+    /// Whether the caller may see `tool` (and call it, as far as a
+    /// listing tells).
     pub(crate) fn allows(&mut self, tool: &'a CatalogTool) -> bool {
         self.match_name(&tool.name);
-        self.decide(Target::Tool(tool))
+        self.decide(Target::Tool(tool)).visible()
     }
 
     /// Whether the caller may see and get `prompt` (the name rules, as for
-    /// a tool of the same name).
+    /// a tool of the same name, `require_approval` rules aside).
     pub(crate) fn allows_prompt(&mut self, prompt: &'a CatalogPrompt) -> bool {
         self.match_name(&prompt.name);
-        self.decide(Target::Prompt(prompt))
+        self.decide(Target::Prompt(prompt)).visible()
     }
 
     /// Whether the caller may see, read, watch or complete resource (or
@@ -303,7 +415,7 @@ impl<'a> Evaluator<'a> {
         }
         matched.sort_unstable();
         matched.dedup();
-        self.decide(Target::Resource { server, uri })
+        self.decide(Target::Resource { server, uri }).visible()
     }
 
     /// Leaves in `matched` the rules (in order) whose name globs match
@@ -323,25 +435,41 @@ impl<'a> Evaluator<'a> {
     }
 
     /// The effect of the first of the `matched` rules whose condition
-    /// holds for `target`; allowed when none does.
-    fn decide(&mut self, target: Target<'a>) -> bool {
+    /// holds for `target`; allowed when none does. `require_approval`
+    /// rules match tools only. For a listing, a condition reading `args`
+    /// may hold: such an `allow` or `require_approval` rule shows the
+    /// tool, such a `deny` is passed over. For a call, such a condition
+    /// that fails refuses the call; any other failing condition applies
+    /// for a `deny` or `require_approval` rule and not for an `allow`.
+    fn decide(&mut self, target: Target<'a>) -> Decision {
         let Evaluator {
             policy,
             context,
             memo,
             tool_memo,
             matched,
+            stage,
         } = self;
         // The scope with the target's variable, made when a condition
         // first needs it.
         let mut scope: Option<cel::Context<'_, 'a>> = None;
         for &index in matched.iter() {
             let rule = &policy.rules[index];
-            let applies = match &rule.when {
-                None => true,
+            if rule.effect == Effect::RequireApproval && !matches!(target, Target::Tool(_)) {
+                continue;
+            }
+            let value = match &rule.when {
+                None => Holds::Yes,
+                Some(condition) if condition.reads_args && *stage == Stage::Listing => {
+                    if rule.effect == Effect::Deny {
+                        continue;
+                    }
+                    Holds::Yes
+                }
                 Some(condition) => {
                     // Whether it reads the target's variable, and where
-                    // its value may be remembered.
+                    // its value may be remembered (a value that depends on
+                    // the arguments nowhere).
                     let (reads_target, key) = match target {
                         Target::Tool(tool) => (
                             condition.reads_tool.any(),
@@ -356,6 +484,7 @@ impl<'a> Evaluator<'a> {
                             (reads, (!reads).then_some(None))
                         }
                     };
+                    let key = key.filter(|_| !condition.reads_args);
                     let known = match key {
                         Some(None) => memo[index],
                         Some(Some(key)) => tool_memo.get(&key).copied(),
@@ -377,9 +506,9 @@ impl<'a> Evaluator<'a> {
                                     scope.add_variable_as_val(name, value);
                                     scope
                                 });
-                                holds(rule, condition, scope)
+                                evaluate(rule, condition, scope)
                             } else {
-                                holds(rule, condition, context)
+                                evaluate(rule, condition, context)
                             };
                             match key {
                                 Some(None) => memo[index] = Some(value),
@@ -393,32 +522,69 @@ impl<'a> Evaluator<'a> {
                     }
                 }
             };
-            if applies {
-                return rule.effect == Effect::Allow;
+            let failed = value == Holds::Failed;
+            match (value, rule.effect) {
+                (Holds::No, _) => {}
+                (Holds::Failed, _) if rule.reads_args() => {
+                    return Decision::Deny {
+                        rule: index,
+                        failed,
+                    };
+                }
+                (Holds::Failed, Effect::Allow) => {}
+                (_, Effect::Allow) => return Decision::Allow,
+                (_, Effect::Deny) => {
+                    return Decision::Deny {
+                        rule: index,
+                        failed,
+                    };
+                }
+                (_, Effect::RequireApproval) => return Decision::Approval(index),
             }
         }
-        true
+        Decision::Allow
     }
 }
 
-/// Whether `rule`'s condition holds. A condition that fails to evaluate
-/// (or is not a boolean) holds for a deny rule and not for an allow rule:
-/// a failure never grants access.
-fn holds(rule: &Rule, condition: &Condition, context: &cel::Context<'_, '_>) -> bool {
+/// Whether `rule` applies as far as a listing tells, its condition having
+/// given `value`: a failure applies for a `deny` or `require_approval`
+/// rule and not for an `allow` (it never grants).
+fn applies(rule: &Rule, value: Holds) -> bool {
+    match value {
+        Holds::Yes => true,
+        Holds::No => false,
+        Holds::Failed => rule.effect != Effect::Allow,
+    }
+}
+
+/// The value of `rule`'s condition. The first failure of each rule is
+/// logged at debug level, naming the rule; what failed is logged only for
+/// a condition that does not read `args` (a CEL error may quote the
+/// values it failed on).
+fn evaluate(rule: &Rule, condition: &Condition, context: &cel::Context<'_, '_>) -> Holds {
     let failure = match condition.program.execute(context) {
-        Ok(cel::Value::Bool(value)) => return value,
+        Ok(cel::Value::Bool(true)) => return Holds::Yes,
+        Ok(cel::Value::Bool(false)) => return Holds::No,
         Ok(other) => format!("the result is {:?}, not a boolean", other.type_of()),
+        Err(_) if condition.reads_args => {
+            "an evaluation error (not logged: it may quote the call's arguments)".to_owned()
+        }
         Err(error) => error.to_string(),
     };
     if !condition.failure_logged.swap(true, Ordering::Relaxed) {
         tracing::debug!(
             rule = %rule.path,
             %failure,
-            "a policy condition failed to evaluate (logged once per rule); it counts as {}",
-            if rule.effect == Effect::Deny { "true (deny)" } else { "false (no allow)" }
+            "a policy condition failed to evaluate (logged once per rule); {}",
+            match rule.effect {
+                _ if condition.reads_args => "a call it decides is refused",
+                Effect::Deny => "it counts as true (deny)",
+                Effect::Allow => "it counts as false (no allow)",
+                Effect::RequireApproval => "it counts as true (approval required)",
+            }
         );
     }
-    rule.effect == Effect::Deny
+    Holds::Failed
 }
 
 #[cfg(test)]
@@ -452,6 +618,7 @@ mod tests {
             targets: Targets::Names,
             globs: globs.iter().map(|g| (*g).to_owned()).collect(),
             when: when.map(str::to_owned),
+            approval: None,
         }
     }
 

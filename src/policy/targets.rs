@@ -107,6 +107,7 @@ mod tests {
             targets,
             globs: globs.iter().map(|g| (*g).to_owned()).collect(),
             when: when.map(str::to_owned),
+            approval: None,
         }
     }
 

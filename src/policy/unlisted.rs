@@ -7,7 +7,7 @@
 use globset::Candidate;
 
 use super::values::tool_val;
-use super::{Effect, Policy, holds};
+use super::{Effect, Policy, applies, evaluate};
 use crate::callers::{Caller, Subject};
 use crate::catalog::CatalogTool;
 
@@ -32,7 +32,10 @@ impl Policy {
     /// definition decides (it reads `tool.annotations`, `tool` as a whole,
     /// or, for a namespace, `tool.name`) may hold or not: such an `allow`
     /// rule allows (the tool may turn out to be one it allows), such a
-    /// `deny` rule is passed over. So only a certain denial refuses.
+    /// `deny` rule is passed over. So only a certain denial refuses. A rule
+    /// decided at call time never refuses here: a `when` reading `args`
+    /// may hold or not, and a `require_approval` rule that applies allows
+    /// (the call will need an approval).
     pub fn may_allow_unlisted(
         &self,
         caller: &Caller,
@@ -60,19 +63,19 @@ impl Policy {
                 None => Some(true),
                 Some(condition) => {
                     let reads = condition.reads_tool;
-                    if reads.definition() || (reads.name() && !name_known) {
+                    if condition.reads_args || reads.definition() || (reads.name() && !name_known) {
                         None
                     } else if reads.any() {
                         let mut scope = context.new_inner_scope();
                         scope.add_variable_as_val("tool", tool_val(&tool));
-                        Some(holds(rule, condition, &scope))
+                        Some(applies(rule, evaluate(rule, condition, &scope)))
                     } else {
-                        Some(holds(rule, condition, context))
+                        Some(applies(rule, evaluate(rule, condition, context)))
                     }
                 }
             };
             match (rule.effect, applies) {
-                (Effect::Allow, Some(true) | None) => return true,
+                (Effect::Allow | Effect::RequireApproval, Some(true) | None) => return true,
                 (Effect::Deny, Some(true)) => return false,
                 _ => {}
             }
@@ -89,8 +92,9 @@ impl Policy {
     /// ([`Policy::may_allow_unlisted`]), only a certain denial refuses: a
     /// name rule whose glob matches the pattern itself applies, and a
     /// `when` reading `prompt` (which the unknown prompt decides) may hold
-    /// or not. A `when` reading `tool` fails for a prompt, as it does for a
-    /// listed one.
+    /// or not, as does one reading `args`. A `when` reading `tool` fails
+    /// for a prompt, as it does for a listed one; `require_approval` rules
+    /// never match prompts.
     pub fn may_allow_unlisted_prompts(
         &self,
         caller: &Caller,
@@ -106,10 +110,15 @@ impl Policy {
         let evaluator = self.evaluator(caller, subject);
         for index in rules {
             let rule = &self.rules[index];
+            if rule.effect == Effect::RequireApproval {
+                continue;
+            }
             let applies = match &rule.when {
                 None => Some(true),
-                Some(condition) if condition.reads_prompt => None,
-                Some(condition) => Some(holds(rule, condition, &evaluator.context)),
+                Some(condition) if condition.reads_prompt || condition.reads_args => None,
+                Some(condition) => {
+                    Some(applies(rule, evaluate(rule, condition, &evaluator.context)))
+                }
             };
             match (rule.effect, applies) {
                 (Effect::Allow, Some(true) | None) => return true,
@@ -220,6 +229,7 @@ mod tests {
                 targets: crate::policy::Targets::Resources,
                 globs: vec!["*:**".to_owned()],
                 when: None,
+                approval: None,
             }],
         )
         .unwrap();

@@ -1,7 +1,8 @@
 //! The CEL values a condition is evaluated over: `tool` (its name, server
 //! and hints), `prompt` (its name and server), `resource` (its server and
-//! URI), `claims` (a JSON value) and `caller` (how it authenticated), each
-//! borrowing its strings.
+//! URI), `claims` (a JSON value), `args` (a call's arguments, a JSON
+//! object) and `caller` (how it authenticated), each borrowing its
+//! strings.
 
 use std::collections::HashMap;
 
@@ -81,15 +82,17 @@ fn strings<'v, const N: usize>(fields: [(&'static str, &'v str); N]) -> Box<dyn 
     Box::new(CelMap::from(fields))
 }
 
-/// The `caller` variable: `kind` (`"token"`, `"jwt"` or `"cert"`) and
-/// `issuer` (the JWT's `iss`; a certificate's SPIFFE trust domain, `""`
-/// without one; `""` for a static token), borrowing its strings.
+/// The `caller` variable: `kind` (`"token"`, `"jwt"`, `"cert"` or
+/// `"approver_token"`) and `issuer` (the JWT's `iss`; a certificate's
+/// SPIFFE trust domain, `""` without one; `""` for a static token and an
+/// approver token), borrowing its strings.
 pub(super) fn caller_val(caller: &crate::callers::Caller) -> Box<dyn Val + '_> {
     use crate::callers::CallerIdentity;
     let (kind, issuer) = match &caller.identity {
         CallerIdentity::Token { .. } => ("token", ""),
         CallerIdentity::Jwt { issuer, .. } => ("jwt", issuer.as_str()),
         CallerIdentity::Certificate { trust_domain, .. } => ("cert", trust_domain.as_str()),
+        CallerIdentity::ApproverToken { .. } => ("approver_token", ""),
     };
     let fields: HashMap<CelMapKey<'_>, Box<dyn Val + '_>> = HashMap::from([
         (
@@ -121,10 +124,16 @@ pub(super) fn json_val(value: &serde_json::Value) -> Box<dyn Val + '_> {
         Json::Array(items) => Box::new(CelList::from(
             items.iter().map(json_val).collect::<Vec<_>>(),
         )),
-        Json::Object(map) => Box::new(CelMap::from(
-            map.iter()
-                .map(|(k, v)| (CelMapKey::from(k.as_str()), json_val(v)))
-                .collect::<HashMap<_, _>>(),
-        )),
+        Json::Object(map) => object_val(map),
     }
+}
+
+/// A JSON object (the claims' parts, a call's `args`) as a CEL map,
+/// borrowing its strings: key order does not matter.
+pub(super) fn object_val(map: &serde_json::Map<String, serde_json::Value>) -> Box<dyn Val + '_> {
+    Box::new(CelMap::from(
+        map.iter()
+            .map(|(k, v)| (CelMapKey::from(k.as_str()), json_val(v)))
+            .collect::<HashMap<_, _>>(),
+    ))
 }

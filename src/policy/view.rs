@@ -325,6 +325,7 @@ fn cache_key(policy: &Policy, caller: &Caller, subject: &Subject) -> [u8; 32] {
             crate::callers::CallerIdentity::Certificate { trust_domain, .. } => {
                 (3u8, trust_domain.as_str())
             }
+            crate::callers::CallerIdentity::ApproverToken { .. } => (4u8, ""),
         };
         hasher.update([3, kind]);
         hasher.update((issuer.len() as u64).to_le_bytes());

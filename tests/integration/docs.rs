@@ -121,6 +121,9 @@ fn config_with(section: &str, entries: &[String], stdio: bool) -> Option<String>
         "`sessions`" => format!("sessions: {{{flow}}}\n{tenants}"),
         "`defaults`" => format!("defaults: {{{flow}}}\n{tenants}"),
         "`tenants[]`" => format!("tenants: [{{name: t, tokens: [tok], {flow}}}]"),
+        "`tenants[].policy[].approval`" => format!(
+            "tenants: [{{name: t, tokens: [tok], policy: [{{require_approval: \"s__*\", approval: {{{flow}}}}}]}}]"
+        ),
         "`tenants[].limits`" => {
             format!("tenants: [{{name: t, tokens: [tok], limits: {{{flow}}}}}]")
         }

@@ -51,6 +51,7 @@ fn rules() -> Vec<RuleSpec> {
             effect,
             globs: vec![glob],
             when: Some(when),
+            approval: None,
         })
         .collect()
 }
