@@ -455,7 +455,8 @@ async fn interactive(
                 }
             }
             Some(Event::Result(result)) => return Ok(result),
-            Some(Event::Progress(_)) | None => {}
+            // A call held for approval: its result comes once decided.
+            Some(Event::Progress(_) | Event::ApprovalPending(_)) | None => {}
         }
     }
     Err(Failure::Status(tonic::Status::unknown(

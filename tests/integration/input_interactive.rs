@@ -209,7 +209,11 @@ async fn interactive_paced(
                     }
                 }
             }
-            Some(pb::invoke_tool_event::Event::Progress(_)) | None => {}
+            Some(
+                pb::invoke_tool_event::Event::Progress(_)
+                | pb::invoke_tool_event::Event::ApprovalPending(_),
+            )
+            | None => {}
         }
     }
 }
