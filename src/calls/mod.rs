@@ -12,6 +12,7 @@
 //! Nothing here knows protobuf; every failure is a [`CallError`], whose
 //! code and stable reason [`classify`] gives.
 
+mod approval;
 mod classify;
 mod completion;
 pub mod drain;
