@@ -408,4 +408,57 @@ tenants:
             }
         }
     }
+
+    #[test]
+    fn a_tenant_spec_takes_the_section_with_the_same_checks() {
+        let config = load(TENANT).unwrap();
+        let spec = crate::config::TenantSpec::parse(
+            "tokens: [spec-token]\ncall_approvals:\n  approver_tokens:\n    \
+             - { name: alice, token: { stored: alice } }\n    \
+             - { name: bob, token: spec-token }\n  webhook:\n    \
+             url: \"https://hooks.example/h\"\n    secret: { stored: hook }\n",
+            Some("initech"),
+        )
+        .unwrap();
+        let stored: Vec<String> = spec.stored_references().into_iter().collect();
+        assert_eq!(stored, ["alice", "hook"]);
+        let spec = crate::config::TenantSpec::parse(
+            "tokens: [spec-token]\ncall_approvals:\n  approver_tokens:\n    \
+             - { name: bob, token: spec-token }\n  max_pending_per_subject: 0\n",
+            Some("initech"),
+        )
+        .unwrap();
+        let env = crate::config::validate::testing::env();
+        let errors: Vec<String> = config
+            .validate_tenant(
+                spec,
+                crate::config::SpecSource::Dir {
+                    file: std::path::Path::new("tenants.d/initech.yaml"),
+                },
+                &env,
+            )
+            .unwrap_err()
+            .errors
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        let at = "tenants[initech].call_approvals";
+        assert!(
+            has(
+                &errors,
+                &format!(
+                    "{at}.approver_tokens[0].token: the same token is configured as tenants[initech].tokens[0]"
+                )
+            ),
+            "{errors:?}"
+        );
+        assert!(
+            has(&errors, &format!("{at}.max_pending_per_subject")),
+            "{errors:?}"
+        );
+        assert!(
+            errors.iter().all(|e| !e.contains("spec-token")),
+            "{errors:?}"
+        );
+    }
 }
