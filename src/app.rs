@@ -306,8 +306,9 @@ pub async fn run_with_reload(
         start_admin(&config, state.as_ref(), &registry, &audit, &metrics, &env).await?;
     let abort = CancellationToken::new();
     let drain = Arc::new(Drain::default());
-    let mut calls =
-        Calls::new(abort.clone(), metrics.clone(), drain.clone()).with_audit(audit.clone());
+    let mut calls = Calls::new(abort.clone(), metrics.clone(), drain.clone())
+        .with_audit(audit.clone())
+        .with_webhooks(config.upstream_allow.clone());
     if let Some(state) = &state {
         calls = calls
             .with_request_keys(state.keys.clone())

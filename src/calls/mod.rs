@@ -161,7 +161,7 @@ impl Calls {
                 None,
                 crate::audit::Audit::disabled(),
                 metrics.clone(),
-                approval::notify::Notifier::default(),
+                approval::notify::Notifier::new(Arc::default()),
             ),
             metrics,
         }
@@ -204,6 +204,17 @@ impl Calls {
     #[must_use]
     pub fn with_call_approvals(mut self, store: crate::state::StateStore) -> Self {
         self.approvals.store = Some(store);
+        self
+    }
+
+    /// Announcing call approvals to the tenants' webhooks from addresses
+    /// `upstream_allow` lets the gateway reach (as for upstream servers).
+    #[must_use]
+    pub fn with_webhooks(
+        mut self,
+        upstream_allow: Arc<crate::config::address::UpstreamAllow>,
+    ) -> Self {
+        self.approvals.notifier = approval::notify::Notifier::new(upstream_allow);
         self
     }
 

@@ -215,8 +215,9 @@ pub(super) fn admin(
     })
 }
 
-/// Refuses a tenant's token that is also one of `admin.tokens`: the
-/// tenant's workers would hold an admin credential.
+/// Refuses a tenant's token or approver token that is also one of
+/// `admin.tokens`: the tenant's workers (or approvers) would hold an admin
+/// credential.
 pub(super) fn tokens_not_admin(
     errors: &mut Errors,
     path: &str,
@@ -230,6 +231,19 @@ pub(super) fn tokens_not_admin(
                 format!("{path}.tokens[{i}]"),
                 "is also one of admin.tokens: a worker's token must never open the admin API \
                  (give the tenant a token of its own)",
+            );
+        }
+    }
+    for (i, approver) in tenant.call_approvals.approver_tokens.iter().enumerate() {
+        if admin
+            .tokens
+            .iter()
+            .any(|a| a.expose() == approver.token.expose())
+        {
+            errors.push(
+                format!("{path}.call_approvals.approver_tokens[{i}].token"),
+                "is also one of admin.tokens: an approver's token must never open the admin API \
+                 (give the approver a token of its own)",
             );
         }
     }

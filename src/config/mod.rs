@@ -6,6 +6,7 @@ pub mod address;
 mod admin;
 mod approvals;
 mod audit;
+mod call_approvals;
 mod callers;
 mod fields;
 mod guards;
@@ -35,6 +36,11 @@ pub use admin::{
 };
 pub use approvals::{ApprovalsConfig, Definitions};
 pub use audit::{AuditArguments, AuditConfig, AuditDestination, DEFAULT_AUDIT_QUEUE};
+pub use call_approvals::{
+    ApproverToken, CallApprovalsConfig, DEFAULT_MAX_PENDING_PER_SUBJECT, DEFAULT_WEBHOOK_ATTEMPTS,
+    DEFAULT_WEBHOOK_TIMEOUT, MAX_PENDING_PER_SUBJECT_LIMIT, MAX_WEBHOOK_ATTEMPTS,
+    MIN_WEBHOOK_SECRET_BYTES, WebhookConfig,
+};
 pub use callers::{
     CallersConfig, ClaimExpression, DEFAULT_ALGORITHMS, DEFAULT_CERT_SUBJECT_EXPRESSION,
     DEFAULT_CLOCK_SKEW, DEFAULT_JWKS_MIN_REFRESH_INTERVAL, DEFAULT_JWKS_REFRESH_INTERVAL,
@@ -322,6 +328,9 @@ pub struct TenantConfig {
     /// The guards (`guards[].name`) asked about every call of the tenant,
     /// in order, before those of the call's server.
     pub guards: Vec<String>,
+    /// Call approvals (`call_approvals:`): who approves the calls a
+    /// `require_approval` rule holds, and who is told of them.
+    pub call_approvals: CallApprovalsConfig,
 }
 
 /// Where a tenant is defined: the sources in the order they win when two

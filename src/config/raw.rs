@@ -192,6 +192,35 @@ pub(crate) struct RawTenant {
     pub(crate) confirm_consent: Option<bool>,
     #[serde(default)]
     pub(crate) guards: Vec<String>,
+    pub(crate) call_approvals: Option<RawCallApprovals>,
+}
+
+/// `tenants[].call_approvals` as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawCallApprovals {
+    #[serde(default)]
+    pub(crate) approver_tokens: Vec<RawApproverToken>,
+    pub(crate) max_pending_per_subject: Option<u32>,
+    pub(crate) webhook: Option<RawWebhook>,
+}
+
+/// One `approver_tokens[]` entry as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawApproverToken {
+    pub(crate) name: String,
+    pub(crate) token: RawValue,
+}
+
+/// `call_approvals.webhook` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawWebhook {
+    pub(crate) url: String,
+    pub(crate) secret: RawValue,
+    pub(crate) timeout: Option<String>,
+    pub(crate) attempts: Option<u32>,
 }
 
 /// One upstream MCP server of a tenant.

@@ -158,6 +158,12 @@ impl TenantSpec {
             }
         };
         self.raw.tokens.iter().for_each(&mut add);
+        if let Some(calls) = &self.raw.call_approvals {
+            calls.approver_tokens.iter().for_each(|a| add(&a.token));
+            if let Some(webhook) = &calls.webhook {
+                add(&webhook.secret);
+            }
+        }
         for server in &self.raw.servers {
             for value in server.env.iter().flat_map(|e| e.values()) {
                 add(value);

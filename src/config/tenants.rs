@@ -15,9 +15,10 @@ use super::servers::{Defaults, validate_server};
 use super::sources::Sources;
 use super::{Secret, ServerConfig, SubjectLimits, TenantConfig, TenantConsent, TenantLimits};
 
-/// Token digest → (tenant index, path), to find tokens shared by tenants
-/// without keeping or printing the token itself.
-type TokenOwners = HashMap<[u8; 32], (usize, String)>;
+/// Token digest → (tenant index, path, whether an approver token), to find
+/// tokens shared by tenants, or by a tenant and an approver, without
+/// keeping or printing the token itself.
+type TokenOwners = HashMap<[u8; 32], (usize, String, bool)>;
 
 /// Validates `tenants:`; `jwt_callers` says whether `callers.jwt` or
 /// `callers.mtls` lets a tenant go without static tokens.
@@ -121,6 +122,22 @@ fn validate_tenant(
         );
     }
     let tokens = tokens(errors, path, &tenant.tokens, index, token_owners, src);
+    let (call_approvals, approver_paths) = super::call_approvals::call_approvals(
+        errors,
+        &format!("{path}.call_approvals"),
+        tenant.call_approvals,
+        src,
+    );
+    for (approver, token_path) in call_approvals.approver_tokens.iter().zip(&approver_paths) {
+        claim(
+            errors,
+            token_path,
+            &approver.token,
+            index,
+            true,
+            token_owners,
+        );
+    }
     let servers = servers(errors, path, tenant.servers, defaults, src);
     let limits = tenant_limits(
         errors,
@@ -153,6 +170,7 @@ fn validate_tenant(
         consent,
         origin: super::TenantOrigin::File,
         guards: tenant.guards,
+        call_approvals,
     })
 }
 
@@ -236,26 +254,48 @@ fn tokens(
             errors.push(&token_path, "a token must not be empty");
             continue;
         }
-        let digest: [u8; 32] = Sha256::digest(secret.expose().as_bytes()).into();
-        match token_owners.get(&digest) {
-            Some((owner, other_path)) if *owner != index => errors.push(
-                &token_path,
-                format!(
-                    "the same token is configured for another tenant ({other_path}); \
-                     a token must select exactly one tenant"
-                ),
-            ),
-            Some((_, other_path)) => errors.push(
-                &token_path,
-                format!("duplicate token (same as {other_path})"),
-            ),
-            None => {
-                token_owners.insert(digest, (index, token_path.clone()));
-            }
-        }
+        claim(errors, &token_path, &secret, index, false, token_owners);
         tokens.push(secret);
     }
     tokens
+}
+
+/// Records `token` (at `path`, of tenant `index`; an approver token when
+/// `approver`) in `token_owners`, refusing it when another path has it: a
+/// tenant token selects one tenant, an approver token is a token of its
+/// own. Messages name the other path, never the token.
+fn claim(
+    errors: &mut Errors,
+    path: &str,
+    token: &Secret,
+    index: usize,
+    approver: bool,
+    token_owners: &mut TokenOwners,
+) {
+    let digest: [u8; 32] = Sha256::digest(token.expose().as_bytes()).into();
+    match token_owners.get(&digest) {
+        Some((_, other_path, other_approver)) if approver || *other_approver => errors.push(
+            path,
+            format!(
+                "the same token is configured as {other_path}; an approver token reaches only \
+                 the call approvals service and must differ from every tenant token and every \
+                 other approver token"
+            ),
+        ),
+        Some((owner, other_path, _)) if *owner != index => errors.push(
+            path,
+            format!(
+                "the same token is configured for another tenant ({other_path}); \
+                 a token must select exactly one tenant"
+            ),
+        ),
+        Some((_, other_path, _)) => {
+            errors.push(path, format!("duplicate token (same as {other_path})"));
+        }
+        None => {
+            token_owners.insert(digest, (index, path.to_owned(), approver));
+        }
+    }
 }
 
 /// The tenant's servers, their names unique within it; only those without

@@ -90,7 +90,27 @@ where
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let registry = self.registry.clone();
+        let approvers = self.approvers;
         Box::pin(async move {
+            if approvers && let Some((tenant, name)) = approver_token(&registry, request.headers())
+            {
+                // One of the tenant's approver tokens: it reaches this
+                // service only, as the approver it names.
+                request.headers_mut().remove(http::header::AUTHORIZATION);
+                let Ok(subject) =
+                    crate::callers::Subject::named(crate::callers::Namespace::Approver, &name)
+                else {
+                    let error = super::CallError::Unauthenticated(
+                        "an approver token's name is not a subject",
+                    );
+                    return Ok(tonic::Status::from(error).into_http());
+                };
+                let extensions = request.extensions_mut();
+                extensions.insert(tenant);
+                extensions.insert(subject);
+                extensions.insert(crate::callers::Caller::approver_token(&name));
+                return inner.call(request).await;
+            }
             // The leaf of the verified chain the connection presented (a
             // TLS listener with client certificates only).
             let peer_certs = request
@@ -132,6 +152,17 @@ where
             }
         })
     }
+}
+
+/// The tenant and name of the approver token `headers` present, if it is
+/// one.
+fn approver_token(
+    registry: &Registry,
+    headers: &http::HeaderMap,
+) -> Option<(Arc<crate::registry::Tenant>, String)> {
+    let value = headers.get(http::header::AUTHORIZATION)?.to_str().ok()?;
+    let token = crate::callers::bearer(value)?;
+    registry.approver(token)
 }
 
 /// What a long-lived stream re-checks its caller with (in the request's

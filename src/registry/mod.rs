@@ -403,6 +403,26 @@ impl Registry {
         Some((tenant, crate::callers::Caller::static_token(token_index)))
     }
 
+    /// The tenant one of whose approver tokens (`call_approvals`) `token`
+    /// is, and the token's name: among the configuration's tenants and the
+    /// store tenants loaded now. An approver token reaches only the
+    /// CallApprovalsService.
+    pub fn approver(&self, token: &str) -> Option<(Arc<Tenant>, String)> {
+        let digest = crate::callers::TokenDigest::of(token);
+        let found = |tenant: &Arc<Tenant>| {
+            tenant
+                .call_approvals()
+                .approver_named_by(&digest)
+                .map(|name| (tenant.clone(), name.to_owned()))
+        };
+        let generation = self.generation.load();
+        generation
+            .tenants
+            .iter()
+            .find_map(found)
+            .or_else(|| self.store.get()?.loaded().iter().find_map(found))
+    }
+
     /// The JWT issuers of the current configuration (`callers.jwt`).
     pub fn jwt_callers(&self) -> crate::callers::JwtCallers {
         self.generation.load().jwt.clone()

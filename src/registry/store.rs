@@ -182,6 +182,15 @@ impl StoredTenants {
         Some((entry.tenant.clone(), *index))
     }
 
+    /// Every loaded tenant.
+    pub(super) fn loaded(&self) -> Vec<Arc<Tenant>> {
+        self.read()
+            .tenants
+            .values()
+            .map(|entry| entry.tenant.clone())
+            .collect()
+    }
+
     /// The loaded tenant named `name`; marked used at `now_ms`.
     pub(super) fn named(&self, name: &str, now_ms: u64) -> Option<Arc<Tenant>> {
         let loaded = self.read();

@@ -27,15 +27,6 @@ pub(crate) mod layer;
 /// A session's Streamable HTTP transport.
 pub(super) type HttpTransport = StreamableHttpClientTransport<Layered<TraceHeaders>>;
 
-/// Installs the process-wide TLS crypto provider (ring) once.
-fn ensure_crypto_provider() {
-    static INSTALL: std::sync::Once = std::sync::Once::new();
-    INSTALL.call_once(|| {
-        // Fails only if another provider is installed already: fine.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    });
-}
-
 /// Most bytes of an HTTP error body read (a prefix; the rest is dropped
 /// with the connection). Redaction runs on this prefix before it is cut to
 /// [`MAX_UPSTREAM_TEXT`](crate::credentials::MAX_UPSTREAM_TEXT), so a
@@ -59,7 +50,7 @@ pub(super) fn transport(
     redaction: &Redaction,
     bearer: Option<Bearer>,
 ) -> Result<HttpTransport, UpstreamError> {
-    ensure_crypto_provider();
+    client::ensure_crypto_provider();
     let mut custom = HashMap::new();
     for (name, value) in headers {
         // Validated at config load.
@@ -184,7 +175,7 @@ mod tests {
 
     #[test]
     fn sessions_with_the_same_roots_share_one_client() {
-        ensure_crypto_provider();
+        client::ensure_crypto_provider();
         let dir = tempfile::tempdir().unwrap();
         let a = trusting_client(&trust(dir.path(), "a.pem", CA_1)).unwrap();
         // The same certificates under another name: the same client.

@@ -51,6 +51,7 @@ pub use input::{
     QuestionKind, Round,
 };
 pub use prompts::{PromptOutcome, PromptRequest};
+pub(crate) use reach::webhook_client;
 pub use request::Request;
 pub use stdio::Label;
 pub use watchers::{ResourceWatch, WatchEnd};

@@ -75,7 +75,14 @@ fn policy(rule_options: &str, extra: &str) -> String {
 
 /// A gateway's configuration: tenant `acme` (worker token, approver token
 /// `alice`) and `globex` (its own), both in front of `payments`.
-fn config(port: u16, state: &str, audit: &Path, payments: &Payments, policy: &str, tenant_extra: &str) -> String {
+fn config(
+    port: u16,
+    state: &str,
+    audit: &Path,
+    payments: &Payments,
+    policy: &str,
+    tenant_extra: &str,
+) -> String {
     format!(
         "listen: \"127.0.0.1:{port}\"\nshutdown_delay: \"0s\"\n{state}audit:\n  path: \"{}\"\n\
          tenants:\n  - name: acme\n    tokens: [{TOKEN}]\n    call_approvals:\n      approver_tokens:\n        \
@@ -143,7 +150,11 @@ fn pending_id(result: Result<pb::InvokeToolResponse, tonic::Status>) -> String {
 
 fn refused(result: Result<pb::InvokeToolResponse, tonic::Status>, code: Code, expected: &str) {
     let status = result.expect_err(expected);
-    assert_eq!((status.code(), reason(&status).as_str()), (code, expected), "{status:?}");
+    assert_eq!(
+        (status.code(), reason(&status).as_str()),
+        (code, expected),
+        "{status:?}"
+    );
 }
 
 async fn approvals_at(port: u16) -> CallApprovalsServiceClient<Channel> {
@@ -227,7 +238,11 @@ async fn held_at_one_replica_approved_at_the_other_spent_once() {
             config(port, &postgres(&pg), audit, &payments, &policy("", ""), ""),
         )
         .unwrap();
-        gateways.push(serve_binary(&path, &dir.path().join(format!("{port}.log")), &env));
+        gateways.push(serve_binary(
+            &path,
+            &dir.path().join(format!("{port}.log")),
+            &env,
+        ));
     }
     let mut one = client_at(one_port).await;
     let mut two = client_at(two_port).await;
@@ -235,7 +250,9 @@ async fn held_at_one_replica_approved_at_the_other_spent_once() {
     wait_listed(&mut two, TOKEN, "pay__send_payment").await;
 
     // Under the limit: no approval.
-    let small = call(&mut one, "bob", send(r#"{"amount": 20, "to": "carol"}"#)).await.unwrap();
+    let small = call(&mut one, "bob", send(r#"{"amount": 20, "to": "carol"}"#))
+        .await
+        .unwrap();
     assert_eq!(small.text, "sent 20 to carol");
     // Over it: held, nothing sent.
     let payment = send(r#"{"amount": 900, "to": "dave", "memo": "invoice 7"}"#);
@@ -243,7 +260,10 @@ async fn held_at_one_replica_approved_at_the_other_spent_once() {
     assert_eq!(payments.made().len(), 1);
     // The same call again, at either replica: the same pending approval.
     assert_eq!(pending_id(call(&mut two, "bob", payment.clone()).await), id);
-    assert_eq!(pending_id(call(&mut two, "bob", with_id(payment.clone(), &id)).await), id);
+    assert_eq!(
+        pending_id(call(&mut two, "bob", with_id(payment.clone(), &id)).await),
+        id
+    );
 
     // The approver (an approver token) sees it at the other replica, with
     // the arguments, and approves it there.
@@ -280,7 +300,15 @@ async fn held_at_one_replica_approved_at_the_other_spent_once() {
 
     // Not for other arguments, nor another subject.
     refused(
-        call(&mut one, "bob", with_id(send(r#"{"amount": 9000, "to": "dave", "memo": "invoice 7"}"#), &id)).await,
+        call(
+            &mut one,
+            "bob",
+            with_id(
+                send(r#"{"amount": 9000, "to": "dave", "memo": "invoice 7"}"#),
+                &id,
+            ),
+        )
+        .await,
         Code::FailedPrecondition,
         "APPROVAL_MISMATCH",
     );
@@ -298,7 +326,9 @@ async fn held_at_one_replica_approved_at_the_other_spent_once() {
     // The approved call, its keys in another order (the canonical digest),
     // at the first replica: it runs.
     let reordered = send(r#"{"memo": "invoice 7", "to": "dave", "amount": 900}"#);
-    let done = call(&mut one, "bob", with_id(reordered.clone(), &id)).await.unwrap();
+    let done = call(&mut one, "bob", with_id(reordered.clone(), &id))
+        .await
+        .unwrap();
     assert_eq!(done.text, "sent 900 to dave");
     // Once.
     refused(
@@ -308,10 +338,15 @@ async fn held_at_one_replica_approved_at_the_other_spent_once() {
     );
     let made = payments.made();
     assert_eq!(made.len(), 2, "{made:?}");
-    assert_eq!(made[1], serde_json::json!({"amount": 900, "to": "dave", "memo": "invoice 7"}));
+    assert_eq!(
+        made[1],
+        serde_json::json!({"amount": 900, "to": "dave", "memo": "invoice 7"})
+    );
 
     // A rule on the arguments refuses, naming the rule, never the values.
-    let status = call(&mut two, "bob", send(r#"{"amount": 5, "to": "mallory"}"#)).await.unwrap_err();
+    let status = call(&mut two, "bob", send(r#"{"amount": 5, "to": "mallory"}"#))
+        .await
+        .unwrap_err();
     assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
     assert_eq!(reason(&status), "TOOL_NOT_PERMITTED");
     assert_eq!(info(&status, "rule"), "tenants[0].policy[0]");
@@ -319,7 +354,9 @@ async fn held_at_one_replica_approved_at_the_other_spent_once() {
     // ... and hides nothing from listings.
     assert!(names(&list(&mut two, TOKEN).await).contains(&"pay__send_payment".to_owned()));
     // A condition that cannot be evaluated on the arguments refuses too.
-    let status = call(&mut two, "bob", send(r#"{"to": "dave"}"#)).await.unwrap_err();
+    let status = call(&mut two, "bob", send(r#"{"to": "dave"}"#))
+        .await
+        .unwrap_err();
     assert_eq!(reason(&status), "TOOL_NOT_PERMITTED", "{status:?}");
     assert_eq!(info(&status, "rule"), "tenants[0].policy[1]", "{status:?}");
     assert_eq!(payments.made().len(), 2);
@@ -334,7 +371,10 @@ async fn held_at_one_replica_approved_at_the_other_spent_once() {
     assert_eq!(approved["caller"]["kind"], "approver_token", "{approved}");
     audited(&trails, "call_approval_spent").await;
     let refusal = audited(&trails, "call_approval_refused").await;
-    assert!(refusal["reason"].as_str().unwrap().starts_with("APPROVAL_"), "{refusal}");
+    assert!(
+        refusal["reason"].as_str().unwrap().starts_with("APPROVAL_"),
+        "{refusal}"
+    );
     drop(gateways);
 }
 
@@ -390,10 +430,15 @@ async fn an_interactive_call_waits_for_the_decision() {
             name: "pay__balance".to_owned(),
             ..Default::default()
         };
-        assert_eq!(call(&mut client, "bob", balance).await.unwrap().text, "1000");
+        assert_eq!(
+            call(&mut client, "bob", balance).await.unwrap().text,
+            "1000"
+        );
         tokio::time::sleep(Duration::from_millis(300)).await;
         if approve_it {
-            approve(&mut approvals, APPROVER, &waiting.approval_id).await.unwrap();
+            approve(&mut approvals, APPROVER, &waiting.approval_id)
+                .await
+                .unwrap();
             let last = events.message().await.unwrap().unwrap();
             let Some(pb::invoke_tool_event::Event::Result(result)) = last.event else {
                 panic!("{last:?}");
@@ -458,7 +503,7 @@ async fn approvals_refuse_what_they_were_not_given_for() {
     let gateway = serve_binary(&path, &log, &[]);
     let mut client = client_at(port).await;
     wait_listed(&mut client, TOKEN, "pay__send_payment").await;
-    let mut approvals = approvals_at(port).await;
+    let approvals = approvals_at(port).await;
     let approve_as = |subject: &'static str, id: String| {
         let mut approvals = approvals.clone();
         async move {
@@ -502,7 +547,14 @@ async fn approvals_refuse_what_they_were_not_given_for() {
 
     // A flood of requests is bounded per subject.
     for amount in 701..704 {
-        pending_id(call(&mut client, "bob", send(&format!(r#"{{"amount": {amount}, "to": "x"}}"#))).await);
+        pending_id(
+            call(
+                &mut client,
+                "bob",
+                send(&format!(r#"{{"amount": {amount}, "to": "x"}}"#)),
+            )
+            .await,
+        );
     }
     refused(
         call(&mut client, "bob", send(r#"{"amount": 999, "to": "x"}"#)).await,
@@ -521,7 +573,9 @@ async fn approvals_refuse_what_they_were_not_given_for() {
     signal(gateway.0.id(), "HUP");
     let mut changed = false;
     for _ in 0..100 {
-        let status = call(&mut client, "dan", with_id(payment.clone(), &approved)).await.unwrap_err();
+        let status = call(&mut client, "dan", with_id(payment.clone(), &approved))
+            .await
+            .unwrap_err();
         if reason(&status) == "APPROVAL_MISMATCH" {
             assert!(status.message().contains("rules"), "{status:?}");
             changed = true;

@@ -130,6 +130,15 @@ fn config_with(section: &str, entries: &[String], stdio: bool) -> Option<String>
         "`tenants[].limits.per_subject`" => {
             format!("tenants: [{{name: t, tokens: [tok], limits: {{per_subject: {{{flow}}}}}}}]")
         }
+        "`tenants[].call_approvals`" => {
+            format!("tenants: [{{name: t, tokens: [tok], call_approvals: {{{flow}}}}}]")
+        }
+        "`tenants[].call_approvals.approver_tokens[]`" => format!(
+            "tenants: [{{name: t, tokens: [tok], call_approvals: {{approver_tokens: [{{name: a, token: approver-tok, {flow}}}]}}}}]"
+        ),
+        "`tenants[].call_approvals.webhook`" => format!(
+            "tenants: [{{name: t, tokens: [tok], call_approvals: {{webhook: {{url: \"https://hooks.example/h\", secret: a-webhook-secret-of-16-bytes, {flow}}}}}}}]"
+        ),
         "`tenants[].servers[]`" => {
             format!("tenants: [{{name: t, tokens: [tok], servers: [{{{server}, {flow}}}]}}]")
         }

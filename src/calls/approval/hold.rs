@@ -184,7 +184,7 @@ async fn request(
     };
     let id = super::new_id();
     let expires_at_ms = now_ms().saturating_add(millis(rule.wait));
-    let settings = super::settings(held.tenant);
+    let settings = held.tenant.call_approvals();
     let new = NewApproval {
         id: &id,
         tenant,
@@ -209,7 +209,7 @@ async fn request(
                 approvals.notifier.notify(
                     webhook,
                     super::notify::Summary {
-                        event: "call_approval.requested",
+                        event: super::notify::REQUESTED,
                         approval_id: id.clone(),
                         tenant: tenant.clone(),
                         tool: details.tool.clone(),

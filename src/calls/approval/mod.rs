@@ -45,7 +45,7 @@ pub struct CallApprovals {
     pub(super) store: Option<StateStore>,
     pub(super) audit: crate::audit::Audit,
     metrics: Arc<Metrics>,
-    notifier: notify::Notifier,
+    pub(super) notifier: notify::Notifier,
     /// Woken by every decision made at this replica.
     decided: Arc<tokio::sync::Notify>,
 }
@@ -74,20 +74,6 @@ impl CallApprovals {
             .ok_or(crate::calls::CallError::ApprovalStoreUnavailable {
                 reason: "is not configured (state.url)",
             })
-    }
-}
-
-/// A tenant's `call_approvals` settings (TEMPORARY until the config lands).
-pub(crate) struct Settings {
-    pub(crate) max_pending_per_subject: u32,
-    pub(crate) webhook: Option<()>,
-}
-
-/// The settings of `tenant`.
-pub(crate) fn settings(_tenant: &crate::registry::Tenant) -> Settings {
-    Settings {
-        max_pending_per_subject: 20,
-        webhook: None,
     }
 }
 

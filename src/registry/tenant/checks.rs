@@ -14,6 +14,11 @@ impl Tenant {
         self.policy.as_ref()
     }
 
+    /// The tenant's call approval settings (`call_approvals`).
+    pub fn call_approvals(&self) -> &super::CallApprovalSettings {
+        &self.call_approvals
+    }
+
     /// The guards asked about calls to server `index` (its chain as this
     /// tenant object was built: a call keeps it for both phases).
     pub fn guards(&self, index: usize) -> crate::guards::Chain {

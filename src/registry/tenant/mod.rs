@@ -53,6 +53,9 @@ pub struct Tenant {
     /// The tenant's per-tool policy, compiled with the configuration;
     /// `None` when it has no rules.
     policy: Option<Arc<crate::policy::Policy>>,
+    /// The tenant's `call_approvals` settings, with its approver tokens'
+    /// digests (never the tokens).
+    call_approvals: Arc<CallApprovalSettings>,
     /// How an end user's consent becomes usable (confirmed by the tenant's
     /// application, by default).
     pub consent: crate::config::TenantConsent,
@@ -154,6 +157,7 @@ impl Tenant {
                 .as_deref()
                 .map(|rules| Arc::new(crate::policy::Policy::new(rules))),
             consent: config.consent.clone(),
+            call_approvals: approver_digests(&config.call_approvals),
             origin: config.origin.clone(),
             redactor,
             own_credentials,
@@ -322,4 +326,47 @@ impl Tenant {
     pub(super) fn publication(&self) -> &Publication {
         &self.publication
     }
+}
+
+/// A tenant's `call_approvals` settings as its calls and its approvers'
+/// authentication use them.
+#[derive(Debug)]
+pub struct CallApprovalSettings {
+    /// How many approvals one subject may have pending.
+    pub max_pending_per_subject: u32,
+    /// Where requests are announced.
+    pub webhook: Option<crate::config::WebhookConfig>,
+    /// Each approver token's SHA-256 and its name.
+    approver_tokens: Vec<([u8; 32], String)>,
+}
+
+impl CallApprovalSettings {
+    /// The name of the approver token with this digest (compared in
+    /// constant time), if it is one of the tenant's.
+    pub fn approver_named_by(&self, digest: &crate::callers::TokenDigest) -> Option<&str> {
+        use subtle::ConstantTimeEq as _;
+        let presented = digest.as_bytes();
+        self.approver_tokens
+            .iter()
+            .find(|(known, _)| bool::from(known.ct_eq(presented)))
+            .map(|(_, name)| name.as_str())
+    }
+}
+
+/// The settings of `config`, its approver tokens kept as digests.
+fn approver_digests(config: &crate::config::CallApprovalsConfig) -> Arc<CallApprovalSettings> {
+    Arc::new(CallApprovalSettings {
+        max_pending_per_subject: config.max_pending_per_subject,
+        webhook: config.webhook.clone(),
+        approver_tokens: config
+            .approver_tokens
+            .iter()
+            .map(|t| {
+                (
+                    *crate::callers::TokenDigest::of(t.token.expose()).as_bytes(),
+                    t.name.clone(),
+                )
+            })
+            .collect(),
+    })
 }

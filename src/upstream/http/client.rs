@@ -91,6 +91,15 @@ pub(in crate::upstream) fn build_client(
     })
 }
 
+/// Installs the process-wide TLS crypto provider (ring) once.
+pub(in crate::upstream) fn ensure_crypto_provider() {
+    static INSTALL: std::sync::Once = std::sync::Once::new();
+    INSTALL.call_once(|| {
+        // Fails only if another provider is installed already: fine.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
 /// The settings of every HTTP client of the gateway.
 pub(in crate::upstream) fn client_builder() -> reqwest::ClientBuilder {
     reqwest::Client::builder()
