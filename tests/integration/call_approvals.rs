@@ -244,6 +244,8 @@ async fn held_at_one_replica_approved_at_the_other_spent_once() {
             &env,
         ));
     }
+    wait_for_port(one_port).await;
+    wait_for_port(two_port).await;
     let mut one = client_at(one_port).await;
     let mut two = client_at(two_port).await;
     wait_listed(&mut one, TOKEN, "pay__send_payment").await;
@@ -501,6 +503,7 @@ async fn approvals_refuse_what_they_were_not_given_for() {
     write(options, 3);
     let log = dir.path().join("gateway.log");
     let gateway = serve_binary(&path, &log, &[]);
+    wait_for_port(port).await;
     let mut client = client_at(port).await;
     wait_listed(&mut client, TOKEN, "pay__send_payment").await;
     let approvals = approvals_at(port).await;
@@ -570,7 +573,23 @@ async fn approvals_refuse_what_they_were_not_given_for() {
     approve_as("carol", approved.clone()).await.unwrap();
     let undecided = pending_id(call(&mut client, "erin", payment.clone()).await);
     write(&options.replace("wait: 2s", "wait: 3s"), 3);
+    // The reload also denies `pay__balance`: once that is refused, the
+    // new rule applies.
+    let text = std::fs::read_to_string(&path)
+        .unwrap()
+        .replacen("\n  - name: globex", "      - deny: \"pay__balance\"\n  - name: globex", 1);
+    std::fs::write(&path, text).unwrap();
     signal(gateway.0.id(), "HUP");
+    let balance = pb::InvokeToolRequest {
+        name: "pay__balance".to_owned(),
+        ..Default::default()
+    };
+    for _ in 0..100 {
+        if call(&mut client, "dan", balance.clone()).await.is_err() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let mut changed = false;
     for _ in 0..100 {
         let status = call(&mut client, "dan", with_id(payment.clone(), &approved))
