@@ -219,6 +219,75 @@ async fn audited(paths: &[&Path], event: &str) -> serde_json::Value {
     panic!("no {event} record in {paths:?}");
 }
 
+/// The webhook's HMAC key.
+const WEBHOOK_SECRET: &str = "webhook-secret-0123456789";
+
+/// What a webhook received: each delivery's body, its signature checked.
+type Deliveries = std::sync::Arc<std::sync::Mutex<Vec<serde_json::Value>>>;
+
+/// A webhook receiver on 127.0.0.1 that checks each delivery's
+/// `toolgate-signature` (HMAC-SHA256 over `<t>.<body>`) and keeps the
+/// bodies whose signature holds.
+async fn webhook_receiver() -> (u16, Deliveries) {
+    use hmac::Mac as _;
+    let deliveries: Deliveries = Deliveries::default();
+    let kept = deliveries.clone();
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(
+            move |headers: axum::http::HeaderMap, body: axum::body::Bytes| {
+                let kept = kept.clone();
+                async move {
+                    let signature = headers
+                        .get("toolgate-signature")
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or_default()
+                        .to_owned();
+                    let (t, v1) = signature
+                        .split_once(',')
+                        .map(|(t, v)| (t.trim_start_matches("t="), v.trim_start_matches("v1=")))
+                        .unwrap_or_default();
+                    let mut mac =
+                        hmac::Hmac::<sha2::Sha256>::new_from_slice(WEBHOOK_SECRET.as_bytes())
+                            .unwrap();
+                    mac.update(format!("{t}.").as_bytes());
+                    mac.update(&body);
+                    if hex::encode(mac.finalize().into_bytes()) != v1 {
+                        return axum::http::StatusCode::UNAUTHORIZED;
+                    }
+                    kept.lock()
+                        .unwrap()
+                        .push(serde_json::from_slice(&body).unwrap());
+                    axum::http::StatusCode::NO_CONTENT
+                }
+            },
+        ),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (port, deliveries)
+}
+
+/// The delivery about approval `id` (waiting at most 10 s).
+async fn delivered(deliveries: &Deliveries, id: &str) -> serde_json::Value {
+    for _ in 0..100 {
+        if let Some(found) = deliveries
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|d| d["approval_id"] == id)
+        {
+            return found.clone();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!(
+        "no signed delivery about {id}: {:?}",
+        deliveries.lock().unwrap()
+    );
+}
+
 /// Requested on one replica, approved through the other, spent on either,
 /// once. Every other use of the approval is refused with its reason; the
 /// tool ran exactly once, with exactly the approved arguments.
@@ -393,11 +462,18 @@ async fn an_interactive_call_waits_for_the_decision() {
         dir.path().join("state.db").display()
     );
     let limits = "    limits:\n      max_concurrent_calls: 1\n      queue_timeout: 100ms\n";
-    let gateway = TestGateway::start(
-        &config(0, &state, &audit, &payments, &policy("", ""), limits),
-        &[],
-    )
-    .await;
+    // A chat system's webhook, on loopback (allowed by `upstream_allow`).
+    let (hook_port, deliveries) = webhook_receiver().await;
+    let state = format!("{state}upstream_allow: [\"127.0.0.1\"]\n");
+    let yaml = config(0, &state, &audit, &payments, &policy("", ""), limits).replacen(
+        "      approver_tokens:\n        - name: alice",
+        &format!(
+            "      webhook:\n        url: \"http://127.0.0.1:{hook_port}/hook\"\n        \
+             secret: \"{WEBHOOK_SECRET}\"\n      approver_tokens:\n        - name: alice"
+        ),
+        1,
+    );
+    let gateway = TestGateway::start(&yaml, &[]).await;
     let mut client = gateway.client().await;
     wait_listed(&mut client, TOKEN, "pay__send_payment").await;
     let mut approvals = CallApprovalsServiceClient::connect(format!("http://{}", gateway.addr))
@@ -427,6 +503,14 @@ async fn an_interactive_call_waits_for_the_decision() {
             panic!("{first:?}");
         };
         assert_eq!(waiting.rule, "tenants[0].policy[1]");
+        // The webhook was told, signed.
+        let delivery = delivered(&deliveries, &waiting.approval_id).await;
+        assert_eq!(delivery["event"], "call_approval.requested");
+        assert_eq!(delivery["tool"], "pay__send_payment");
+        assert_eq!(delivery["subject"], "token:bob");
+        let shown: serde_json::Value =
+            serde_json::from_str(delivery["arguments_json"].as_str().unwrap()).unwrap();
+        assert_eq!(shown["amount"], amount);
         // While it waits, another call gets the tenant's one slot.
         let balance = pb::InvokeToolRequest {
             name: "pay__balance".to_owned(),
@@ -575,9 +659,11 @@ async fn approvals_refuse_what_they_were_not_given_for() {
     write(&options.replace("wait: 2s", "wait: 3s"), 3);
     // The reload also denies `pay__balance`: once that is refused, the
     // new rule applies.
-    let text = std::fs::read_to_string(&path)
-        .unwrap()
-        .replacen("\n  - name: globex", "      - deny: \"pay__balance\"\n  - name: globex", 1);
+    let text = std::fs::read_to_string(&path).unwrap().replacen(
+        "\n  - name: globex",
+        "      - deny: \"pay__balance\"\n  - name: globex",
+        1,
+    );
     std::fs::write(&path, text).unwrap();
     signal(gateway.0.id(), "HUP");
     let balance = pb::InvokeToolRequest {
