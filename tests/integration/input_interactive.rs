@@ -210,6 +210,9 @@ async fn interactive_paced(
                 }
             }
             Some(pb::invoke_tool_event::Event::Progress(_)) | None => {}
+            Some(pb::invoke_tool_event::Event::ApprovalPending(pending)) => {
+                panic!("no policy here holds a call for approval: {pending:?}")
+            }
         }
     }
 }

@@ -66,7 +66,7 @@ async fn progress_is_relayed_in_order_then_the_result() {
         .iter()
         .filter_map(|e| match e {
             Event::Progress(p) => Some(p.progress),
-            Event::Result(_) | Event::InputRequired(_) => None,
+            Event::Result(_) | Event::InputRequired(_) | Event::ApprovalPending(_) => None,
         })
         .collect();
     assert!(progress.len() >= 2, "{events:?}");
@@ -95,7 +95,7 @@ async fn non_increasing_progress_is_dropped() {
         .iter()
         .filter_map(|e| match e {
             Event::Progress(p) => Some((p.progress, p.total)),
-            Event::Result(_) | Event::InputRequired(_) => None,
+            Event::Result(_) | Event::InputRequired(_) | Event::ApprovalPending(_) => None,
         })
         .collect();
     assert_eq!(
