@@ -7,6 +7,9 @@
 //! A call whose tool asks questions is answered on the terminal or from
 //! `--input FILE` over InvokeToolInteractive ([`super::answerer`]); with
 //! `--task`, a call that becomes a task is followed ([`super::follow`]).
+//! A call a `require_approval` rule holds waits there for the decision;
+//! over InvokeTool it is refused `APPROVAL_PENDING`, and `call` says how
+//! to retry it with `--approval-id`.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -100,6 +103,11 @@ pub struct CallArgs {
     /// cancels it.
     #[arg(long)]
     task: bool,
+    /// Spend this call approval (`apv_...`): the retry of a call a
+    /// `require_approval` rule held (APPROVAL_PENDING), once a person
+    /// approved it. Same tool and arguments as the call that was held.
+    #[arg(long, value_name = "ID")]
+    approval_id: Option<String>,
 }
 
 pub(super) fn token(connection: &Connection) -> Result<String, String> {
@@ -128,13 +136,21 @@ pub(super) fn token_from(file: Option<&Path>, var: &str) -> Result<String, Strin
     }
 }
 
+/// `message` with the bearer token and the deadline `timeout`.
 pub(super) fn request<T>(
     message: T,
     token: &str,
     timeout: Duration,
 ) -> Result<tonic::Request<T>, String> {
-    let mut request = tonic::Request::new(message);
+    let mut request = authorized(message, token)?;
     request.set_timeout(timeout);
+    Ok(request)
+}
+
+/// `message` with the bearer token and no deadline (a watch that runs
+/// until the user ends it).
+pub(super) fn authorized<T>(message: T, token: &str) -> Result<tonic::Request<T>, String> {
+    let mut request = tonic::Request::new(message);
     let value = format!("Bearer {token}")
         .parse()
         .map_err(|_| "the token is not valid in an HTTP header".to_owned())?;
@@ -143,9 +159,16 @@ pub(super) fn request<T>(
 }
 
 pub(super) async fn connect(c: &Connection) -> Result<ToolGatewayClient<Channel>, tonic::Status> {
+    open(c).await.map(ToolGatewayClient::new)
+}
+
+/// The channel to the gateway: an address or TLS file that is not usable
+/// as `INVALID_ARGUMENT`, a gateway that cannot be reached as
+/// `UNAVAILABLE`.
+pub(super) async fn open(c: &Connection) -> Result<Channel, tonic::Status> {
     use super::channel::ChannelError;
     match super::channel::open(&c.addr, &c.tls, "the gateway").await {
-        Ok(channel) => Ok(ToolGatewayClient::new(channel)),
+        Ok(channel) => Ok(channel),
         Err(ChannelError::Usage(message)) => Err(tonic::Status::invalid_argument(message)),
         Err(ChannelError::Unavailable(message)) => Err(tonic::Status::unavailable(message)),
     }
@@ -154,16 +177,19 @@ pub(super) async fn connect(c: &Connection) -> Result<ToolGatewayClient<Channel>
 /// Prints a failed status and turns it into the exit code.
 pub(super) fn fail(status: &tonic::Status, json: bool) -> ExitCode {
     use tonic_types::StatusExt;
-    let reason = status
+    let (reason, metadata) = status
         .get_details_error_info()
-        .map(|i| i.reason)
+        .map(|i| (i.reason, i.metadata))
         .unwrap_or_default();
     // A status made of a transport failure says only "transport error":
     // its sources say why (a TLS alert: the certificate required, unknown).
     let message = super::channel::with_sources(status.message(), std::error::Error::source(status));
     if json {
         let value = serde_json::json!({
-            "error": { "code": format!("{:?}", status.code()), "reason": reason, "message": message }
+            "error": {
+                "code": format!("{:?}", status.code()), "reason": reason, "message": message,
+                "metadata": metadata,
+            }
         });
         println!("{value}");
     } else {
@@ -332,6 +358,7 @@ pub async fn call(args: CallArgs) -> ExitCode {
         arguments_json: args.args_json.clone().unwrap_or_default(),
         accepts_input: answerer.as_ref().map(Answerer::accepts),
         accepts_task: args.task,
+        approval_id: args.approval_id.clone().unwrap_or_default(),
         ..Default::default()
     };
     let mut client = match connect(c).await {
@@ -341,7 +368,15 @@ pub async fn call(args: CallArgs) -> ExitCode {
     let outcome = invoke(&mut client, &auth, message, answerer.as_mut()).await;
     let result = match outcome {
         Ok(result) => result,
-        Err(Failure::Status(status)) => return fail(&status, c.json),
+        Err(Failure::Status(status)) => {
+            let code = fail(&status, c.json);
+            if !c.json
+                && let Some(hint) = approval_pending_hint(&args, &status, super::when::now_ms())
+            {
+                eprintln!("toolgate: {hint}");
+            }
+            return code;
+        }
         Err(Failure::Local(message, code)) => {
             eprintln!("toolgate: {message}");
             return ExitCode::from(code);
@@ -456,9 +491,12 @@ async fn interactive(
             }
             Some(Event::Result(result)) => return Ok(result),
             Some(Event::ApprovalPending(pending)) => eprintln!(
-                "toolgate: the call waits for approval {} (rule {}); it goes on once a person \
-                 approves it (`toolgate call-approvals approve {}`)",
-                pending.approval_id, pending.rule, pending.approval_id
+                "toolgate: the call waits for approval {} (rule {}, expires {}); it goes on \
+                 once a person approves it (`toolgate call-approvals approve {}`)",
+                pending.approval_id,
+                pending.rule,
+                super::when::at(pending.expires_at_unix_ms, super::when::now_ms()),
+                pending.approval_id
             ),
             Some(Event::Progress(_)) | None => {}
         }
@@ -466,6 +504,59 @@ async fn interactive(
     Err(Failure::Status(tonic::Status::unknown(
         "the gateway ended the call's stream without a result",
     )))
+}
+
+/// For a call held for approval (unary: `FAILED_PRECONDITION`, reason
+/// `APPROVAL_PENDING`), what to do: the approval's id, until when it may
+/// be decided, how an approver approves it, and the command that retries
+/// the call with it. `None` for any other status.
+fn approval_pending_hint(args: &CallArgs, status: &tonic::Status, now_ms: i64) -> Option<String> {
+    use tonic_types::StatusExt;
+    let info = status.get_details_error_info()?;
+    if info.reason != "APPROVAL_PENDING" {
+        return None;
+    }
+    let id = info.metadata.get("approval_id")?;
+    let mut about = Vec::new();
+    if let Some(rule) = info.metadata.get("rule") {
+        about.push(format!("rule {rule}"));
+    }
+    if let Some(expires) = info
+        .metadata
+        .get("expires_at_unix_ms")
+        .and_then(|ms| ms.parse::<i64>().ok())
+    {
+        about.push(format!("expires {}", super::when::at(expires, now_ms)));
+    }
+    let about = if about.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", about.join(", "))
+    };
+    let mut retry = format!("toolgate call {}", shell_word(&args.name));
+    if let Some(arguments) = &args.args_json {
+        retry.push(' ');
+        retry.push_str(&shell_word(arguments));
+    }
+    retry.push_str(&format!(" --approval-id {}", shell_word(id)));
+    Some(format!(
+        "the call waits for approval {id}{about}. Once a person approves it \
+         (`toolgate call-approvals approve {id}`), run it again with the approval: {retry}"
+    ))
+}
+
+/// `word` as one word of a POSIX shell command: as it is when nothing in
+/// it is special, else in single quotes.
+fn shell_word(word: &str) -> String {
+    let plain = !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_-./:@%+=,".contains(c));
+    if plain {
+        word.to_owned()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
 }
 
 /// Reports a task that failed or was cancelled.
@@ -585,4 +676,87 @@ fn save_media(
         saved.push(path);
     }
     Ok(saved)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use clap::Parser;
+    use tonic_types::{ErrorDetails, StatusExt};
+
+    use super::*;
+    use crate::cli::{Cli, Command};
+
+    fn call_args(args: &[&str]) -> CallArgs {
+        let mut argv = vec!["toolgate", "call"];
+        argv.extend_from_slice(args);
+        match Cli::try_parse_from(argv).unwrap().command {
+            Command::Call(args) => args,
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    fn held(metadata: &[(&str, &str)]) -> tonic::Status {
+        let metadata: HashMap<String, String> = metadata
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        tonic::Status::with_error_details(
+            tonic::Code::FailedPrecondition,
+            "the call waits for approval",
+            ErrorDetails::with_error_info("APPROVAL_PENDING", "toolgate.dev", metadata),
+        )
+    }
+
+    #[test]
+    fn call_takes_an_approval_id() {
+        let args = call_args(&["everything__echo", "{}", "--approval-id", "apv_1"]);
+        assert_eq!(args.approval_id.as_deref(), Some("apv_1"));
+        assert_eq!(call_args(&["everything__echo"]).approval_id, None);
+        assert!(Cli::try_parse_from(["toolgate", "call", "x", "--approval-id"]).is_err());
+    }
+
+    #[test]
+    fn a_held_call_says_how_to_retry_it() {
+        let now = 1_777_636_800_000;
+        let args = call_args(&["everything__echo", r#"{"message": "it's me"}"#]);
+        let status = held(&[
+            ("approval_id", "apv_0123456789abcdefghijkl"),
+            ("rule", "tenants[0].policy[0]"),
+            ("expires_at_unix_ms", "1777637640000"),
+            ("tool", "everything__echo"),
+        ]);
+        assert_eq!(
+            approval_pending_hint(&args, &status, now).unwrap(),
+            "the call waits for approval apv_0123456789abcdefghijkl (rule tenants[0].policy[0], \
+             expires 2026-05-01T12:14:00Z (in 14m)). Once a person approves it \
+             (`toolgate call-approvals approve apv_0123456789abcdefghijkl`), run it again with \
+             the approval: toolgate call everything__echo '{\"message\": \"it'\\''s me\"}' \
+             --approval-id apv_0123456789abcdefghijkl"
+        );
+        let bare = held(&[("approval_id", "apv_2")]);
+        let no_arguments = call_args(&["everything__echo"]);
+        assert!(
+            approval_pending_hint(&no_arguments, &bare, now)
+                .unwrap()
+                .ends_with("approval: toolgate call everything__echo --approval-id apv_2")
+        );
+        let other = tonic::Status::with_error_details(
+            tonic::Code::FailedPrecondition,
+            "stale",
+            ErrorDetails::with_error_info(
+                "TOOL_DEFINITION_CHANGED",
+                "toolgate.dev",
+                HashMap::new(),
+            ),
+        );
+        assert_eq!(approval_pending_hint(&args, &other, now), None);
+        assert_eq!(
+            approval_pending_hint(&args, &tonic::Status::unavailable("down"), now),
+            None
+        );
+        assert_eq!(shell_word(""), "''");
+        assert_eq!(shell_word("py__add"), "py__add");
+    }
 }

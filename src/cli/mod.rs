@@ -1,11 +1,12 @@
 //! The command line: `serve`, `check` and `demo`, the client verbs
-//! `tools` and `call` (in [`client`]), `audit verify`, and `state migrate-subjects` (in
-//! [`subjects`]).
+//! `tools` and `call` (in [`client`]), `call-approvals` (the approvers'
+//! verbs), `audit verify`, and `state migrate-subjects` (in [`subjects`]).
 
 mod answerer;
 mod answers;
 mod approve;
 mod audit;
+mod call_approvals;
 mod channel;
 mod check_delegation;
 mod check_tenants;
@@ -20,6 +21,7 @@ mod offerings;
 mod prompt;
 pub mod subjects;
 mod tenants;
+mod when;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -101,6 +103,13 @@ enum Command {
     Prompts(offerings::PromptsArgs),
     /// Render one prompt through a running gateway (arguments key=value).
     Prompt(offerings::PromptArgs),
+    /// List, show, approve, deny or watch the tool calls a
+    /// `require_approval` rule holds for a person's approval (not tool
+    /// definitions: that is `approve`).
+    CallApprovals {
+        #[command(subcommand)]
+        command: call_approvals::CallApprovalsCommand,
+    },
     /// Ask a running gateway's gRPC health service (an exec probe for a
     /// gateway with `grpc.tls`); exit 0 when SERVING.
     Health(health::HealthArgs),
@@ -190,6 +199,7 @@ pub fn main() -> ExitCode {
             Command::Read(args) => offerings::read(args).await,
             Command::Prompts(args) => offerings::prompts(args).await,
             Command::Prompt(args) => offerings::prompt(args).await,
+            Command::CallApprovals { command } => call_approvals::run(command).await,
             Command::ConformanceClient { url } => {
                 let guard = telemetry::init(cli.log_format.unwrap_or_default(), "info,rmcp=warn");
                 let code = match crate::cli::conformance::run(&url).await {
