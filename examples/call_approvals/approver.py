@@ -40,7 +40,7 @@ Exit codes: 0 done (watch: Ctrl-C or --count reached); 2 usage; a refusal by
 its status, read from the ErrorInfo in grpc-status-details-bin and printed as
 `CODE (REASON) {metadata}: message`: 3 UNAUTHENTICATED, 4 NOT_FOUND
 (CALL_APPROVAL_NOT_FOUND), 5 INVALID_ARGUMENT, 6 FAILED_PRECONDITION
-(CALL_APPROVAL_DECIDED, CALL_APPROVAL_EXPIRED), 8 UNAVAILABLE (also: the watch
+(CALL_APPROVAL_DECIDED), 8 UNAVAILABLE (also: the watch
 ended; watch again), 9 DEADLINE_EXCEEDED, 12 PERMISSION_DENIED
 (CALL_APPROVAL_NOT_APPROVER: the rule's approvers do not admit this caller), 10
 anything else.

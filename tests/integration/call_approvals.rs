@@ -716,3 +716,185 @@ async fn approvals_refuse_what_they_were_not_given_for() {
     assert!(payments.made().is_empty(), "{:?}", payments.made());
     drop(gateway);
 }
+
+/// Runs `program` with `args` and `env` to its end (at most 60 s): exit
+/// code, stdout, stderr.
+async fn run(program: &Path, args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let mut command = tokio::process::Command::new(program);
+    command
+        .args(args)
+        .env_remove("TOOLGATE_ADDR")
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let output = tokio::time::timeout(Duration::from_secs(60), command.output())
+        .await
+        .expect("done within 60 s")
+        .unwrap();
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// Clients nobody wrote for the tests: the Python example worker waits on
+/// `InvokeToolInteractive` while the Python example approver approves;
+/// `toolgate call` is held, `toolgate call-approvals approve` decides,
+/// `toolgate call --approval-id` runs it. Each call ran once.
+#[tokio::test]
+async fn the_examples_and_the_cli_decide_held_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    let payments = Payments::new(dir.path(), "examples");
+    let audit = dir.path().join("audit.jsonl");
+    let state = format!(
+        "state:\n  url: \"sqlite://{}\"\n",
+        dir.path().join("state.db").display()
+    );
+    let gateway = TestGateway::start(
+        &config(0, &state, &audit, &payments, &policy("", ""), ""),
+        &[],
+    )
+    .await;
+    let mut client = gateway.client().await;
+    wait_listed(&mut client, TOKEN, "pay__send_payment").await;
+    let addr = gateway.addr.to_string();
+    let examples = repo_root().join("examples/call_approvals");
+    let python = python();
+    let (code, _, stderr) = run(
+        &examples.join("generate.sh"),
+        &[],
+        &[("PYTHON", python.to_str().unwrap())],
+    )
+    .await;
+    assert_eq!(code, 0, "{stderr}");
+
+    // The Python worker waits on its stream...
+    let worker = tokio::process::Command::new(&python)
+        .arg(examples.join("worker.py"))
+        .args([
+            "pay__send_payment",
+            r#"{"amount": 900, "to": "dave"}"#,
+            "--addr",
+            &addr,
+        ])
+        .env("TOOLGATE_TOKEN", TOKEN)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut approvals = CallApprovalsServiceClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
+    let mut held = Vec::new();
+    for _ in 0..100 {
+        held = pending(&mut approvals, APPROVER).await;
+        if !held.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(held.len(), 1, "{held:?}");
+    let id = held[0].approval_id.clone();
+    // ... the Python approver lists it and approves it...
+    let approver_env = [("TOOLGATE_APPROVER_TOKEN", APPROVER)];
+    let approver = examples.join("approver.py");
+    let (code, listed, stderr) = run(
+        &python,
+        &[approver.to_str().unwrap(), "list", "--addr", &addr],
+        &approver_env,
+    )
+    .await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        listed.contains(&id) && listed.contains("pay__send_payment"),
+        "{listed}"
+    );
+    let (code, _, stderr) = run(
+        &python,
+        &[
+            approver.to_str().unwrap(),
+            "approve",
+            &id,
+            "--reason",
+            "invoice 7",
+            "--addr",
+            &addr,
+        ],
+        &approver_env,
+    )
+    .await;
+    assert_eq!(code, 0, "{stderr}");
+    // ... and the worker's call goes on by itself.
+    let output = tokio::time::timeout(Duration::from_secs(30), worker.wait_with_output())
+        .await
+        .expect("the worker ends once approved")
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        stdout.contains(&format!("approval pending: {id}")),
+        "{stdout}"
+    );
+    assert!(stdout.contains("sent 900 to dave"), "{stdout}");
+
+    // The command line: held, approved, run with the approval.
+    let cli = toolgate_bin();
+    let worker_env = [("TOOLGATE_TOKEN", TOKEN)];
+    let payment = r#"{"amount": 950, "to": "erin"}"#;
+    let (code, _, stderr) = run(
+        &cli,
+        &["call", "--addr", &addr, "pay__send_payment", payment],
+        &worker_env,
+    )
+    .await;
+    assert_eq!(code, 9, "{stderr}");
+    assert!(stderr.contains("APPROVAL_PENDING"), "{stderr}");
+    let id = stderr
+        .split(|c: char| c.is_whitespace() || c == ',' || c == '(' || c == ')')
+        .find(|word| word.starts_with("apv_"))
+        .unwrap_or_else(|| panic!("no approval id in {stderr}"))
+        .to_owned();
+    let (code, stdout, stderr) = run(
+        &cli,
+        &[
+            "call-approvals",
+            "approve",
+            &id,
+            "--reason",
+            "checked",
+            "--addr",
+            &addr,
+        ],
+        &[("TOOLGATE_TOKEN", APPROVER)],
+    )
+    .await;
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let (code, stdout, stderr) = run(
+        &cli,
+        &[
+            "call",
+            "--addr",
+            &addr,
+            "pay__send_payment",
+            payment,
+            "--approval-id",
+            &id,
+        ],
+        &worker_env,
+    )
+    .await;
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(stdout.contains("sent 950 to erin"), "{stdout}");
+    let made = payments.made();
+    assert_eq!(made.len(), 2, "{made:?}");
+    gateway.shutdown().await;
+}
