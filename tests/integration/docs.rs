@@ -485,8 +485,9 @@ fn whole_configurations_in_the_docs_load() {
                     std::fs::write(at, STATE_KEY).unwrap();
                 }
             }
-            // Every `{env: VAR}` the example names is set (to a value that
-            // is also a valid state key); files it names are not read.
+            // Every `{env: VAR}` the example names is set, each to a value
+            // of its own (two tokens must differ) that is also a valid
+            // state key (32 bytes in base64); files it names are not read.
             let env: std::collections::HashMap<String, String> = yaml
                 .split("env:")
                 .skip(1)
@@ -496,7 +497,13 @@ fn whole_configurations_in_the_docs_load() {
                         .chars()
                         .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
                         .collect();
-                    (!var.is_empty()).then(|| (var, STATE_KEY.to_owned()))
+                    (!var.is_empty()).then(|| {
+                        use base64::Engine as _;
+                        use sha2::Digest as _;
+                        let value = base64::engine::general_purpose::STANDARD
+                            .encode(sha2::Sha256::digest(var.as_bytes()));
+                        (var, value)
+                    })
                 })
                 .collect();
             match Config::from_yaml(&yaml, &format!("{name}:{line}"), dir.path(), &env) {
