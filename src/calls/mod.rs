@@ -257,6 +257,7 @@ impl Calls {
             subject: origin.subject.clone(),
             deadline: origin.deadline,
             events: tasks::Events::of(self),
+            calls: self.clone(),
         }
     }
 }

@@ -271,6 +271,24 @@ pub(crate) trait Operation: Send + Sync + Sized {
         super::Approving::default()
     }
 
+    /// Step 5, a held call that becomes a task (`accepts_task`): its
+    /// task, waiting for approval `notice`. Only tool calls park.
+    fn park(
+        &self,
+        routed: &Routed<Self::Extra>,
+        origin: &Origin,
+        notice: &super::ApprovalNotice,
+        calls: &Calls,
+    ) -> impl Future<Output = Result<super::Task, CallError>> + Send {
+        let _ = (origin, calls);
+        std::future::ready(Err(CallError::ApprovalPending {
+            tool: routed.target.name.clone(),
+            approval_id: notice.approval_id.clone(),
+            rule: notice.rule.clone(),
+            expires_at_ms: notice.expires_at_ms,
+        }))
+    }
+
     /// What the caller sent of rounds of questions (kinds with rounds).
     fn input(&self) -> Option<&InputFields> {
         None
@@ -404,10 +422,14 @@ pub(crate) async fn run<O: Operation, R: Reply<O::Output>>(
     {
         super::approval::return_use(&calls.approvals, &origin, id).await;
     }
-    let approval = reached.call_approval.clone().or_else(|| match &result {
-        Err(CallError::ApprovalPending { approval_id, .. }) => Some(approval_id.clone()),
-        _ => None,
-    });
+    let approval = reached
+        .call_approval
+        .clone()
+        .or_else(|| reached.asked_approval.clone())
+        .or_else(|| match &result {
+            Err(CallError::ApprovalPending { approval_id, .. }) => Some(approval_id.clone()),
+            _ => None,
+        });
     if approval.is_some() {
         audited.describe(|record| record.call_approval = approval);
     }
@@ -566,7 +588,7 @@ impl Steps<'_> {
                     definition_hash: &routed.definition_hash,
                     arguments: &arguments,
                 };
-                let spent = super::approval::hold(
+                match super::approval::hold(
                     &calls.approvals,
                     &held,
                     origin,
@@ -574,8 +596,18 @@ impl Steps<'_> {
                     operation.approving(),
                     &mut admission,
                 )
-                .await?;
-                reached.call_approval = Some(spent);
+                .await?
+                {
+                    super::approval::Hold::Spent(spent) => reached.call_approval = Some(spent),
+                    super::approval::Hold::Parked(notice) => {
+                        // It becomes a task that starts once approved:
+                        // nothing more happens now.
+                        reached.asked_approval = Some(notice.approval_id.clone());
+                        let task = operation.park(&routed, origin, &notice, calls).await?;
+                        return R::encode(Outcome::Task(Box::new(task)), &routed.server)
+                            .map_err(|e| routed.upstream(UpstreamError::Protocol(e.0)));
+                    }
+                }
             }
         }
         // 6. retry

@@ -67,6 +67,8 @@ pub(crate) struct Reached {
     pub(crate) replaced_arguments: Option<String>,
     /// The call approval the call spent (step 5).
     pub(crate) call_approval: Option<String>,
+    /// The call approval a call that became a task asked for (step 5).
+    pub(crate) asked_approval: Option<String>,
     /// The tenant's call series (tool calls).
     pub(crate) series: Option<Arc<TenantCalls>>,
     /// The series of the tool a call resolved to (only then is the name

@@ -55,6 +55,9 @@ pub struct ToolCall {
     pub accepts_task: bool,
     /// The call approval this call spends (empty: none named).
     pub approval_id: String,
+    /// The held task this call starts (its id and expiry; set only when
+    /// a held task's approval was given).
+    pub(crate) adopt: Option<(String, i64)>,
     /// Where progress and questions go.
     pub sinks: Sinks,
 }
@@ -230,7 +233,26 @@ impl Operation for ToolCall {
         super::Approving {
             approval_id: &self.approval_id,
             waiting: self.sinks.approval.as_ref(),
+            parks: self.accepts_task,
         }
+    }
+
+    async fn park(
+        &self,
+        routed: &Routed<Resolution>,
+        origin: &Origin,
+        notice: &super::ApprovalNotice,
+        calls: &Calls,
+    ) -> Result<tasks::Task, CallError> {
+        let parked = tasks::Parked {
+            tenant: &routed.tenant.name,
+            subject: origin.subject.key(),
+            server: &routed.server,
+            tool: &self.name,
+            arguments_json: &self.arguments_json,
+            ttl: routed.config().input.task_ttl,
+        };
+        tasks::park(&tasks::Events::of(calls), &parked, notice).await
     }
 
     fn input(&self) -> Option<&InputFields> {
@@ -362,6 +384,10 @@ impl Operation for ToolCall {
             subject: &origin.subject,
             events: &events,
             idempotent: routed.idempotent,
+            adopt: self
+                .adopt
+                .as_ref()
+                .map(|(id, expires)| (id.as_str(), *expires)),
         };
         tasks::start(&started, session, created).await
     }

@@ -42,6 +42,7 @@ pub(super) async fn invoke(
         accepts_task: request.accepts_task,
         approval_id: request.approval_id,
         sinks,
+        ..ToolCall::default()
     };
     Ok(gateway.calls.run(origin, call).await?)
 }

@@ -898,3 +898,126 @@ async fn the_examples_and_the_cli_decide_held_calls() {
     assert_eq!(made.len(), 2, "{made:?}");
     gateway.shutdown().await;
 }
+
+/// With `accepts_task`, a held call becomes a task at once; the task
+/// starts when approved (at the next `GetTask`, the call's result then
+/// kept), ends when denied, and a cancelled one never starts.
+#[tokio::test]
+async fn a_task_starts_once_its_call_is_approved() {
+    let dir = tempfile::tempdir().unwrap();
+    let payments = Payments::new(dir.path(), "tasks");
+    let audit = dir.path().join("audit.jsonl");
+    let state = format!(
+        "state:\n  url: \"sqlite://{}\"\n",
+        dir.path().join("state.db").display()
+    );
+    let gateway = TestGateway::start(
+        &config(0, &state, &audit, &payments, &policy("", ""), ""),
+        &[],
+    )
+    .await;
+    let mut client = gateway.client().await;
+    wait_listed(&mut client, TOKEN, "pay__send_payment").await;
+    let mut approvals = CallApprovalsServiceClient::connect(format!("http://{}", gateway.addr))
+        .await
+        .unwrap();
+    let get = |client: &mut ToolGatewayClient<Channel>, id: &str| {
+        let mut client = client.clone();
+        let request = authed_as(
+            TOKEN,
+            "bob",
+            pb::GetTaskRequest {
+                task_id: id.to_owned(),
+            },
+        );
+        async move { client.get_task(request).await.unwrap().into_inner() }
+    };
+    let park = |client: &mut ToolGatewayClient<Channel>, amount: u32| {
+        let mut client = client.clone();
+        let mut request = send(&format!(r#"{{"amount": {amount}, "to": "dave"}}"#));
+        request.accepts_task = true;
+        async move {
+            call(&mut client, "bob", request)
+                .await
+                .unwrap()
+                .task
+                .expect("the held call became a task")
+        }
+    };
+    let approval_of = |task: &pb::Task| {
+        task.status_message
+            .split_whitespace()
+            .find(|w| w.starts_with("apv_"))
+            .unwrap_or_else(|| panic!("{task:?}"))
+            .to_owned()
+    };
+
+    // Approved: it starts at the next GetTask, and runs once.
+    let task = park(&mut client, 900).await;
+    assert_eq!(task.status(), pb::TaskStatus::Working, "{task:?}");
+    let id = approval_of(&task);
+    assert_eq!(
+        get(&mut client, &task.task_id).await.status(),
+        pb::TaskStatus::Working
+    );
+    assert!(payments.made().is_empty());
+    approve(&mut approvals, APPROVER, &id).await.unwrap();
+    let done = get(&mut client, &task.task_id).await;
+    assert_eq!(done.status(), pb::TaskStatus::Completed, "{done:?}");
+    assert_eq!(done.result.unwrap().text, "sent 900 to dave");
+    let again = get(&mut client, &task.task_id).await;
+    assert_eq!(again.result.unwrap().text, "sent 900 to dave");
+    assert_eq!(payments.made().len(), 1);
+
+    // Denied: it ends failed, saying so.
+    let task = park(&mut client, 901).await;
+    approvals
+        .deny_call(authed(
+            APPROVER,
+            pb::DenyCallRequest {
+                approval_id: approval_of(&task),
+                reason: "no".to_owned(),
+            },
+        ))
+        .await
+        .unwrap();
+    let denied = get(&mut client, &task.task_id).await;
+    assert_eq!(denied.status(), pb::TaskStatus::Failed, "{denied:?}");
+    assert!(denied.status_message.contains("denied"), "{denied:?}");
+
+    // Cancelled while pending: approving it later starts nothing.
+    let task = park(&mut client, 902).await;
+    let cancelled = client
+        .cancel_task(authed_as(
+            TOKEN,
+            "bob",
+            pb::CancelTaskRequest {
+                task_id: task.task_id.clone(),
+            },
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(cancelled.status(), pb::TaskStatus::Cancelled);
+    approve(&mut approvals, APPROVER, &approval_of(&task))
+        .await
+        .unwrap();
+    assert_eq!(
+        get(&mut client, &task.task_id).await.status(),
+        pb::TaskStatus::Cancelled
+    );
+    // Another subject does not find the task.
+    let status = client
+        .get_task(authed_as(
+            TOKEN,
+            "eve",
+            pb::GetTaskRequest {
+                task_id: task.task_id.clone(),
+            },
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(reason(&status), "TASK_NOT_FOUND");
+    assert_eq!(payments.made().len(), 1, "{:?}", payments.made());
+    gateway.shutdown().await;
+}

@@ -38,6 +38,19 @@ pub struct Approving<'a> {
     pub approval_id: &'a str,
     /// Set for a call that waits for the decision (interactive).
     pub waiting: Option<&'a ApprovalSink>,
+    /// A call that becomes a task while its approval is pending
+    /// (`accepts_task`).
+    pub parks: bool,
+}
+
+/// How the approval step let a call go on.
+#[derive(Debug)]
+pub(crate) enum Hold {
+    /// It spent this approval: the call runs.
+    Spent(String),
+    /// It asked for this approval and becomes a task that starts once
+    /// approved.
+    Parked(ApprovalNotice),
 }
 
 /// The call the step holds: where it goes and what it is.
@@ -70,7 +83,7 @@ pub(crate) async fn hold(
     rule: &ApprovalRule,
     approving: Approving<'_>,
     admission: &mut Option<Admission>,
-) -> Result<String, CallError> {
+) -> Result<Hold, CallError> {
     let store = approvals.store()?;
     let arguments_sha256 = crate::calls::rounds::arguments_digest(held.arguments);
     let bound = Bound {
@@ -119,7 +132,9 @@ pub(crate) async fn hold(
             });
         }
         if row.state_now(now_ms()) != states::PENDING {
-            return spend(approvals, &row, &binding, &recorder).await;
+            return spend(approvals, &row, &binding, &recorder)
+                .await
+                .map(Hold::Spent);
         }
         (id.to_owned(), row.expires_at_ms)
     };
@@ -129,13 +144,16 @@ pub(crate) async fn hold(
         rule: rule.path.clone(),
         expires_at_ms,
     };
-    let Some(sink) = approving.waiting else {
-        return Err(pending());
-    };
     let notice = ApprovalNotice {
         approval_id: id.clone(),
         expires_at_ms,
         rule: rule.path.clone(),
+    };
+    let Some(sink) = approving.waiting else {
+        if approving.parks && approving.approval_id.is_empty() {
+            return Ok(Hold::Parked(notice));
+        }
+        return Err(pending());
     };
     if sink.send(notice).await.is_err() {
         // The worker went away.
@@ -152,7 +170,9 @@ pub(crate) async fn hold(
             .await
             .map_err(|shed| CallError::Shed(shed, None))?,
     );
-    spend(approvals, &row, &binding, &recorder).await
+    spend(approvals, &row, &binding, &recorder)
+        .await
+        .map(Hold::Spent)
 }
 
 /// Asks for a new approval of the call (or finds the same call's pending
@@ -296,16 +316,7 @@ async fn spend(
     let id = row.id.clone();
     let refusal = |row: &ApprovalRow| -> CallError {
         match row.state_now(now_ms()) {
-            states::DENIED => {
-                let details = Details::from_bytes(&row.value).ok();
-                CallError::ApprovalDenied {
-                    approval_id: row.id.clone(),
-                    decided_by: details
-                        .as_ref()
-                        .map_or_else(String::new, |d| d.decided_by.clone()),
-                    reason: details.map_or_else(String::new, |d| d.reason),
-                }
-            }
+            states::DENIED => approvals.denial(row),
             states::SPENT => CallError::ApprovalSpent {
                 approval_id: row.id.clone(),
             },
@@ -435,4 +446,33 @@ impl Recorder<'_> {
 /// A duration in milliseconds, saturating.
 pub(super) fn millis(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
+impl CallApprovals {
+    /// The refusal of a call whose approval `row` was denied: by whom, why.
+    pub(crate) fn denial(&self, row: &ApprovalRow) -> CallError {
+        let details = Details::from_bytes(&row.value).ok();
+        CallError::ApprovalDenied {
+            approval_id: row.id.clone(),
+            decided_by: details
+                .as_ref()
+                .map_or_else(String::new, |d| d.decided_by.clone()),
+            reason: details.map_or_else(String::new, |d| d.reason),
+        }
+    }
+
+    /// Approval `id` of `tenant` as stored (`None`: none).
+    ///
+    /// # Errors
+    /// The state store is down or not configured.
+    pub(crate) async fn row_of(
+        &self,
+        tenant: &str,
+        id: &str,
+    ) -> Result<Option<ApprovalRow>, CallError> {
+        self.store()?
+            .call_approval(id, tenant)
+            .await
+            .map_err(|e| unavailable(&e))
+    }
 }

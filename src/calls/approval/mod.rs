@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 
 pub use hold::{ApprovalNotice, ApprovalSink, Approving};
-pub(crate) use hold::{Held, hold, return_use};
+pub(crate) use hold::{Held, Hold, hold, return_use};
 
 use crate::state::StateStore;
 use crate::telemetry::Metrics;

@@ -14,6 +14,10 @@
 //! server). A stdio server's task lives in the child of the replica that
 //! started it: another replica answers `TASK_ELSEWHERE` (UNAVAILABLE).
 
+mod held;
+
+pub(crate) use held::{Parked, park};
+
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
@@ -99,6 +103,9 @@ struct Stored {
     /// The status last seen (`working`, `input_required`, `completed`,
     /// `failed`, `cancelled`).
     status: String,
+    /// A call held for approval, not started yet (`upstream_id` empty).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    held: Option<held::HeldCall>,
 }
 
 /// A call that became a task, and for whom.
@@ -115,6 +122,9 @@ pub(crate) struct Started<'a> {
     pub(crate) events: &'a Events,
     /// Whether the tool is annotated `idempotentHint: true`.
     pub(crate) idempotent: bool,
+    /// The held task this call was started for (its id and expiry): the
+    /// server's task is kept under that id instead of a new one.
+    pub(crate) adopt: Option<(&'a str, i64)>,
 }
 
 /// Before a call with `accepts_task` is sent: the state store that would
@@ -239,9 +249,21 @@ async fn keep(
         upstream_id: created.task.task_id.clone(),
         replica: matches!(server.transport, Transport::Stdio { .. }).then(|| REPLICA.clone()),
         status: status_name(created.task.status).to_owned(),
+        held: None,
     };
-    let task_id = random_id(PREFIX);
     let value = serde_json::to_vec(&stored).expect("a task record serialises");
+    if let Some((task_id, expires_at_ms)) = started.adopt {
+        // A held task started: it follows the server's task from now on.
+        let kept = state
+            .replace_task(task_id, &tenant.name, &value)
+            .await
+            .map_err(unavailable)?;
+        if !kept {
+            return Err(CallError::TaskNotFound);
+        }
+        return Ok((task_id.to_owned(), stored, expires_at_ms));
+    }
+    let task_id = random_id(PREFIX);
     // The count of open tasks and the insert are one step in the store:
     // racing calls cannot pass the limit together.
     let kept = state
@@ -276,6 +298,8 @@ pub struct TaskCall {
     pub(crate) deadline: Option<Duration>,
     /// Where task events go.
     pub(crate) events: Events,
+    /// The calls (a held task's call starts through their pipeline).
+    pub(crate) calls: Calls,
 }
 
 /// A task handed to a worker, as the server has it now.
@@ -326,7 +350,11 @@ struct Found {
 /// `TASK_NOT_FOUND`, the refusals of a call on the tool (policy,
 /// approvals), `TASK_ELSEWHERE`, the server's failure.
 pub async fn get(rpc: &TaskCall, task_id: &str) -> Result<Task, CallError> {
-    let mut found = find(rpc, task_id).await?;
+    let row = lookup(rpc, task_id).await?;
+    if row.stored.held.is_some() {
+        return held::get(rpc, task_id, row.stored, row.expires_at_ms, &row.state).await;
+    }
+    let mut found = find(rpc, task_id, row).await?;
     let task = found.upstream_get(rpc).await?;
     found.observe(rpc, &task).await;
     found.to_task(&task, rpc).await
@@ -344,7 +372,17 @@ pub async fn update(
     responses: &[rounds::InputResponse],
 ) -> Result<Task, CallError> {
     let answers = rounds::answers(responses, rpc.tenant.limits().max_argument_bytes)?;
-    let mut found = find(rpc, task_id).await?;
+    let row = lookup(rpc, task_id).await?;
+    if row.stored.held.is_some() {
+        let task = held::get(rpc, task_id, row.stored, row.expires_at_ms, &row.state).await?;
+        if answers.is_empty() || task.status.is_terminal() {
+            return Ok(task);
+        }
+        return Err(CallError::InputResponseInvalid {
+            reason: "the task asks nothing now (it waits for a call approval)".to_owned(),
+        });
+    }
+    let mut found = find(rpc, task_id, row).await?;
     let task = found.upstream_get(rpc).await?;
     found.observe(rpc, &task).await;
     let requests = match &task.payload {
@@ -396,7 +434,11 @@ pub async fn update(
 /// # Errors
 /// As [`get`].
 pub async fn cancel(rpc: &TaskCall, task_id: &str) -> Result<Task, CallError> {
-    let mut found = find(rpc, task_id).await?;
+    let row = lookup(rpc, task_id).await?;
+    if row.stored.held.is_some() {
+        return held::cancel(rpc, task_id, row.stored, row.expires_at_ms, &row.state).await;
+    }
+    let mut found = find(rpc, task_id, row).await?;
     found
         .session
         .cancel_task(&found.stored.upstream_id, found.timeout)
@@ -407,9 +449,16 @@ pub async fn cancel(rpc: &TaskCall, task_id: &str) -> Result<Task, CallError> {
     found.to_task(&task, rpc).await
 }
 
-/// The caller's task `task_id` and what reaches it: looked up by hash, for
-/// this tenant and subject only; the tool checked as for a call.
-async fn find(rpc: &TaskCall, task_id: &str) -> Result<Found, CallError> {
+/// A task row of the caller's.
+struct Row {
+    stored: Stored,
+    expires_at_ms: i64,
+    state: StateStore,
+}
+
+/// The caller's task `task_id`: looked up by hash, for this tenant and
+/// subject only.
+async fn lookup(rpc: &TaskCall, task_id: &str) -> Result<Row, CallError> {
     if !well_formed(task_id) {
         return Err(CallError::TaskNotFound);
     }
@@ -427,6 +476,21 @@ async fn find(rpc: &TaskCall, task_id: &str) -> Result<Found, CallError> {
     if stored.subject != rpc.subject.key() {
         return Err(CallError::TaskNotFound);
     }
+    Ok(Row {
+        stored,
+        expires_at_ms,
+        state,
+    })
+}
+
+/// What reaches the caller's task of `row`: the tool checked as for a
+/// call.
+async fn find(rpc: &TaskCall, task_id: &str, row: Row) -> Result<Found, CallError> {
+    let Row {
+        stored,
+        expires_at_ms,
+        state,
+    } = row;
     let resolved =
         super::route::task_tool(&rpc.tenant, &stored.tool, &rpc.caller, &rpc.subject).await?;
     let Some(tool) = resolved.catalog.get(&stored.tool).cloned() else {
