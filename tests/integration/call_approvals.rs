@@ -432,6 +432,34 @@ async fn held_at_one_replica_approved_at_the_other_spent_once() {
     assert_eq!(info(&status, "rule"), "tenants[0].policy[1]", "{status:?}");
     assert_eq!(payments.made().len(), 2);
 
+    // One approval, six retries racing at both replicas: one runs.
+    let racing_payment = send(r#"{"amount": 777, "to": "frank"}"#);
+    let id = pending_id(call(&mut one, "bob", racing_payment.clone()).await);
+    approve(&mut approvals, APPROVER, &id).await.unwrap();
+    let racers = (0..6).map(|i| {
+        let mut client = if i % 2 == 0 { one.clone() } else { two.clone() };
+        let request = with_id(racing_payment.clone(), &id);
+        tokio::spawn(async move { call(&mut client, "bob", request).await })
+    });
+    let results: Vec<_> = futures::future::join_all(racers)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    let ran = results.iter().filter(|r| r.is_ok()).count();
+    assert_eq!(ran, 1, "{results:?}");
+    for refused in results.iter().filter_map(|r| r.as_ref().err()) {
+        assert_eq!(reason(refused), "APPROVAL_SPENT", "{refused:?}");
+    }
+    assert_eq!(
+        payments
+            .made()
+            .iter()
+            .filter(|p| p["amount"] == 777)
+            .count(),
+        1
+    );
+
     // All of it on the audit trail, wherever it happened.
     let trails = [one_audit.as_path(), two_audit.as_path()];
     let requested = audited(&trails, "call_approval_requested").await;
