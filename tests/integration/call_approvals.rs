@@ -434,11 +434,11 @@ async fn held_at_one_replica_approved_at_the_other_spent_once() {
 
     // One approval, six retries racing at both replicas: one runs.
     let racing_payment = send(r#"{"amount": 777, "to": "frank"}"#);
-    let id = pending_id(call(&mut one, "bob", racing_payment.clone()).await);
-    approve(&mut approvals, APPROVER, &id).await.unwrap();
+    let raced = pending_id(call(&mut one, "bob", racing_payment.clone()).await);
+    approve(&mut approvals, APPROVER, &raced).await.unwrap();
     let racers = (0..6).map(|i| {
         let mut client = if i % 2 == 0 { one.clone() } else { two.clone() };
-        let request = with_id(racing_payment.clone(), &id);
+        let request = with_id(racing_payment.clone(), &raced);
         tokio::spawn(async move { call(&mut client, "bob", request).await })
     });
     let results: Vec<_> = futures::future::join_all(racers)
