@@ -111,6 +111,19 @@ pub struct Origin {
 }
 
 impl Origin {
+    /// A slot of the subject's and the tenant's rate and concurrency
+    /// limits (a bounded wait, never an unbounded queue).
+    ///
+    /// # Errors
+    /// The call is shed (`RESOURCE_EXHAUSTED`).
+    pub(crate) async fn admit(&self) -> Result<crate::registry::limits::Admission, CallError> {
+        self.tenant
+            .limiter
+            .admit(&self.subject)
+            .await
+            .map_err(|shed| CallError::Shed(shed, None))
+    }
+
     /// The caller's deadline for a request of the caller's whose own
     /// timeout is `timeout`: less the margin to answer in.
     #[must_use]

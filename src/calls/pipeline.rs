@@ -552,14 +552,7 @@ impl Steps<'_> {
         // 1. check
         operation.check()?;
         // 2. admission: a bounded wait for a slot, never an unbounded queue.
-        let mut admission = Some(
-            origin
-                .tenant
-                .limiter
-                .admit(&origin.subject)
-                .await
-                .map_err(|shed| CallError::Shed(shed, None))?,
-        );
+        let mut admission = Some(origin.admit().await?);
         // 3. resolve
         let routed = operation.resolve(origin, reached).await?;
         // The kind put the server and definition hash in `reached` as

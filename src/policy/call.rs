@@ -680,20 +680,7 @@ mod tests {
         assert!(!shown.contains("Program"), "{shown}");
     }
 
-    /// Collects what a subscriber writes.
-    #[derive(Clone, Default)]
-    struct Capture(Arc<std::sync::Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Capture {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(buf);
-            Ok(buf.len())
-        }
-
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
+    use crate::policy::tests::Capture;
 
     #[test]
     fn a_failure_on_the_arguments_is_logged_without_them() {

@@ -588,7 +588,7 @@ fn evaluate(rule: &Rule, condition: &Condition, context: &cel::Context<'_, '_>) 
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::catalog::Annotations;
 
@@ -813,9 +813,9 @@ mod tests {
         assert!(guarded.allows(&token, &subject, &plain("admin__reset")));
     }
 
-    /// Collects what a subscriber writes.
+    /// Collects what a subscriber writes (the policy's log tests).
     #[derive(Clone, Default)]
-    struct Capture(Arc<std::sync::Mutex<Vec<u8>>>);
+    pub(crate) struct Capture(pub(crate) Arc<std::sync::Mutex<Vec<u8>>>);
 
     impl std::io::Write for Capture {
         fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {

@@ -162,14 +162,7 @@ pub(crate) async fn hold(
     // Waiting for a person holds no slot of the tenant's.
     *admission = None;
     let row = wait(approvals, &held.tenant.name, &id, origin).await?;
-    *admission = Some(
-        origin
-            .tenant
-            .limiter
-            .admit(&origin.subject)
-            .await
-            .map_err(|shed| CallError::Shed(shed, None))?,
-    );
+    *admission = Some(origin.admit().await?);
     spend(approvals, &row, &binding, &recorder)
         .await
         .map(Hold::Spent)
