@@ -1049,3 +1049,83 @@ async fn a_task_starts_once_its_call_is_approved() {
     assert_eq!(payments.made().len(), 1, "{:?}", payments.made());
     gateway.shutdown().await;
 }
+
+/// Approvers by their JWT's claims: a member of `finance` decides, anyone
+/// else sees nothing, and nobody approves a call made with their own
+/// identity.
+#[tokio::test]
+async fn jwt_approvers_decide_by_their_claims_never_their_own_calls() {
+    use crate::jwt::{CLUSTER, jwks_doc_text, keys, sa_claims, with};
+    let dir = tempfile::tempdir().unwrap();
+    let payments = Payments::new(dir.path(), "jwt");
+    let audit = dir.path().join("audit.jsonl");
+    let jwks = dir.path().join("jwks.json");
+    std::fs::write(&jwks, jwks_doc_text(&[&keys().rsa1])).unwrap();
+    let top = format!(
+        "state:\n  url: \"sqlite://{}\"\ncallers:\n  jwt:\n    - issuer: \"{CLUSTER}\"\n      \
+         audiences: [toolgate]\n      jwks: {{ file: \"{}\" }}\n      \
+         tenant: 'claims[\"kubernetes.io\"].namespace'\n",
+        dir.path().join("state.db").display(),
+        jwks.display()
+    );
+    let options = "        approval:\n          approvers: \"has(claims.groups) && 'finance' in claims.groups\"\n";
+    let gateway = TestGateway::start(
+        &config(0, &top, &audit, &payments, &policy(options, ""), ""),
+        &[],
+    )
+    .await;
+    let mut client = gateway.client().await;
+    wait_listed(&mut client, TOKEN, "pay__send_payment").await;
+    let mut approvals = CallApprovalsServiceClient::connect(format!("http://{}", gateway.addr))
+        .await
+        .unwrap();
+    let finance = keys().rsa1.sign(&with(
+        sa_claims("acme"),
+        "groups",
+        serde_json::json!(["finance"]),
+    ));
+    let sales = keys().rsa1.sign(&with(
+        sa_claims("acme"),
+        "groups",
+        serde_json::json!(["sales"]),
+    ));
+    let id = pending_id(call(&mut client, "bob", send(r#"{"amount": 600, "to": "x"}"#)).await);
+    // Not finance: nothing to see, nothing to decide; an approver token
+    // is no approver of a rule that names its approvers.
+    assert!(pending(&mut approvals, &sales).await.is_empty());
+    let status = approve(&mut approvals, &sales, &id).await.unwrap_err();
+    assert_eq!(reason(&status), "CALL_APPROVAL_NOT_FOUND", "{status:?}");
+    let status = approve(&mut approvals, APPROVER, &id).await.unwrap_err();
+    assert_eq!(reason(&status), "CALL_APPROVAL_NOT_FOUND", "{status:?}");
+    // Finance: sees it, decides it, named as the JWT's issuer and subject.
+    let listed = pending(&mut approvals, &finance).await;
+    assert_eq!(listed.len(), 1);
+    assert!(listed[0].may_decide);
+    let approved = approve(&mut approvals, &finance, &id).await.unwrap();
+    assert!(
+        approved.decided_by.contains(CLUSTER)
+            && approved
+                .decided_by
+                .contains("system:serviceaccount:acme:worker"),
+        "{approved:?}"
+    );
+    let done = call(
+        &mut client,
+        "bob",
+        with_id(send(r#"{"amount": 600, "to": "x"}"#), &id),
+    )
+    .await
+    .unwrap();
+    assert_eq!(done.text, "sent 600 to x");
+    // A call made with the finance identity itself: not its own approver.
+    let own = client
+        .invoke_tool(authed(&finance, send(r#"{"amount": 700, "to": "y"}"#)))
+        .await
+        .map(tonic::Response::into_inner);
+    let own = pending_id(own);
+    let status = approve(&mut approvals, &finance, &own).await.unwrap_err();
+    assert_eq!(reason(&status), "CALL_APPROVAL_NOT_APPROVER", "{status:?}");
+    assert!(status.message().contains("self-approval"), "{status:?}");
+    assert_eq!(payments.made().len(), 1);
+    gateway.shutdown().await;
+}
