@@ -1129,3 +1129,125 @@ async fn jwt_approvers_decide_by_their_claims_never_their_own_calls() {
     assert_eq!(payments.made().len(), 1);
     gateway.shutdown().await;
 }
+
+/// Opens `InvokeToolInteractive` for `arguments` as `bob` (with
+/// `deadline`, when given) and reads its first event.
+async fn interactive(
+    client: &mut ToolGatewayClient<Channel>,
+    arguments: &str,
+    deadline: Option<Duration>,
+) -> (
+    tonic::Streaming<pb::InvokeToolEvent>,
+    tokio::sync::mpsc::Sender<pb::InteractiveRequest>,
+    pb::ApprovalPending,
+) {
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tx.send(pb::InteractiveRequest {
+        message: Some(pb::interactive_request::Message::Call(send(arguments))),
+    })
+    .await
+    .unwrap();
+    let mut request = authed_as(
+        TOKEN,
+        "bob",
+        tokio_stream::wrappers::ReceiverStream::new(rx),
+    );
+    if let Some(deadline) = deadline {
+        request.set_timeout(deadline);
+    }
+    let mut events = client
+        .invoke_tool_interactive(request)
+        .await
+        .unwrap()
+        .into_inner();
+    let first = events.message().await.unwrap().unwrap();
+    let Some(pb::invoke_tool_event::Event::ApprovalPending(waiting)) = first.event else {
+        panic!("{first:?}");
+    };
+    (events, tx, waiting)
+}
+
+/// A waiting call ends when nobody decides in time, or at its caller's
+/// deadline, with nothing sent; requests, decisions and their time are
+/// counted.
+#[tokio::test]
+async fn a_waiting_call_ends_at_expiry_or_its_deadline_and_is_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let payments = Payments::new(dir.path(), "waits");
+    let audit = dir.path().join("audit.jsonl");
+    let metrics_port = free_port();
+    let state = format!(
+        "metrics:\n  listen: \"127.0.0.1:{metrics_port}\"\nstate:\n  url: \"sqlite://{}\"\n",
+        dir.path().join("state.db").display()
+    );
+    let options = "        approval:\n          wait: 1s\n";
+    let gateway = TestGateway::start(
+        &config(0, &state, &audit, &payments, &policy(options, ""), ""),
+        &[],
+    )
+    .await;
+    let mut client = gateway.client().await;
+    wait_listed(&mut client, TOKEN, "pay__send_payment").await;
+
+    // Nobody decides within `wait`.
+    let started = std::time::Instant::now();
+    let (mut events, _tx, waiting) =
+        interactive(&mut client, r#"{"amount": 800, "to": "a"}"#, None).await;
+    let status = events.message().await.unwrap_err();
+    assert_eq!(status.code(), Code::FailedPrecondition, "{status:?}");
+    assert_eq!(reason(&status), "APPROVAL_EXPIRED", "{status:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(info(&status, "approval_id"), waiting.approval_id);
+
+    // The caller's deadline comes first.
+    let (mut events, _tx, _) = interactive(
+        &mut client,
+        r#"{"amount": 801, "to": "b"}"#,
+        Some(Duration::from_millis(600)),
+    )
+    .await;
+    let status = events.message().await.unwrap_err();
+    assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
+
+    // Decided: counted, with the time it took.
+    let (mut events, _tx, waiting) =
+        interactive(&mut client, r#"{"amount": 802, "to": "c"}"#, None).await;
+    let mut approvals = CallApprovalsServiceClient::connect(format!("http://{}", gateway.addr))
+        .await
+        .unwrap();
+    approve(&mut approvals, APPROVER, &waiting.approval_id)
+        .await
+        .unwrap();
+    let last = events.message().await.unwrap().unwrap();
+    assert!(
+        matches!(last.event, Some(pb::invoke_tool_event::Event::Result(_))),
+        "{last:?}"
+    );
+    let page = scrape(metrics_port).await;
+    let count = |event: &str| {
+        sample(
+            &page,
+            &format!("toolgate_call_approvals_total{{tenant=\"acme\",event=\"{event}\"}}"),
+        )
+    };
+    assert_eq!(count("requested").as_deref(), Some("3"), "{page}");
+    assert_eq!(count("approved").as_deref(), Some("1"), "{page}");
+    assert_eq!(count("spent").as_deref(), Some("1"), "{page}");
+    assert_eq!(
+        sample(
+            &page,
+            "toolgate_call_approval_decision_seconds_count{tenant=\"acme\"}"
+        )
+        .as_deref(),
+        Some("1"),
+        "{page}"
+    );
+    let made = payments.made();
+    assert_eq!(made.len(), 1, "{made:?}");
+    assert_eq!(made[0]["amount"], 802);
+    gateway.shutdown().await;
+}
