@@ -321,7 +321,13 @@ pub async fn run_with_reload(
     let stop_sweep = CancellationToken::new();
     let _stop_sweep = stop_sweep.clone().drop_guard();
     if sweeps_approvals {
-        tokio::spawn(calls.call_approvals().clone().sweep_until(stop_sweep));
+        tokio::spawn(
+            calls
+                .call_approvals()
+                .clone()
+                .sweep_until(stop_sweep.clone()),
+        );
+        tokio::spawn(calls.call_approvals().clone().follow_until(stop_sweep));
     }
     let gateway = Gateway::new(calls);
     let (health, health_service) = tonic_health::server::health_reporter();

@@ -6,7 +6,6 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -16,10 +15,6 @@ use crate::calls::{ApprovalView, Approver, CallError, Calls};
 use crate::pb;
 use crate::registry::Tenant;
 use crate::state::call_approvals::states;
-
-/// How often a watch looks at the state store for changes made at other
-/// replicas (a decision at this one is seen at once).
-const WATCH_POLL: Duration = Duration::from_secs(1);
 
 /// How far back a watch looks again each time: changes committed late
 /// (a slow transaction, a replica's clock a little behind) are still seen.
@@ -202,7 +197,7 @@ impl super::server::call_approvals_service_server::CallApprovalsService for Call
             loop {
                 tokio::select! {
                     () = out.closed() => return,
-                    () = approvals.changes_here(WATCH_POLL) => {}
+                    () = approvals.changes() => {}
                 }
                 let changes = match approvals
                     .changed_since(&approver, cursor.saturating_sub(WATCH_OVERLAP_MS))

@@ -29,6 +29,11 @@ pub mod states {
     pub const EXPIRED: &str = "expired";
 }
 
+/// The PostgreSQL channel on which a request or a decision is announced
+/// (payload: the approval's id), so that calls waiting at other replicas
+/// and watches wake at once.
+pub const CHANNEL: &str = "toolgate_call_approvals";
+
 /// The PostgreSQL advisory lock a request holds for (`tenant`, `subject`)
 /// until it commits, so that of racing requests of one subject at most its
 /// limit are stored (`tgapv:` and the first bytes of a SHA-256).
@@ -129,6 +134,37 @@ pub enum Requested {
     Limit,
 }
 
+/// Announced changes of call approvals, from PostgreSQL's `NOTIFY`.
+pub struct ApprovalNotices {
+    listener: sqlx::postgres::PgListener,
+}
+
+impl std::fmt::Debug for ApprovalNotices {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ApprovalNotices")
+    }
+}
+
+impl ApprovalNotices {
+    /// The id of the next approval requested or decided at any replica.
+    ///
+    /// # Errors
+    /// [`StateError::Unavailable`] when the connection is lost (listen
+    /// again; notices sent meanwhile are lost).
+    pub async fn next(&mut self) -> Result<String, StateError> {
+        match self.listener.try_recv().await {
+            Ok(Some(notice)) => Ok(notice.payload().to_owned()),
+            Ok(None) => Err(StateError::Unavailable(sqlx::Error::Io(
+                std::io::Error::new(
+                    std::io::ErrorKind::ConnectionAborted,
+                    "the connection listening for call approvals was lost",
+                ),
+            ))),
+            Err(error) => Err(StateError::Unavailable(error)),
+        }
+    }
+}
+
 const COLUMNS: &str = "id, tenant, subject, binding, state, uses_left, created_at_ms, \
                        expires_at_ms, decided_at_ms, changed_at_ms, sealed";
 
@@ -196,11 +232,48 @@ impl StateStore {
         .await
         .map_err(StateError::from_sqlx)?;
         tx.commit().await.map_err(StateError::from_sqlx)?;
-        Ok(if done.rows_affected() > 0 {
-            Requested::Stored
-        } else {
-            Requested::Limit
-        })
+        if done.rows_affected() == 0 {
+            return Ok(Requested::Limit);
+        }
+        self.announce(new.id).await;
+        Ok(Requested::Stored)
+    }
+
+    /// Announces a change of approval `id` to the other replicas
+    /// (PostgreSQL; a lost notice only delays them to their next look).
+    async fn announce(&self, id: &str) {
+        if self.backend != Backend::Postgres {
+            return;
+        }
+        let Ok(pool) = self.ready().await else { return };
+        let sent = sqlx::query("SELECT count(*) FROM (SELECT pg_notify($1, $2)) AS notified")
+            .bind(CHANNEL)
+            .bind(id)
+            .execute(pool)
+            .await;
+        if let Err(error) = sent {
+            tracing::debug!(%error, "a call approval's change could not be announced");
+        }
+    }
+
+    /// Listens for requests and decisions of call approvals at any replica
+    /// (PostgreSQL only; `None` on SQLite, whose one process sees its own
+    /// changes). Listening has begun when this returns.
+    ///
+    /// # Errors
+    /// [`StateError::Unavailable`] when the store cannot be reached.
+    pub async fn listen_call_approvals(&self) -> Result<Option<ApprovalNotices>, StateError> {
+        if self.backend != Backend::Postgres {
+            return Ok(None);
+        }
+        let mut listener = sqlx::postgres::PgListener::connect(&self.url)
+            .await
+            .map_err(StateError::Unavailable)?;
+        listener
+            .listen(CHANNEL)
+            .await
+            .map_err(StateError::Unavailable)?;
+        Ok(Some(ApprovalNotices { listener }))
     }
 
     /// The call approval `id` of `tenant` (`None`: none, or another
@@ -319,7 +392,11 @@ impl StateStore {
         .execute(pool)
         .await
         .map_err(StateError::from_sqlx)?;
-        Ok(done.rows_affected() > 0)
+        let won = done.rows_affected() > 0;
+        if won {
+            self.announce(id).await;
+        }
+        Ok(won)
     }
 
     /// Uses the approved, live approval `id` of `tenant` once, when it

@@ -432,6 +432,26 @@ async fn held_at_one_replica_approved_at_the_other_spent_once() {
     assert_eq!(info(&status, "rule"), "tenants[0].policy[1]", "{status:?}");
     assert_eq!(payments.made().len(), 2);
 
+    // A call waiting at one replica, approved at the other: PostgreSQL's
+    // announcement wakes it (without one it would look every 5 s).
+    let (mut events, _tx, waiting) =
+        interactive(&mut one, r#"{"amount": 555, "to": "gina"}"#, None).await;
+    let approved_at = std::time::Instant::now();
+    approve(&mut approvals, APPROVER, &waiting.approval_id)
+        .await
+        .unwrap();
+    let last = events.message().await.unwrap().unwrap();
+    let woke = approved_at.elapsed();
+    let Some(pb::invoke_tool_event::Event::Result(result)) = last.event else {
+        panic!("{last:?}");
+    };
+    assert_eq!(result.text, "sent 555 to gina");
+    eprintln!("the waiting call went on {woke:?} after the other replica's approval");
+    assert!(
+        woke < Duration::from_millis(4500),
+        "woken by polling only: {woke:?}"
+    );
+
     // One approval, six retries racing at both replicas: one runs.
     let racing_payment = send(r#"{"amount": 777, "to": "frank"}"#);
     let raced = pending_id(call(&mut one, "bob", racing_payment.clone()).await);

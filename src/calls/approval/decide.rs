@@ -157,10 +157,11 @@ impl CallApprovals {
             .collect())
     }
 
-    /// Waits until an approval is decided at this replica, or `wait`
-    /// passes (what a watch sleeps on between looks at the store).
-    pub async fn changes_here(&self, wait: std::time::Duration) {
-        let _ = tokio::time::timeout(wait, self.decided.notified()).await;
+    /// Waits until an approval is requested or decided (at this replica,
+    /// or announced by another), or until it is time to look at the store
+    /// anyway: what a watch sleeps on between looks.
+    pub async fn changes(&self) {
+        let _ = tokio::time::timeout(self.poll(), self.decided.notified()).await;
     }
 
     /// Approval `id` of `approver`'s tenant.

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use rmcp::model::JsonObject;
 
-use super::{Bound, CallApprovals, Details, POLL, binding, difference, unavailable, well_formed};
+use super::{Bound, CallApprovals, Details, binding, difference, unavailable, well_formed};
 use crate::audit::CallApprovalEvent;
 use crate::calls::error::quoted;
 use crate::calls::{CallError, Origin};
@@ -275,7 +275,9 @@ async fn wait(
         let until_expiry = Duration::from_millis(
             u64::try_from(row.expires_at_ms.saturating_sub(now_ms())).unwrap_or(0),
         );
-        let nap = POLL.min(until_expiry + Duration::from_millis(1));
+        let nap = approvals
+            .poll()
+            .min(until_expiry + Duration::from_millis(1));
         let timer = async {
             match deadline {
                 Some(at) => tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await,

@@ -34,9 +34,15 @@ pub(crate) use hold::{Held, Hold, hold, return_use};
 use crate::state::StateStore;
 use crate::telemetry::Metrics;
 
-/// How often a call that waits for a decision looks at the state store
-/// (a decision made at this replica wakes it at once).
+/// How often a call that waits for a decision, and a watch, look at the
+/// state store: a decision made at this replica wakes them at once, one
+/// made at another announced on PostgreSQL too (`LISTEN`), so they look
+/// this often only without a listener, and [`POLL_LISTENING`] with one.
 const POLL: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// How often they look while this replica listens to the others'
+/// announcements (a lost notice costs at most this much).
+const POLL_LISTENING: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// What calls and approvers share: the store, the trail, the metrics,
 /// the webhook and the wake-up of calls waiting at this replica.
@@ -46,8 +52,11 @@ pub struct CallApprovals {
     pub(super) audit: crate::audit::Audit,
     metrics: Arc<Metrics>,
     pub(super) notifier: notify::Notifier,
-    /// Woken by every decision made at this replica.
+    /// Woken by every decision made at this replica, and every request
+    /// or decision another announced.
     decided: Arc<tokio::sync::Notify>,
+    /// Whether this replica listens to the others' announcements now.
+    listening: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl CallApprovals {
@@ -64,6 +73,17 @@ impl CallApprovals {
             metrics,
             notifier,
             decided: Arc::new(tokio::sync::Notify::new()),
+            listening: Arc::default(),
+        }
+    }
+
+    /// How long a waiting call or a watch sleeps between looks at the
+    /// store.
+    fn poll(&self) -> std::time::Duration {
+        if self.listening.load(std::sync::atomic::Ordering::Relaxed) {
+            POLL_LISTENING
+        } else {
+            POLL
         }
     }
 

@@ -62,6 +62,45 @@ impl CallApprovals {
         expired.len()
     }
 
+    /// Wakes the calls and watches of this replica at every request or
+    /// decision another replica announces (PostgreSQL), listening again
+    /// after a lost connection, until `stop` is cancelled.
+    pub(crate) async fn follow_until(self, stop: tokio_util::sync::CancellationToken) {
+        let Some(store) = self.store.clone() else {
+            return;
+        };
+        let listening = &self.listening;
+        let follow = async {
+            loop {
+                match store.listen_call_approvals().await {
+                    Ok(None) => return,
+                    Ok(Some(mut notices)) => {
+                        listening.store(true, std::sync::atomic::Ordering::Relaxed);
+                        // What was announced before listening began.
+                        self.decided.notify_waiters();
+                        while notices.next().await.is_ok() {
+                            self.decided.notify_waiters();
+                        }
+                        listening.store(false, std::sync::atomic::Ordering::Relaxed);
+                        tracing::debug!(
+                            "call approvals: the listener's connection was lost; listening again"
+                        );
+                    }
+                    Err(error) => {
+                        tracing::debug!(%error, "call approvals: cannot listen to the other replicas yet");
+                    }
+                }
+                tokio::time::sleep(EVERY.min(Duration::from_secs(1))).await;
+            }
+        };
+        tokio::select! {
+            () = stop.cancelled() => {}
+            () = follow => {}
+        }
+        self.listening
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Sweeps every [`EVERY`] until `stop` is cancelled.
     pub(crate) async fn sweep_until(self, stop: tokio_util::sync::CancellationToken) {
         if self.store.is_none() {
