@@ -134,6 +134,9 @@ pub fn classify(error: &CallError) -> (Code, &'static str) {
         CallError::ApprovalLimit { .. } => (Code::ResourceExhausted, "APPROVAL_LIMIT"),
         CallError::NotApprover { .. } => (Code::PermissionDenied, "CALL_APPROVAL_NOT_APPROVER"),
         CallError::ApprovalDecided { .. } => (Code::FailedPrecondition, "CALL_APPROVAL_DECIDED"),
+        CallError::ApprovalReasonTooLong { .. } => {
+            (Code::InvalidArgument, "CALL_APPROVAL_REASON_TOO_LONG")
+        }
         CallError::ApprovalStoreUnavailable { .. } => (Code::Unavailable, "STATE_UNAVAILABLE"),
         CallError::InvalidCompletion(_) => (Code::InvalidArgument, "INVALID_COMPLETION"),
         CallError::InvalidUri(_) => (Code::InvalidArgument, "INVALID_RESOURCE_URI"),

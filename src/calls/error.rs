@@ -500,6 +500,12 @@ pub enum CallError {
         /// Why.
         why: &'static str,
     },
+    /// An approver's reason is longer than it may be.
+    #[error("reason: at most {limit} characters")]
+    ApprovalReasonTooLong {
+        /// The most.
+        limit: usize,
+    },
     /// The approval is no longer pending.
     #[error("call approval {approval_id} is {state}, no longer pending")]
     ApprovalDecided {

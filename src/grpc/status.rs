@@ -270,6 +270,10 @@ fn metadata(error: &CallError) -> HashMap<String, String> {
         | CallError::ApprovalDecided { approval_id, .. } => {
             metadata.insert("approval_id".to_owned(), approval_id.clone());
         }
+        CallError::ApprovalReasonTooLong { limit } => {
+            metadata.insert("field".to_owned(), "reason".to_owned());
+            metadata.insert("limit_value".to_owned(), limit.to_string());
+        }
         CallError::ApprovalLimit { limit } => {
             metadata.insert(
                 "limit".to_owned(),

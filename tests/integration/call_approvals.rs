@@ -1239,6 +1239,19 @@ async fn a_waiting_call_ends_at_expiry_or_its_deadline_and_is_counted() {
     let mut approvals = CallApprovalsServiceClient::connect(format!("http://{}", gateway.addr))
         .await
         .unwrap();
+    // A reason past 1,024 characters decides nothing.
+    let status = approvals
+        .approve_call(authed(
+            APPROVER,
+            pb::ApproveCallRequest {
+                approval_id: waiting.approval_id.clone(),
+                reason: "x".repeat(1025),
+            },
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    assert_eq!(reason(&status), "CALL_APPROVAL_REASON_TOO_LONG");
     approve(&mut approvals, APPROVER, &waiting.approval_id)
         .await
         .unwrap();

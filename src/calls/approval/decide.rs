@@ -40,17 +40,12 @@ pub struct Approver {
 impl Approver {
     /// How the audit trail and the approval name this approver.
     fn name(&self) -> String {
-        match self.subject.id() {
-            Some(_)
-                if !matches!(
-                    self.caller.identity,
-                    crate::callers::CallerIdentity::Token { .. }
-                ) =>
-            {
-                self.caller.identity.to_string()
+        match (&self.caller.identity, self.subject.id()) {
+            // A static token names its subject in a header: both said.
+            (crate::callers::CallerIdentity::Token { .. }, Some(_)) => {
+                format!("{} as {}", self.caller.identity, self.subject.key())
             }
-            Some(_) => format!("{} as {}", self.caller.identity, self.subject.key()),
-            None => self.caller.identity.to_string(),
+            (identity, _) => identity.to_string(),
         }
     }
 }
@@ -189,9 +184,8 @@ impl CallApprovals {
         reason: &str,
     ) -> Result<ApprovalView, CallError> {
         if reason.chars().count() > MAX_REASON_CHARS {
-            return Err(CallError::InvalidArguments {
-                tool: crate::calls::error::Target::from("reason"),
-                reason: format!("a reason has at most {MAX_REASON_CHARS} characters"),
+            return Err(CallError::ApprovalReasonTooLong {
+                limit: MAX_REASON_CHARS,
             });
         }
         let store = self.store()?;
