@@ -94,6 +94,14 @@ pub fn open_state(config: &Config) -> Result<Option<OpenedState>, AppError> {
     if !uses_oauth && !may_ask && !holds_tenants && !uses_call_approvals(config) {
         return Ok(None);
     }
+    if config.state.keys.is_empty() && uses_call_approvals(config) {
+        tracing::warn!(
+            "a policy holds calls for approval (require_approval) and state.keys is not set: call \
+             approvals are sealed with a key of this process, so those pending or approved are \
+             lost at a restart (the workers ask again), and no other replica can read them; set \
+             state.keys"
+        );
+    }
     let keys = if config.state.keys.is_empty() && !uses_oauth && !holds_tenants {
         tracing::info!(
             "state.keys is not set: the request_state of questions to workers is sealed with a \

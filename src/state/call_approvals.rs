@@ -206,9 +206,10 @@ impl StateStore {
         .await
         .map_err(StateError::from_sqlx)?;
         if let Some(row) = existing {
-            let row = self.approval_row(&row)?;
-            tx.commit().await.map_err(StateError::from_sqlx)?;
-            return Ok(Requested::Existing(Box::new(row)));
+            if let Some(row) = self.readable(&row) {
+                tx.commit().await.map_err(StateError::from_sqlx)?;
+                return Ok(Requested::Existing(Box::new(row)));
+            }
         }
         let done = sqlx::query(
             "INSERT INTO toolgate_call_approvals \
@@ -296,7 +297,7 @@ impl StateStore {
         .fetch_optional(pool)
         .await
         .map_err(StateError::from_sqlx)?;
-        row.map(|row| self.approval_row(&row)).transpose()
+        Ok(row.and_then(|row| self.readable(&row)))
     }
 
     /// `tenant`'s call approvals whose state now is `state` (one of
@@ -332,7 +333,7 @@ impl StateStore {
         .fetch_all(pool)
         .await
         .map_err(StateError::from_sqlx)?;
-        rows.iter().map(|row| self.approval_row(row)).collect()
+        Ok(rows.iter().filter_map(|row| self.readable(row)).collect())
     }
 
     /// `tenant`'s call approvals that changed at or after `since_ms`, in
@@ -357,7 +358,7 @@ impl StateStore {
         .fetch_all(pool)
         .await
         .map_err(StateError::from_sqlx)?;
-        rows.iter().map(|row| self.approval_row(row)).collect()
+        Ok(rows.iter().filter_map(|row| self.readable(row)).collect())
     }
 
     /// Decides the pending, live approval `id` of `tenant`: its state
@@ -482,7 +483,7 @@ impl StateStore {
         .execute(pool)
         .await
         .map_err(StateError::from_sqlx)?;
-        rows.iter().map(|row| self.approval_row(row)).collect()
+        Ok(rows.iter().filter_map(|row| self.readable(row)).collect())
     }
 
     /// How many live pending approvals each tenant has.
@@ -506,6 +507,20 @@ impl StateStore {
                 Ok((tenant, u64::try_from(count).unwrap_or(0)))
             })
             .collect()
+    }
+
+    /// A row of [`COLUMNS`] whose value a configured key opens; `None`
+    /// (logged) for one sealed with a key no longer configured (a process
+    /// key of a gateway since restarted, a key removed from `state.keys`)
+    /// or altered: it reads as absent, and ends and goes as any other.
+    fn readable(&self, row: &sqlx::any::AnyRow) -> Option<ApprovalRow> {
+        match self.approval_row(row) {
+            Ok(row) => Some(row),
+            Err(error) => {
+                tracing::warn!(%error, "a call approval cannot be read and is passed over (sealed with a key no longer configured?)");
+                None
+            }
+        }
     }
 
     /// A row of [`COLUMNS`], its value opened.
@@ -697,6 +712,57 @@ mod tests {
                 .await
                 .unwrap()
                 .is_none()
+        );
+    }
+
+    #[tokio::test]
+    async fn rows_sealed_with_a_key_no_longer_configured_read_as_absent() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("state.db").display());
+        let before = StateStore::open_lazy(&url, crate::state::KeyRing::ephemeral()).unwrap();
+        before
+            .request_call_approval(&new("apv_old", "token:a", "b1"), 5)
+            .await
+            .unwrap();
+        // A restart without state.keys: another process key.
+        let after = StateStore::open_lazy(&url, crate::state::KeyRing::ephemeral()).unwrap();
+        assert!(
+            after
+                .call_approval("apv_old", "acme")
+                .await
+                .unwrap()
+                .is_none()
+        );
+        for state in [states::PENDING, states::EXPIRED] {
+            assert!(
+                after
+                    .list_call_approvals("acme", state, 10)
+                    .await
+                    .unwrap()
+                    .is_empty()
+            );
+        }
+        assert!(
+            after
+                .call_approvals_changed_since("acme", 0, 10)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        // The same call asks anew instead of finding what it cannot read.
+        assert!(matches!(
+            after
+                .request_call_approval(&new("apv_new", "token:a", "b1"), 5)
+                .await
+                .unwrap(),
+            Requested::Stored
+        ));
+        assert!(
+            after
+                .call_approval("apv_new", "acme")
+                .await
+                .unwrap()
+                .is_some()
         );
     }
 }
