@@ -205,11 +205,9 @@ impl StateStore {
         .fetch_optional(&mut *tx)
         .await
         .map_err(StateError::from_sqlx)?;
-        if let Some(row) = existing {
-            if let Some(row) = self.readable(&row) {
-                tx.commit().await.map_err(StateError::from_sqlx)?;
-                return Ok(Requested::Existing(Box::new(row)));
-            }
+        if let Some(row) = existing.and_then(|row| self.readable(&row)) {
+            tx.commit().await.map_err(StateError::from_sqlx)?;
+            return Ok(Requested::Existing(Box::new(row)));
         }
         let done = sqlx::query(
             "INSERT INTO toolgate_call_approvals \
