@@ -1284,3 +1284,68 @@ async fn a_waiting_call_ends_at_expiry_or_its_deadline_and_is_counted() {
     assert_eq!(made[0]["amount"], 802);
     gateway.shutdown().await;
 }
+
+/// Guards see a call only once it is approved; a call a guard then
+/// refuses sent nothing, so the approval's use goes back (recorded), and
+/// the approval still serves its call.
+#[tokio::test]
+async fn a_call_refused_after_its_approval_gives_the_use_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let guard = crate::guards::start_guard(dir.path(), &[]);
+    let payments = Payments::new(dir.path(), "guarded");
+    let audit = dir.path().join("audit.jsonl");
+    let top = format!(
+        "guards:\n  - name: veto\n    url: http://127.0.0.1:{}\nstate:\n  url: \"sqlite://{}\"\n",
+        guard.port,
+        dir.path().join("state.db").display()
+    );
+    let yaml = config(
+        0,
+        &top,
+        &audit,
+        &payments,
+        &policy("", ""),
+        "    guards: [veto]\n",
+    );
+    let gateway = TestGateway::start(&yaml, &[]).await;
+    let mut client = gateway.client().await;
+    wait_listed(&mut client, TOKEN, "pay__send_payment").await;
+    let mut approvals = CallApprovalsServiceClient::connect(format!("http://{}", gateway.addr))
+        .await
+        .unwrap();
+    // The guard refuses this memo, but only once it is asked: after the
+    // approval (a held call reaches no guard).
+    let payment = send(r#"{"amount": 650, "to": "hal", "memo": "DENY-ME"}"#);
+    let id = pending_id(call(&mut client, "bob", payment.clone()).await);
+    assert!(
+        crate::guards::checks(&guard).is_empty(),
+        "a held call reached the guard"
+    );
+    approve(&mut approvals, APPROVER, &id).await.unwrap();
+    let status = call(&mut client, "bob", with_id(payment.clone(), &id))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
+    assert!(reason(&status).starts_with("GUARD_"), "{status:?}");
+    // The use went back: still approved, one use left.
+    let now = approvals
+        .get_call_approval(authed(
+            APPROVER,
+            pb::GetCallApprovalRequest {
+                approval_id: id.clone(),
+            },
+        ))
+        .await
+        .unwrap()
+        .into_inner()
+        .approval
+        .unwrap();
+    assert_eq!(now.state(), pb::CallApprovalState::Approved, "{now:?}");
+    assert_eq!(now.uses_left, 1);
+    let returned = audited(&[audit.as_path()], "call_approval_returned").await;
+    assert_eq!(returned["call_approval"], id.as_str());
+    assert_eq!(returned["tool"], "pay__send_payment");
+    assert_eq!(crate::guards::checks(&guard).len(), 1);
+    assert!(payments.made().is_empty());
+    gateway.shutdown().await;
+}

@@ -33,14 +33,14 @@ const SECRET: &str = "sk-guard-7c1e2d3f4a5b6c7d8e9f";
 const GUARD_TOKEN: &str = "guard-bearer-1f2e3d";
 
 /// A running guard fixture.
-struct GuardFixture {
+pub(crate) struct GuardFixture {
     _child: ChildGuard,
-    port: u16,
+    pub(crate) port: u16,
     record: PathBuf,
 }
 
 /// Starts `guard_server.py` with `args`, recording into `dir`.
-fn start_guard(dir: &Path, args: &[&str]) -> GuardFixture {
+pub(crate) fn start_guard(dir: &Path, args: &[&str]) -> GuardFixture {
     let record = dir.join(format!("guard-{}.jsonl", fastrand::u32(..)));
     let mut child = Command::new(python())
         .arg(fixture("python/guard_server.py"))
@@ -69,7 +69,7 @@ fn start_guard(dir: &Path, args: &[&str]) -> GuardFixture {
 }
 
 /// The checks a guard fixture recorded.
-fn checks(guard: &GuardFixture) -> Vec<serde_json::Value> {
+pub(crate) fn checks(guard: &GuardFixture) -> Vec<serde_json::Value> {
     std::fs::read_to_string(&guard.record)
         .unwrap_or_default()
         .lines()

@@ -372,16 +372,24 @@ pub(crate) async fn return_use(approvals: &CallApprovals, origin: &Origin, id: &
                 .metrics
                 .call_approvals()
                 .event(&origin.tenant.name, "returned");
+            // What the approval is about, for its record.
+            let details = store
+                .call_approval(id, &origin.tenant.name)
+                .await
+                .ok()
+                .flatten()
+                .and_then(|row| Details::from_bytes(&row.value).ok());
+            let part = |get: fn(&Details) -> &str| details.as_ref().map_or("", get);
             approvals.audit.call_approval(&CallApprovalEvent {
                 event: "call_approval_returned",
                 tenant: &origin.tenant.name,
                 subject: origin.subject.key(),
                 caller: Some(&origin.caller.identity),
                 approval_id: id,
-                tool: "",
-                server: "",
-                definition_hash: "",
-                rule: "",
+                tool: part(|d| &d.tool),
+                server: part(|d| &d.server),
+                definition_hash: part(|d| &d.definition_hash),
+                rule: part(|d| &d.rule),
                 note: None,
                 reason: None,
                 trace_id: None,
