@@ -240,12 +240,13 @@ impl AdminService {
             .map_err(AdminError::InvalidSpec)
     }
 
-    /// The digests of a validated tenant's tokens, refused when one is a
-    /// token of a tenant of the file or `tenants_dir`.
+    /// The digests of a validated tenant's tokens and of its approver
+    /// tokens, refused when one is a token of a tenant of the file or
+    /// `tenants_dir`.
     fn digests(
         &self,
         tenant: &crate::config::TenantConfig,
-    ) -> Result<Vec<TokenDigest>, AdminError> {
+    ) -> Result<(Vec<TokenDigest>, Vec<TokenDigest>), AdminError> {
         let mut digests = Vec::with_capacity(tenant.tokens.len());
         for (index, token) in tenant.tokens.iter().enumerate() {
             let digest = TokenDigest::of(token.expose());
@@ -259,7 +260,20 @@ impl AdminService {
             }
             digests.push(digest);
         }
-        Ok(digests)
+        let mut approvers = Vec::new();
+        for (index, approver) in tenant.call_approvals.approver_tokens.iter().enumerate() {
+            let digest = TokenDigest::of(approver.token.expose());
+            if let Some((owner, origin)) = self.registry.token_owner_outside_store(&digest) {
+                return Err(AdminError::ApproverTokenTaken {
+                    name: tenant.name.clone(),
+                    index,
+                    owner,
+                    origin: Some(origin),
+                });
+            }
+            approvers.push(digest);
+        }
+        Ok((digests, approvers))
     }
 
     async fn put_tenant_inner(
@@ -281,13 +295,19 @@ impl AdminService {
             });
         }
         let tenant = self.validate(&req.name, &req.spec_yaml, None).await?;
-        let digests = self.digests(&tenant)?;
+        let (digests, approvers) = self.digests(&tenant)?;
         let slot = self
             .audit_slot(attempt(&caller, &peer, "PutTenant", &req.name, None))
             .await?;
         let staged = self
             .store
-            .stage_put_tenant(&req.name, &req.spec_yaml, expect, &digests)
+            .stage_put_tenant_with_approvers(
+                &req.name,
+                &req.spec_yaml,
+                expect,
+                &digests,
+                Some(&approvers),
+            )
             .await
             .map_err(|e| write_error(&req.name, expect, e))?;
         let version = *staged.value();
@@ -442,7 +462,14 @@ impl AdminService {
             .await?;
         let staged = self
             .store
-            .stage_put_secret(&req.tenant, &req.name, value.as_bytes(), tokens.as_deref())
+            .stage_put_secret_with_approvers(
+                &req.tenant,
+                &req.name,
+                value.as_bytes(),
+                tokens
+                    .as_ref()
+                    .map(|(tokens, approvers)| (tokens.as_slice(), Some(approvers.as_slice()))),
+            )
             .await
             .map_err(|e| write_error(&req.tenant, Expect::Any, e))?;
         let (version, new_version) = *staged.value();
@@ -637,6 +664,12 @@ fn write_error(name: &str, expect: Expect, error: TenantWriteError) -> AdminErro
                 name: name.to_owned(),
                 version: current,
             },
+        },
+        TenantWriteError::ApproverTokenTaken { index, tenant } => AdminError::ApproverTokenTaken {
+            name: name.to_owned(),
+            index,
+            owner: tenant,
+            origin: None,
         },
         TenantWriteError::TokenTaken { index, tenant } => AdminError::TokenTaken {
             name: name.to_owned(),

@@ -114,6 +114,19 @@ pub enum AdminError {
         /// Where that tenant is defined.
         origin: TenantOrigin,
     },
+    /// One of the spec's approver tokens is already a token of another
+    /// tenant (of the file or `tenants_dir`: `origin`; else of the store).
+    #[error("tenants[{name}].call_approvals.approver_tokens[{index}] is already a token of tenant `{owner}`{}", .origin.as_ref().map(|o| format!(" of {o}")).unwrap_or_default())]
+    ApproverTokenTaken {
+        /// The tenant written.
+        name: String,
+        /// The approver token's index in its spec.
+        index: usize,
+        /// The tenant it is a token of.
+        owner: String,
+        /// Where that tenant is defined, when not in the store.
+        origin: Option<TenantOrigin>,
+    },
     /// The tenant's spec still references the secret.
     #[error(
         "secret `{name}` is referenced by tenant `{tenant}`'s spec ({{stored: {name}}}); change the spec first"
@@ -165,7 +178,9 @@ pub fn classify(error: &AdminError) -> (Code, &'static str) {
         AdminError::DefinedElsewhere { .. } => {
             (Code::FailedPrecondition, "TENANT_DEFINED_ELSEWHERE")
         }
-        AdminError::TokenTaken { .. } => (Code::FailedPrecondition, "TOKEN_TAKEN"),
+        AdminError::TokenTaken { .. } | AdminError::ApproverTokenTaken { .. } => {
+            (Code::FailedPrecondition, "TOKEN_TAKEN")
+        }
         AdminError::SecretInUse { .. } => (Code::FailedPrecondition, "SECRET_IN_USE"),
         AdminError::Store(e) if e.is_unavailable() => (Code::Unavailable, "STATE_UNAVAILABLE"),
         AdminError::Store(_) => (Code::Internal, "STATE_ERROR"),
@@ -203,6 +218,13 @@ fn metadata(error: &AdminError) -> HashMap<String, String> {
         AdminError::DefinedElsewhere { name, origin } => {
             put("tenant", name.clone());
             put("defined_in", origin.to_string());
+        }
+        AdminError::ApproverTokenTaken {
+            name, index, owner, ..
+        } => {
+            put("tenant", name.clone());
+            put("approver_token_index", index.to_string());
+            put("owner", owner.clone());
         }
         AdminError::TokenTaken {
             name,

@@ -92,8 +92,18 @@ where
         let registry = self.registry.clone();
         let approvers = self.approvers;
         Box::pin(async move {
-            if approvers && let Some((tenant, name)) = approver_token(&registry, request.headers())
-            {
+            let approver = if approvers {
+                match approver_token(&registry, request.headers()).await {
+                    Ok(found) => found,
+                    Err(error) => {
+                        let error = super::CallError::from(error);
+                        return Ok(tonic::Status::from(error).into_http());
+                    }
+                }
+            } else {
+                None
+            };
+            if let Some((tenant, name)) = approver {
                 // One of the tenant's approver tokens: it reaches this
                 // service only, as the approver it names.
                 request.headers_mut().remove(http::header::AUTHORIZATION);
@@ -155,14 +165,22 @@ where
 }
 
 /// The tenant and name of the approver token `headers` present, if it is
-/// one.
-fn approver_token(
-    registry: &Registry,
+/// one (a store tenant's is loaded).
+///
+/// # Errors
+/// The token is not known here and the state store cannot be asked.
+async fn approver_token(
+    registry: &Arc<Registry>,
     headers: &http::HeaderMap,
-) -> Option<(Arc<crate::registry::Tenant>, String)> {
-    let value = headers.get(http::header::AUTHORIZATION)?.to_str().ok()?;
-    let token = crate::callers::bearer(value)?;
-    registry.approver(token)
+) -> Result<Option<(Arc<crate::registry::Tenant>, String)>, crate::callers::CallerError> {
+    let Some(token) = headers
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(crate::callers::bearer)
+    else {
+        return Ok(None);
+    };
+    registry.approver_loading(token).await
 }
 
 /// What a long-lived stream re-checks its caller with (in the request's

@@ -423,6 +423,39 @@ impl Registry {
             .or_else(|| self.store.get()?.loaded().iter().find_map(found))
     }
 
+    /// [`Registry::approver`], and else, with tenants in the state store,
+    /// the store tenant whose approver token it is, loaded now.
+    ///
+    /// # Errors
+    /// The token is not known here and the state store cannot be asked.
+    pub async fn approver_loading(
+        self: &Arc<Self>,
+        token: &str,
+    ) -> Result<Option<(Arc<Tenant>, String)>, crate::callers::CallerError> {
+        if let Some(found) = self.approver(token) {
+            return Ok(Some(found));
+        }
+        let Some(store) = self.store.get() else {
+            return Ok(None);
+        };
+        let digest = crate::callers::TokenDigest::of(token);
+        let owner = store
+            .state
+            .tenant_for_approver_token(&digest)
+            .await
+            .map_err(|e| crate::callers::CallerError::TenantStoreUnavailable(e.to_string()))?;
+        let Some(name) = owner else { return Ok(None) };
+        let Some(tenant) = store.tenant_named(self, &name).await? else {
+            return Ok(None);
+        };
+        // The spec loaded decides (the index may lag a write).
+        let name = tenant
+            .call_approvals()
+            .approver_named_by(&digest)
+            .map(str::to_owned);
+        Ok(name.map(|name| (tenant, name)))
+    }
+
     /// The JWT issuers of the current configuration (`callers.jwt`).
     pub fn jwt_callers(&self) -> crate::callers::JwtCallers {
         self.generation.load().jwt.clone()

@@ -132,6 +132,16 @@ pub enum TenantWriteError {
         /// The tenant it selects.
         tenant: String,
     },
+    /// One of the spec's approver tokens (`call_approvals.approver_tokens`,
+    /// at `index`) is already a token of tenant `tenant` (a caller's or an
+    /// approver's).
+    #[error("call_approvals.approver_tokens[{index}] is already a token of tenant `{tenant}`")]
+    ApproverTokenTaken {
+        /// The index in the spec's approver tokens.
+        index: usize,
+        /// The tenant it is a token of.
+        tenant: String,
+    },
     /// The store failed.
     #[error(transparent)]
     State(#[from] StateError),
@@ -303,25 +313,46 @@ impl StateStore {
         row.map(|row| get(&row, 0, Record::Tenant)).transpose()
     }
 
-    /// Replaces `tenant`'s token index with `tokens` (in spec order).
+    /// Replaces `tenant`'s token index with `tokens` (in spec order, rows
+    /// `0..`) and `approver_tokens` (rows `-1, -2, ...`: negative indices
+    /// mark an approver token, which selects no tenant for a caller;
+    /// `None`: the approver rows are kept).
     async fn replace_tokens(
         tx: &mut Transaction<'static, Any>,
         tenant: &str,
         tokens: &[TokenDigest],
+        approver_tokens: Option<&[TokenDigest]>,
     ) -> Result<(), TenantWriteError> {
-        sqlx::query("DELETE FROM toolgate_tenant_tokens WHERE tenant = $1")
+        // Without approver tokens given, their rows stay as they are.
+        let delete = if approver_tokens.is_some() {
+            "DELETE FROM toolgate_tenant_tokens WHERE tenant = $1"
+        } else {
+            "DELETE FROM toolgate_tenant_tokens WHERE tenant = $1 AND token_index >= 0"
+        };
+        sqlx::query(delete)
             .bind(tenant)
             .execute(&mut **tx)
             .await
             .map_err(db)?;
-        for (index, digest) in tokens.iter().enumerate() {
+        let approver_tokens = approver_tokens.unwrap_or_default();
+        let rows = tokens
+            .iter()
+            .enumerate()
+            .map(|(index, digest)| (i64::try_from(index).unwrap_or(i64::MAX), digest))
+            .chain(
+                approver_tokens
+                    .iter()
+                    .enumerate()
+                    .map(|(index, digest)| (-1 - i64::try_from(index).unwrap_or(0), digest)),
+            );
+        for (row_index, digest) in rows {
             let written = sqlx::query(
                 "INSERT INTO toolgate_tenant_tokens (digest, tenant, token_index) \
                  VALUES ($1, $2, $3) ON CONFLICT (digest) DO NOTHING RETURNING token_index",
             )
             .bind(digest.as_bytes().to_vec())
             .bind(tenant)
-            .bind(i64::try_from(index).unwrap_or(i64::MAX))
+            .bind(row_index)
             .fetch_optional(&mut **tx)
             .await
             .map_err(db)?;
@@ -334,11 +365,19 @@ impl StateStore {
                 .await
                 .map_err(db)?;
             let owner: String = get(&owner, 0, Record::TenantChange)?;
-            // The same token twice in one spec selects this tenant once.
+            // The same token twice in one spec selects this tenant once
+            // (an approver token equal to one of the tenant's own tokens
+            // is refused by validation first).
             if owner != tenant {
-                return Err(TenantWriteError::TokenTaken {
-                    index,
-                    tenant: owner,
+                return Err(match usize::try_from(row_index) {
+                    Ok(index) => TenantWriteError::TokenTaken {
+                        index,
+                        tenant: owner,
+                    },
+                    Err(_) => TenantWriteError::ApproverTokenTaken {
+                        index: usize::try_from(-1 - row_index).unwrap_or(0),
+                        tenant: owner,
+                    },
                 });
             }
         }
@@ -378,6 +417,27 @@ impl StateStore {
         expect: Expect,
         tokens: &[TokenDigest],
     ) -> Result<Staged<i64>, TenantWriteError> {
+        self.stage_put_tenant_with_approvers(name, spec, expect, tokens, None)
+            .await
+    }
+
+    /// [`StateStore::stage_put_tenant`], indexing the digests of the
+    /// tenant's approver tokens (`call_approvals.approver_tokens`) too, so
+    /// that an approver token finds its tenant while it is not loaded. An
+    /// approver token's row never selects a tenant for a caller's token
+    /// ([`StateStore::tenant_for_token`] passes over it).
+    ///
+    /// # Errors
+    /// As [`StateStore::put_tenant`], and
+    /// [`TenantWriteError::ApproverTokenTaken`].
+    pub async fn stage_put_tenant_with_approvers(
+        &self,
+        name: &str,
+        spec: &str,
+        expect: Expect,
+        tokens: &[TokenDigest],
+        approver_tokens: Option<&[TokenDigest]>,
+    ) -> Result<Staged<i64>, TenantWriteError> {
         let mut tx = self.begin_tenant_write().await?;
         let version = Self::insert_change(&mut tx, name, ChangeKind::Put).await?;
         let sealed = self.keys.seal(spec.as_bytes(), &spec_aad(name, version));
@@ -409,7 +469,7 @@ impl StateStore {
             tx.rollback().await.map_err(db)?;
             return Err(TenantWriteError::VersionMismatch { current });
         }
-        Self::replace_tokens(&mut tx, name, tokens).await?;
+        Self::replace_tokens(&mut tx, name, tokens, approver_tokens).await?;
         self.notify(&mut tx, name).await?;
         Ok(Staged { tx, value: version })
     }
@@ -567,12 +627,15 @@ impl StateStore {
         digest: &TokenDigest,
     ) -> Result<Option<(String, usize)>, StateError> {
         let pool = self.ready().await?;
-        let row =
-            sqlx::query("SELECT tenant, token_index FROM toolgate_tenant_tokens WHERE digest = $1")
-                .bind(digest.as_bytes().to_vec())
-                .fetch_optional(pool)
-                .await
-                .map_err(db)?;
+        // An approver token's row (a negative index) selects no tenant.
+        let row = sqlx::query(
+            "SELECT tenant, token_index FROM toolgate_tenant_tokens \
+             WHERE digest = $1 AND token_index >= 0",
+        )
+        .bind(digest.as_bytes().to_vec())
+        .fetch_optional(pool)
+        .await
+        .map_err(db)?;
         row.map(|row| {
             let tenant: String = get(&row, 0, Record::TenantChange)?;
             let index: i64 = get(&row, 1, Record::TenantChange)?;
@@ -582,6 +645,26 @@ impl StateStore {
             Ok((tenant, index))
         })
         .transpose()
+    }
+
+    /// The tenant one of whose approver tokens has this digest.
+    ///
+    /// # Errors
+    /// The store's error.
+    pub async fn tenant_for_approver_token(
+        &self,
+        digest: &TokenDigest,
+    ) -> Result<Option<String>, StateError> {
+        let pool = self.ready().await?;
+        let row = sqlx::query(
+            "SELECT tenant FROM toolgate_tenant_tokens WHERE digest = $1 AND token_index < 0",
+        )
+        .bind(digest.as_bytes().to_vec())
+        .fetch_optional(pool)
+        .await
+        .map_err(db)?;
+        row.map(|row| get(&row, 0, Record::TenantChange))
+            .transpose()
     }
 
     /// The stored versions of these tenants (absent: deleted): what a
@@ -742,6 +825,23 @@ impl StateStore {
         value: &[u8],
         tokens: Option<&[TokenDigest]>,
     ) -> Result<Staged<(i64, Option<i64>)>, TenantWriteError> {
+        self.stage_put_secret_with_approvers(tenant, name, value, tokens.map(|t| (t, None)))
+            .await
+    }
+
+    /// [`StateStore::stage_put_secret`], with the tenant's approver tokens'
+    /// digests too (`tokens`: the callers' and, when given, the
+    /// approvers').
+    ///
+    /// # Errors
+    /// As [`StateStore::stage_put_secret`].
+    pub async fn stage_put_secret_with_approvers(
+        &self,
+        tenant: &str,
+        name: &str,
+        value: &[u8],
+        tokens: Option<(&[TokenDigest], Option<&[TokenDigest]>)>,
+    ) -> Result<Staged<(i64, Option<i64>)>, TenantWriteError> {
         let mut tx = self.begin_tenant_write().await?;
         let now = now_ms();
         let row = sqlx::query(
@@ -784,8 +884,8 @@ impl StateStore {
             .execute(&mut *tx)
             .await
             .map_err(db)?;
-            if let Some(tokens) = tokens {
-                Self::replace_tokens(&mut tx, tenant, tokens).await?;
+            if let Some((tokens, approvers)) = tokens {
+                Self::replace_tokens(&mut tx, tenant, tokens, approvers).await?;
             }
             self.notify(&mut tx, tenant).await?;
         }

@@ -837,8 +837,62 @@ async fn admin_api_on_sqlite() {
     refusals(&mut a).await;
     callers(&mut a).await;
     secrets(&mut a).await;
+    approver_tokens(&mut a).await;
     python_client(&a).await;
     host_access_when_allowed().await;
+}
+
+/// A tenant written through the admin API has approver tokens: one reaches
+/// the CallApprovalsService while nobody has loaded its tenant (the store
+/// indexes it), never the ToolGateway, and no other tenant may take it.
+async fn approver_tokens(a: &mut Admin) {
+    use toolgate::pb::call_approvals_service_client::CallApprovalsServiceClient;
+    let spec = "tokens: [appr-worker-token]\ncall_approvals:\n  approver_tokens:\n    \
+                - name: alice\n      token: appr-approver-token\nservers:\n  - name: g\n    \
+                url: \"http://127.0.0.1:9/mcp\"\n";
+    a.client
+        .put_tenant(as_(ADMIN, put("appr", spec, "")))
+        .await
+        .unwrap();
+    let mut approvals =
+        CallApprovalsServiceClient::connect(format!("http://127.0.0.1:{}", a.listen))
+            .await
+            .unwrap();
+    let listed = approvals
+        .list_call_approvals(authed(
+            "appr-approver-token",
+            toolgate::pb::ListCallApprovalsRequest::default(),
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(listed.approvals.is_empty());
+    let status = approvals
+        .list_call_approvals(authed(
+            "not-an-approver-token",
+            toolgate::pb::ListCallApprovalsRequest::default(),
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Unauthenticated, "{status:?}");
+    // Not a caller's token.
+    let mut gateway = client_at(a.listen).await;
+    let status = gateway
+        .list_tools(authed(
+            "appr-approver-token",
+            toolgate::pb::ListToolsRequest::default(),
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Unauthenticated, "{status:?}");
+    // No other tenant's token may be it.
+    let taken = "tokens: [appr-approver-token]\nservers:\n  - name: g\n    url: \"http://127.0.0.1:9/mcp\"\n";
+    let status = a
+        .client
+        .put_tenant(as_(ADMIN, put("appr2", taken, "")))
+        .await
+        .unwrap_err();
+    assert_eq!(reason(&status), "TOKEN_TAKEN", "{status:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
