@@ -28,8 +28,9 @@ use tokio_util::sync::CancellationToken;
 use super::Registry;
 use super::store::Refresh;
 use crate::config::TenantStoreSettings;
+use crate::state::Notices;
 use crate::state::StateError;
-use crate::state::tenants::{TenantChange, TenantNotices};
+use crate::state::tenants::TenantChange;
 
 /// How many sequence numbers behind its position the follower reads again.
 const WINDOW: i64 = 256;
@@ -87,7 +88,7 @@ struct Follower {
 
 impl Follower {
     async fn run(&mut self, stop: CancellationToken) {
-        let mut notices: Option<TenantNotices> = None;
+        let mut notices: Option<Notices> = None;
         let mut poll = tokio::time::interval(self.settings.poll_interval);
         poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut resync = tokio::time::interval(self.settings.resync_interval);
@@ -130,7 +131,7 @@ impl Follower {
 
     /// Starts listening (PostgreSQL); `None` on SQLite or when the store
     /// cannot be reached.
-    async fn listen(&mut self) -> Option<TenantNotices> {
+    async fn listen(&mut self) -> Option<Notices> {
         match self.state.listen_tenants().await {
             Ok(Some(notices)) => {
                 self.up();
@@ -278,7 +279,7 @@ impl Follower {
 }
 
 /// The next notice, or never without a listener.
-async fn next_notice(notices: &mut Option<TenantNotices>) -> Result<String, StateError> {
+async fn next_notice(notices: &mut Option<Notices>) -> Result<String, StateError> {
     match notices {
         Some(notices) => notices.next().await,
         None => std::future::pending().await,

@@ -13,7 +13,7 @@
 //! and deleted a while after they ended.
 
 use super::keys::aad;
-use super::{Backend, Record, StateError, StateStore, get, now_ms};
+use super::{Backend, Notices, Record, StateError, StateStore, get, now_ms};
 
 /// The states a row is in.
 pub mod states {
@@ -134,37 +134,6 @@ pub enum Requested {
     Limit,
 }
 
-/// Announced changes of call approvals, from PostgreSQL's `NOTIFY`.
-pub struct ApprovalNotices {
-    listener: sqlx::postgres::PgListener,
-}
-
-impl std::fmt::Debug for ApprovalNotices {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ApprovalNotices")
-    }
-}
-
-impl ApprovalNotices {
-    /// The id of the next approval requested or decided at any replica.
-    ///
-    /// # Errors
-    /// [`StateError::Unavailable`] when the connection is lost (listen
-    /// again; notices sent meanwhile are lost).
-    pub async fn next(&mut self) -> Result<String, StateError> {
-        match self.listener.try_recv().await {
-            Ok(Some(notice)) => Ok(notice.payload().to_owned()),
-            Ok(None) => Err(StateError::Unavailable(sqlx::Error::Io(
-                std::io::Error::new(
-                    std::io::ErrorKind::ConnectionAborted,
-                    "the connection listening for call approvals was lost",
-                ),
-            ))),
-            Err(error) => Err(StateError::Unavailable(error)),
-        }
-    }
-}
-
 const COLUMNS: &str = "id, tenant, subject, binding, state, uses_left, created_at_ms, \
                        expires_at_ms, decided_at_ms, changed_at_ms, sealed";
 
@@ -261,18 +230,8 @@ impl StateStore {
     ///
     /// # Errors
     /// [`StateError::Unavailable`] when the store cannot be reached.
-    pub async fn listen_call_approvals(&self) -> Result<Option<ApprovalNotices>, StateError> {
-        if self.backend != Backend::Postgres {
-            return Ok(None);
-        }
-        let mut listener = sqlx::postgres::PgListener::connect(&self.url)
-            .await
-            .map_err(StateError::Unavailable)?;
-        listener
-            .listen(CHANNEL)
-            .await
-            .map_err(StateError::Unavailable)?;
-        Ok(Some(ApprovalNotices { listener }))
+    pub async fn listen_call_approvals(&self) -> Result<Option<Notices>, StateError> {
+        self.listen(CHANNEL, "call approvals").await
     }
 
     /// The call approval `id` of `tenant` (`None`: none, or another

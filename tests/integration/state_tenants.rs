@@ -709,7 +709,7 @@ async fn notices(url: &str) {
     b.close().await;
 }
 
-async fn next(notices: &mut toolgate::state::tenants::TenantNotices) -> String {
+async fn next(notices: &mut toolgate::state::Notices) -> String {
     tokio::time::timeout(Duration::from_secs(10), notices.next())
         .await
         .expect("a notice in time")

@@ -26,15 +26,20 @@
 //! same version exactly one wins, and the change log's sequence numbers
 //! become visible in order: a follower reading the changes after `seq`
 //! never misses one committed later with a smaller number.
+//!
+//! Here: the specs and the change log; the token index in `tokens`, the
+//! stored secrets in `secrets`.
+
+mod secrets;
+mod tokens;
 
 use std::collections::HashMap;
 
 use sqlx::{Any, Transaction};
 
 use super::keys::aad;
-use super::{Backend, Record, StateError, StateStore, get, now_ms};
+use super::{Backend, Notices, Record, StateError, StateStore, get, now_ms};
 use crate::callers::TokenDigest;
-use crate::config::Secret;
 
 /// The PostgreSQL advisory lock every tenant write holds until it commits:
 /// the ASCII bytes of `tgtenant` as a big-endian 64-bit integer.
@@ -171,39 +176,6 @@ pub struct SecretInfo {
     pub updated_at_ms: i64,
 }
 
-/// A stream of tenant names from PostgreSQL's `NOTIFY` (one per write,
-/// delivered on commit).
-pub struct TenantNotices {
-    listener: sqlx::postgres::PgListener,
-}
-
-impl std::fmt::Debug for TenantNotices {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("TenantNotices")
-    }
-}
-
-impl TenantNotices {
-    /// The next tenant written by any replica.
-    ///
-    /// # Errors
-    /// [`StateError::Unavailable`] when the connection is lost (the
-    /// caller resyncs, then listens again: the next call reconnects and
-    /// listens on the channel again; notices sent meanwhile are lost).
-    pub async fn next(&mut self) -> Result<String, StateError> {
-        match self.listener.try_recv().await {
-            Ok(Some(notice)) => Ok(notice.payload().to_owned()),
-            Ok(None) => Err(StateError::Unavailable(sqlx::Error::Io(
-                std::io::Error::new(
-                    std::io::ErrorKind::ConnectionAborted,
-                    "the connection listening for tenant changes was lost",
-                ),
-            ))),
-            Err(error) => Err(StateError::Unavailable(error)),
-        }
-    }
-}
-
 /// The associated data of tenant `name`'s spec at `version`: a spec moved
 /// to another tenant's row, or an older spec put back, does not open.
 fn spec_aad(name: &str, version: i64) -> Vec<u8> {
@@ -311,77 +283,6 @@ impl StateStore {
             .await
             .map_err(db)?;
         row.map(|row| get(&row, 0, Record::Tenant)).transpose()
-    }
-
-    /// Replaces `tenant`'s token index with `tokens` (in spec order, rows
-    /// `0..`) and `approver_tokens` (rows `-1, -2, ...`: negative indices
-    /// mark an approver token, which selects no tenant for a caller;
-    /// `None`: the approver rows are kept).
-    async fn replace_tokens(
-        tx: &mut Transaction<'static, Any>,
-        tenant: &str,
-        tokens: &[TokenDigest],
-        approver_tokens: Option<&[TokenDigest]>,
-    ) -> Result<(), TenantWriteError> {
-        // Without approver tokens given, their rows stay as they are.
-        let delete = if approver_tokens.is_some() {
-            "DELETE FROM toolgate_tenant_tokens WHERE tenant = $1"
-        } else {
-            "DELETE FROM toolgate_tenant_tokens WHERE tenant = $1 AND token_index >= 0"
-        };
-        sqlx::query(delete)
-            .bind(tenant)
-            .execute(&mut **tx)
-            .await
-            .map_err(db)?;
-        let approver_tokens = approver_tokens.unwrap_or_default();
-        let rows = tokens
-            .iter()
-            .enumerate()
-            .map(|(index, digest)| (i64::try_from(index).unwrap_or(i64::MAX), digest))
-            .chain(
-                approver_tokens
-                    .iter()
-                    .enumerate()
-                    .map(|(index, digest)| (-1 - i64::try_from(index).unwrap_or(0), digest)),
-            );
-        for (row_index, digest) in rows {
-            let written = sqlx::query(
-                "INSERT INTO toolgate_tenant_tokens (digest, tenant, token_index) \
-                 VALUES ($1, $2, $3) ON CONFLICT (digest) DO NOTHING RETURNING token_index",
-            )
-            .bind(digest.as_bytes().to_vec())
-            .bind(tenant)
-            .bind(row_index)
-            .fetch_optional(&mut **tx)
-            .await
-            .map_err(db)?;
-            if written.is_some() {
-                continue;
-            }
-            let owner = sqlx::query("SELECT tenant FROM toolgate_tenant_tokens WHERE digest = $1")
-                .bind(digest.as_bytes().to_vec())
-                .fetch_one(&mut **tx)
-                .await
-                .map_err(db)?;
-            let owner: String = get(&owner, 0, Record::TenantChange)?;
-            // The same token twice in one spec selects this tenant once
-            // (an approver token equal to one of the tenant's own tokens
-            // is refused by validation first).
-            if owner != tenant {
-                return Err(match usize::try_from(row_index) {
-                    Ok(index) => TenantWriteError::TokenTaken {
-                        index,
-                        tenant: owner,
-                    },
-                    Err(_) => TenantWriteError::ApproverTokenTaken {
-                        index: usize::try_from(-1 - row_index).unwrap_or(0),
-                        tenant: owner,
-                    },
-                });
-            }
-        }
-        Ok(())
     }
 
     /// Creates or replaces tenant `name` with `spec` if it is as `expect`
@@ -617,56 +518,6 @@ impl StateStore {
         Ok(u64::try_from(count).unwrap_or(0))
     }
 
-    /// The tenant a token with this digest selects, and the token's index
-    /// in its spec's `tokens`.
-    ///
-    /// # Errors
-    /// The store's error.
-    pub async fn tenant_for_token(
-        &self,
-        digest: &TokenDigest,
-    ) -> Result<Option<(String, usize)>, StateError> {
-        let pool = self.ready().await?;
-        // An approver token's row (a negative index) selects no tenant.
-        let row = sqlx::query(
-            "SELECT tenant, token_index FROM toolgate_tenant_tokens \
-             WHERE digest = $1 AND token_index >= 0",
-        )
-        .bind(digest.as_bytes().to_vec())
-        .fetch_optional(pool)
-        .await
-        .map_err(db)?;
-        row.map(|row| {
-            let tenant: String = get(&row, 0, Record::TenantChange)?;
-            let index: i64 = get(&row, 1, Record::TenantChange)?;
-            let index = usize::try_from(index).map_err(|_| StateError::Corrupt {
-                record: Record::TenantChange,
-            })?;
-            Ok((tenant, index))
-        })
-        .transpose()
-    }
-
-    /// The tenant one of whose approver tokens has this digest.
-    ///
-    /// # Errors
-    /// The store's error.
-    pub async fn tenant_for_approver_token(
-        &self,
-        digest: &TokenDigest,
-    ) -> Result<Option<String>, StateError> {
-        let pool = self.ready().await?;
-        let row = sqlx::query(
-            "SELECT tenant FROM toolgate_tenant_tokens WHERE digest = $1 AND token_index < 0",
-        )
-        .bind(digest.as_bytes().to_vec())
-        .fetch_optional(pool)
-        .await
-        .map_err(db)?;
-        row.map(|row| get(&row, 0, Record::TenantChange))
-            .transpose()
-    }
-
     /// The stored versions of these tenants (absent: deleted): what a
     /// resync compares its loaded tenants with.
     ///
@@ -767,216 +618,13 @@ impl StateStore {
 
     /// Listens for tenant writes (PostgreSQL only; `None` on SQLite, which
     /// is polled with [`StateStore::tenant_changes`]). Listening has begun
-    /// when this returns: every write committed afterwards is a notice.
+    /// when this returns: every write committed afterwards is a notice
+    /// (its payload the tenant's name).
     ///
     /// # Errors
     /// [`StateError::Unavailable`] when the store cannot be reached.
-    pub async fn listen_tenants(&self) -> Result<Option<TenantNotices>, StateError> {
-        if self.backend != Backend::Postgres {
-            return Ok(None);
-        }
-        let mut listener = sqlx::postgres::PgListener::connect(&self.url)
-            .await
-            .map_err(StateError::Unavailable)?;
-        listener
-            .listen(TENANT_CHANNEL)
-            .await
-            .map_err(StateError::Unavailable)?;
-        Ok(Some(TenantNotices { listener }))
-    }
-
-    /// [`StateStore::stage_put_secret`], committed: returns the secret's
-    /// version.
-    ///
-    /// # Errors
-    /// As [`StateStore::stage_put_secret`].
-    pub async fn put_secret(
-        &self,
-        tenant: &str,
-        name: &str,
-        value: &[u8],
-        tokens: Option<&[TokenDigest]>,
-    ) -> Result<i64, TenantWriteError> {
-        let staged = self.stage_put_secret(tenant, name, value, tokens).await?;
-        Ok(staged.commit().await?.0)
-    }
-
-    /// Deletes secret `name` of `tenant`. Returns whether it existed.
-    ///
-    /// # Errors
-    /// The store's error.
-    pub async fn delete_secret(&self, tenant: &str, name: &str) -> Result<bool, StateError> {
-        self.stage_delete_secret(tenant, name).await?.commit().await
-    }
-
-    /// Stores secret `name` of `tenant` (sealed, bound to both), and, when
-    /// the tenant exists, writes a change for it (its version grows, so
-    /// every replica loads it again with the new value) with `tokens` as
-    /// its new token index when given (the secret was one of its tokens).
-    /// Not committed yet: returns the secret's version and the tenant's new
-    /// one (when the tenant exists).
-    ///
-    /// # Errors
-    /// [`TenantWriteError::TokenTaken`], or the store's error.
-    pub async fn stage_put_secret(
-        &self,
-        tenant: &str,
-        name: &str,
-        value: &[u8],
-        tokens: Option<&[TokenDigest]>,
-    ) -> Result<Staged<(i64, Option<i64>)>, TenantWriteError> {
-        self.stage_put_secret_with_approvers(tenant, name, value, tokens.map(|t| (t, None)))
-            .await
-    }
-
-    /// [`StateStore::stage_put_secret`], with the tenant's approver tokens'
-    /// digests too (`tokens`: the callers' and, when given, the
-    /// approvers').
-    ///
-    /// # Errors
-    /// As [`StateStore::stage_put_secret`].
-    pub async fn stage_put_secret_with_approvers(
-        &self,
-        tenant: &str,
-        name: &str,
-        value: &[u8],
-        tokens: Option<(&[TokenDigest], Option<&[TokenDigest]>)>,
-    ) -> Result<Staged<(i64, Option<i64>)>, TenantWriteError> {
-        let mut tx = self.begin_tenant_write().await?;
-        let now = now_ms();
-        let row = sqlx::query(
-            "INSERT INTO toolgate_tenant_secrets (tenant, name, version, sealed, updated_at_ms) \
-             VALUES ($1, $2, 1, $3, $4) ON CONFLICT (tenant, name) DO UPDATE \
-             SET version = toolgate_tenant_secrets.version + 1, sealed = excluded.sealed, \
-                 updated_at_ms = excluded.updated_at_ms \
-             RETURNING version",
-        )
-        .bind(tenant)
-        .bind(name)
-        .bind(self.keys.seal(value, &secret_aad(tenant, name)))
-        .bind(now)
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(db)?;
-        let secret_version: i64 = get(&row, 0, Record::TenantSecret)?;
-        let mut tenant_version = None;
-        let stored = sqlx::query("SELECT version, sealed FROM toolgate_tenants WHERE name = $1")
-            .bind(tenant)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(db)?;
-        if let Some(stored) = stored {
-            // The spec is sealed for its version: opened at the old one,
-            // sealed again for the new one.
-            let old: i64 = get(&stored, 0, Record::Tenant)?;
-            let sealed: Vec<u8> = get(&stored, 1, Record::Tenant)?;
-            let spec = self.open(&sealed, &spec_aad(tenant, old), Record::Tenant)?;
-            let version = Self::insert_change(&mut tx, tenant, ChangeKind::Secret).await?;
-            tenant_version = Some(version);
-            sqlx::query(
-                "UPDATE toolgate_tenants SET version = $2, sealed = $3, updated_at_ms = $4 \
-                 WHERE name = $1",
-            )
-            .bind(tenant)
-            .bind(version)
-            .bind(self.keys.seal(&spec, &spec_aad(tenant, version)))
-            .bind(now)
-            .execute(&mut *tx)
-            .await
-            .map_err(db)?;
-            if let Some((tokens, approvers)) = tokens {
-                Self::replace_tokens(&mut tx, tenant, tokens, approvers).await?;
-            }
-            self.notify(&mut tx, tenant).await?;
-        }
-        Ok(Staged {
-            tx,
-            value: (secret_version, tenant_version),
-        })
-    }
-
-    /// Deletes secret `name` of `tenant`, not committed yet. Its value:
-    /// whether the secret existed.
-    ///
-    /// # Errors
-    /// The store's error.
-    pub async fn stage_delete_secret(
-        &self,
-        tenant: &str,
-        name: &str,
-    ) -> Result<Staged<bool>, StateError> {
-        let mut tx = self.begin_tenant_write().await?;
-        let done =
-            sqlx::query("DELETE FROM toolgate_tenant_secrets WHERE tenant = $1 AND name = $2")
-                .bind(tenant)
-                .bind(name)
-                .execute(&mut *tx)
-                .await
-                .map_err(db)?;
-        Ok(Staged {
-            tx,
-            value: done.rows_affected() > 0,
-        })
-    }
-
-    /// The names and versions of `tenant`'s secrets, by name.
-    ///
-    /// # Errors
-    /// The store's error.
-    pub async fn list_secrets(&self, tenant: &str) -> Result<Vec<SecretInfo>, StateError> {
-        let pool = self.ready().await?;
-        let rows = sqlx::query(
-            "SELECT name, version, updated_at_ms FROM toolgate_tenant_secrets \
-             WHERE tenant = $1 ORDER BY name",
-        )
-        .bind(tenant)
-        .fetch_all(pool)
-        .await
-        .map_err(db)?;
-        rows.iter()
-            .map(|row| {
-                Ok(SecretInfo {
-                    name: get(row, 0, Record::TenantSecret)?,
-                    version: get(row, 1, Record::TenantSecret)?,
-                    updated_at_ms: get(row, 2, Record::TenantSecret)?,
-                })
-            })
-            .collect()
-    }
-
-    /// The values of `tenant`'s secrets named in `names`, opened (absent
-    /// names are left out).
-    ///
-    /// # Errors
-    /// The store's error, or a value that does not open (or is not UTF-8).
-    pub async fn secrets(
-        &self,
-        tenant: &str,
-        names: &[String],
-    ) -> Result<HashMap<String, Secret>, StateError> {
-        let pool = self.ready().await?;
-        let mut values = HashMap::with_capacity(names.len());
-        for chunk in names.chunks(NAMES_PER_QUERY) {
-            let sql = format!(
-                "SELECT name, sealed FROM toolgate_tenant_secrets \
-                 WHERE tenant = $1 AND name IN ({})",
-                placeholders(2, chunk.len())
-            );
-            let mut query = sqlx::query(&sql).bind(tenant);
-            for name in chunk {
-                query = query.bind(name);
-            }
-            for row in query.fetch_all(pool).await.map_err(db)? {
-                let name: String = get(&row, 0, Record::TenantSecret)?;
-                let sealed: Vec<u8> = get(&row, 1, Record::TenantSecret)?;
-                let value = self.open(&sealed, &secret_aad(tenant, &name), Record::TenantSecret)?;
-                let value = String::from_utf8(value).map_err(|_| StateError::Corrupt {
-                    record: Record::TenantSecret,
-                })?;
-                values.insert(name, Secret::sourced(value));
-            }
-        }
-        Ok(values)
+    pub async fn listen_tenants(&self) -> Result<Option<Notices>, StateError> {
+        self.listen(TENANT_CHANNEL, "tenant changes").await
     }
 }
 
