@@ -219,6 +219,60 @@ async fn audited(paths: &[&Path], event: &str) -> serde_json::Value {
     panic!("no {event} record in {paths:?}");
 }
 
+/// One in-process gateway on SQLite in front of its own payments server,
+/// with a worker's and an approver's client.
+struct Local {
+    /// Kept until the test ends (the state, the log, the fixtures).
+    dir: tempfile::TempDir,
+    payments: Payments,
+    audit: PathBuf,
+    gateway: TestGateway,
+    client: ToolGatewayClient<Channel>,
+    approvals: CallApprovalsServiceClient<Channel>,
+}
+
+impl Local {
+    /// Starts it in `dir`: `top` before the state section, `options` in the
+    /// `require_approval` rule, `tenant_extra` in `acme`, and `edit` over
+    /// the whole file; waits until the payments tool is listed.
+    async fn start(
+        dir: tempfile::TempDir,
+        top: &str,
+        options: &str,
+        tenant_extra: &str,
+        edit: impl FnOnce(String) -> String,
+    ) -> Local {
+        let payments = Payments::new(dir.path(), "local");
+        let audit = dir.path().join("audit.jsonl");
+        let top = format!(
+            "{top}state:\n  url: \"sqlite://{}\"\n",
+            dir.path().join("state.db").display()
+        );
+        let yaml = edit(config(
+            0,
+            &top,
+            &audit,
+            &payments,
+            &policy(options, ""),
+            tenant_extra,
+        ));
+        let gateway = TestGateway::start(&yaml, &[]).await;
+        let mut client = gateway.client().await;
+        wait_listed(&mut client, TOKEN, "pay__send_payment").await;
+        let approvals = CallApprovalsServiceClient::connect(format!("http://{}", gateway.addr))
+            .await
+            .unwrap();
+        Local {
+            dir,
+            payments,
+            audit,
+            gateway,
+            client,
+            approvals,
+        }
+    }
+}
+
 /// The webhook's HMAC key.
 const WEBHOOK_SECRET: &str = "webhook-secret-0123456789";
 
@@ -502,31 +556,34 @@ async fn held_at_one_replica_approved_at_the_other_spent_once() {
 /// call holds no slot of the tenant's.
 #[tokio::test]
 async fn an_interactive_call_waits_for_the_decision() {
-    let dir = tempfile::tempdir().unwrap();
-    let payments = Payments::new(dir.path(), "interactive");
-    let audit = dir.path().join("audit.jsonl");
-    let state = format!(
-        "state:\n  url: \"sqlite://{}\"\n",
-        dir.path().join("state.db").display()
-    );
     let limits = "    limits:\n      max_concurrent_calls: 1\n      queue_timeout: 100ms\n";
     // A chat system's webhook, on loopback (allowed by `upstream_allow`).
     let (hook_port, deliveries) = webhook_receiver().await;
-    let state = format!("{state}upstream_allow: [\"127.0.0.1\"]\n");
-    let yaml = config(0, &state, &audit, &payments, &policy("", ""), limits).replacen(
-        "      approver_tokens:\n        - name: alice",
-        &format!(
-            "      webhook:\n        url: \"http://127.0.0.1:{hook_port}/hook\"\n        \
-             secret: \"{WEBHOOK_SECRET}\"\n      approver_tokens:\n        - name: alice"
-        ),
-        1,
-    );
-    let gateway = TestGateway::start(&yaml, &[]).await;
-    let mut client = gateway.client().await;
-    wait_listed(&mut client, TOKEN, "pay__send_payment").await;
-    let mut approvals = CallApprovalsServiceClient::connect(format!("http://{}", gateway.addr))
-        .await
-        .unwrap();
+    let webhook = |yaml: String| {
+        yaml.replacen(
+            "      approver_tokens:\n        - name: alice",
+            &format!(
+                "      webhook:\n        url: \"http://127.0.0.1:{hook_port}/hook\"\n        \
+                 secret: \"{WEBHOOK_SECRET}\"\n      approver_tokens:\n        - name: alice"
+            ),
+            1,
+        )
+    };
+    let Local {
+        dir: _dir,
+        payments,
+        gateway,
+        mut client,
+        mut approvals,
+        ..
+    } = Local::start(
+        tempfile::tempdir().unwrap(),
+        "upstream_allow: [\"127.0.0.1\"]\n",
+        "",
+        limits,
+        webhook,
+    )
+    .await;
 
     for (approve_it, amount) in [(true, 700), (false, 800)] {
         let (tx, rx) = tokio::sync::mpsc::channel(4);
@@ -794,20 +851,13 @@ async fn run(program: &Path, args: &[&str], env: &[(&str, &str)]) -> (i32, Strin
 /// `toolgate call --approval-id` runs it. Each call ran once.
 #[tokio::test]
 async fn the_examples_and_the_cli_decide_held_calls() {
-    let dir = tempfile::tempdir().unwrap();
-    let payments = Payments::new(dir.path(), "examples");
-    let audit = dir.path().join("audit.jsonl");
-    let state = format!(
-        "state:\n  url: \"sqlite://{}\"\n",
-        dir.path().join("state.db").display()
-    );
-    let gateway = TestGateway::start(
-        &config(0, &state, &audit, &payments, &policy("", ""), ""),
-        &[],
-    )
-    .await;
-    let mut client = gateway.client().await;
-    wait_listed(&mut client, TOKEN, "pay__send_payment").await;
+    let Local {
+        dir: _dir,
+        payments,
+        gateway,
+        mut client,
+        ..
+    } = Local::start(tempfile::tempdir().unwrap(), "", "", "", |y| y).await;
     let addr = gateway.addr.to_string();
     let examples = repo_root().join("examples/call_approvals");
     let python = python();
@@ -952,23 +1002,14 @@ async fn the_examples_and_the_cli_decide_held_calls() {
 /// kept), ends when denied, and a cancelled one never starts.
 #[tokio::test]
 async fn a_task_starts_once_its_call_is_approved() {
-    let dir = tempfile::tempdir().unwrap();
-    let payments = Payments::new(dir.path(), "tasks");
-    let audit = dir.path().join("audit.jsonl");
-    let state = format!(
-        "state:\n  url: \"sqlite://{}\"\n",
-        dir.path().join("state.db").display()
-    );
-    let gateway = TestGateway::start(
-        &config(0, &state, &audit, &payments, &policy("", ""), ""),
-        &[],
-    )
-    .await;
-    let mut client = gateway.client().await;
-    wait_listed(&mut client, TOKEN, "pay__send_payment").await;
-    let mut approvals = CallApprovalsServiceClient::connect(format!("http://{}", gateway.addr))
-        .await
-        .unwrap();
+    let Local {
+        dir: _dir,
+        payments,
+        gateway,
+        mut client,
+        mut approvals,
+        ..
+    } = Local::start(tempfile::tempdir().unwrap(), "", "", "", |y| y).await;
     let get = |client: &mut ToolGatewayClient<Channel>, id: &str| {
         let mut client = client.clone();
         let request = authed_as(
@@ -1077,28 +1118,22 @@ async fn a_task_starts_once_its_call_is_approved() {
 async fn jwt_approvers_decide_by_their_claims_never_their_own_calls() {
     use crate::jwt::{CLUSTER, jwks_doc_text, keys, sa_claims, with};
     let dir = tempfile::tempdir().unwrap();
-    let payments = Payments::new(dir.path(), "jwt");
-    let audit = dir.path().join("audit.jsonl");
     let jwks = dir.path().join("jwks.json");
     std::fs::write(&jwks, jwks_doc_text(&[&keys().rsa1])).unwrap();
     let top = format!(
-        "state:\n  url: \"sqlite://{}\"\ncallers:\n  jwt:\n    - issuer: \"{CLUSTER}\"\n      \
-         audiences: [toolgate]\n      jwks: {{ file: \"{}\" }}\n      \
-         tenant: 'claims[\"kubernetes.io\"].namespace'\n",
-        dir.path().join("state.db").display(),
+        "callers:\n  jwt:\n    - issuer: \"{CLUSTER}\"\n      audiences: [toolgate]\n      \
+         jwks: {{ file: \"{}\" }}\n      tenant: 'claims[\"kubernetes.io\"].namespace'\n",
         jwks.display()
     );
     let options = "        approval:\n          approvers: \"has(claims.groups) && 'finance' in claims.groups\"\n";
-    let gateway = TestGateway::start(
-        &config(0, &top, &audit, &payments, &policy(options, ""), ""),
-        &[],
-    )
-    .await;
-    let mut client = gateway.client().await;
-    wait_listed(&mut client, TOKEN, "pay__send_payment").await;
-    let mut approvals = CallApprovalsServiceClient::connect(format!("http://{}", gateway.addr))
-        .await
-        .unwrap();
+    let Local {
+        dir: _dir,
+        payments,
+        gateway,
+        mut client,
+        mut approvals,
+        ..
+    } = Local::start(dir, &top, options, "", |y| y).await;
     let finance = keys().rsa1.sign(&with(
         sa_claims("acme"),
         "groups",
@@ -1192,22 +1227,22 @@ async fn interactive(
 /// counted.
 #[tokio::test]
 async fn a_waiting_call_ends_at_expiry_or_its_deadline_and_is_counted() {
-    let dir = tempfile::tempdir().unwrap();
-    let payments = Payments::new(dir.path(), "waits");
-    let audit = dir.path().join("audit.jsonl");
     let metrics_port = free_port();
-    let state = format!(
-        "metrics:\n  listen: \"127.0.0.1:{metrics_port}\"\nstate:\n  url: \"sqlite://{}\"\n",
-        dir.path().join("state.db").display()
-    );
-    let options = "        approval:\n          wait: 1s\n";
-    let gateway = TestGateway::start(
-        &config(0, &state, &audit, &payments, &policy(options, ""), ""),
-        &[],
+    let Local {
+        dir: _dir,
+        payments,
+        gateway,
+        mut client,
+        mut approvals,
+        ..
+    } = Local::start(
+        tempfile::tempdir().unwrap(),
+        &format!("metrics:\n  listen: \"127.0.0.1:{metrics_port}\"\n"),
+        "        approval:\n          wait: 1s\n",
+        "",
+        |y| y,
     )
     .await;
-    let mut client = gateway.client().await;
-    wait_listed(&mut client, TOKEN, "pay__send_payment").await;
 
     // Nobody decides within `wait`.
     let started = std::time::Instant::now();
@@ -1236,9 +1271,6 @@ async fn a_waiting_call_ends_at_expiry_or_its_deadline_and_is_counted() {
     // Decided: counted, with the time it took.
     let (mut events, _tx, waiting) =
         interactive(&mut client, r#"{"amount": 802, "to": "c"}"#, None).await;
-    let mut approvals = CallApprovalsServiceClient::connect(format!("http://{}", gateway.addr))
-        .await
-        .unwrap();
     // A reason past 1,024 characters decides nothing.
     let status = approvals
         .approve_call(authed(
@@ -1292,27 +1324,18 @@ async fn a_waiting_call_ends_at_expiry_or_its_deadline_and_is_counted() {
 async fn a_call_refused_after_its_approval_gives_the_use_back() {
     let dir = tempfile::tempdir().unwrap();
     let guard = crate::guards::start_guard(dir.path(), &[]);
-    let payments = Payments::new(dir.path(), "guarded");
-    let audit = dir.path().join("audit.jsonl");
     let top = format!(
-        "guards:\n  - name: veto\n    url: http://127.0.0.1:{}\nstate:\n  url: \"sqlite://{}\"\n",
-        guard.port,
-        dir.path().join("state.db").display()
+        "guards:\n  - name: veto\n    url: http://127.0.0.1:{}\n",
+        guard.port
     );
-    let yaml = config(
-        0,
-        &top,
-        &audit,
-        &payments,
-        &policy("", ""),
-        "    guards: [veto]\n",
-    );
-    let gateway = TestGateway::start(&yaml, &[]).await;
-    let mut client = gateway.client().await;
-    wait_listed(&mut client, TOKEN, "pay__send_payment").await;
-    let mut approvals = CallApprovalsServiceClient::connect(format!("http://{}", gateway.addr))
-        .await
-        .unwrap();
+    let Local {
+        dir: _dir,
+        payments,
+        audit,
+        gateway,
+        mut client,
+        mut approvals,
+    } = Local::start(dir, &top, "", "    guards: [veto]\n", |y| y).await;
     // The guard refuses this memo, but only once it is asked: after the
     // approval (a held call reaches no guard).
     let payment = send(r#"{"amount": 650, "to": "hal", "memo": "DENY-ME"}"#);
