@@ -855,7 +855,7 @@ async fn the_examples_and_the_cli_decide_held_calls() {
         dir: _dir,
         payments,
         gateway,
-        mut client,
+        mut approvals,
         ..
     } = Local::start(tempfile::tempdir().unwrap(), "", "", "", |y| y).await;
     let addr = gateway.addr.to_string();
@@ -884,9 +884,6 @@ async fn the_examples_and_the_cli_decide_held_calls() {
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()
-        .unwrap();
-    let mut approvals = CallApprovalsServiceClient::connect(format!("http://{addr}"))
-        .await
         .unwrap();
     let mut held = Vec::new();
     for _ in 0..100 {
