@@ -27,6 +27,8 @@ pub enum Record {
     TenantChange,
     /// A call approval (a tool call held for a person's decision).
     CallApproval,
+    /// An idempotency key's record of a tool call.
+    IdempotencyKey,
 }
 
 impl std::fmt::Display for Record {
@@ -41,6 +43,7 @@ impl std::fmt::Display for Record {
             Record::TenantSecret => "tenant secret",
             Record::TenantChange => "tenant change",
             Record::CallApproval => "call approval",
+            Record::IdempotencyKey => "idempotency key",
         })
     }
 }

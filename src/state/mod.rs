@@ -47,6 +47,7 @@ pub mod call_approvals;
 mod connect;
 mod error;
 mod first_use;
+pub mod idempotency;
 mod keyring;
 mod keys;
 mod migrate;

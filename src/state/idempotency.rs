@@ -1,0 +1,379 @@
+//! Idempotency keys of tool calls, shared by every replica: the first call
+//! with a key claims its row ("in flight", with the digest of its
+//! arguments) before anything is sent; its end records the outcome (the
+//! response, sealed to the row, or "in doubt"). A row is keyed by a
+//! SHA-256 of (tenant, subject, exposed tool name, key): the table never
+//! holds a key. Every step is one conditional statement, so of racing
+//! calls with one key exactly one claims it.
+
+use super::keys::aad;
+use super::{Backend, Record, StateError, StateStore, get, now_ms};
+
+/// The states of a key's row.
+pub mod states {
+    /// Claimed by a call that has not ended (or whose gateway died).
+    pub const IN_FLIGHT: &str = "in_flight";
+    /// The call ended; its response (or status) is recorded.
+    pub const DONE: &str = "done";
+    /// The call may or may not have acted (it ended `UNKNOWN`).
+    pub const IN_DOUBT: &str = "in_doubt";
+}
+
+/// The row key of (`tenant`, `subject`, `tool`, `key`): length-prefixed
+/// parts, hashed.
+#[must_use]
+pub fn key_hash(tenant: &str, subject: &str, tool: &str, key: &str) -> String {
+    use sha2::Digest as _;
+    let mut hash = sha2::Sha256::new();
+    for part in [tenant, subject, tool, key] {
+        hash.update((part.len() as u64).to_be_bytes());
+        hash.update(part.as_bytes());
+    }
+    hex::encode(hash.finalize())
+}
+
+/// The PostgreSQL advisory lock a claim holds for `tenant` until it
+/// commits (the count of live keys and the insert are one step).
+fn claim_lock_key(tenant: &str) -> i64 {
+    use sha2::Digest as _;
+    let digest = sha2::Sha256::digest(format!("tgidem:{tenant}").as_bytes());
+    i64::from_be_bytes(digest[..8].try_into().expect("8 bytes"))
+}
+
+/// The associated data of a row's sealed response.
+fn key_aad(key_hash: &str, tenant: &str) -> Vec<u8> {
+    aad("idempotency", &[key_hash, tenant])
+}
+
+/// A key's row.
+#[derive(Clone, PartialEq, Eq)]
+pub struct KeyRow {
+    /// The digest of the arguments of the call that claimed it.
+    pub arguments_sha256: String,
+    /// One of [`states`], as stored ([`KeyRow::state_now`]).
+    pub state: String,
+    /// The id of the call that claimed it.
+    pub call_id: String,
+    /// When an in-flight row is in doubt (its gateway never finished it).
+    pub in_flight_until_ms: i64,
+    /// When the key is forgotten.
+    pub expires_at_ms: i64,
+    /// The recorded response, opened (`None`: none, or over the bound).
+    pub response: Option<Vec<u8>>,
+}
+
+impl std::fmt::Debug for KeyRow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyRow")
+            .field("state", &self.state)
+            .field("call_id", &self.call_id)
+            .field(
+                "response",
+                &self
+                    .response
+                    .as_ref()
+                    .map(|r| format!("<{} bytes>", r.len())),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+impl KeyRow {
+    /// The state at `now_ms`: an in-flight row past `in_flight_until_ms`
+    /// is in doubt (the call that claimed it can no longer be running).
+    #[must_use]
+    pub fn state_now(&self, now_ms: i64) -> &str {
+        if self.state == states::IN_FLIGHT && self.in_flight_until_ms <= now_ms {
+            states::IN_DOUBT
+        } else {
+            &self.state
+        }
+    }
+}
+
+/// A claim of a key.
+#[derive(Debug)]
+pub struct NewKey<'a> {
+    /// [`key_hash`] of the call.
+    pub key_hash: &'a str,
+    /// Its tenant.
+    pub tenant: &'a str,
+    /// The digest of its canonical arguments.
+    pub arguments_sha256: &'a str,
+    /// Its call id.
+    pub call_id: &'a str,
+    /// When it is in doubt unless finished (the call's longest run).
+    pub in_flight_until_ms: i64,
+    /// When the key is forgotten.
+    pub expires_at_ms: i64,
+}
+
+/// What [`StateStore::claim_key`] did.
+#[derive(Debug)]
+pub enum Claimed {
+    /// This call holds the key: it runs.
+    Won,
+    /// Another call holds (or held) it: its row.
+    Existing(Box<KeyRow>),
+    /// The tenant has its most live keys.
+    Limit,
+}
+
+const COLUMNS: &str =
+    "arguments_sha256, state, call_id, in_flight_until_ms, expires_at_ms, sealed, key_hash, tenant";
+
+impl StateStore {
+    /// Claims `new`'s key, unless a live row holds it (answered instead) or
+    /// `tenant` has `max_live` live keys. Expired keys of the tenant are
+    /// purged first.
+    ///
+    /// # Errors
+    /// [`StateError::Unavailable`] when the store cannot be reached.
+    pub async fn claim_key(&self, new: &NewKey<'_>, max_live: u64) -> Result<Claimed, StateError> {
+        let pool = self.ready().await?;
+        let now = now_ms();
+        sqlx::query(
+            "DELETE FROM toolgate_idempotency_keys WHERE tenant = $1 AND expires_at_ms <= $2",
+        )
+        .bind(new.tenant)
+        .bind(now)
+        .execute(pool)
+        .await
+        .map_err(StateError::from_sqlx)?;
+        let mut tx = pool.begin().await.map_err(StateError::from_sqlx)?;
+        if self.backend == Backend::Postgres {
+            sqlx::query("SELECT count(*) FROM (SELECT pg_advisory_xact_lock($1)) AS locked")
+                .bind(claim_lock_key(new.tenant))
+                .execute(&mut *tx)
+                .await
+                .map_err(StateError::from_sqlx)?;
+        }
+        let existing = sqlx::query(&format!(
+            "SELECT {COLUMNS} FROM toolgate_idempotency_keys \
+             WHERE key_hash = $1 AND tenant = $2 AND expires_at_ms > $3"
+        ))
+        .bind(new.key_hash)
+        .bind(new.tenant)
+        .bind(now)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(StateError::from_sqlx)?;
+        if let Some(row) = existing {
+            let row = self.key_row(&row)?;
+            tx.commit().await.map_err(StateError::from_sqlx)?;
+            return Ok(Claimed::Existing(Box::new(row)));
+        }
+        let done = sqlx::query(
+            "INSERT INTO toolgate_idempotency_keys \
+             (key_hash, tenant, arguments_sha256, state, call_id, in_flight_until_ms, \
+              created_at_ms, expires_at_ms, sealed) \
+             SELECT $1, $2, $3, 'in_flight', $4, $5, $6, $7, NULL \
+             WHERE (SELECT COUNT(*) FROM toolgate_idempotency_keys \
+                    WHERE tenant = $2 AND expires_at_ms > $6) < $8",
+        )
+        .bind(new.key_hash)
+        .bind(new.tenant)
+        .bind(new.arguments_sha256)
+        .bind(new.call_id)
+        .bind(new.in_flight_until_ms)
+        .bind(now)
+        .bind(new.expires_at_ms)
+        .bind(i64::try_from(max_live).unwrap_or(i64::MAX))
+        .execute(&mut *tx)
+        .await
+        .map_err(StateError::from_sqlx)?;
+        tx.commit().await.map_err(StateError::from_sqlx)?;
+        Ok(if done.rows_affected() > 0 {
+            Claimed::Won
+        } else {
+            Claimed::Limit
+        })
+    }
+
+    /// The live row of `key_hash` of `tenant`.
+    ///
+    /// # Errors
+    /// [`StateError::Unavailable`] when the store cannot be reached.
+    pub async fn key(&self, key_hash: &str, tenant: &str) -> Result<Option<KeyRow>, StateError> {
+        let pool = self.ready().await?;
+        let row = sqlx::query(&format!(
+            "SELECT {COLUMNS} FROM toolgate_idempotency_keys \
+             WHERE key_hash = $1 AND tenant = $2 AND expires_at_ms > $3"
+        ))
+        .bind(key_hash)
+        .bind(tenant)
+        .bind(now_ms())
+        .fetch_optional(pool)
+        .await
+        .map_err(StateError::from_sqlx)?;
+        row.map(|row| self.key_row(&row)).transpose()
+    }
+
+    /// Records the end of the call holding `key_hash` (`call_id`): `state`
+    /// (done or in doubt) and, for a done call, its `response` (sealed).
+    /// Returns whether the row was still this call's and in flight.
+    ///
+    /// # Errors
+    /// [`StateError::Unavailable`] when the store cannot be reached.
+    pub async fn finish_key(
+        &self,
+        key_hash: &str,
+        tenant: &str,
+        call_id: &str,
+        state: &str,
+        response: Option<&[u8]>,
+    ) -> Result<bool, StateError> {
+        let pool = self.ready().await?;
+        let sealed = response.map(|r| self.keys.seal(r, &key_aad(key_hash, tenant)));
+        let done = sqlx::query(
+            "UPDATE toolgate_idempotency_keys SET state = $1, sealed = $2 \
+             WHERE key_hash = $3 AND tenant = $4 AND call_id = $5 AND state = 'in_flight'",
+        )
+        .bind(state)
+        .bind(sealed)
+        .bind(key_hash)
+        .bind(tenant)
+        .bind(call_id)
+        .execute(pool)
+        .await
+        .map_err(StateError::from_sqlx)?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    /// Lets go of `key_hash` claimed by `call_id` (a call that sent
+    /// nothing: a retry may run it). Returns whether it did.
+    ///
+    /// # Errors
+    /// [`StateError::Unavailable`] when the store cannot be reached.
+    pub async fn release_key(
+        &self,
+        key_hash: &str,
+        tenant: &str,
+        call_id: &str,
+    ) -> Result<bool, StateError> {
+        let pool = self.ready().await?;
+        let done = sqlx::query(
+            "DELETE FROM toolgate_idempotency_keys \
+             WHERE key_hash = $1 AND tenant = $2 AND call_id = $3 AND state = 'in_flight'",
+        )
+        .bind(key_hash)
+        .bind(tenant)
+        .bind(call_id)
+        .execute(pool)
+        .await
+        .map_err(StateError::from_sqlx)?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    /// A row of [`COLUMNS`], its response opened.
+    fn key_row(&self, row: &sqlx::any::AnyRow) -> Result<KeyRow, StateError> {
+        let record = Record::IdempotencyKey;
+        let sealed: Option<Vec<u8>> = get(row, 5, record)?;
+        let key_hash: String = get(row, 6, record)?;
+        let tenant: String = get(row, 7, record)?;
+        let response = sealed
+            .map(|sealed| self.open(&sealed, &key_aad(&key_hash, &tenant), record))
+            .transpose()?;
+        Ok(KeyRow {
+            arguments_sha256: get(row, 0, record)?,
+            state: get(row, 1, record)?,
+            call_id: get(row, 2, record)?,
+            in_flight_until_ms: get(row, 3, record)?,
+            expires_at_ms: get(row, 4, record)?,
+            response,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn claim<'a>(hash: &'a str, call: &'a str, arguments: &'a str) -> NewKey<'a> {
+        NewKey {
+            key_hash: hash,
+            tenant: "acme",
+            arguments_sha256: arguments,
+            call_id: call,
+            in_flight_until_ms: now_ms() + 60_000,
+            expires_at_ms: now_ms() + 3_600_000,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_key_is_claimed_once_finished_once_and_released_only_in_flight() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("state.db").display());
+        let store = StateStore::open_lazy(&url, crate::state::KeyRing::ephemeral()).unwrap();
+        let hash = key_hash("acme", "token:a", "pay__send", "k1");
+        assert_ne!(hash, key_hash("acme", "token:a", "pay__send", "k2"));
+        assert_ne!(hash, key_hash("acm", "etoken:a", "pay__send", "k1"));
+        assert!(matches!(
+            store
+                .claim_key(&claim(&hash, "c1", "a1"), 10)
+                .await
+                .unwrap(),
+            Claimed::Won
+        ));
+        match store
+            .claim_key(&claim(&hash, "c2", "a1"), 10)
+            .await
+            .unwrap()
+        {
+            Claimed::Existing(row) => {
+                assert_eq!(
+                    (row.state.as_str(), row.call_id.as_str()),
+                    (states::IN_FLIGHT, "c1")
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        // Only its own call finishes it.
+        assert!(
+            !store
+                .finish_key(&hash, "acme", "c2", states::DONE, Some(b"r"))
+                .await
+                .unwrap()
+        );
+        assert!(
+            store
+                .finish_key(&hash, "acme", "c1", states::DONE, Some(b"resp"))
+                .await
+                .unwrap()
+        );
+        assert!(
+            !store
+                .finish_key(&hash, "acme", "c1", states::IN_DOUBT, None)
+                .await
+                .unwrap()
+        );
+        assert!(!store.release_key(&hash, "acme", "c1").await.unwrap());
+        let row = store.key(&hash, "acme").await.unwrap().unwrap();
+        assert_eq!(row.response.as_deref(), Some(&b"resp"[..]));
+        assert!(store.key(&hash, "other").await.unwrap().is_none());
+        // A claim that sent nothing lets go: the next call runs.
+        let other = key_hash("acme", "token:a", "pay__send", "k3");
+        store
+            .claim_key(&claim(&other, "c3", "a"), 10)
+            .await
+            .unwrap();
+        assert!(store.release_key(&other, "acme", "c3").await.unwrap());
+        assert!(matches!(
+            store
+                .claim_key(&claim(&other, "c4", "a"), 10)
+                .await
+                .unwrap(),
+            Claimed::Won
+        ));
+        // An in-flight row past its time is in doubt.
+        let mut stale = store.key(&other, "acme").await.unwrap().unwrap();
+        stale.in_flight_until_ms = now_ms() - 1;
+        assert_eq!(stale.state_now(now_ms()), states::IN_DOUBT);
+        // A tenant's live keys are bounded.
+        let third = key_hash("acme", "token:a", "pay__send", "k5");
+        assert!(matches!(
+            store.claim_key(&claim(&third, "c5", "a"), 2).await.unwrap(),
+            Claimed::Limit
+        ));
+    }
+}
