@@ -72,11 +72,12 @@ pub struct OpenedState {
     pub keys: crate::state::KeyRing,
 }
 
-/// Opens the state store and its keys when a server uses OAuth, or may
-/// put questions to workers or run tasks (`servers[].input`), or the
-/// store holds tenants (`admin:` or `tenant_store:`). The store
-/// connects lazily, so a gateway that never uses it creates no file, and
-/// a store that is down at start fails only the calls that need it.
+/// Opens the state store and its keys: OAuth servers, questions to
+/// workers and tasks (`servers[].input`), tenants of the store (`admin:`
+/// or `tenant_store:`), call approvals and idempotency keys (any tool
+/// call may carry one) keep their state there. The store connects
+/// lazily, so a gateway that never uses it creates no file, and a store
+/// that is down at start fails only the calls that need it.
 /// Without `state.keys`, a random key of this process seals (logged at
 /// INFO): a `request_state` then opens only at this process.
 ///
@@ -84,16 +85,9 @@ pub struct OpenedState {
 /// The URL or a key is malformed (never echoing either).
 pub fn open_state(config: &Config) -> Result<Option<OpenedState>, AppError> {
     let uses_oauth = uses_oauth(config);
-    let may_ask = config.tenants.iter().flat_map(|t| &t.servers).any(|s| {
-        let input = &s.input;
-        input.form || input.url || input.sampling || input.tasks
-    });
     // Tenants in the state store (`admin:` or `tenant_store:`): state.keys
     // is required then (the configuration says so).
     let holds_tenants = config.tenant_store.is_some();
-    if !uses_oauth && !may_ask && !holds_tenants && !uses_call_approvals(config) {
-        return Ok(None);
-    }
     if config.state.keys.is_empty() && uses_call_approvals(config) {
         tracing::warn!(
             "a policy holds calls for approval (require_approval) and state.keys is not set: call \
@@ -322,7 +316,8 @@ pub async fn run_with_reload(
             .with_request_keys(state.keys.clone())
             .with_answered_rounds(state.store.clone())
             .with_task_store(state.store.clone())
-            .with_call_approvals(state.store.clone());
+            .with_call_approvals(state.store.clone())
+            .with_idempotency_keys(state.store.clone());
     }
     // Expired call approvals are marked and recorded, old ones forgotten,
     // for as long as this gateway runs.

@@ -323,6 +323,16 @@ pub struct Record {
     /// asked for one: the approval's id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub call_approval: Option<String>,
+    /// The record of a call that carried an idempotency key: what the key
+    /// did (`claimed`: the call ran under it; `replayed`: the recorded
+    /// response answered, nothing was sent; `in_progress`, `in_doubt`,
+    /// `reused`, `not_kept`, `limit`: refused, nothing sent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency: Option<String>,
+    /// With `idempotency`: the id of the call that claimed the key (this
+    /// call's own when `claimed`), the same in both records of a replay.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_id: Option<String>,
     /// `call_approval` records: the policy rule that asked for approval
     /// (`tenants[0].policy[2]`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -388,6 +398,14 @@ pub struct Record {
 }
 
 impl Record {
+    /// Marks the record of a call that carried an idempotency key: what
+    /// the key did (`claimed`, `replayed`) and the id of the call that
+    /// claimed it.
+    pub fn keyed(&mut self, what: &str, call_id: &str) {
+        self.idempotency = Some(what.to_owned());
+        self.call_id = Some(call_id.to_owned());
+    }
+
     /// A record of `kind` and `outcome` at the current time; every other
     /// field empty.
     pub fn new(kind: RecordKind, outcome: Outcome) -> Self {
@@ -416,6 +434,8 @@ impl Record {
             round: None,
             input: None,
             call_approval: None,
+            idempotency: None,
+            call_id: None,
             rule: None,
             note: None,
             task: None,

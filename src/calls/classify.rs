@@ -6,7 +6,7 @@ use tonic::Code;
 
 use crate::calls::error::CallError;
 use crate::credentials::oauth::DelegationFailure;
-use crate::upstream::UpstreamError;
+use crate::upstream::{UpstreamError, truncate};
 
 /// JSON-RPC error codes (JSON-RPC 2.0 and MCP).
 pub(crate) mod jsonrpc {
@@ -17,6 +17,32 @@ pub(crate) mod jsonrpc {
     pub(crate) const INTERNAL_ERROR: i32 = -32603;
     pub(crate) const RESOURCE_NOT_FOUND: i32 = -32002;
     pub(crate) const URL_ELICITATION_REQUIRED: i32 = -32042;
+}
+
+/// The message a caller sees of `error` (before the status's bound).
+/// Upstream JSON-RPC messages are shown only where the caller can act
+/// on them (invalid params), and then cut short.
+pub fn caller_message(error: &CallError) -> String {
+    match error {
+        CallError::Upstream {
+            server,
+            tool,
+            error: UpstreamError::JsonRpc { code, message },
+            ..
+        } => {
+            if *code == jsonrpc::INVALID_PARAMS {
+                format!(
+                    "server `{server}` refused the arguments of {tool}: {}",
+                    truncate(message, 500)
+                )
+            } else {
+                format!(
+                    "server `{server}` answered {tool} with JSON-RPC error {code} (details in the gateway log)"
+                )
+            }
+        }
+        other => other.to_string(),
+    }
 }
 
 /// The status code and stable reason of an error.
@@ -138,6 +164,8 @@ pub fn classify(error: &CallError) -> (Code, &'static str) {
             (Code::InvalidArgument, "CALL_APPROVAL_REASON_TOO_LONG")
         }
         CallError::ApprovalStoreUnavailable { .. } => (Code::Unavailable, "STATE_UNAVAILABLE"),
+        CallError::Keyed(refusal) => refusal.classify(),
+        CallError::Replayed(status) => (status.code(), status.reason()),
         CallError::InvalidCompletion(_) => (Code::InvalidArgument, "INVALID_COMPLETION"),
         CallError::InvalidUri(_) => (Code::InvalidArgument, "INVALID_RESOURCE_URI"),
         CallError::NotPermitted { target, .. } => (

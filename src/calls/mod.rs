@@ -18,6 +18,7 @@ mod completion;
 pub mod drain;
 pub mod error;
 mod guards;
+pub mod idempotency;
 mod pipeline;
 mod prompt;
 mod read;
@@ -34,11 +35,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 pub use approval::decide::{ApprovalShown, ApprovalView, Approver};
 pub use approval::{ApprovalNotice, ApprovalSink, Approving};
-pub use classify::classify;
-pub(crate) use classify::jsonrpc;
+pub use classify::{caller_message, classify};
 pub use completion::{CompletionAsk, CompletionTarget};
 pub use error::CallError;
 pub use pipeline::{Outcome, Recorded, Reply, Unencodable};
@@ -155,6 +156,9 @@ pub struct Calls {
     task_store: Option<crate::state::StateStore>,
     /// Tool calls held for a person's approval (`require_approval`).
     approvals: approval::CallApprovals,
+    /// Where idempotency keys are recorded (`None`: no state store is
+    /// open, and a call with a key is refused with nothing sent).
+    idempotency: Option<crate::state::StateStore>,
 }
 
 impl Calls {
@@ -170,6 +174,7 @@ impl Calls {
             request_keys: crate::state::KeyRing::ephemeral(),
             answered_rounds: crate::state::FirstUse::default(),
             task_store: None,
+            idempotency: None,
             approvals: approval::CallApprovals::new(
                 None,
                 crate::audit::Audit::disabled(),
@@ -200,6 +205,14 @@ impl Calls {
     #[must_use]
     pub fn with_request_keys(mut self, keys: crate::state::KeyRing) -> Self {
         self.request_keys = keys;
+        self
+    }
+
+    /// Recording the idempotency keys of tool calls in `store` (shared
+    /// by replicas).
+    #[must_use]
+    pub fn with_idempotency_keys(mut self, store: crate::state::StateStore) -> Self {
+        self.idempotency = Some(store);
         self
     }
 
@@ -253,12 +266,31 @@ impl Calls {
     ///
     /// # Errors
     /// The error the call ends with.
-    pub(crate) async fn run<O: pipeline::Operation, R: Reply<O::Output>>(
+    pub(crate) async fn run<
+        O: pipeline::Operation + 'static,
+        R: Reply<O::Output> + Sync + 'static,
+    >(
         &self,
         origin: Origin,
         operation: O,
     ) -> Result<R, CallError> {
-        pipeline::run(self, origin, operation).await
+        if operation.idempotency_key().is_none() {
+            return pipeline::run(self, origin, operation).await;
+        }
+        // A call with an idempotency key runs to its end even when its
+        // caller goes away: its outcome is what the caller's retry gets.
+        let calls = self.clone();
+        let call = tokio::spawn(
+            async move { pipeline::run(&calls, origin, operation).await }.in_current_span(),
+        );
+        match call.await {
+            Ok(result) => result,
+            Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
+            Err(_) => Err(CallError::ShuttingDown {
+                sent: false,
+                idempotent: false,
+            }),
+        }
     }
 
     /// A task RPC of `origin`'s ([`tasks`]).

@@ -56,7 +56,7 @@ pub use super::record::Recorded;
 use super::record::{AuditedCall, Progress};
 use super::rounds::{self, Binding, InputFields, Method, Questions};
 pub(crate) use super::routed::{Reached, Routed};
-use super::{Calls, Origin, classify, guards};
+use super::{Calls, Origin, classify, guards, idempotency};
 use crate::pb::guard::TargetKind;
 use crate::registry::Tenant;
 use crate::telemetry::metrics::TenantCalls;
@@ -99,6 +99,10 @@ pub trait Reply<T>: Recorded + Sized + Send {
     fn asks(&self) -> bool {
         false
     }
+
+    /// Marks it as the recorded response of an earlier call with the
+    /// same idempotency key (nothing was sent for this one).
+    fn replayed(&mut self) {}
 }
 
 /// What the upstream session answered to an operation's request.
@@ -229,6 +233,11 @@ pub(crate) trait Operation: Send + Sync + Sized {
 
     /// Step 1: the request's own shape.
     fn check(&self) -> Result<(), CallError>;
+
+    /// Step 6: the idempotency key the call carries (tool calls).
+    fn idempotency_key(&self) -> Option<&str> {
+        None
+    }
 
     /// Step 3: the target, with the policy and the caller's pins. The
     /// server and definition hash go into `reached` as soon as they are
@@ -446,8 +455,21 @@ pub(crate) async fn run<O: Operation, R: Reply<O::Output>>(
         sent: reached.sent,
         idempotent: reached.idempotent,
     };
+    if let Err(CallError::Keyed(refusal)) = &result {
+        audited.describe(|record| record.idempotency = Some(refusal.outcome().to_owned()));
+    }
     if let Some(withheld) = audited.finish(&result, progress).await {
         result = Err(withheld);
+    }
+    // What a retry with the call's idempotency key gets, once the record
+    // is written (a response the trail withheld is never replayed).
+    if let Some(claim) = reached.key.take() {
+        let ended = match (&result, reached.kept.take()) {
+            (Ok(_), Some(kept)) => idempotency::Ended::Answered(kept),
+            (Ok(_), None) => idempotency::Ended::Asked,
+            (Err(error), _) => idempotency::Ended::Failed(error),
+        };
+        idempotency::finish(claim, reached.sent, ended).await;
     }
     meter.finished(&span, &result, &mut reached, started);
     result
@@ -563,43 +585,72 @@ impl Steps<'_> {
         let limits = tenant.limits();
         // 4. arguments
         let arguments = operation.arguments(&routed, limits.max_argument_bytes)?;
-        // 5. policy on arguments, approval
-        match operation.verdict(&routed, origin, &arguments) {
-            crate::policy::Verdict::Allow => {}
-            crate::policy::Verdict::Deny { rule, failed } => {
-                return Err(CallError::CallNotPermitted {
-                    target: routed.target.clone(),
-                    rule,
-                    failed,
-                });
+        // 5. policy on arguments
+        let verdict = operation.verdict(&routed, origin, &arguments);
+        if let crate::policy::Verdict::Deny { rule, failed } = &verdict {
+            return Err(CallError::CallNotPermitted {
+                target: routed.target.clone(),
+                rule: rule.clone(),
+                failed: *failed,
+            });
+        }
+        // 6. idempotency key: before the approval, so that a retry of an
+        // approved call replays without asking again.
+        if let Some(key) = operation.idempotency_key() {
+            let waits = match &verdict {
+                crate::policy::Verdict::RequireApproval(rule) => rule.wait,
+                _ => Duration::ZERO,
+            };
+            let keyed = idempotency::KeyedCall {
+                key,
+                tool: &routed.target.name,
+                request_state: operation.input().map_or("", |i| i.request_state.as_str()),
+                arguments_sha256: &rounds::arguments_digest(&arguments),
+                longest: routed.config().max_call_timeout + waits,
+            };
+            let store = calls.idempotency.as_ref();
+            match idempotency::claim(store, origin, &keyed, &calls.metrics, &mut admission).await? {
+                idempotency::Keyed::Run(claim) => {
+                    audited.describe(|r| r.keyed("claimed", &claim.call_id));
+                    reached.key = Some(claim);
+                }
+                idempotency::Keyed::Replay { result, call_id } => {
+                    audited.describe(|r| r.keyed("replayed", &call_id));
+                    let mut reply = R::encode(Outcome::Done(result), &routed.server)
+                        .map_err(|e| routed.upstream(UpstreamError::Protocol(e.0)))?;
+                    reply.replayed();
+                    return Ok(reply);
+                }
             }
-            crate::policy::Verdict::RequireApproval(rule) => {
-                let held = super::approval::Held {
-                    tenant: tenant.as_ref(),
-                    server: &routed.server,
-                    tool: &routed.target.name,
-                    definition_hash: &routed.definition_hash,
-                    arguments: &arguments,
-                };
-                match super::approval::hold(
-                    &calls.approvals,
-                    &held,
-                    origin,
-                    &rule,
-                    operation.approving(),
-                    &mut admission,
-                )
-                .await?
-                {
-                    super::approval::Hold::Spent(spent) => reached.call_approval = Some(spent),
-                    super::approval::Hold::Parked(notice) => {
-                        // It becomes a task that starts once approved:
-                        // nothing more happens now.
-                        reached.asked_approval = Some(notice.approval_id.clone());
-                        let task = operation.park(&routed, origin, &notice, calls).await?;
-                        return R::encode(Outcome::Task(Box::new(task)), &routed.server)
-                            .map_err(|e| routed.upstream(UpstreamError::Protocol(e.0)));
-                    }
+        }
+        // 7. approval
+        if let crate::policy::Verdict::RequireApproval(rule) = verdict {
+            let held = super::approval::Held {
+                tenant: tenant.as_ref(),
+                server: &routed.server,
+                tool: &routed.target.name,
+                definition_hash: &routed.definition_hash,
+                arguments: &arguments,
+            };
+            let approving = operation.approving();
+            match super::approval::hold(
+                &calls.approvals,
+                &held,
+                origin,
+                &rule,
+                approving,
+                &mut admission,
+            )
+            .await?
+            {
+                super::approval::Hold::Spent(spent) => reached.call_approval = Some(spent),
+                super::approval::Hold::Parked(notice) => {
+                    // It becomes a task that starts once approved:
+                    // nothing more happens now.
+                    reached.asked_approval = Some(notice.approval_id.clone());
+                    let task = operation.park(&routed, origin, &notice, calls).await?;
+                    return R::encode(Outcome::Task(Box::new(task)), &routed.server)
+                        .map_err(|e| routed.upstream(UpstreamError::Protocol(e.0)));
                 }
             }
         }
@@ -772,7 +823,14 @@ impl Steps<'_> {
                     .await?,
             )),
         };
-        // 18. reply
+        // 18. reply (what an idempotency key keeps of it first)
+        if reached.key.is_some() {
+            reached.kept = match &outcome {
+                Outcome::Done(result) => Some(idempotency::record_result(result)),
+                Outcome::Task(task) => Some(idempotency::record_task(&task.task_id)),
+                Outcome::Questions(_) => None,
+            };
+        }
         let reply = R::encode(outcome, &routed.server)
             .map_err(|e| routed.upstream(UpstreamError::Protocol(e.0)))?;
         let size = reply.encoded_len();

@@ -55,6 +55,9 @@ pub struct ToolCall {
     pub accepts_task: bool,
     /// The call approval this call spends (empty: none named).
     pub approval_id: String,
+    /// The idempotency key that makes a retry of this call safe (empty:
+    /// none; see [`super::idempotency`]).
+    pub idempotency_key: String,
     /// The held task this call starts (its id and expiry; set only when
     /// a held task's approval was given).
     pub(crate) adopt: Option<(String, i64)>,
@@ -136,7 +139,15 @@ impl Operation for ToolCall {
     }
 
     fn check(&self) -> Result<(), CallError> {
-        route::check_name(&self.name)
+        route::check_name(&self.name)?;
+        if !self.idempotency_key.is_empty() {
+            super::idempotency::check_key(&self.idempotency_key).map_err(CallError::Keyed)?;
+        }
+        Ok(())
+    }
+
+    fn idempotency_key(&self) -> Option<&str> {
+        (!self.idempotency_key.is_empty()).then_some(self.idempotency_key.as_str())
     }
 
     async fn resolve(

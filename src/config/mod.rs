@@ -10,6 +10,7 @@ mod call_approvals;
 mod callers;
 mod fields;
 mod guards;
+mod idempotency;
 mod input;
 mod listener_tls;
 pub mod names;
@@ -48,6 +49,9 @@ pub use callers::{
 };
 pub use guards::{
     DEFAULT_GUARD_TIMEOUT, GuardConfig, GuardFailure, GuardPhases, MAX_GUARD_TIMEOUT,
+};
+pub use idempotency::{
+    DEFAULT_KEY_TTL, DEFAULT_MAX_KEYS, DEFAULT_MAX_RESPONSE_BYTES, IdempotencyConfig,
 };
 pub use input::{InputConfig, Root};
 pub use listener_tls::{
@@ -331,6 +335,9 @@ pub struct TenantConfig {
     /// Call approvals (`call_approvals:`): who approves the calls a
     /// `require_approval` rule holds, and who is told of them.
     pub call_approvals: CallApprovalsConfig,
+    /// Idempotency keys of tool calls (`idempotency:`): how long they are
+    /// kept, how many, and the largest response kept for a retry.
+    pub idempotency: IdempotencyConfig,
 }
 
 /// Where a tenant is defined: the sources in the order they win when two

@@ -193,6 +193,16 @@ pub(crate) struct RawTenant {
     #[serde(default)]
     pub(crate) guards: Vec<String>,
     pub(crate) call_approvals: Option<RawCallApprovals>,
+    pub(crate) idempotency: Option<RawIdempotency>,
+}
+
+/// `tenants[].idempotency` as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawIdempotency {
+    pub(crate) ttl: Option<String>,
+    pub(crate) max_keys: Option<u64>,
+    pub(crate) max_response_bytes: Option<usize>,
 }
 
 /// `tenants[].call_approvals` as written.

@@ -138,6 +138,8 @@ fn validate_tenant(
             token_owners,
         );
     }
+    let idempotency =
+        super::idempotency::idempotency(errors, &format!("{path}.idempotency"), tenant.idempotency);
     let servers = servers(errors, path, tenant.servers, defaults, src);
     let limits = tenant_limits(
         errors,
@@ -171,6 +173,7 @@ fn validate_tenant(
         origin: super::TenantOrigin::File,
         guards: tenant.guards,
         call_approvals,
+        idempotency,
     })
 }
 

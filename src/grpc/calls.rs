@@ -28,7 +28,14 @@ pub(super) async fn invoke(
         (None, None) => "InvokeTool",
     };
     let origin = gateway.origin(&request, tenant, rpc);
+    let metadata_key = request
+        .metadata()
+        .get(crate::calls::idempotency::KEY_METADATA)
+        .map(|value| value.as_bytes().to_vec());
     let request = request.into_inner();
+    let idempotency_key =
+        crate::calls::idempotency::request_key(request.idempotency_key, metadata_key.as_deref())
+            .map_err(crate::calls::CallError::Keyed)?;
     let call = ToolCall {
         input: questions::input_fields(
             request.accepts_input.as_ref(),
@@ -41,6 +48,7 @@ pub(super) async fn invoke(
         catalog_version: request.catalog_version,
         accepts_task: request.accepts_task,
         approval_id: request.approval_id,
+        idempotency_key,
         sinks,
         ..ToolCall::default()
     };

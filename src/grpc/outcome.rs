@@ -33,6 +33,10 @@ impl Reply<CallToolResult> for pb::InvokeToolResponse {
     fn asks(&self) -> bool {
         self.input_required.is_some()
     }
+
+    fn replayed(&mut self) {
+        self.replayed = true;
+    }
 }
 
 impl Recorded for pb::InvokeToolResponse {

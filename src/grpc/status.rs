@@ -11,8 +11,8 @@ use std::time::Duration;
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
+use crate::calls::classify;
 use crate::calls::error::{CallError, quoted};
-use crate::calls::{classify, jsonrpc};
 use crate::credentials::{MAX_STATUS_MESSAGE, bounded};
 use crate::upstream::{UpstreamError, truncate};
 
@@ -29,29 +29,9 @@ const RETRY_DELAY: Duration = Duration::from_secs(1);
 /// How long a client should wait after a concurrency limit shed its call.
 const SHED_RETRY_DELAY: Duration = Duration::from_millis(100);
 
-/// The message a caller sees. Upstream JSON-RPC messages are shown only
-/// where the caller can act on them (invalid params), and then cut short.
+/// The message a caller sees ([`crate::calls::caller_message`]).
 fn message(error: &CallError) -> String {
-    match error {
-        CallError::Upstream {
-            server,
-            tool,
-            error: UpstreamError::JsonRpc { code, message },
-            ..
-        } => {
-            if *code == jsonrpc::INVALID_PARAMS {
-                format!(
-                    "server `{server}` refused the arguments of {tool}: {}",
-                    truncate(message, 500)
-                )
-            } else {
-                format!(
-                    "server `{server}` answered {tool} with JSON-RPC error {code} (details in the gateway log)"
-                )
-            }
-        }
-        other => other.to_string(),
-    }
+    crate::calls::caller_message(error)
 }
 
 fn metadata(error: &CallError) -> HashMap<String, String> {
@@ -326,6 +306,11 @@ fn metadata(error: &CallError) -> HashMap<String, String> {
         | CallError::InteractiveFirstMessage(_) => {}
         CallError::TaskElsewhere { server } => {
             metadata.insert("server".to_owned(), server.clone());
+        }
+        CallError::Keyed(refusal) => refusal.metadata(&mut metadata),
+        CallError::Replayed(status) => {
+            metadata.insert("call_id".to_owned(), status.call_id.clone());
+            metadata.insert("replayed".to_owned(), "true".to_owned());
         }
         CallError::TaskLimit { server, limit } => {
             metadata.insert("server".to_owned(), server.clone());

@@ -58,8 +58,11 @@ pub struct KeyRow {
     pub in_flight_until_ms: i64,
     /// When the key is forgotten.
     pub expires_at_ms: i64,
-    /// The recorded response, opened (`None`: none, or over the bound).
+    /// The recorded outcome, opened (`None`: none yet, or unreadable).
     pub response: Option<Vec<u8>>,
+    /// An outcome is recorded but no configured key opens it (a gateway
+    /// restarted without `state.keys`, a key removed).
+    pub unreadable: bool,
 }
 
 impl std::fmt::Debug for KeyRow {
@@ -271,9 +274,15 @@ impl StateStore {
         let sealed: Option<Vec<u8>> = get(row, 5, record)?;
         let key_hash: String = get(row, 6, record)?;
         let tenant: String = get(row, 7, record)?;
-        let response = sealed
-            .map(|sealed| self.open(&sealed, &key_aad(&key_hash, &tenant), record))
-            .transpose()?;
+        // An outcome no configured key opens is known to exist, and is
+        // never taken for "no outcome": the call is not run again.
+        let (response, unreadable) = match sealed {
+            None => (None, false),
+            Some(sealed) => match self.open(&sealed, &key_aad(&key_hash, &tenant), record) {
+                Ok(opened) => (Some(opened), false),
+                Err(_) => (None, true),
+            },
+        };
         Ok(KeyRow {
             arguments_sha256: get(row, 0, record)?,
             state: get(row, 1, record)?,
@@ -281,6 +290,7 @@ impl StateStore {
             in_flight_until_ms: get(row, 3, record)?,
             expires_at_ms: get(row, 4, record)?,
             response,
+            unreadable,
         })
     }
 }

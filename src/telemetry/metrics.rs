@@ -32,6 +32,7 @@
 //! | `toolgate_call_approvals_total` | counter | tenant, event |
 //! | `toolgate_call_approvals_pending` | gauge | tenant |
 //! | `toolgate_call_approval_decision_seconds` | histogram | tenant |
+//! | `toolgate_idempotency_keys_total` | counter | tenant, outcome |
 
 use std::sync::Arc;
 
@@ -46,12 +47,14 @@ use tokio_util::sync::CancellationToken;
 mod call_approvals;
 mod calls;
 mod guards;
+mod idempotency;
 mod tenants;
 mod tls;
 
 pub use call_approvals::CallApprovalMetrics;
 pub use calls::{InFlight, TenantCalls, ToolCalls};
 pub use guards::GuardMetrics;
+pub use idempotency::IdempotencyMetrics;
 pub use tenants::{LoadOutcome, TenantMetrics};
 pub use tls::TlsMetrics;
 
@@ -169,6 +172,7 @@ pub struct Metrics {
     admin_requests: Family<AdminLabels, Counter>,
     guards: GuardMetrics,
     call_approvals: CallApprovalMetrics,
+    idempotency: IdempotencyMetrics,
 }
 
 /// The state of a `tenants_dir` file.
@@ -342,6 +346,7 @@ impl Metrics {
         let tls = TlsMetrics::register(&mut registry);
         let guards = GuardMetrics::register(&mut registry);
         let call_approvals = CallApprovalMetrics::register(&mut registry);
+        let idempotency = IdempotencyMetrics::register(&mut registry);
         let tenants_dir_files = Family::<FileStateLabels, Gauge>::default();
         registry.register(
             "toolgate_tenants_dir_files",
@@ -360,6 +365,7 @@ impl Metrics {
         Metrics {
             guards,
             call_approvals,
+            idempotency,
             tenants,
             tls,
             registry,
@@ -396,6 +402,11 @@ impl Metrics {
     /// Call approvals (tool calls held for a person's decision).
     pub fn call_approvals(&self) -> &CallApprovalMetrics {
         &self.call_approvals
+    }
+
+    /// Idempotency keys of tool calls.
+    pub fn idempotency(&self) -> &IdempotencyMetrics {
+        &self.idempotency
     }
 
     /// Counts one `rpc` request of `tenant` to `server` that ended with

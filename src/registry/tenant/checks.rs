@@ -19,6 +19,11 @@ impl Tenant {
         &self.call_approvals
     }
 
+    /// The tenant's idempotency key settings (`idempotency`).
+    pub fn idempotency(&self) -> &crate::config::IdempotencyConfig {
+        &self.idempotency
+    }
+
     /// The guards asked about calls to server `index` (its chain as this
     /// tenant object was built: a call keeps it for both phases).
     pub fn guards(&self, index: usize) -> crate::guards::Chain {

@@ -56,6 +56,8 @@ pub struct Tenant {
     /// The tenant's `call_approvals` settings, with its approver tokens'
     /// digests (never the tokens).
     call_approvals: Arc<CallApprovalSettings>,
+    /// The tenant's `idempotency` settings.
+    idempotency: crate::config::IdempotencyConfig,
     /// How an end user's consent becomes usable (confirmed by the tenant's
     /// application, by default).
     pub consent: crate::config::TenantConsent,
@@ -158,6 +160,7 @@ impl Tenant {
                 .map(|rules| Arc::new(crate::policy::Policy::new(rules))),
             consent: config.consent.clone(),
             call_approvals: approver_digests(&config.call_approvals),
+            idempotency: config.idempotency.clone(),
             origin: config.origin.clone(),
             redactor,
             own_credentials,

@@ -1,0 +1,605 @@
+//! The pipeline's idempotency step: a tool call that carries an
+//! idempotency key claims it in the state store ("in flight", with the
+//! digest of its arguments) before anything is sent, and its end records
+//! the outcome ([`finish`]); a call whose key is already recorded is
+//! answered from the record and never sent again.
+//!
+//! Scope: tenant × subject × exposed tool name × key (and, for a retry
+//! that answers a round of questions, its `request_state`: each round is
+//! a request of its own). What a later call with the key gets:
+//!
+//! | the key's record | the answer |
+//! | --- | --- |
+//! | done, same arguments | the recorded response, `replayed` set |
+//! | done, the response over `idempotency.max_response_bytes` | `FAILED_PRECONDITION` / `CALL_ALREADY_DONE` |
+//! | done with an error status | that status again (`replayed` in its metadata) |
+//! | in flight | waits for the outcome within its deadline, else `ABORTED` / `CALL_IN_PROGRESS` |
+//! | in doubt (`UNKNOWN`, or its gateway died) | `FAILED_PRECONDITION` / `CALL_IN_DOUBT` |
+//! | other arguments | `INVALID_ARGUMENT` / `IDEMPOTENCY_KEY_REUSED` |
+
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use super::{CallError, Origin, classify};
+use crate::registry::limits::Admission;
+use crate::state::idempotency::{Claimed, KeyRow, NewKey, key_hash, states};
+use crate::state::{StateStore, now_ms};
+
+/// The longest key accepted, in characters.
+pub const MAX_KEY_LEN: usize = 255;
+
+/// The metadata entry a key may be given in instead of the field.
+pub const KEY_METADATA: &str = "idempotency-key";
+
+/// What an in-flight claim adds to the call's longest run before its row
+/// is in doubt (guards, the audit's place, the answer's way back).
+const IN_FLIGHT_MARGIN: Duration = Duration::from_secs(60);
+
+/// How often a call waiting for another's outcome looks again: first,
+/// and at most.
+const POLL_FIRST: Duration = Duration::from_millis(50);
+const POLL_MAX: Duration = Duration::from_millis(500);
+
+/// Why a call with an idempotency key was not run.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyRefusal {
+    /// The key is malformed, or the field and the metadata differ.
+    #[error("idempotency key: {0}")]
+    Invalid(&'static str),
+    /// The key was used with other arguments.
+    #[error(
+        "the idempotency key was used by call {call_id} with other arguments: a key names one call; give new arguments a new key"
+    )]
+    Reused {
+        /// The call that claimed it.
+        call_id: String,
+    },
+    /// The call that claimed the key has not ended.
+    #[error(
+        "call {call_id} with this idempotency key is still in flight; nothing was sent: retry with the same key to get its outcome"
+    )]
+    InProgress {
+        /// The call that claimed it.
+        call_id: String,
+    },
+    /// The call that claimed the key may or may not have acted.
+    #[error(
+        "call {call_id} with this idempotency key ended without a definite outcome (the tool may have acted); it is never sent again under this key: check its effect, then call with a new key"
+    )]
+    InDoubt {
+        /// The call that claimed it.
+        call_id: String,
+    },
+    /// The call completed; its response was not kept.
+    #[error(
+        "call {call_id} with this idempotency key completed, but its response was not kept ({why}); it is not sent again"
+    )]
+    NotKept {
+        /// The call that claimed it.
+        call_id: String,
+        /// Why the response is not here.
+        why: String,
+        /// The task it became, if it became one.
+        task_id: Option<String>,
+    },
+    /// The tenant has its most live keys.
+    #[error(
+        "this tenant has {limit} live idempotency keys, the most it may have (idempotency.max_keys): retry later, or without a key"
+    )]
+    Limit {
+        /// The limit.
+        limit: u64,
+    },
+    /// The state store cannot be reached: nothing was sent.
+    #[error("idempotency keys need the state store, which {reason}; nothing was sent, retry")]
+    StoreUnavailable {
+        /// Why (without secrets).
+        reason: String,
+    },
+}
+
+impl KeyRefusal {
+    /// The code and stable reason.
+    pub(crate) fn classify(&self) -> (tonic::Code, &'static str) {
+        use tonic::Code;
+        match self {
+            Self::Invalid(_) => (Code::InvalidArgument, "IDEMPOTENCY_KEY_INVALID"),
+            Self::Reused { .. } => (Code::InvalidArgument, "IDEMPOTENCY_KEY_REUSED"),
+            Self::InProgress { .. } => (Code::Aborted, "CALL_IN_PROGRESS"),
+            Self::InDoubt { .. } => (Code::FailedPrecondition, "CALL_IN_DOUBT"),
+            Self::NotKept { .. } => (Code::FailedPrecondition, "CALL_ALREADY_DONE"),
+            Self::Limit { .. } => (Code::ResourceExhausted, "IDEMPOTENCY_KEY_LIMIT"),
+            Self::StoreUnavailable { .. } => (Code::Unavailable, "STATE_UNAVAILABLE"),
+        }
+    }
+
+    /// What its status's metadata says besides the reason.
+    pub(crate) fn metadata(&self, metadata: &mut HashMap<String, String>) {
+        match self {
+            Self::Reused { call_id } | Self::InProgress { call_id } | Self::InDoubt { call_id } => {
+                metadata.insert("call_id".to_owned(), call_id.clone());
+            }
+            Self::NotKept {
+                call_id, task_id, ..
+            } => {
+                metadata.insert("call_id".to_owned(), call_id.clone());
+                if let Some(task) = task_id {
+                    metadata.insert("task_id".to_owned(), task.clone());
+                }
+            }
+            Self::Limit { limit } => {
+                metadata.insert("limit".to_owned(), "idempotency.max_keys".to_owned());
+                metadata.insert("limit_value".to_owned(), limit.to_string());
+            }
+            Self::Invalid(_) | Self::StoreUnavailable { .. } => {}
+        }
+    }
+
+    /// The `outcome` label and audit value of the refusal.
+    pub(crate) fn outcome(&self) -> &'static str {
+        match self {
+            Self::Reused { .. } => "reused",
+            Self::InProgress { .. } => "in_progress",
+            Self::InDoubt { .. } => "in_doubt",
+            Self::NotKept { .. } => "not_kept",
+            Self::Limit { .. } => "limit",
+            Self::Invalid(_) | Self::StoreUnavailable { .. } => "refused",
+        }
+    }
+}
+
+/// A status recorded for a key and answered again to a retry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordedStatus {
+    /// The gRPC code, as its number.
+    pub code: i32,
+    /// The stable reason.
+    pub reason: String,
+    /// The message the first call's caller got.
+    pub message: String,
+    /// The call that ran.
+    #[serde(skip)]
+    pub call_id: String,
+}
+
+impl RecordedStatus {
+    /// The code.
+    pub(crate) fn code(&self) -> tonic::Code {
+        tonic::Code::from_i32(self.code)
+    }
+
+    /// The reason, as the classification table's `&'static str`: reasons
+    /// are the gateway's own (a sealed record only holds what a gateway
+    /// wrote), so the set is small; past a bound, `CALL_FAILED`.
+    pub(crate) fn reason(&self) -> &'static str {
+        static REASONS: OnceLock<Mutex<HashMap<String, &'static str>>> = OnceLock::new();
+        let mut reasons = REASONS
+            .get_or_init(Mutex::default)
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(reason) = reasons.get(&self.reason) {
+            return reason;
+        }
+        if reasons.len() >= 256 {
+            return "CALL_FAILED";
+        }
+        let leaked: &'static str = Box::leak(self.reason.clone().into_boxed_str());
+        reasons.insert(self.reason.clone(), leaked);
+        leaked
+    }
+}
+
+/// What a key's record keeps of its call's end (sealed in the row).
+#[derive(Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+enum Kept<T> {
+    /// The result the caller got.
+    Done { result: T },
+    /// The call became this task.
+    Task { task_id: String },
+    /// The call completed; its result was larger than the bound.
+    Large { bytes: usize },
+    /// The call failed with this status (a definite failure).
+    Failed {
+        code: i32,
+        reason: String,
+        message: String,
+    },
+}
+
+/// Checks a key: 1 to 255 visible ASCII characters.
+///
+/// # Errors
+/// `IDEMPOTENCY_KEY_INVALID`.
+pub fn check_key(key: &str) -> Result<(), KeyRefusal> {
+    if key.is_empty() || key.len() > MAX_KEY_LEN {
+        return Err(KeyRefusal::Invalid("must be 1 to 255 characters"));
+    }
+    if !key.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(KeyRefusal::Invalid(
+            "must be visible ASCII characters (no spaces or control characters)",
+        ));
+    }
+    Ok(())
+}
+
+/// The key of a request given as the field (`field`) and as metadata
+/// (`metadata`): either, or both when they are equal.
+///
+/// # Errors
+/// The two differ, or the metadata is not text.
+pub fn request_key(field: String, metadata: Option<&[u8]>) -> Result<String, KeyRefusal> {
+    let metadata = metadata
+        .map(|value| {
+            std::str::from_utf8(value)
+                .map_err(|_| KeyRefusal::Invalid("the idempotency-key metadata is not ASCII"))
+        })
+        .transpose()?;
+    match metadata {
+        Some(value) if !field.is_empty() && value != field => Err(KeyRefusal::Invalid(
+            "the request's idempotency_key and its idempotency-key metadata differ; give one, or both equal",
+        )),
+        Some(value) => Ok(value.to_owned()),
+        None => Ok(field),
+    }
+}
+
+/// A key this call claimed: the envelope records the call's end on it.
+#[derive(Debug)]
+pub(crate) struct Claim {
+    store: StateStore,
+    hash: String,
+    tenant: String,
+    /// The id of the call (in its record, and told to later calls).
+    pub(crate) call_id: String,
+    max_response_bytes: usize,
+}
+
+/// What the step decided.
+pub(crate) enum Keyed<T> {
+    /// The call runs under its claim.
+    Run(Claim),
+    /// The recorded result answers: nothing is sent.
+    Replay {
+        /// The result.
+        result: T,
+        /// The call that ran.
+        call_id: String,
+    },
+}
+
+/// The call that asks: what its key binds.
+pub(crate) struct KeyedCall<'a> {
+    /// The key.
+    pub(crate) key: &'a str,
+    /// The tool's exposed name.
+    pub(crate) tool: &'a str,
+    /// A retry's `request_state` (empty: the first round).
+    pub(crate) request_state: &'a str,
+    /// The digest of the arguments as the caller sent them.
+    pub(crate) arguments_sha256: &'a str,
+    /// The longest the call may run before its row is in doubt.
+    pub(crate) longest: Duration,
+}
+
+/// The idempotency step of `call` for `origin`. While it waits for
+/// another call's outcome the call gives up its `admission` slot.
+///
+/// # Errors
+/// A [`KeyRefusal`], a replayed failure ([`CallError::Replayed`]), the
+/// caller's deadline while waiting (`CALL_IN_PROGRESS`).
+pub(crate) async fn claim<T: DeserializeOwned>(
+    store: Option<&StateStore>,
+    origin: &Origin,
+    call: &KeyedCall<'_>,
+    metrics: &crate::telemetry::Metrics,
+    admission: &mut Option<Admission>,
+) -> Result<Keyed<T>, CallError> {
+    let tenant = &origin.tenant;
+    let counted = |outcome| metrics.idempotency().outcome(&tenant.name, outcome);
+    let refused = |refusal: KeyRefusal| {
+        counted(refusal.outcome());
+        CallError::Keyed(refusal)
+    };
+    let Some(store) = store else {
+        return Err(refused(KeyRefusal::StoreUnavailable {
+            reason: "is not configured".to_owned(),
+        }));
+    };
+    let unavailable = |e: crate::state::StateError| {
+        tracing::warn!(error = %e, "idempotency key: state store unavailable");
+        refused(KeyRefusal::StoreUnavailable {
+            reason: "cannot be reached".to_owned(),
+        })
+    };
+    let settings = tenant.idempotency();
+    let scoped = if call.request_state.is_empty() {
+        std::borrow::Cow::Borrowed(call.key)
+    } else {
+        use sha2::Digest as _;
+        let round = hex::encode(sha2::Sha256::digest(call.request_state.as_bytes()));
+        std::borrow::Cow::Owned(format!("{}\u{0}{round}", call.key))
+    };
+    let hash = key_hash(&tenant.name, origin.subject.key(), call.tool, &scoped);
+    let call_id = new_call_id();
+    let mut delay = POLL_FIRST;
+    let mut waited = false;
+    loop {
+        let now = now_ms();
+        let new = NewKey {
+            key_hash: &hash,
+            tenant: &tenant.name,
+            arguments_sha256: call.arguments_sha256,
+            call_id: &call_id,
+            in_flight_until_ms: now.saturating_add(millis(call.longest + IN_FLIGHT_MARGIN)),
+            expires_at_ms: now.saturating_add(millis(settings.ttl)),
+        };
+        let row = match store
+            .claim_key(&new, settings.max_keys)
+            .await
+            .map_err(unavailable)?
+        {
+            Claimed::Won => {
+                counted("claimed");
+                if waited {
+                    *admission = Some(origin.admit().await?);
+                }
+                return Ok(Keyed::Run(Claim {
+                    store: store.clone(),
+                    hash,
+                    tenant: tenant.name.clone(),
+                    call_id,
+                    max_response_bytes: settings.max_response_bytes,
+                }));
+            }
+            Claimed::Limit => {
+                return Err(refused(KeyRefusal::Limit {
+                    limit: settings.max_keys,
+                }));
+            }
+            Claimed::Existing(row) => row,
+        };
+        if row.arguments_sha256 != call.arguments_sha256 {
+            return Err(refused(KeyRefusal::Reused {
+                call_id: row.call_id,
+            }));
+        }
+        match row.state_now(now_ms()) {
+            states::DONE => {
+                counted("replayed");
+                return replay(*row).map_err(|e| match e {
+                    CallError::Keyed(refusal) => refused(refusal),
+                    other => other,
+                });
+            }
+            states::IN_FLIGHT => {}
+            _ => {
+                return Err(refused(KeyRefusal::InDoubt {
+                    call_id: row.call_id,
+                }));
+            }
+        }
+        // In flight at some replica: wait for its outcome, within this
+        // call's deadline, without holding an admission slot.
+        let left = origin
+            .deadline
+            .map(|d| d.saturating_sub(origin.started.elapsed()));
+        if left.is_some_and(|left| left < delay) {
+            return Err(refused(KeyRefusal::InProgress {
+                call_id: row.call_id,
+            }));
+        }
+        if !waited {
+            waited = true;
+            *admission = None;
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(POLL_MAX);
+    }
+}
+
+/// The answer a done row gives.
+fn replay<T: DeserializeOwned>(row: KeyRow) -> Result<Keyed<T>, CallError> {
+    let call_id = row.call_id;
+    let Some(kept) = row.response else {
+        return Err(CallError::Keyed(KeyRefusal::NotKept {
+            call_id,
+            why: if row.unreadable {
+                "it was sealed with a key this gateway no longer has (state.keys)".to_owned()
+            } else {
+                "none was recorded".to_owned()
+            },
+            task_id: None,
+        }));
+    };
+    let kept: Kept<T> = serde_json::from_slice(&kept).map_err(|e| {
+        tracing::warn!(error = %e, "idempotency key: a recorded outcome does not read");
+        CallError::Keyed(KeyRefusal::NotKept {
+            call_id: call_id.clone(),
+            why: "its record does not read as this version's".to_owned(),
+            task_id: None,
+        })
+    })?;
+    match kept {
+        Kept::Done { result } => Ok(Keyed::Replay { result, call_id }),
+        Kept::Task { task_id } => Err(CallError::Keyed(KeyRefusal::NotKept {
+            call_id,
+            why: format!("it became task {task_id}: follow it with GetTask"),
+            task_id: Some(task_id),
+        })),
+        Kept::Large { bytes } => Err(CallError::Keyed(KeyRefusal::NotKept {
+            call_id,
+            why: format!("its {bytes} bytes are over idempotency.max_response_bytes"),
+            task_id: None,
+        })),
+        Kept::Failed {
+            code,
+            reason,
+            message,
+        } => Err(CallError::Replayed(Box::new(RecordedStatus {
+            code,
+            reason,
+            message,
+            call_id,
+        }))),
+    }
+}
+
+/// What a call that holds a key ended with, for [`finish`].
+pub(crate) enum Ended<'a> {
+    /// A result the caller got: its record (see [`record_result`]).
+    Answered(Vec<u8>),
+    /// Questions for the caller: the call has not completed.
+    Asked,
+    /// An error.
+    Failed(&'a CallError),
+}
+
+/// The record of `result`, the call's outcome, as a key keeps it.
+pub(crate) fn record_result<T: Serialize>(result: &T) -> Vec<u8> {
+    serde_json::to_vec(&Kept::Done { result }).unwrap_or_default()
+}
+
+/// The record of a call that became task `task_id`.
+pub(crate) fn record_task(task_id: &str) -> Vec<u8> {
+    serde_json::to_vec(&Kept::<()>::Task {
+        task_id: task_id.to_owned(),
+    })
+    .unwrap_or_default()
+}
+
+/// Records the end of the call holding `claim`: a call that sent nothing
+/// lets the key go (a retry runs it); a definite answer is kept (a
+/// result within the bound, else its size; an error's status); a call
+/// that may have acted without a definite answer is in doubt.
+pub(crate) async fn finish(claim: Claim, sent: bool, ended: Ended<'_>) {
+    let Claim {
+        store,
+        hash,
+        tenant,
+        call_id,
+        max_response_bytes,
+    } = claim;
+    let kept = match ended {
+        Ended::Failed(_) | Ended::Asked if !sent => None,
+        // A round of questions is not the call's end: the answers' retry
+        // is a request of its own (its key is scoped by its state).
+        Ended::Asked => None,
+        Ended::Answered(record) if record.len() > max_response_bytes => Some((
+            states::DONE,
+            Some(
+                serde_json::to_vec(&Kept::<()>::Large {
+                    bytes: record.len(),
+                })
+                .unwrap_or_default(),
+            ),
+        )),
+        Ended::Answered(record) => Some((states::DONE, Some(record))),
+        Ended::Failed(error) => {
+            let (code, reason) = classify(error);
+            if may_have_acted(code) {
+                Some((states::IN_DOUBT, None))
+            } else {
+                let message = crate::credentials::bounded(
+                    &super::caller_message(error),
+                    crate::credentials::MAX_STATUS_MESSAGE,
+                );
+                Some((
+                    states::DONE,
+                    Some(
+                        serde_json::to_vec(&Kept::<()>::Failed {
+                            code: code as i32,
+                            reason: reason.to_owned(),
+                            message,
+                        })
+                        .unwrap_or_default(),
+                    ),
+                ))
+            }
+        }
+    };
+    let done = match &kept {
+        None => store.release_key(&hash, &tenant, &call_id).await,
+        Some((state, record)) => {
+            store
+                .finish_key(&hash, &tenant, &call_id, state, record.as_deref())
+                .await
+        }
+    };
+    if let Err(e) = done {
+        // The row stays in flight: a retry waits, then finds it in doubt
+        // once its time is up. It is never run again unrecorded.
+        tracing::warn!(
+            error = %e,
+            %call_id,
+            "idempotency key: the call's outcome could not be recorded; a retry will find it in doubt"
+        );
+    }
+}
+
+/// Whether a call that failed with `code` after it was sent may have
+/// acted without the caller knowing how: no definite answer came back.
+fn may_have_acted(code: tonic::Code) -> bool {
+    use tonic::Code;
+    matches!(
+        code,
+        Code::Unknown
+            | Code::DeadlineExceeded
+            | Code::Cancelled
+            | Code::Unavailable
+            | Code::Aborted
+            | Code::Internal
+            | Code::DataLoss
+    )
+}
+
+/// A new call id: 128 random bits, hex.
+fn new_call_id() -> String {
+    format!("{:032x}", fastrand::u128(..))
+}
+
+fn millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_checked_and_the_field_and_metadata_agree() {
+        assert!(check_key("order-42").is_ok());
+        assert!(check_key("").is_err());
+        assert!(check_key("has space").is_err());
+        assert!(check_key(&"k".repeat(256)).is_err());
+        assert_eq!(request_key("a".into(), None).unwrap(), "a");
+        assert_eq!(request_key(String::new(), Some(b"m")).unwrap(), "m");
+        assert_eq!(request_key("m".into(), Some(b"m")).unwrap(), "m");
+        assert!(request_key("a".into(), Some(b"b")).is_err());
+    }
+
+    #[test]
+    fn a_recorded_reason_reads_back_as_itself() {
+        let status = RecordedStatus {
+            code: 9,
+            reason: "GUARD_DENIED".to_owned(),
+            message: "m".to_owned(),
+            call_id: "c".to_owned(),
+        };
+        assert_eq!(status.reason(), "GUARD_DENIED");
+        assert_eq!(status.code(), tonic::Code::FailedPrecondition);
+    }
+
+    #[test]
+    fn only_answers_without_a_definite_outcome_are_in_doubt() {
+        assert!(may_have_acted(tonic::Code::Unknown));
+        assert!(may_have_acted(tonic::Code::DeadlineExceeded));
+        assert!(!may_have_acted(tonic::Code::InvalidArgument));
+        assert!(!may_have_acted(tonic::Code::PermissionDenied));
+        assert!(!may_have_acted(tonic::Code::ResourceExhausted));
+    }
+}
