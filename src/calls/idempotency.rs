@@ -281,9 +281,29 @@ pub(crate) struct KeyedCall<'a> {
     /// A retry's `request_state` (empty: the first round).
     pub(crate) request_state: &'a str,
     /// The digest of the arguments as the caller sent them.
-    pub(crate) arguments_sha256: &'a str,
+    pub(crate) arguments_sha256: String,
     /// The longest the call may run before its row is in doubt.
     pub(crate) longest: Duration,
+}
+
+impl KeyedCall<'_> {
+    /// The row key of the call's key for `origin`: its tenant, subject
+    /// and tool, and a retry's round (its `request_state`'s digest).
+    fn hash(&self, origin: &Origin) -> String {
+        let scoped = if self.request_state.is_empty() {
+            std::borrow::Cow::Borrowed(self.key)
+        } else {
+            use sha2::Digest as _;
+            let round = hex::encode(sha2::Sha256::digest(self.request_state.as_bytes()));
+            std::borrow::Cow::Owned(format!("{}\u{0}{round}", self.key))
+        };
+        key_hash(
+            &origin.tenant.name,
+            origin.subject.key(),
+            self.tool,
+            &scoped,
+        )
+    }
 }
 
 /// The idempotency step of `call` for `origin`. While it waits for
@@ -317,14 +337,7 @@ pub(crate) async fn claim<T: DeserializeOwned>(
         })
     };
     let settings = tenant.idempotency();
-    let scoped = if call.request_state.is_empty() {
-        std::borrow::Cow::Borrowed(call.key)
-    } else {
-        use sha2::Digest as _;
-        let round = hex::encode(sha2::Sha256::digest(call.request_state.as_bytes()));
-        std::borrow::Cow::Owned(format!("{}\u{0}{round}", call.key))
-    };
-    let hash = key_hash(&tenant.name, origin.subject.key(), call.tool, &scoped);
+    let hash = call.hash(origin);
     let call_id = new_call_id();
     let mut delay = POLL_FIRST;
     let mut waited = false;
@@ -333,7 +346,7 @@ pub(crate) async fn claim<T: DeserializeOwned>(
         let new = NewKey {
             key_hash: &hash,
             tenant: &tenant.name,
-            arguments_sha256: call.arguments_sha256,
+            arguments_sha256: &call.arguments_sha256,
             call_id: &call_id,
             in_flight_until_ms: now.saturating_add(millis(call.longest + IN_FLIGHT_MARGIN)),
             expires_at_ms: now.saturating_add(millis(settings.ttl)),
@@ -363,26 +376,10 @@ pub(crate) async fn claim<T: DeserializeOwned>(
             }
             Claimed::Existing(row) => row,
         };
-        if row.arguments_sha256 != call.arguments_sha256 {
-            return Err(refused(KeyRefusal::Reused {
-                call_id: row.call_id,
-            }));
-        }
-        match row.state_now(now_ms()) {
-            states::DONE => {
-                counted("replayed");
-                return replay(*row).map_err(|e| match e {
-                    CallError::Keyed(refusal) => refused(refusal),
-                    other => other,
-                });
-            }
-            states::IN_FLIGHT => {}
-            _ => {
-                return Err(refused(KeyRefusal::InDoubt {
-                    call_id: row.call_id,
-                }));
-            }
-        }
+        let call_id_then = match judge(*row, call) {
+            Judged::Answer(answer) => return counted_answer(answer, &counted),
+            Judged::InFlight(call_id) => call_id,
+        };
         // In flight at some replica: wait for its outcome, within this
         // call's deadline, without holding an admission slot.
         let left = origin
@@ -390,7 +387,7 @@ pub(crate) async fn claim<T: DeserializeOwned>(
             .map(|d| d.saturating_sub(origin.started.elapsed()));
         if left.is_some_and(|left| left < delay) {
             return Err(refused(KeyRefusal::InProgress {
-                call_id: row.call_id,
+                call_id: call_id_then,
             }));
         }
         if !waited {
@@ -399,6 +396,63 @@ pub(crate) async fn claim<T: DeserializeOwned>(
         }
         tokio::time::sleep(delay).await;
         delay = (delay * 2).min(POLL_MAX);
+    }
+}
+
+/// What a key's existing row says to a call with the key.
+enum Judged<T> {
+    /// The call is answered from the record (replayed or refused).
+    Answer(Result<Keyed<T>, CallError>),
+    /// The first call (this id) has not ended.
+    InFlight(String),
+}
+
+fn judge<T: DeserializeOwned>(row: KeyRow, call: &KeyedCall<'_>) -> Judged<T> {
+    if row.arguments_sha256 != call.arguments_sha256 {
+        return Judged::Answer(Err(CallError::Keyed(KeyRefusal::Reused {
+            call_id: row.call_id,
+        })));
+    }
+    match row.state_now(now_ms()) {
+        states::DONE => Judged::Answer(replay(row)),
+        states::IN_FLIGHT => Judged::InFlight(row.call_id),
+        _ => Judged::Answer(Err(CallError::Keyed(KeyRefusal::InDoubt {
+            call_id: row.call_id,
+        }))),
+    }
+}
+
+/// Counts an answer from the record under its outcome.
+fn counted_answer<T>(
+    answer: Result<Keyed<T>, CallError>,
+    counted: &impl Fn(&'static str),
+) -> Result<Keyed<T>, CallError> {
+    counted(match &answer {
+        Err(CallError::Keyed(refusal)) => refusal.outcome(),
+        _ => "replayed",
+    });
+    answer
+}
+
+/// The answer the key's record gives a call that cannot be routed now
+/// (its server is down): a done call replays, one in doubt says so, other
+/// arguments are refused. `None`: nothing recorded answers (no row, one
+/// in flight, the store unreachable), and the call's own error stands.
+pub(crate) async fn recorded<T: DeserializeOwned>(
+    store: Option<&StateStore>,
+    origin: &Origin,
+    call: &KeyedCall<'_>,
+    metrics: &crate::telemetry::Metrics,
+) -> Option<Result<Keyed<T>, CallError>> {
+    let row = store?
+        .key(&call.hash(origin), &origin.tenant.name)
+        .await
+        .ok()??;
+    match judge(row, call) {
+        Judged::Answer(answer) => Some(counted_answer(answer, &|outcome| {
+            metrics.idempotency().outcome(&origin.tenant.name, outcome);
+        })),
+        Judged::InFlight(_) => None,
     }
 }
 
@@ -485,7 +539,8 @@ pub(crate) async fn finish(claim: Claim, sent: bool, ended: Ended<'_>) {
         max_response_bytes,
     } = claim;
     let kept = match ended {
-        Ended::Failed(_) | Ended::Asked if !sent => None,
+        Ended::Failed(error) if !sent && classify(error).0 != tonic::Code::Unknown => None,
+        Ended::Asked if !sent => None,
         // A round of questions is not the call's end: the answers' retry
         // is a request of its own (its key is scoped by its state).
         Ended::Asked => None,
@@ -499,6 +554,11 @@ pub(crate) async fn finish(claim: Claim, sent: bool, ended: Ended<'_>) {
             ),
         )),
         Ended::Answered(record) => Some((states::DONE, Some(record))),
+        // UNKNOWN says the call may have acted, whatever else is known
+        // (a session that closed mid-call may or may not have sent it).
+        Ended::Failed(error) if classify(error).0 == tonic::Code::Unknown => {
+            Some((states::IN_DOUBT, None))
+        }
         Ended::Failed(error) => {
             let (code, reason) = classify(error);
             if may_have_acted(code) {

@@ -239,6 +239,12 @@ pub(crate) trait Operation: Send + Sync + Sized {
         None
     }
 
+    /// The call's key as it binds before the call is resolved: what the
+    /// key's record answers while the target cannot be routed (step 3).
+    fn unrouted_key(&self) -> Option<idempotency::KeyedCall<'_>> {
+        None
+    }
+
     /// Step 3: the target, with the policy and the caller's pins. The
     /// server and definition hash go into `reached` as soon as they are
     /// known, so that a refusal after that is recorded under them.
@@ -576,7 +582,10 @@ impl Steps<'_> {
         // 2. admission: a bounded wait for a slot, never an unbounded queue.
         let mut admission = Some(origin.admit().await?);
         // 3. resolve
-        let routed = operation.resolve(origin, reached).await?;
+        let routed = match operation.resolve(origin, reached).await {
+            Ok(routed) => routed,
+            Err(error) => return self.unresolved(operation, error, reached, audited).await,
+        };
         // The kind put the server and definition hash in `reached` as
         // soon as it knew them (a refusal after that is recorded under them).
         tracing::Span::current().record("server", routed.server.as_str());
@@ -605,7 +614,7 @@ impl Steps<'_> {
                 key,
                 tool: &routed.target.name,
                 request_state: operation.input().map_or("", |i| i.request_state.as_str()),
-                arguments_sha256: &rounds::arguments_digest(&arguments),
+                arguments_sha256: rounds::arguments_digest(&arguments),
                 longest: routed.config().max_call_timeout + waits,
             };
             let store = calls.idempotency.as_ref();
@@ -843,6 +852,40 @@ impl Steps<'_> {
             });
         }
         Ok(reply)
+    }
+}
+
+impl Steps<'_> {
+    /// A call whose target cannot be routed now (its server is down):
+    /// with an idempotency key, the key's record answers if it can (a
+    /// done call replays, one in doubt says so); else `error` stands.
+    async fn unresolved<O: Operation, R: Reply<O::Output>>(
+        &self,
+        operation: &O,
+        error: CallError,
+        reached: &Reached,
+        audited: &mut AuditedCall,
+    ) -> Result<R, CallError> {
+        let Some(call) = operation.unrouted_key() else {
+            return Err(error);
+        };
+        if classify(&error).0 != tonic::Code::Unavailable {
+            return Err(error);
+        }
+        let store = self.calls.idempotency.as_ref();
+        let metrics = &self.calls.metrics;
+        match idempotency::recorded(store, self.origin, &call, metrics).await {
+            None => Err(error),
+            Some(Err(refused)) => Err(refused),
+            Some(Ok(idempotency::Keyed::Replay { result, call_id })) => {
+                audited.describe(|r| r.keyed("replayed", &call_id));
+                let server = reached.server.as_deref().unwrap_or_default();
+                let mut reply = R::encode(Outcome::Done(result), server).map_err(|_| error)?;
+                reply.replayed();
+                Ok(reply)
+            }
+            Some(Ok(idempotency::Keyed::Run(_))) => Err(error),
+        }
     }
 }
 

@@ -273,8 +273,12 @@ impl AuditedCall {
         record.server = progress.server.map(str::to_owned);
         record.definition_hash = progress.definition_hash.map(str::to_owned);
         record.duration_ms = Some(crate::audit::millis(self.started.elapsed()));
-        let sent = result.is_ok() || progress.sent;
+        // Whether the request reached the upstream: not for a response
+        // that was recorded before (an idempotency key's replay).
+        let sent = progress.sent;
         record.sent = Some(sent);
+        // What is handed out is audited before it leaves.
+        let hands_out = result.is_ok() || sent;
         match result {
             Ok(response) => {
                 record.outcome = if response.is_error() {
@@ -310,13 +314,13 @@ impl AuditedCall {
             }
             None => self.audit.write(record).await,
         };
-        (written.is_err() && self.audit.is_required() && sent).then(|| {
+        (written.is_err() && self.audit.is_required() && hands_out).then(|| {
             tracing::error!(
                 outcome = ?result.as_ref().map(Recorded::is_error).map_err(|e| classify(e).1),
                 "the call's audit record cannot be written and audit.required is set: the result is withheld"
             );
             CallError::AuditUnavailable {
-                sent: result.is_ok() || progress.sent,
+                sent: hands_out,
                 idempotent: progress.idempotent,
             }
         })

@@ -150,6 +150,18 @@ impl Operation for ToolCall {
         (!self.idempotency_key.is_empty()).then_some(self.idempotency_key.as_str())
     }
 
+    fn unrouted_key(&self) -> Option<super::idempotency::KeyedCall<'_>> {
+        let key = self.idempotency_key()?;
+        let arguments = parse_arguments(&self.name, &self.arguments_json).ok()?;
+        Some(super::idempotency::KeyedCall {
+            key,
+            tool: &self.name,
+            request_state: &self.input.request_state,
+            arguments_sha256: super::rounds::arguments_digest(&arguments),
+            longest: Duration::ZERO,
+        })
+    }
+
     async fn resolve(
         &self,
         origin: &Origin,

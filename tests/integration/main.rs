@@ -25,6 +25,7 @@ mod fuzz_corpus;
 mod guard_example;
 mod guards;
 mod hostile;
+mod idempotency;
 mod input_interactive;
 mod input_unary;
 mod invoke;
