@@ -58,12 +58,15 @@ pub enum KeyRefusal {
         /// The call that claimed it.
         call_id: String,
     },
-    /// The call that claimed the key has not ended.
+    /// The call that claimed the key has not ended (this one's deadline
+    /// came first: a retry that waited for it, or the keyed call itself,
+    /// which goes on at the gateway).
     #[error(
-        "call {call_id} with this idempotency key is still in flight; nothing was sent: retry with the same key to get its outcome"
+        "the call{} with this idempotency key is still in progress at the gateway: retry with the same key to get its outcome",
+        if .call_id.is_empty() { String::new() } else { format!(" {}", .call_id) }
     )]
     InProgress {
-        /// The call that claimed it.
+        /// The call that claimed it (empty: this call itself).
         call_id: String,
     },
     /// The call that claimed the key may or may not have acted.
@@ -120,9 +123,12 @@ impl KeyRefusal {
     /// What its status's metadata says besides the reason.
     pub(crate) fn metadata(&self, metadata: &mut HashMap<String, String>) {
         match self {
-            Self::Reused { call_id } | Self::InProgress { call_id } | Self::InDoubt { call_id } => {
+            Self::Reused { call_id } | Self::InProgress { call_id } | Self::InDoubt { call_id }
+                if !call_id.is_empty() =>
+            {
                 metadata.insert("call_id".to_owned(), call_id.clone());
             }
+            Self::Reused { .. } | Self::InProgress { .. } | Self::InDoubt { .. } => {}
             Self::NotKept {
                 call_id, task_id, ..
             } => {

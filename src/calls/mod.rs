@@ -278,18 +278,33 @@ impl Calls {
             return pipeline::run(self, origin, operation).await;
         }
         // A call with an idempotency key runs to its end even when its
-        // caller goes away: its outcome is what the caller's retry gets.
+        // caller goes away or its deadline passes: its outcome is what the
+        // caller's retry gets.
+        let left = origin
+            .deadline
+            .map(|d| d.saturating_sub(origin.started.elapsed()));
+        let tenant = origin.tenant.name.clone();
         let calls = self.clone();
         let call = tokio::spawn(
             async move { pipeline::run(&calls, origin, operation).await }.in_current_span(),
         );
-        match call.await {
-            Ok(result) => result,
-            Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
-            Err(_) => Err(CallError::ShuttingDown {
+        let ended = match left {
+            Some(left) => tokio::time::timeout(left, call).await,
+            None => Ok(call.await),
+        };
+        match ended {
+            Ok(Ok(result)) => result,
+            Ok(Err(error)) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
+            Ok(Err(_)) => Err(CallError::ShuttingDown {
                 sent: false,
                 idempotent: false,
             }),
+            Err(_) => {
+                self.metrics.idempotency().outcome(&tenant, "in_progress");
+                Err(CallError::Keyed(idempotency::KeyRefusal::InProgress {
+                    call_id: String::new(),
+                }))
+            }
         }
     }
 

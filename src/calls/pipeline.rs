@@ -747,6 +747,9 @@ impl Steps<'_> {
             // told DEADLINE_EXCEEDED: nothing is sent.
             return Err(deadline_exceeded(false));
         }
+        // A call with an idempotency key runs on past its caller's
+        // deadline, within the server's: its outcome is what a retry gets.
+        let remaining = remaining.filter(|_| reached.key.is_none());
         let timeout = remaining
             .unwrap_or_else(|| operation.default_timeout(&routed))
             .min(config.max_call_timeout);

@@ -527,3 +527,59 @@ async fn an_approved_call_replays_without_asking_again() {
     }
     assert_eq!(local.ledger.made().len(), 1);
 }
+
+/// The example Python worker (grpcio, stubs generated from `proto/`)
+/// with `--idempotency-key` and a deadline shorter than the tool: its
+/// first attempt is told `CALL_IN_PROGRESS` at its deadline while the call
+/// goes on at the gateway, its retries wait or are told the same, and one
+/// gets the call's response, replayed.
+/// The tool ran once.
+#[tokio::test]
+async fn the_example_worker_retries_a_keyed_call_until_it_has_the_outcome() {
+    let local = Local::start("").await;
+    let examples = repo_root().join("examples/clients/python");
+    let python = python();
+    let generated = tokio::process::Command::new(examples.join("generate.sh"))
+        .env("PYTHON", &python)
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        generated.status.success(),
+        "{}",
+        String::from_utf8_lossy(&generated.stderr)
+    );
+    let run = tokio::time::timeout(
+        Duration::from_secs(60),
+        tokio::process::Command::new(&python)
+            .arg(examples.join("worker.py"))
+            .args([
+                "--addr",
+                &local.gateway.addr.to_string(),
+                "--timeout",
+                "0.6",
+                "--retries",
+                "20",
+                "--idempotency-key",
+                "worker-order-1",
+                "bank__transfer",
+                r#"{"amount": 12, "to": "jo", "delay_ms": 2000}"#,
+            ])
+            .env("TOOLGATE_TOKEN", TOKEN)
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr),
+    );
+    assert!(run.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("replayed: true"), "{stdout}\n{stderr}");
+    assert!(stdout.contains("text: transfer 1: 12 to jo"), "{stdout}");
+    // The first attempt's deadline came first: the call went on.
+    assert!(stderr.contains("ABORTED (CALL_IN_PROGRESS)"), "{stderr}");
+    assert_eq!(local.ledger.made().len(), 1, "{stderr}");
+}

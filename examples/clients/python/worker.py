@@ -11,6 +11,14 @@ Arguments:
     --addr       the gateway, host:port (default 127.0.0.1:50051); plaintext
     --timeout    deadline of each RPC in seconds (default 30)
     --retries    retries of a call shed, or refused as UNAVAILABLE (default 3)
+    --idempotency-key
+                 a key naming this call, made once per operation (a UUID):
+                 with it, UNKNOWN, DEADLINE_EXCEEDED, ABORTED
+                 (CALL_IN_PROGRESS) and a lost connection are retried too,
+                 since the gateway never runs a keyed call twice; a retry
+                 gets the first call's outcome (`replayed: true`).
+                 CALL_IN_DOUBT (the first call may have acted, nobody
+                 knows) is final. See docs/api.md, "Retrying safely".
     --catalog-version, --definition-hash
                  pins of a plan made earlier (default: those of the listing
                  this run just made). A stale pin is answered
@@ -139,9 +147,23 @@ class RpcFailed(Exception):
         self.attempts = attempts
 
 
-def retry_delay(error: ToolError, attempt: int) -> float | None:
-    """Seconds to wait before retrying `error`, or None when it must not be retried."""
+def retry_delay(error: ToolError, attempt: int, keyed: bool = False) -> float | None:
+    """Seconds to wait before retrying `error`, or None when it must not be retried.
+
+    `keyed`: the call carries an idempotency key, so a retry never runs the
+    tool twice (docs/api.md, "Retrying safely"): UNKNOWN, DEADLINE_EXCEEDED,
+    ABORTED (CALL_IN_PROGRESS) and a lost connection are retried too; the
+    retry gets the first call's outcome. CALL_IN_DOUBT is final.
+    """
     backoff = min(MAX_DELAY, 0.2 * 2**attempt)
+    if keyed and error.code in (
+        grpc.StatusCode.UNKNOWN,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.ABORTED,
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.CANCELLED,
+    ):
+        return min(MAX_DELAY, error.retry_delay if error.retry_delay is not None else backoff)
     if error.code == grpc.StatusCode.UNAVAILABLE:
         # toolgate's UNAVAILABLE means nothing reached the tool (or the tool is
         # idempotent), and always carries RetryInfo.
@@ -158,7 +180,7 @@ def retry_delay(error: ToolError, attempt: int) -> float | None:
     return None
 
 
-def with_retries(what: str, rpc, retries: int):
+def with_retries(what: str, rpc, retries: int, keyed: bool = False):
     """Runs `rpc()`, retrying retryable errors at most `retries` times; raises RpcFailed."""
     attempt = 0
     while True:
@@ -166,7 +188,7 @@ def with_retries(what: str, rpc, retries: int):
             return rpc()
         except grpc.RpcError as err:
             error = ToolError.from_rpc_error(err)
-        delay = retry_delay(error, attempt)
+        delay = retry_delay(error, attempt, keyed)
         if delay is None or attempt >= retries:
             raise RpcFailed(error, attempt)
         attempt += 1
@@ -186,6 +208,9 @@ def explain(error: ToolError, retried: int, addr: str) -> Failed:
         grpc.StatusCode.INVALID_ARGUMENT: "fix the arguments (the message is meant for the model)",
         grpc.StatusCode.FAILED_PRECONDITION: "the plan is still outdated after listing again"
         if reason in PIN_REASONS
+        else "the first call with this idempotency key may have acted and nobody knows: check its effect, "
+        "then call again with a new key"
+        if reason == "CALL_IN_DOUBT"
         else "the server refused the gateway's credentials: alert an operator (retrying cannot help)"
         if reason == "UPSTREAM_AUTH_REJECTED"
         else "the server needs something the gateway cannot relay",
@@ -244,6 +269,9 @@ def default_tool(listing) -> str:
 
 
 def print_result(response) -> None:
+    if response.replayed:
+        # An earlier attempt with the same idempotency key ran the tool.
+        print("replayed: true")
     print(f"is_error: {'true' if response.is_error else 'false'}")
     print("text: " + response.text.replace("\n", "\n      "))
     for i, block in enumerate(response.content):
@@ -319,6 +347,7 @@ def run(args: argparse.Namespace) -> int:
                 arguments_json=args.args,
                 catalog_version=catalog_version,
                 definition_hash=definition_hash,
+                idempotency_key=args.idempotency_key or "",
             )
             print(f"\ninvoking {name} {args.args} (catalog {catalog_version or '-'}, definition {definition_hash or '-'})")
             try:
@@ -326,6 +355,7 @@ def run(args: argparse.Namespace) -> int:
                     "InvokeTool",
                     lambda: stub.InvokeTool(request, metadata=metadata, timeout=args.timeout),
                     args.retries,
+                    keyed=bool(args.idempotency_key),
                 )
             except RpcFailed as f:
                 error = f.error
@@ -352,6 +382,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--retries", type=int, default=3, help="retries of shed/unavailable calls (default: %(default)s)")
     parser.add_argument("--catalog-version", help="pin: the catalog_version a plan was made against")
     parser.add_argument("--definition-hash", help="pin: the definition_hash a plan was made against")
+    parser.add_argument(
+        "--idempotency-key",
+        help="a key naming this call (e.g. a UUID made once per operation): retries after UNKNOWN, "
+        "DEADLINE_EXCEEDED, ABORTED or a lost connection are then safe, and get the first call's outcome",
+    )
     args = parser.parse_args(argv)
     try:
         return run(args)
