@@ -5,6 +5,7 @@
 use tonic::Code;
 
 use crate::calls::error::CallError;
+use crate::calls::idempotency::KeyRefusal;
 use crate::credentials::oauth::DelegationFailure;
 use crate::upstream::{UpstreamError, truncate};
 
@@ -164,7 +165,7 @@ pub fn classify(error: &CallError) -> (Code, &'static str) {
             (Code::InvalidArgument, "CALL_APPROVAL_REASON_TOO_LONG")
         }
         CallError::ApprovalStoreUnavailable { .. } => (Code::Unavailable, "STATE_UNAVAILABLE"),
-        CallError::Keyed(refusal) => refusal.classify(),
+        CallError::Keyed(refusal) => classify_key(refusal),
         CallError::Replayed(status) => (status.code(), status.reason()),
         CallError::InvalidCompletion(_) => (Code::InvalidArgument, "INVALID_COMPLETION"),
         CallError::InvalidUri(_) => (Code::InvalidArgument, "INVALID_RESOURCE_URI"),
@@ -315,5 +316,19 @@ fn classify_upstream(error: &UpstreamError, idempotent: bool) -> (Code, &'static
             jsonrpc::INTERNAL_ERROR => (Code::Internal, "UPSTREAM_INTERNAL_ERROR"),
             _ => (Code::Unknown, "UPSTREAM_ERROR"),
         },
+    }
+}
+
+/// The code and reason of a call with an idempotency key that was not
+/// run (docs/api.md, "Retrying safely").
+fn classify_key(refusal: &KeyRefusal) -> (Code, &'static str) {
+    match refusal {
+        KeyRefusal::Invalid(_) => (Code::InvalidArgument, "IDEMPOTENCY_KEY_INVALID"),
+        KeyRefusal::Reused { .. } => (Code::InvalidArgument, "IDEMPOTENCY_KEY_REUSED"),
+        KeyRefusal::InProgress { .. } => (Code::Aborted, "CALL_IN_PROGRESS"),
+        KeyRefusal::InDoubt { .. } => (Code::FailedPrecondition, "CALL_IN_DOUBT"),
+        KeyRefusal::NotKept { .. } => (Code::FailedPrecondition, "CALL_ALREADY_DONE"),
+        KeyRefusal::Limit { .. } => (Code::ResourceExhausted, "IDEMPOTENCY_KEY_LIMIT"),
+        KeyRefusal::StoreUnavailable { .. } => (Code::Unavailable, "STATE_UNAVAILABLE"),
     }
 }

@@ -106,20 +106,6 @@ pub enum KeyRefusal {
 }
 
 impl KeyRefusal {
-    /// The code and stable reason.
-    pub(crate) fn classify(&self) -> (tonic::Code, &'static str) {
-        use tonic::Code;
-        match self {
-            Self::Invalid(_) => (Code::InvalidArgument, "IDEMPOTENCY_KEY_INVALID"),
-            Self::Reused { .. } => (Code::InvalidArgument, "IDEMPOTENCY_KEY_REUSED"),
-            Self::InProgress { .. } => (Code::Aborted, "CALL_IN_PROGRESS"),
-            Self::InDoubt { .. } => (Code::FailedPrecondition, "CALL_IN_DOUBT"),
-            Self::NotKept { .. } => (Code::FailedPrecondition, "CALL_ALREADY_DONE"),
-            Self::Limit { .. } => (Code::ResourceExhausted, "IDEMPOTENCY_KEY_LIMIT"),
-            Self::StoreUnavailable { .. } => (Code::Unavailable, "STATE_UNAVAILABLE"),
-        }
-    }
-
     /// What its status's metadata says besides the reason.
     pub(crate) fn metadata(&self, metadata: &mut HashMap<String, String>) {
         match self {

@@ -108,6 +108,11 @@ pub struct CallArgs {
     /// approved it. Same tool and arguments as the call that was held.
     #[arg(long, value_name = "ID")]
     approval_id: Option<String>,
+    /// A key naming this call (1 to 255 visible ASCII characters): run it
+    /// again with the same key after any failure, and the gateway answers
+    /// with the first run's outcome instead of calling the tool twice.
+    #[arg(long, value_name = "KEY")]
+    idempotency_key: Option<String>,
 }
 
 pub(super) fn token(connection: &Connection) -> Result<String, String> {
@@ -359,6 +364,7 @@ pub async fn call(args: CallArgs) -> ExitCode {
         accepts_input: answerer.as_ref().map(Answerer::accepts),
         accepts_task: args.task,
         approval_id: args.approval_id.clone().unwrap_or_default(),
+        idempotency_key: args.idempotency_key.clone().unwrap_or_default(),
         ..Default::default()
     };
     let mut client = match connect(c).await {
@@ -606,9 +612,15 @@ fn print_result(args: &CallArgs, result: &pb::InvokeToolResponse) -> ExitCode {
             "structured_content": serde_json::from_str::<serde_json::Value>(&result.structured_content_json).ok(),
             "content": result.content.iter().map(describe).collect::<Vec<_>>(),
             "saved": saved.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
+            "replayed": result.replayed,
         });
         let _ = writeln!(out, "{value}");
     } else {
+        if result.replayed {
+            eprintln!(
+                "toolgate: the recorded response of an earlier call with this idempotency key (the tool did not run again)"
+            );
+        }
         let _ = writeln!(out, "{}", result.text);
         for path in &saved {
             let _ = writeln!(out, "saved {}", path.display());

@@ -133,6 +133,9 @@ fn config_with(section: &str, entries: &[String], stdio: bool) -> Option<String>
         "`tenants[].call_approvals`" => {
             format!("tenants: [{{name: t, tokens: [tok], call_approvals: {{{flow}}}}}]")
         }
+        "`tenants[].idempotency`" => {
+            format!("tenants: [{{name: t, tokens: [tok], idempotency: {{{flow}}}}}]")
+        }
         "`tenants[].call_approvals.approver_tokens[]`" => format!(
             "tenants: [{{name: t, tokens: [tok], call_approvals: {{approver_tokens: [{{name: a, token: approver-tok, {flow}}}]}}}}]"
         ),
