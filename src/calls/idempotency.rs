@@ -646,6 +646,63 @@ mod tests {
         assert_eq!(status.code(), tonic::Code::FailedPrecondition);
     }
 
+    fn done(kept: Vec<u8>) -> KeyRow {
+        KeyRow {
+            arguments_sha256: "a".to_owned(),
+            state: states::DONE.to_owned(),
+            call_id: "c1".to_owned(),
+            in_flight_until_ms: 0,
+            expires_at_ms: i64::MAX,
+            response: Some(kept),
+            unreadable: false,
+        }
+    }
+
+    #[test]
+    fn each_kind_of_record_answers_as_documented() {
+        let result = serde_json::json!({"content": []});
+        match replay::<serde_json::Value>(done(record_result(&result))) {
+            Ok(Keyed::Replay {
+                result: got,
+                call_id,
+            }) => {
+                assert_eq!((got, call_id.as_str()), (result, "c1"));
+            }
+            _ => panic!("a result replays"),
+        }
+        match replay::<serde_json::Value>(done(record_task("tgt_1"))) {
+            Err(CallError::Keyed(KeyRefusal::NotKept { task_id, .. })) => {
+                assert_eq!(task_id.as_deref(), Some("tgt_1"));
+            }
+            _ => panic!("a task is named"),
+        }
+        let failed = serde_json::to_vec(&Kept::<()>::Failed {
+            code: 7,
+            reason: "GUARD_DENIED".to_owned(),
+            message: "no".to_owned(),
+        })
+        .unwrap();
+        match replay::<serde_json::Value>(done(failed)) {
+            Err(CallError::Replayed(status)) => {
+                assert_eq!(
+                    classify(&CallError::Replayed(status.clone())),
+                    (tonic::Code::PermissionDenied, "GUARD_DENIED")
+                );
+                assert_eq!(status.call_id, "c1");
+            }
+            _ => panic!("a failure answers again"),
+        }
+        let mut unreadable = done(Vec::new());
+        unreadable.response = None;
+        unreadable.unreadable = true;
+        match replay::<serde_json::Value>(unreadable) {
+            Err(CallError::Keyed(KeyRefusal::NotKept { why, .. })) => {
+                assert!(why.contains("state.keys"))
+            }
+            _ => panic!("an unreadable record is never taken for none"),
+        }
+    }
+
     #[test]
     fn only_answers_without_a_definite_outcome_are_in_doubt() {
         assert!(may_have_acted(tonic::Code::Unknown));

@@ -420,12 +420,17 @@ async fn replicas_racing_one_key_run_the_call_once() {
         "state:\n  url: \"{}\"\n  keys: [{{ env: STATE_KEY }}]\n",
         pg.url()
     );
-    let (one_port, two_port) = (free_port(), free_port());
+    let (one_port, two_port, metrics_port) = (free_port(), free_port(), free_port());
     let mut gateways = Vec::new();
     for port in [one_port, two_port] {
         let path = dir.path().join(format!("gateway-{port}.yaml"));
         let audit = dir.path().join(format!("audit-{port}.jsonl"));
-        std::fs::write(&path, config(port, &state, &audit, &ledger, "")).unwrap();
+        let top = if port == two_port {
+            format!("metrics:\n  listen: \"127.0.0.1:{metrics_port}\"\n{state}")
+        } else {
+            state.clone()
+        };
+        std::fs::write(&path, config(port, &top, &audit, &ledger, "")).unwrap();
         gateways.push(serve_binary(
             &path,
             &dir.path().join(format!("{port}.log")),
@@ -473,6 +478,19 @@ async fn replicas_racing_one_key_run_the_call_once() {
         (first.text.as_str(), true)
     );
     assert_eq!(ledger.made().len(), 4);
+    // The second replica counted what its keyed calls did.
+    let page = scrape(metrics_port).await;
+    let count = |outcome: &str| {
+        sample(
+            &page,
+            &format!("toolgate_idempotency_keys_total{{tenant=\"acme\",outcome=\"{outcome}\"}}"),
+        )
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(0)
+    };
+    assert_eq!(count("in_progress"), 1, "{page}");
+    assert!(count("replayed") >= 1, "{page}");
+    assert_eq!(count("replayed") + count("claimed"), 4, "{page}");
     drop(gateways);
 }
 
@@ -582,4 +600,50 @@ async fn the_example_worker_retries_a_keyed_call_until_it_has_the_outcome() {
     // The first attempt's deadline came first: the call went on.
     assert!(stderr.contains("ABORTED (CALL_IN_PROGRESS)"), "{stderr}");
     assert_eq!(local.ledger.made().len(), 1, "{stderr}");
+}
+
+/// `toolgate call --idempotency-key`: the same command run twice calls
+/// the tool once; the second run prints the recorded response and says
+/// on stderr that it is one (`"replayed": true` with `--json`).
+#[tokio::test]
+async fn the_cli_call_with_a_key_runs_once() {
+    let local = Local::start("").await;
+    let addr = local.gateway.addr.to_string();
+    let run = |json: bool| {
+        let mut command = tokio::process::Command::new(toolgate_bin());
+        command
+            .args(["call", "--addr", &addr])
+            .args(json.then_some("--json"))
+            .args([
+                "bank__transfer",
+                r#"{"amount": 3, "to": "kim"}"#,
+                "--idempotency-key",
+                "cli-1",
+            ])
+            .env("TOOLGATE_TOKEN", TOKEN)
+            .env_remove("TOOLGATE_ADDR")
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true);
+        async move {
+            let output = tokio::time::timeout(Duration::from_secs(60), command.output())
+                .await
+                .unwrap()
+                .unwrap();
+            assert!(output.status.success(), "{output:?}");
+            (
+                String::from_utf8_lossy(&output.stdout).into_owned(),
+                String::from_utf8_lossy(&output.stderr).into_owned(),
+            )
+        }
+    };
+    let (first, stderr) = run(false).await;
+    assert_eq!(first.trim(), "transfer 1: 3 to kim");
+    assert!(!stderr.contains("recorded response"), "{stderr}");
+    let (second, stderr) = run(false).await;
+    assert_eq!(second, first);
+    assert!(stderr.contains("recorded response"), "{stderr}");
+    let (json, _) = run(true).await;
+    let json: serde_json::Value = serde_json::from_str(json.trim()).unwrap();
+    assert_eq!(json["replayed"], true, "{json}");
+    assert_eq!(local.ledger.made().len(), 1);
 }
