@@ -330,7 +330,20 @@ pub async fn run_with_reload(
                 .clone()
                 .sweep_until(stop_sweep.clone()),
         );
-        tokio::spawn(calls.call_approvals().clone().follow_until(stop_sweep));
+        tokio::spawn(
+            calls
+                .call_approvals()
+                .clone()
+                .follow_until(stop_sweep.clone()),
+        );
+    }
+    // Expired idempotency keys are purged (once this process has used the
+    // store: a gateway that never did creates nothing).
+    if let Some(state) = &state {
+        tokio::spawn(crate::calls::idempotency::purge_until(
+            state.store.clone(),
+            stop_sweep,
+        ));
     }
     let gateway = Gateway::new(calls);
     let (health, health_service) = tonic_health::server::health_reporter();

@@ -609,6 +609,28 @@ fn may_have_acted(code: tonic::Code) -> bool {
     )
 }
 
+/// How often expired keys are purged.
+const PURGE_EVERY: Duration = Duration::from_secs(60);
+
+/// Purges expired keys of every tenant every minute until `stop` (a
+/// tenant's own are also purged at each of its claims), once this process
+/// has used the store.
+pub async fn purge_until(store: StateStore, stop: tokio_util::sync::CancellationToken) {
+    let mut ticks = tokio::time::interval(PURGE_EVERY);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            _ = ticks.tick() => {}
+        }
+        match store.purge_expired_keys().await {
+            Ok(0) => {}
+            Ok(purged) => tracing::debug!(purged, "expired idempotency keys purged"),
+            Err(e) => tracing::debug!(error = %e, "idempotency keys: purge skipped"),
+        }
+    }
+}
+
 /// A new call id: 128 random bits, hex.
 fn new_call_id() -> String {
     format!("{:032x}", fastrand::u128(..))

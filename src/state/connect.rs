@@ -96,6 +96,11 @@ impl StateStore {
         self.pool.close().await;
     }
 
+    /// Whether this process has used the store (connected and migrated).
+    pub(super) fn is_ready(&self) -> bool {
+        self.migrated.initialized()
+    }
+
     /// Applies the migrations once per store (retried after a failure), one
     /// process at a time ([`migrate`](super::migrate)).
     pub(super) async fn ready(&self) -> Result<&AnyPool, StateError> {

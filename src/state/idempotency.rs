@@ -268,6 +268,24 @@ impl StateStore {
         Ok(done.rows_affected() > 0)
     }
 
+    /// Deletes every expired key; nothing (and no connection) when this
+    /// process has not used the store yet. Returns how many went.
+    ///
+    /// # Errors
+    /// [`StateError::Unavailable`] when the store cannot be reached.
+    pub async fn purge_expired_keys(&self) -> Result<u64, StateError> {
+        if !self.is_ready() {
+            return Ok(0);
+        }
+        let pool = self.ready().await?;
+        let done = sqlx::query("DELETE FROM toolgate_idempotency_keys WHERE expires_at_ms <= $1")
+            .bind(now_ms())
+            .execute(pool)
+            .await
+            .map_err(StateError::from_sqlx)?;
+        Ok(done.rows_affected())
+    }
+
     /// A row of [`COLUMNS`], its response opened.
     fn key_row(&self, row: &sqlx::any::AnyRow) -> Result<KeyRow, StateError> {
         let record = Record::IdempotencyKey;
@@ -379,6 +397,14 @@ mod tests {
         let mut stale = store.key(&other, "acme").await.unwrap().unwrap();
         stale.in_flight_until_ms = now_ms() - 1;
         assert_eq!(stale.state_now(now_ms()), states::IN_DOUBT);
+        // Expired keys are purged, by the sweep too.
+        let brief = key_hash("acme", "token:a", "pay__send", "brief");
+        let mut short = claim(&brief, "c6", "a");
+        short.expires_at_ms = now_ms() + 30;
+        store.claim_key(&short, 10).await.unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(60)).await;
+        assert_eq!(store.purge_expired_keys().await.unwrap(), 1);
+        assert!(store.key(&brief, "acme").await.unwrap().is_none());
         // A tenant's live keys are bounded.
         let third = key_hash("acme", "token:a", "pay__send", "k5");
         assert!(matches!(
