@@ -5,7 +5,7 @@
 use tonic::Code;
 
 use crate::calls::error::CallError;
-use crate::calls::idempotency::KeyRefusal;
+use crate::calls::idempotency::refusal::KeyRefusal;
 use crate::credentials::oauth::DelegationFailure;
 use crate::upstream::{UpstreamError, truncate};
 

@@ -524,11 +524,11 @@ pub enum CallError {
     /// A call with an idempotency key was not run (`docs/api.md`,
     /// "Retrying safely").
     #[error(transparent)]
-    Keyed(super::idempotency::KeyRefusal),
+    Keyed(super::idempotency::refusal::KeyRefusal),
     /// A call with an idempotency key whose first call failed with a
     /// definite status: that status again, nothing sent.
     #[error("{} (the recorded outcome of call {} with this idempotency key; not sent again)", .0.message, .0.call_id)]
-    Replayed(Box<super::idempotency::RecordedStatus>),
+    Replayed(Box<super::idempotency::refusal::RecordedStatus>),
     // Guards (`guards:`, docs/guards.md).
     /// A guard denied the call: in the request phase nothing was sent; in
     /// the response phase the result is withheld.
