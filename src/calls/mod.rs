@@ -13,6 +13,7 @@
 //! code and stable reason [`classify`] gives.
 
 pub mod approval;
+pub mod breaker;
 mod classify;
 mod completion;
 pub mod drain;
@@ -155,6 +156,8 @@ pub struct Calls {
     task_store: Option<crate::state::StateStore>,
     /// Tool calls held for a person's approval (`require_approval`).
     approvals: approval::CallApprovals,
+    /// The servers' circuit breakers (step 7a).
+    breakers: Arc<breaker::Breakers>,
 }
 
 impl Calls {
@@ -176,6 +179,7 @@ impl Calls {
                 metrics.clone(),
                 approval::notify::Notifier::new(Arc::default()),
             ),
+            breakers: Arc::new(breaker::Breakers::new(metrics.clone())),
             metrics,
         }
     }
@@ -235,6 +239,15 @@ impl Calls {
     #[must_use]
     pub fn call_approvals(&self) -> &approval::CallApprovals {
         &self.approvals
+    }
+
+    /// The servers' circuit breakers: the registry tells them of sessions
+    /// established and servers retired
+    /// ([`crate::registry::Registry::observe_sessions`]), listings show
+    /// their state.
+    #[must_use]
+    pub fn breakers(&self) -> &Arc<breaker::Breakers> {
+        &self.breakers
     }
 
     /// The audit trail.

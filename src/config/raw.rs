@@ -172,6 +172,7 @@ pub(crate) struct RawDefaults {
     pub(crate) lifecycle: Option<super::Lifecycle>,
     pub(crate) connect: Option<super::ConnectMode>,
     pub(crate) idle_timeout: Option<String>,
+    pub(crate) circuit_breaker: Option<super::breaker::RawCircuitBreaker>,
 }
 
 /// One tenant.
@@ -252,6 +253,7 @@ pub(crate) struct RawServer {
     pub(crate) roots: Option<Vec<super::input::RawRoot>>,
     #[serde(default)]
     pub(crate) guards: Vec<String>,
+    pub(crate) circuit_breaker: Option<super::breaker::RawCircuitBreaker>,
 }
 
 /// An operator's override of one tool's definition.

@@ -32,6 +32,9 @@
 //! | `toolgate_call_approvals_total` | counter | tenant, event |
 //! | `toolgate_call_approvals_pending` | gauge | tenant |
 //! | `toolgate_call_approval_decision_seconds` | histogram | tenant |
+//! | `toolgate_circuit_open` | gauge | tenant, server |
+//! | `toolgate_circuit_opened_total` | counter | tenant, server |
+//! | `toolgate_circuit_probes_total` | counter | tenant, server, result |
 
 use std::sync::Arc;
 
@@ -43,12 +46,14 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 
+mod breaker;
 mod call_approvals;
 mod calls;
 mod guards;
 mod tenants;
 mod tls;
 
+pub use breaker::CircuitMetrics;
 pub use call_approvals::CallApprovalMetrics;
 pub use calls::{InFlight, TenantCalls, ToolCalls};
 pub use guards::GuardMetrics;
@@ -169,6 +174,7 @@ pub struct Metrics {
     admin_requests: Family<AdminLabels, Counter>,
     guards: GuardMetrics,
     call_approvals: CallApprovalMetrics,
+    circuits: CircuitMetrics,
 }
 
 /// The state of a `tenants_dir` file.
@@ -342,6 +348,7 @@ impl Metrics {
         let tls = TlsMetrics::register(&mut registry);
         let guards = GuardMetrics::register(&mut registry);
         let call_approvals = CallApprovalMetrics::register(&mut registry);
+        let circuits = CircuitMetrics::register(&mut registry);
         let tenants_dir_files = Family::<FileStateLabels, Gauge>::default();
         registry.register(
             "toolgate_tenants_dir_files",
@@ -360,6 +367,7 @@ impl Metrics {
         Metrics {
             guards,
             call_approvals,
+            circuits,
             tenants,
             tls,
             registry,
@@ -396,6 +404,11 @@ impl Metrics {
     /// Call approvals (tool calls held for a person's decision).
     pub fn call_approvals(&self) -> &CallApprovalMetrics {
         &self.call_approvals
+    }
+
+    /// The calls' circuit breakers.
+    pub fn circuits(&self) -> &CircuitMetrics {
+        &self.circuits
     }
 
     /// Counts one `rpc` request of `tenant` to `server` that ended with
