@@ -6,9 +6,8 @@
 
 use std::time::Duration;
 
-use serde::Deserialize;
-
 use super::fields::{Errors, at_least_one, duration};
+use super::raw::RawCircuitBreaker;
 
 /// Breaking failures in a row that open a server's breaker, by default.
 pub const DEFAULT_CIRCUIT_FAILURES: u32 = 5;
@@ -17,16 +16,6 @@ pub const DEFAULT_CIRCUIT_COOL_DOWN: Duration = Duration::from_secs(30);
 /// The longest cool-down a breaker that keeps reopening backs off to, by
 /// default.
 pub const DEFAULT_CIRCUIT_MAX_COOL_DOWN: Duration = Duration::from_secs(5 * 60);
-
-/// `circuit_breaker:` as written.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawCircuitBreaker {
-    pub(crate) enabled: Option<bool>,
-    pub(crate) failures: Option<u32>,
-    pub(crate) cool_down: Option<String>,
-    pub(crate) max_cool_down: Option<String>,
-}
 
 /// A server's circuit breaker: after `failures` breaking failures in a row
 /// (transport errors, timeouts of the server's own, HTTP 5xx, sessions that
