@@ -1,11 +1,13 @@
 //! Circuit breakers (issue 36) with real servers: an HTTP server answering
-//! 503 behind a gate that counts what reaches it, and a stdio server that is
-//! frozen (SIGSTOP) and then killed. A run of breaking failures opens the
+//! 503 behind a gate that counts what reaches it, a stdio server that is
+//! frozen (SIGSTOP) and then killed, and a per-user OAuth server (the
+//! Python fixtures of oauth.rs) frozen while two subjects call it. A run of breaking failures opens the
 //! server's breaker (the next call is SERVER_CIRCUIT_OPEN with RetryInfo and
 //! never reaches the server), ListTools and the metrics say so, a probe
 //! after the cool-down closes it (or, failing, opens it again for longer;
 //! only one at a time), a reconnect closes it, the tenant's other servers
-//! and a tool's `isError` answers never count.
+//! and a tool's `isError` answers never count, a per-user server's subjects
+//! have breakers of their own, shared by every kind of call.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -375,5 +377,115 @@ async fn a_breaker_switched_off_never_opens() {
         circuit(&list(&mut client, TOKEN).await, "flaky"),
         pb::CircuitState::Disabled
     );
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_per_user_servers_subjects_have_breakers_of_their_own() {
+    use crate::oauth::{
+        Scratch, authorization_url, call, call_settled, config, consent_confirmed, env, listing,
+        upstream_with,
+    };
+    let upstream = upstream_with(3600, &[], &["--prompts"]);
+    let Scratch {
+        dir: _dir,
+        state_url,
+        ..
+    } = Scratch::new();
+    let consent_port = free_port();
+    let metrics_port = free_port();
+    let per_user = "        oauth: { grant: authorization_code }\n";
+    let base = config(&upstream, &state_url, consent_port);
+    assert!(base.contains(per_user), "{base}");
+    let yaml = format!(
+        "metrics:\n  listen: \"127.0.0.1:{metrics_port}\"\n{}",
+        base.replacen(
+            per_user,
+            &format!(
+                "{per_user}        call_timeout: \"1s\"\n        circuit_breaker: {{ failures: 2, cool_down: \"1h\" }}\n"
+            ),
+            1
+        )
+    );
+    let gateway = TestGateway::start(&yaml, &env()).await;
+    let mut client = gateway.client().await;
+    for user in ["alice", "bob"] {
+        let status = call_settled(&mut client, Some(user), "docs__whoami")
+            .await
+            .unwrap_err();
+        let url = authorization_url(&status);
+        consent_confirmed(&mut client, &url, user, consent_port).await;
+        let answer = call_settled(&mut client, Some(user), "docs__whoami")
+            .await
+            .unwrap();
+        assert!(answer.contains(user), "{answer}");
+    }
+
+    // Frozen, the server lets Alice's calls run into its timeout: her
+    // breaker opens, for every kind of call she makes to it.
+    let pid = upstream.mcp_pid();
+    signal(pid, "STOP");
+    for _ in 0..2 {
+        let status = call(&mut client, Some("alice"), "docs__whoami")
+            .await
+            .unwrap_err();
+        assert_eq!(reason(&status), "UPSTREAM_TIMEOUT", "{status:?}");
+    }
+    let status = call(&mut client, Some("alice"), "docs__whoami")
+        .await
+        .unwrap_err();
+    assert_circuit_open(&status, "docs", Duration::from_secs(3600));
+    assert!(
+        status.message().contains("for this subject"),
+        "{}",
+        status.message()
+    );
+    let mut prompt = authed(
+        "acme-token",
+        pb::GetPromptRequest {
+            name: "docs__whoami".to_owned(),
+            ..Default::default()
+        },
+    );
+    prompt
+        .metadata_mut()
+        .insert("x-toolgate-subject", "alice".parse().unwrap());
+    let status = client.get_prompt(prompt).await.unwrap_err();
+    assert_circuit_open(&status, "docs", Duration::from_secs(3600));
+
+    // Bob's calls still go to the server (and time out there).
+    let status = call(&mut client, Some("bob"), "docs__whoami")
+        .await
+        .unwrap_err();
+    assert_eq!(reason(&status), "UPSTREAM_TIMEOUT", "{status:?}");
+    assert_eq!(
+        circuit(&listing(&mut client, "alice").await, "docs"),
+        pb::CircuitState::Open
+    );
+    let bobs = listing(&mut client, "bob").await;
+    assert_eq!(circuit(&bobs, "docs"), pb::CircuitState::Closed);
+    assert_eq!(circuit(&bobs, "svc"), pb::CircuitState::Closed);
+    assert_eq!(
+        metric(
+            metrics_port,
+            r#"toolgate_circuit_open{tenant="acme",server="docs"}"#
+        )
+        .await
+        .as_deref(),
+        Some("1"),
+        "one subject's breaker is open"
+    );
+
+    // Thawed, the server answers Bob; Alice's breaker stays open until its
+    // cool-down ends (no session of hers was lost or made).
+    signal(pid, "CONT");
+    let answer = call(&mut client, Some("bob"), "docs__whoami")
+        .await
+        .unwrap();
+    assert!(answer.contains("bob"), "{answer}");
+    let status = call(&mut client, Some("alice"), "docs__whoami")
+        .await
+        .unwrap_err();
+    assert_circuit_open(&status, "docs", Duration::from_secs(3600));
     gateway.shutdown().await;
 }
