@@ -24,7 +24,7 @@
 //! go with it ([`SessionEvents::retired`]).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -159,6 +159,9 @@ struct Key {
 pub struct Breakers {
     metrics: Arc<Metrics>,
     tenants: Mutex<HashMap<String, HashMap<String, ServerBreakers>>>,
+    /// Whether `tenants` holds any breaker (set under its lock): while
+    /// none is kept, a call passes and succeeds without taking the lock.
+    kept: AtomicBool,
     probes: AtomicU64,
 }
 
@@ -182,6 +185,7 @@ impl Breakers {
         Self {
             metrics,
             tenants: Mutex::default(),
+            kept: AtomicBool::new(false),
             probes: AtomicU64::new(1),
         }
     }
@@ -268,6 +272,9 @@ impl Breakers {
     /// for the probe of a breaker whose cool-down ended, `Err(retry_after)`
     /// when it fails fast.
     fn check_at(&self, key: &Key, now: Instant) -> Result<Option<u64>, Duration> {
+        if !self.kept.load(Ordering::Acquire) {
+            return Ok(None);
+        }
         let mut tenants = self.tenants.lock().expect("breakers lock");
         let Some(breaker) = find(&mut tenants, key) else {
             return Ok(None);
@@ -289,6 +296,7 @@ impl Breakers {
     /// probe `probe`, or not) at `now`.
     fn failed_at(&self, key: &Key, config: CircuitBreaker, probe: Option<u64>, now: Instant) {
         let mut tenants = self.tenants.lock().expect("breakers lock");
+        self.kept.store(true, Ordering::Release);
         let Some(breaker) = find_or_insert(&mut tenants, key, config, now, self.metrics.circuits())
         else {
             tracing::debug!(tenant = %key.tenant, server = %key.server, "circuit not counted: every kept subject's breaker is open");
@@ -340,6 +348,9 @@ impl Breakers {
     /// The server answered a call that passed `key`'s breaker (as the
     /// probe `probe`, or not): the breaker closes and is forgotten.
     fn answered(&self, key: &Key, probe: Option<u64>) {
+        if !self.kept.load(Ordering::Acquire) {
+            return;
+        }
         let mut tenants = self.tenants.lock().expect("breakers lock");
         let Some(servers) = tenants.get_mut(&key.tenant) else {
             return;
@@ -357,6 +368,7 @@ impl Breakers {
                 tenants.remove(&key.tenant);
             }
         }
+        self.kept.store(!tenants.is_empty(), Ordering::Release);
         drop(tenants);
         let Some(removed) = removed else {
             return;
@@ -438,6 +450,7 @@ impl Breakers {
         if servers.is_empty() {
             tenants.remove(tenant);
         }
+        self.kept.store(!tenants.is_empty(), Ordering::Release);
         drop(tenants);
         self.metrics
             .circuits()
