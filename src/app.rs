@@ -311,6 +311,9 @@ pub async fn run_with_reload(
     let mut calls = Calls::new(abort.clone(), metrics.clone(), drain.clone())
         .with_audit(audit.clone())
         .with_webhooks(config.upstream_allow.clone());
+    // A session established closes the breakers it concerns; a retired
+    // server's go with it.
+    registry.observe_sessions(calls.breakers().clone());
     if let Some(state) = &state {
         calls = calls
             .with_request_keys(state.keys.clone())

@@ -74,6 +74,7 @@ pub fn classify(error: &CallError) -> (Code, &'static str) {
         CallError::TenantStoreUnavailable(_) => (Code::Unavailable, "TENANT_STORE_UNAVAILABLE"),
         CallError::ResponseTooLarge { .. } => (Code::ResourceExhausted, "RESULT_TOO_LARGE"),
         CallError::ServerUnavailable { .. } => (Code::Unavailable, "UPSTREAM_UNAVAILABLE"),
+        CallError::CircuitOpen { .. } => (Code::Unavailable, "SERVER_CIRCUIT_OPEN"),
         CallError::DeadlineExceeded { .. } => (Code::DeadlineExceeded, "DEADLINE_EXCEEDED"),
         CallError::ShuttingDown { sent, idempotent } => {
             (in_doubt(*sent, *idempotent), "SHUTTING_DOWN")

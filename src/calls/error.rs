@@ -164,6 +164,21 @@ pub enum CallError {
         /// Why the server is not connected.
         reason: String,
     },
+    /// The server's circuit breaker is open (a run of breaking failures),
+    /// or half-open with its probe call under way: the call failed at once,
+    /// nothing was sent.
+    #[error("server `{server}` is failing{}: its circuit breaker is open, so {tool} was not sent; retry in {}", if *.per_subject { " for this subject" } else { "" }, humantime::format_duration(Duration::from_millis(u64::try_from(.retry_after.as_millis()).unwrap_or(u64::MAX).max(1))))]
+    CircuitOpen {
+        /// The server.
+        server: String,
+        /// What the request named (a tool, a prompt, a resource).
+        tool: Target,
+        /// Until the breaker lets a probe call through (or, half-open, a
+        /// short wait for the probe's outcome).
+        retry_after: Duration,
+        /// The breaker is the subject's own (a per-user server).
+        per_subject: bool,
+    },
     /// The upstream request failed.
     #[error("{tool} on server `{server}`: {error}")]
     Upstream {

@@ -13,6 +13,7 @@
 //! code and stable reason [`classify`] gives.
 
 pub mod approval;
+pub mod breaker;
 mod classify;
 mod completion;
 pub mod drain;
@@ -159,6 +160,8 @@ pub struct Calls {
     /// Where idempotency keys are recorded (`None`: no state store is
     /// open, and a call with a key is refused with nothing sent).
     idempotency: Option<crate::state::StateStore>,
+    /// The servers' circuit breakers (step 7a).
+    breakers: Arc<breaker::Breakers>,
 }
 
 impl Calls {
@@ -181,6 +184,7 @@ impl Calls {
                 metrics.clone(),
                 approval::notify::Notifier::new(Arc::default()),
             ),
+            breakers: Arc::new(breaker::Breakers::new(metrics.clone())),
             metrics,
         }
     }
@@ -248,6 +252,15 @@ impl Calls {
     #[must_use]
     pub fn call_approvals(&self) -> &approval::CallApprovals {
         &self.approvals
+    }
+
+    /// The servers' circuit breakers: the registry tells them of sessions
+    /// established and servers retired
+    /// ([`crate::registry::Registry::observe_sessions`]), listings show
+    /// their state.
+    #[must_use]
+    pub fn breakers(&self) -> &Arc<breaker::Breakers> {
+        &self.breakers
     }
 
     /// The audit trail.

@@ -22,6 +22,11 @@
 //! 6. **retry**: a retry's sealed `request_state` and answers, checked
 //!    and its round claimed (before anything is sent);
 //! 7. **server slot**: the server's concurrency limit;
+//!
+//!    7a. **circuit breaker** (`breaker.rs`): a server whose breaker is
+//!    open fails fast (nothing sent); the session's and the answer's
+//!    outcome (steps 8 and 16) are recorded on it;
+//!
 //! 8. **session**: the tenant's session of the server, or the subject's
 //!    own for a per-user server;
 //! 9. **capability**: the server declared what the operation needs;
@@ -697,10 +702,17 @@ impl Steps<'_> {
             }
             _ => None,
         };
+        // 7a. circuit breaker: a server that keeps failing is failed fast,
+        // nothing sent, without waiting for a slot; what steps 8 and 16
+        // come to is recorded on it.
+        let mut breaker = calls.breakers.pass(&routed, origin)?;
         // 7. server slot
         let _server_slot = server_slot(&routed).await?;
         // 8. session
-        let session = operation.session(&routed, origin).await?;
+        let session = operation
+            .session(&routed, origin)
+            .await
+            .inspect_err(|error| breaker.session_failed(error))?;
         // 9. capability
         if let Some(feature) = O::FEATURE
             && !supports(&session, feature)
@@ -777,6 +789,8 @@ impl Steps<'_> {
         };
         let upstream_started = Instant::now();
         let result = operation.send(sending).await?;
+        // A timeout counts against the server only when it had its own.
+        breaker.answered(&result, timeout >= operation.default_timeout(&routed));
         if let Some(tool) = &reached.tool_series {
             tool.upstream_finished(upstream_started.elapsed().as_secs_f64());
         }

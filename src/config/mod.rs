@@ -6,6 +6,7 @@ pub mod address;
 mod admin;
 mod approvals;
 mod audit;
+mod breaker;
 mod call_approvals;
 mod callers;
 mod fields;
@@ -37,6 +38,10 @@ pub use admin::{
 };
 pub use approvals::{ApprovalsConfig, Definitions};
 pub use audit::{AuditArguments, AuditConfig, AuditDestination, DEFAULT_AUDIT_QUEUE};
+pub use breaker::{
+    CircuitBreaker, DEFAULT_CIRCUIT_COOL_DOWN, DEFAULT_CIRCUIT_FAILURES,
+    DEFAULT_CIRCUIT_MAX_COOL_DOWN,
+};
 pub use call_approvals::{
     ApproverToken, CallApprovalsConfig, DEFAULT_MAX_PENDING_PER_SUBJECT, DEFAULT_WEBHOOK_ATTEMPTS,
     DEFAULT_WEBHOOK_TIMEOUT, MAX_PENDING_PER_SUBJECT_LIMIT, MAX_WEBHOOK_ATTEMPTS,
@@ -451,6 +456,9 @@ pub struct ServerConfig {
     /// The guards (`guards[].name`) asked about every call to this server,
     /// in order, after the tenant's.
     pub guards: Vec<String>,
+    /// The server's circuit breaker (`circuit_breaker`); `None`: switched
+    /// off.
+    pub circuit_breaker: Option<CircuitBreaker>,
 }
 
 /// An operator's override of one tool's definition, applied before the
@@ -541,6 +549,7 @@ impl ServerConfig {
         );
         field(format!("definitions{:?}", self.definitions).as_bytes());
         field(format!("input{:?}roots{:?}", self.input, self.roots).as_bytes());
+        field(format!("circuit_breaker{:?}", self.circuit_breaker).as_bytes());
         if let Some(oauth) = &self.oauth {
             field(
                 format!(

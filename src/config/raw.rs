@@ -172,6 +172,17 @@ pub(crate) struct RawDefaults {
     pub(crate) lifecycle: Option<super::Lifecycle>,
     pub(crate) connect: Option<super::ConnectMode>,
     pub(crate) idle_timeout: Option<String>,
+    pub(crate) circuit_breaker: Option<RawCircuitBreaker>,
+}
+
+/// `circuit_breaker:` (in `defaults` and per server) as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawCircuitBreaker {
+    pub(crate) enabled: Option<bool>,
+    pub(crate) failures: Option<u32>,
+    pub(crate) cool_down: Option<String>,
+    pub(crate) max_cool_down: Option<String>,
 }
 
 /// One tenant.
@@ -262,6 +273,7 @@ pub(crate) struct RawServer {
     pub(crate) roots: Option<Vec<super::input::RawRoot>>,
     #[serde(default)]
     pub(crate) guards: Vec<String>,
+    pub(crate) circuit_breaker: Option<RawCircuitBreaker>,
 }
 
 /// An operator's override of one tool's definition.

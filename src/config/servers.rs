@@ -40,6 +40,7 @@ pub(super) struct Defaults {
     lifecycle: Lifecycle,
     pub(super) connect: Option<ConnectMode>,
     pub(super) idle_timeout: Duration,
+    circuit_breaker: Option<super::CircuitBreaker>,
 }
 
 /// Validates `defaults:`.
@@ -87,6 +88,12 @@ pub(super) fn defaults(errors: &mut Errors, raw: RawDefaults) -> Defaults {
             "defaults.idle_timeout",
             raw.idle_timeout.as_deref(),
             DEFAULT_IDLE_TIMEOUT,
+        ),
+        circuit_breaker: super::breaker::circuit_breaker(
+            errors,
+            "defaults.circuit_breaker",
+            raw.circuit_breaker,
+            Some(super::CircuitBreaker::default()),
         ),
     }
 }
@@ -177,6 +184,12 @@ pub(super) fn validate_server(
     let lifecycle = server.lifecycle.unwrap_or(defaults.lifecycle);
     let input = super::input::input(errors, &format!("{path}.input"), server.input, lifecycle);
     let roots = super::input::roots(errors, &format!("{path}.roots"), server.roots);
+    let circuit_breaker = super::breaker::circuit_breaker(
+        errors,
+        &format!("{path}.circuit_breaker"),
+        server.circuit_breaker,
+        defaults.circuit_breaker,
+    );
     if errors.0.len() != before {
         return None;
     }
@@ -200,6 +213,7 @@ pub(super) fn validate_server(
         input,
         roots,
         guards: server.guards,
+        circuit_breaker,
     })
 }
 

@@ -201,6 +201,38 @@ fn rest_of_listing(catalog: &Catalog, view: Option<&View>) -> pb::ListToolsRespo
     }
 }
 
+/// Shows each server's circuit breaker (a per-user server's: `subject`'s)
+/// in `servers`, the statuses of a listing of `tenant`.
+pub(super) fn show_circuits(
+    breakers: &crate::calls::breaker::Breakers,
+    tenant: &crate::registry::Tenant,
+    subject: &crate::callers::Subject,
+    servers: &mut [pb::ServerStatus],
+) {
+    use crate::calls::breaker::Circuit;
+    for (index, server) in tenant.servers().enumerate() {
+        let Some(status) = servers.iter_mut().find(|s| s.name == server.name) else {
+            continue;
+        };
+        let per_user = tenant.is_per_user(index).then(|| subject.key());
+        let circuit = breakers.circuit(
+            &tenant.name,
+            &server.name,
+            per_user,
+            server.circuit_breaker.as_ref(),
+        );
+        let (state, retry_after) = match circuit {
+            Circuit::Off => (pb::CircuitState::Disabled, None),
+            Circuit::Closed => (pb::CircuitState::Closed, None),
+            Circuit::Open { retry_after } => (pb::CircuitState::Open, Some(retry_after)),
+            Circuit::HalfOpen => (pb::CircuitState::HalfOpen, None),
+        };
+        status.circuit = state.into();
+        status.circuit_retry_after_ms =
+            retry_after.map_or(0, |r| u64::try_from(r.as_millis()).unwrap_or(u64::MAX));
+    }
+}
+
 /// Shows, for each per-user server, whether the caller's subject has
 /// authorized it: `AUTHORIZATION_REQUIRED` with the URL to consent at when
 /// it has not. A server the tenant's policy permits the caller no tool of

@@ -169,6 +169,12 @@ impl server::tool_gateway_server::ToolGateway for Gateway {
         let view = viewer.view(&catalog);
         let mut response = listing::list_response(&catalog, &filter, view.as_deref());
         listing::show_consent(&tenant, &catalog, &viewer, &mut response).await;
+        listing::show_circuits(
+            self.calls.breakers(),
+            &tenant,
+            &subject,
+            &mut response.rest.servers,
+        );
         Ok(Response::new(response))
     }
 

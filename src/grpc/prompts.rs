@@ -60,6 +60,7 @@ pub(super) async fn list(
         status.prompts_error = server.prompts_error.clone().unwrap_or_default();
     }
     listing::show_consent_in(&tenant, &catalog, &viewer, &mut servers).await;
+    listing::show_circuits(gateway.calls().breakers(), &tenant, &subject, &mut servers);
     Ok(pb::ListPromptsResponse {
         prompts,
         // The caller's own: it changes when what this caller sees changes.

@@ -115,6 +115,19 @@ fn metadata(error: &CallError) -> HashMap<String, String> {
                 metadata.insert("limit_value".to_owned(), value.to_string());
             }
         }
+        CallError::CircuitOpen {
+            server,
+            tool,
+            retry_after,
+            ..
+        } => {
+            metadata.insert("server".to_owned(), server.clone());
+            metadata.insert(tool.metadata_key().to_owned(), tool.name.clone());
+            metadata.insert(
+                "retry_after_ms".to_owned(),
+                retry_after.as_millis().max(1).to_string(),
+            );
+        }
         CallError::ServerUnavailable { server, tool, .. }
         | CallError::DeadlineExceeded { server, tool, .. } => {
             metadata.insert("server".to_owned(), server.clone());
@@ -384,6 +397,10 @@ impl From<CallError> for Status {
                 _,
             ) => Some((*wait).max(Duration::from_millis(1))),
             CallError::Shed(..) => Some(SHED_RETRY_DELAY),
+            // Until the breaker lets a probe through.
+            CallError::CircuitOpen { retry_after, .. } => {
+                Some((*retry_after).max(Duration::from_millis(1)))
+            }
             _ if code == Code::Unavailable => Some(RETRY_DELAY),
             _ => None,
         };

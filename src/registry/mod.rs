@@ -12,6 +12,7 @@
 //! removed or replaced sessions close once the calls running on them end.
 
 pub mod approvals;
+mod events;
 pub mod follow;
 pub mod limits;
 mod oauth;
@@ -36,6 +37,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+pub use events::SessionEvents;
 pub use oauth::OAuthContext;
 pub use slot::CONSENT_URL_REUSE;
 pub use tenant::{Busy, ConsentState, Resolved, SessionUnavailable, Tenant, Unresolved};
@@ -123,6 +125,9 @@ pub(crate) struct Spawner {
     /// The guards of the configuration in force (`guards:`): the tenants
     /// built from it take their chains from these.
     guards: ArcSwap<crate::guards::Guards>,
+    /// Who hears of sessions established and servers retired.
+    /// (Shared with the supervisors, which start before it is set.)
+    events: Arc<std::sync::OnceLock<Arc<dyn SessionEvents>>>,
 }
 
 impl Spawner {
@@ -144,6 +149,7 @@ impl Spawner {
                 max_result_bytes: self.max_result_bytes.load(Ordering::Relaxed),
                 redactor: redactor.clone(),
                 oauth: self.oauth.clone(),
+                events: self.events.clone(),
                 tenant: tenant.to_owned(),
                 slot,
                 stop,
@@ -342,6 +348,7 @@ impl Registry {
                 oauth,
                 approvals: ArcSwap::from_pointee(approvals),
                 guards: ArcSwap::from_pointee(crate::guards::Guards::default()),
+                events: Arc::default(),
             }),
             metrics,
             shutdown: CancellationToken::new(),
@@ -764,6 +771,9 @@ impl Registry {
                     .servers_retired
                     .push(format!("{}/{}", old.name, slot.config.name));
                 self.metrics.session_closed(&old.name, &slot.config.name);
+                if let Some(events) = self.spawner.events() {
+                    events.retired(&old.name, &slot.config.name);
+                }
                 self.retire(slot.clone());
             }
         }

@@ -31,6 +31,9 @@ pub(super) struct Supervisor {
     pub(super) max_result_bytes: usize,
     pub(super) redactor: crate::credentials::SharedRedactor,
     pub(super) oauth: Option<super::OAuthContext>,
+    /// Who hears of the sessions established (a reconnect closes the
+    /// server's circuit breakers).
+    pub(super) events: Arc<std::sync::OnceLock<Arc<dyn super::SessionEvents>>>,
     pub(super) tenant: String,
     pub(super) slot: Arc<Slot>,
     /// Ends this supervisor (the slot's activation).
@@ -194,6 +197,9 @@ impl Supervisor {
                     );
                     self.metrics
                         .connect_result(tenant, &server.name, true, retry);
+                    if let Some(events) = self.events.get() {
+                        events.connected(tenant, &server.name, None);
+                    }
                     let session = connected.session.clone();
                     let tools = Arc::new(connected.tools);
                     last_tools = Some(tools.clone());

@@ -33,6 +33,9 @@
 //! | `toolgate_call_approvals_pending` | gauge | tenant |
 //! | `toolgate_call_approval_decision_seconds` | histogram | tenant |
 //! | `toolgate_idempotency_keys_total` | counter | tenant, outcome |
+//! | `toolgate_circuit_open` | gauge | tenant, server |
+//! | `toolgate_circuit_opened_total` | counter | tenant, server |
+//! | `toolgate_circuit_probes_total` | counter | tenant, server, result |
 
 use std::sync::Arc;
 
@@ -44,6 +47,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 
+mod breaker;
 mod call_approvals;
 mod calls;
 mod guards;
@@ -51,6 +55,7 @@ mod idempotency;
 mod tenants;
 mod tls;
 
+pub use breaker::CircuitMetrics;
 pub use call_approvals::CallApprovalMetrics;
 pub use calls::{InFlight, TenantCalls, ToolCalls};
 pub use guards::GuardMetrics;
@@ -173,6 +178,7 @@ pub struct Metrics {
     guards: GuardMetrics,
     call_approvals: CallApprovalMetrics,
     idempotency: IdempotencyMetrics,
+    circuits: CircuitMetrics,
 }
 
 /// The state of a `tenants_dir` file.
@@ -347,6 +353,7 @@ impl Metrics {
         let guards = GuardMetrics::register(&mut registry);
         let call_approvals = CallApprovalMetrics::register(&mut registry);
         let idempotency = IdempotencyMetrics::register(&mut registry);
+        let circuits = CircuitMetrics::register(&mut registry);
         let tenants_dir_files = Family::<FileStateLabels, Gauge>::default();
         registry.register(
             "toolgate_tenants_dir_files",
@@ -366,6 +373,7 @@ impl Metrics {
             guards,
             call_approvals,
             idempotency,
+            circuits,
             tenants,
             tls,
             registry,
@@ -407,6 +415,11 @@ impl Metrics {
     /// Idempotency keys of tool calls.
     pub fn idempotency(&self) -> &IdempotencyMetrics {
         &self.idempotency
+    }
+
+    /// The calls' circuit breakers.
+    pub fn circuits(&self) -> &CircuitMetrics {
+        &self.circuits
     }
 
     /// Counts one `rpc` request of `tenant` to `server` that ended with

@@ -479,6 +479,82 @@ async fn serve_mcp_with(server: TestServer, json: bool) -> McpServer {
     serve_mcp_on(server, json, 0).await
 }
 
+/// A switch in front of an MCP server's endpoint ([`serve_mcp_gated`]):
+/// while `broken`, every request of a call (`tools/call`, `prompts/get`,
+/// `resources/read`, `completion/complete`) is answered HTTP 503 without
+/// reaching the server; `calls` counts those requests that arrive, refused
+/// or not. Listing and the session's own requests always go through.
+#[derive(Default)]
+pub struct Gate {
+    pub broken: std::sync::atomic::AtomicBool,
+    pub calls: std::sync::atomic::AtomicUsize,
+}
+
+impl Gate {
+    /// Requests of calls that reached the endpoint so far.
+    pub fn calls(&self) -> usize {
+        self.calls.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Breaks the server (true) or mends it (false).
+    pub fn set_broken(&self, broken: bool) {
+        self.broken
+            .store(broken, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Like [`serve_mcp`], behind `gate`.
+pub async fn serve_mcp_gated(server: TestServer, gate: Arc<Gate>) -> McpServer {
+    let log = server.log.clone();
+    let stop = CancellationToken::new();
+    let router = mcp_router(server, false, &stop).layer(axum::middleware::from_fn(
+        move |request: axum::extract::Request, next: axum::middleware::Next| {
+            let gate = gate.clone();
+            async move {
+                use std::sync::atomic::Ordering;
+                let (parts, body) = request.into_parts();
+                let bytes = axum::body::to_bytes(body, 1 << 20)
+                    .await
+                    .unwrap_or_default();
+                let text = String::from_utf8_lossy(&bytes);
+                let is_call = [
+                    "\"tools/call\"",
+                    "\"prompts/get\"",
+                    "\"resources/read\"",
+                    "\"completion/complete\"",
+                ]
+                .iter()
+                .any(|method| text.contains(method));
+                if is_call {
+                    gate.calls.fetch_add(1, Ordering::SeqCst);
+                    if gate.broken.load(Ordering::SeqCst) {
+                        return axum::response::IntoResponse::into_response((
+                            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                            "down for maintenance",
+                        ));
+                    }
+                }
+                let request =
+                    axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes));
+                next.run(request).await
+            }
+        },
+    ));
+    let listener = TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = stop.clone();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, router)
+            .with_graceful_shutdown(shutdown.cancelled_owned())
+            .await;
+    });
+    McpServer {
+        url: format!("http://{addr}/mcp"),
+        log,
+        stop,
+    }
+}
+
 async fn serve_mcp_on(server: TestServer, json: bool, port: u16) -> McpServer {
     let log = server.log.clone();
     let stop = CancellationToken::new();

@@ -11,6 +11,7 @@ mod audit;
 mod audit_chain;
 mod auth;
 mod binary;
+mod breaker;
 mod call_approvals;
 mod catalog;
 mod cli_input;

@@ -78,6 +78,13 @@ pub(crate) struct Upstream {
     pub(crate) mcp_url: String,
 }
 
+impl Upstream {
+    /// The MCP server's process id (to freeze it, say).
+    pub(crate) fn mcp_pid(&self) -> u32 {
+        self._rs.0.id()
+    }
+}
+
 pub(crate) fn upstream(token_ttl: u32) -> Upstream {
     upstream_with(token_ttl, &[], &[])
 }

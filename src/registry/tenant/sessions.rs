@@ -133,6 +133,9 @@ impl Tenant {
             if matches!(slot.state(), SlotState::AuthorizationRequired { .. }) {
                 slot.wake.notify_one();
             }
+            if let Some(events) = spawner.events() {
+                events.connected(&self.name, &slot.config.name, Some(subject));
+            }
             Ok(connected.session)
         };
         slot.users.get(subject, spawner.now_ms(), connect).await
