@@ -368,6 +368,11 @@ pub struct Record {
     /// when true, the tool may have acted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sent: Option<bool>,
+    /// Calls whose results the result cache keeps: `hit` (answered from
+    /// the cache; nothing was sent, `sent: false`) or `stored` (the
+    /// server's result was kept for later calls).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache: Option<String>,
     /// The gRPC status code name answered (`OK`, `PERMISSION_DENIED`, ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub code: Option<String>,
@@ -428,6 +433,7 @@ impl Record {
             reasons: None,
             outcome,
             sent: None,
+            cache: None,
             code: None,
             reason: None,
             duration_ms: None,

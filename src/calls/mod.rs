@@ -13,6 +13,7 @@
 //! code and stable reason [`classify`] gives.
 
 pub mod approval;
+pub(crate) mod cache;
 mod classify;
 mod completion;
 pub mod drain;
@@ -155,6 +156,8 @@ pub struct Calls {
     task_store: Option<crate::state::StateStore>,
     /// Tool calls held for a person's approval (`require_approval`).
     approvals: approval::CallApprovals,
+    /// Results servers marked reusable, per tenant ([`cache`]).
+    cache: Arc<cache::ResultCache>,
 }
 
 impl Calls {
@@ -176,6 +179,7 @@ impl Calls {
                 metrics.clone(),
                 approval::notify::Notifier::new(Arc::default()),
             ),
+            cache: Arc::new(cache::ResultCache::new(metrics.clone())),
             metrics,
         }
     }

@@ -28,13 +28,21 @@
 //! 10. **ready**: the kind's last check before sending (a listed size, a
 //!     task store);
 //! 11. **guards, request phase**: after the policy and the approval;
-//! 12. **audit place** (`audit.required`);
+//!
+//!     11a. **cache lookup** ([`super::cache`]): a fresh result the server
+//!     marked reusable, for this tenant (and subject), target, definition
+//!     and arguments as sent;
+//! 12. **audit place** (`audit.required`); a cache hit then skips 13 to
+//!     16 (nothing is sent) and goes to 17 with the kept result;
 //! 13. **answers on record**: a retry's answers, before they leave;
 //! 14. **deadline**: what is left of the caller's, within the server's
 //!     timeouts;
 //! 15. **send**: the upstream request;
 //! 16. **answer**: the upstream failure as a call error (whether it had
 //!     left after all), a round of questions the caller did not opt in to;
+//!
+//!     16a. **cache store**: a complete result the server marked reusable
+//!     (before the guards' response phase), within the tenant's bounds;
 //! 17. **outcome**: a result through the guards' response phase, a round
 //!     of questions sealed and handed out, or a task kept;
 //! 18. **reply**: the surface's reply, within `limits.max_message_bytes`.
@@ -216,6 +224,16 @@ pub(crate) trait Operation: Send + Sync + Sized {
     /// Whether its metrics are the per-tool call series
     /// (`toolgate_calls_total`) rather than `toolgate_requests_total`.
     const TOOL_SERIES: bool = false;
+    /// The method under which the result cache keeps its results
+    /// (`None`: never kept; [`super::cache`]).
+    const CACHED_AS: Option<&'static str> = None;
+
+    /// The server's hint that `output` may be answered again (`ttlMs`,
+    /// `cacheScope`; `None`: it may not).
+    fn cache_hint(output: &Self::Output) -> Option<super::cache::Hint> {
+        let _ = output;
+        None
+    }
 
     /// The call's span.
     fn span(&self, tenant: &str) -> tracing::Span;
@@ -432,6 +450,9 @@ pub(crate) async fn run<O: Operation, R: Reply<O::Output>>(
         });
     if approval.is_some() {
         audited.describe(|record| record.call_approval = approval);
+    }
+    if let Some(cache) = reached.cache {
+        audited.describe(|record| record.cache = Some(cache.to_owned()));
     }
     // What the guards did is on the record, whatever became of the call.
     audited.guarded(
@@ -661,9 +682,22 @@ impl Steps<'_> {
             Some(guard) => guard.request(arguments, reached).await?,
             None => arguments,
         };
+        // 11a. cache lookup
+        let probe = O::CACHED_AS
+            .and_then(|method| calls.cache.probe(method, &routed, origin, &arguments, retrying));
+        let cached = probe.as_ref().and_then(|probe| probe.hit::<O::Output>());
         // 12. audit place (`audit.required`), before anything is sent (the
         // record of a call whose caller goes away included).
         audited.admit(routed.idempotent).await?;
+        if let Some(result) = cached {
+            // A hit: nothing is sent (13 to 16); 17 and 18 as for an answer.
+            reached.cache = Some("hit");
+            let result = match &guard {
+                Some(guard) => guard.response(result, reached).await?,
+                None => result,
+            };
+            return reply(Outcome::Done(result), &routed, limits);
+        }
         // 13. a retry's answers on record before they leave.
         let (round, answered) = match &binding {
             Some(binding) => {
@@ -738,6 +772,12 @@ impl Steps<'_> {
                 return Err(operation.failure(&routed, origin, error));
             }
         };
+        // 16a. cache store
+        if let (Some(probe), Upstream::Complete(result)) = (&probe, &upstream)
+            && probe.keep(O::cache_hint(result), result)
+        {
+            reached.cache = Some("stored");
+        }
         // 17. outcome
         let outcome = match upstream {
             Upstream::Complete(result) => Outcome::Done(match &guard {
@@ -773,19 +813,29 @@ impl Steps<'_> {
             )),
         };
         // 18. reply
-        let reply = R::encode(outcome, &routed.server)
-            .map_err(|e| routed.upstream(UpstreamError::Protocol(e.0)))?;
-        let size = reply.encoded_len();
-        if size > limits.max_message_bytes {
-            return Err(CallError::ResponseTooLarge {
-                server: routed.server.clone(),
-                tool: routed.target.clone(),
-                size,
-                limit: limits.max_message_bytes,
-            });
-        }
-        Ok(reply)
+        reply(outcome, &routed, limits)
     }
+}
+
+/// Step 18: the surface's reply to `outcome` of the call `routed`, within
+/// `limits.max_message_bytes`.
+fn reply<R: Reply<T>, T, E>(
+    outcome: Outcome<T>,
+    routed: &Routed<E>,
+    limits: &crate::config::Limits,
+) -> Result<R, CallError> {
+    let reply = R::encode(outcome, &routed.server)
+        .map_err(|e| routed.upstream(UpstreamError::Protocol(e.0)))?;
+    let size = reply.encoded_len();
+    if size > limits.max_message_bytes {
+        return Err(CallError::ResponseTooLarge {
+            server: routed.server.clone(),
+            tool: routed.target.clone(),
+            size,
+            limit: limits.max_message_bytes,
+        });
+    }
+    Ok(reply)
 }
 
 /// Whether `session`'s server declared `feature`.

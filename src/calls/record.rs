@@ -273,7 +273,9 @@ impl AuditedCall {
         record.server = progress.server.map(str::to_owned);
         record.definition_hash = progress.definition_hash.map(str::to_owned);
         record.duration_ms = Some(crate::audit::millis(self.started.elapsed()));
-        let sent = result.is_ok() || progress.sent;
+        // A result from the cache was not sent: it acted on nothing.
+        let hit = record.cache.as_deref() == Some("hit");
+        let sent = (result.is_ok() && !hit) || progress.sent;
         record.sent = Some(sent);
         match result {
             Ok(response) => {
@@ -316,7 +318,7 @@ impl AuditedCall {
                 "the call's audit record cannot be written and audit.required is set: the result is withheld"
             );
             CallError::AuditUnavailable {
-                sent: result.is_ok() || progress.sent,
+                sent,
                 idempotent: progress.idempotent,
             }
         })

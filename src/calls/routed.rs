@@ -69,6 +69,9 @@ pub(crate) struct Reached {
     pub(crate) call_approval: Option<String>,
     /// The call approval a call that became a task asked for (step 5).
     pub(crate) asked_approval: Option<String>,
+    /// What the result cache did: `hit` (answered from it, nothing sent)
+    /// or `stored` (the server's result was kept).
+    pub(crate) cache: Option<&'static str>,
     /// The tenant's call series (tool calls).
     pub(crate) series: Option<Arc<TenantCalls>>,
     /// The series of the tool a call resolved to (only then is the name

@@ -43,12 +43,14 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 
+mod cache;
 mod call_approvals;
 mod calls;
 mod guards;
 mod tenants;
 mod tls;
 
+pub use cache::CacheMetrics;
 pub use call_approvals::CallApprovalMetrics;
 pub use calls::{InFlight, TenantCalls, ToolCalls};
 pub use guards::GuardMetrics;
@@ -169,6 +171,7 @@ pub struct Metrics {
     admin_requests: Family<AdminLabels, Counter>,
     guards: GuardMetrics,
     call_approvals: CallApprovalMetrics,
+    cache: CacheMetrics,
 }
 
 /// The state of a `tenants_dir` file.
@@ -342,6 +345,7 @@ impl Metrics {
         let tls = TlsMetrics::register(&mut registry);
         let guards = GuardMetrics::register(&mut registry);
         let call_approvals = CallApprovalMetrics::register(&mut registry);
+        let cache = CacheMetrics::register(&mut registry);
         let tenants_dir_files = Family::<FileStateLabels, Gauge>::default();
         registry.register(
             "toolgate_tenants_dir_files",
@@ -359,6 +363,7 @@ impl Metrics {
         );
         Metrics {
             guards,
+            cache,
             call_approvals,
             tenants,
             tls,
@@ -391,6 +396,11 @@ impl Metrics {
     /// The guards' checks (`guards:`).
     pub fn guards(&self) -> &GuardMetrics {
         &self.guards
+    }
+
+    /// The result cache (`calls::cache`).
+    pub fn cache(&self) -> &CacheMetrics {
+        &self.cache
     }
 
     /// Call approvals (tool calls held for a person's decision).
