@@ -683,8 +683,11 @@ impl Steps<'_> {
             None => arguments,
         };
         // 11a. cache lookup
-        let probe = O::CACHED_AS
-            .and_then(|method| calls.cache.probe(method, &routed, origin, &arguments, retrying));
+        let probe = O::CACHED_AS.and_then(|method| {
+            calls
+                .cache
+                .probe(method, &routed, origin, &arguments, retrying)
+        });
         let cached = probe.as_ref().and_then(|probe| probe.hit::<O::Output>());
         // 12. audit place (`audit.required`), before anything is sent (the
         // record of a call whose caller goes away included).

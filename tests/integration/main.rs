@@ -46,6 +46,7 @@ mod redaction;
 mod reload;
 mod resource_uris;
 mod resources;
+mod result_cache;
 mod routing;
 mod search;
 mod sessions;

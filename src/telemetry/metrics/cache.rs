@@ -108,12 +108,16 @@ impl CacheMetrics {
 
     /// Counts a miss of `tenant`'s cache for `server`.
     pub fn miss(&self, tenant: &str, server: &str) {
-        self.misses.get_or_create(&Self::server(tenant, server)).inc();
+        self.misses
+            .get_or_create(&Self::server(tenant, server))
+            .inc();
     }
 
     /// Counts a result of `server` kept in `tenant`'s cache.
     pub fn stored(&self, tenant: &str, server: &str) {
-        self.stores.get_or_create(&Self::server(tenant, server)).inc();
+        self.stores
+            .get_or_create(&Self::server(tenant, server))
+            .inc();
     }
 
     /// Counts `count` entries `tenant`'s cache dropped for `reason`
