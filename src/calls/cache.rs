@@ -463,12 +463,12 @@ mod tests {
         assert!(cache.get(&key("b", None), now).0.is_none());
         assert_eq!(cache.lru.len(), 3);
         // Bytes: 25 more need two entries gone (c, then a).
-        let dropped = cache.insert(key("e", None), entry(25, fresh), (10, 45), now);
+        let dropped = cache.insert(key("e", None), entry(25, fresh), (10, 40), now);
         assert_eq!(dropped, (0, 2));
         assert_eq!(cache.bytes, 35);
         assert!(cache.get(&key("d", None), now).0.is_some());
         // Replacing a key does not count it twice.
-        cache.insert(key("e", None), entry(5, fresh), (10, 45), now);
+        cache.insert(key("e", None), entry(5, fresh), (10, 40), now);
         assert_eq!((cache.lru.len(), cache.bytes), (2, 15));
     }
 }
