@@ -19,7 +19,8 @@
 //! entries are bounded (`limits.max_cache_entries`,
 //! `limits.max_cache_bytes`), the least recently used dropped first, and
 //! belong to one tenant object: a reload (a new object) starts its tenant
-//! afresh, and the entries of a tenant that is gone are dropped.
+//! afresh, and the entries of a tenant that is gone are dropped (looked
+//! for whenever a tenant object is new to the cache, and every 10 s).
 //!
 //! The cache's `Debug` shows counts, never a result.
 
@@ -41,8 +42,9 @@ use crate::telemetry::Metrics;
 /// The longest a result is kept, whatever its `ttlMs` says.
 pub(crate) const MAX_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 
-/// Stores between two sweeps for the caches of tenants that are gone.
-const SWEEP_EVERY: u64 = 1024;
+/// How often, at most, the caches of tenants that are gone are looked
+/// for (besides whenever a tenant object is new to the cache).
+const SWEEP_INTERVAL: Duration = Duration::from_secs(10);
 
 /// Who may be answered a kept result again (the result's `cacheScope`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -177,6 +179,8 @@ struct Held {
 pub(crate) struct ResultCache {
     tenants: Mutex<HashMap<String, Held>>,
     metrics: Arc<Metrics>,
+    /// When the caches of tenants that are gone were last looked for.
+    swept: Mutex<Instant>,
     stores: AtomicU64,
 }
 
@@ -197,6 +201,7 @@ impl ResultCache {
         Self {
             tenants: Mutex::default(),
             metrics,
+            swept: Mutex::new(Instant::now()),
             stores: AtomicU64::new(0),
         }
     }
@@ -238,6 +243,13 @@ impl ResultCache {
     /// one the entries belong to starts afresh.
     fn of(&self, tenant: &Arc<Tenant>) -> Option<Arc<Mutex<TenantCache>>> {
         let mut tenants = self.tenants.lock().ok()?;
+        let due = self
+            .swept
+            .lock()
+            .is_ok_and(|s| s.elapsed() >= SWEEP_INTERVAL);
+        if due {
+            self.sweep(&mut tenants);
+        }
         let stamp = tenant.stamp();
         if let Some(held) = tenants.get(&tenant.name) {
             if held.stamp == stamp {
@@ -270,6 +282,9 @@ impl ResultCache {
     /// Drops the caches of tenant objects that are gone (a tenant removed
     /// by a reload, with no call left on it).
     fn sweep(&self, tenants: &mut HashMap<String, Held>) {
+        if let Ok(mut swept) = self.swept.lock() {
+            *swept = Instant::now();
+        }
         tenants.retain(|name, held| {
             if held.tenant.strong_count() > 0 {
                 return true;
@@ -279,15 +294,6 @@ impl ResultCache {
             self.metrics.cache().forget(name);
             false
         });
-    }
-
-    /// Drops what is kept of tenants that are gone now and then.
-    fn stored(&self) {
-        if self.stores.fetch_add(1, Ordering::Relaxed) % SWEEP_EVERY == SWEEP_EVERY - 1
-            && let Ok(mut tenants) = self.tenants.lock()
-        {
-            self.sweep(&mut tenants);
-        }
     }
 }
 
@@ -396,7 +402,7 @@ impl Probe<'_> {
         metrics.evicted(tenant, "expired", expired);
         metrics.evicted(tenant, "lru", lru);
         metrics.stored(tenant, &self.key.server);
-        self.cache.stored();
+        self.cache.stores.fetch_add(1, Ordering::Relaxed);
         true
     }
 }

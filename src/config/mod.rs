@@ -546,6 +546,8 @@ impl ServerConfig {
             .as_bytes(),
         );
         field(format!("definitions{:?}", self.definitions).as_bytes());
+        // The slot keeps its configuration: a change must make a new one.
+        field(format!("cache_results{}", self.cache_results).as_bytes());
         field(format!("input{:?}roots{:?}", self.input, self.roots).as_bytes());
         if let Some(oauth) = &self.oauth {
             field(

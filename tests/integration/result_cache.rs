@@ -285,3 +285,243 @@ async fn a_tenants_entries_stay_within_max_cache_entries_least_recently_used_fir
     );
     gateway.shutdown().await;
 }
+
+/// A hit passes what comes before sending: a subject the policy refuses
+/// the resource is refused (`RESOURCE_NOT_PERMITTED`) though a fresh
+/// public result is kept, and the others are still answered from it.
+#[tokio::test]
+async fn a_hit_still_passes_the_policy() {
+    let policy = "    policy:\n      - deny_resources: \"py:fixture://counter/**\"\n        when: \"subject == 'mallory'\"\n";
+    let env = [
+        ("RESOURCES_READ_TTL_MS", "\"60000\""),
+        ("RESOURCES_READ_SCOPE", "public"),
+    ];
+    let yaml = tenant(
+        &format!("{}{policy}", py_server("py", "discover", &env, "")),
+        "",
+    );
+    let gateway = TestGateway::start(&yaml, &[]).await;
+    let mut client = gateway.client().await;
+    wait_resources(&mut client, "py").await;
+    let uri = "fixture://counter/x";
+    let alice = read_as(&mut client, Some("alice"), uri).await;
+    let refused = client
+        .read_resource(authed_as(
+            TOKEN,
+            "mallory",
+            pb::ReadResourceRequest {
+                server: "py".to_owned(),
+                uri: uri.to_owned(),
+                ..Default::default()
+            },
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(reason(&refused), "RESOURCE_NOT_PERMITTED", "{refused:?}");
+    assert_eq!(read_as(&mut client, Some("bob"), uri).await, alice);
+    gateway.shutdown().await;
+}
+
+/// A hit goes through the guards' response phase as a server's answer
+/// does, and the cache keeps the server's result, not a guard's
+/// replacement: the guard replaces `REPLACE-RESULT` with
+/// `REPLACE-RESULT>first` on every read (kept replaced, a hit would show
+/// `>first>first`), and is asked on every read though the server is
+/// asked once.
+#[tokio::test]
+async fn a_hit_passes_the_guards_response_phase_on_the_servers_result() {
+    let dir = tempfile::tempdir().unwrap();
+    let guard = crate::guards::start_guard(dir.path(), &[]);
+    let env = [
+        ("RESOURCES_TAG", "REPLACE-RESULT"),
+        ("RESOURCES_READ_TTL_MS", "\"60000\""),
+        ("RESOURCES_READ_SCOPE", "public"),
+    ];
+    let yaml = format!(
+        "guards:\n  - name: first\n    url: http://127.0.0.1:{}\n{}",
+        guard.port,
+        tenant(
+            &py_server("py", "discover", &env, "        guards: [first]\n"),
+            ""
+        )
+    );
+    let gateway = TestGateway::start(&yaml, &[]).await;
+    let mut client = gateway.client().await;
+    wait_resources(&mut client, "py").await;
+    let before = crate::resources::counts(&mut client, "py").await["read"]
+        .as_u64()
+        .unwrap();
+    for _ in 0..3 {
+        assert_eq!(
+            read(&mut client, "fixture://text").await,
+            "hello from REPLACE-RESULT>first"
+        );
+    }
+    let after = crate::resources::counts(&mut client, "py").await["read"]
+        .as_u64()
+        .unwrap();
+    assert_eq!(after, before + 1, "the server was read once");
+    let responses = crate::guards::checks(&guard)
+        .into_iter()
+        .filter(|c| {
+            c["phase"] == "PHASE_RESPONSE" && c["target"].to_string().contains("fixture://text")
+        })
+        .count();
+    assert_eq!(responses, 3, "{:#?}", crate::guards::checks(&guard));
+    gateway.shutdown().await;
+}
+
+/// A reload (SIGHUP, `toolgate serve`) starts a tenant's cache afresh
+/// (its entries belong to the tenant object of one generation: evicted as
+/// `reload`) and drops the cache of a tenant it removed, gauges included;
+/// turning `cache_results` off takes effect at the reload.
+#[tokio::test]
+async fn a_reload_starts_afresh_and_drops_removed_tenants() {
+    use std::process::{Command, Stdio};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("toolgate.yaml");
+    let (port, metrics) = (free_port(), free_port());
+    let env = [
+        ("RESOURCES_READ_TTL_MS", "\"60000\""),
+        ("RESOURCES_READ_SCOPE", "public"),
+    ];
+    let tenant_of = |name: &str, extra: &str| {
+        format!(
+            "  - name: {name}\n    tokens: [{name}-token]\n    servers:\n{}",
+            py_server("py", "discover", &env, extra)
+        )
+    };
+    let config = |tenants: &str| {
+        format!(
+            "listen: \"127.0.0.1:{port}\"\nshutdown_delay: \"0s\"\nmetrics:\n  listen: \"127.0.0.1:{metrics}\"\ntenants:\n{tenants}"
+        )
+    };
+    std::fs::write(
+        &path,
+        config(&(tenant_of("acme", "") + &tenant_of("globex", ""))),
+    )
+    .unwrap();
+    let gateway = ChildGuard(
+        Command::new(toolgate_bin())
+            .args(["serve", "--config"])
+            .arg(&path)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for_port(port).await;
+    let client = client_at(port).await;
+    let mut lister = client.clone();
+    let read_of = |token: &'static str, uri: &'static str| {
+        let mut client = client.clone();
+        async move {
+            let started = Instant::now();
+            loop {
+                let request = authed(
+                    token,
+                    pb::ReadResourceRequest {
+                        server: "py".to_owned(),
+                        uri: uri.to_owned(),
+                        ..Default::default()
+                    },
+                );
+                match client.read_resource(request).await {
+                    Ok(read) => break crate::resources::text(&read.into_inner()).to_owned(),
+                    Err(status) => assert!(
+                        started.elapsed() < Duration::from_secs(30),
+                        "{token} {uri}: {status:?}"
+                    ),
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    let acme = read_of("acme-token", "fixture://counter/r").await;
+    assert_eq!(read_of("acme-token", "fixture://counter/r").await, acme);
+    let globex = read_of("globex-token", "fixture://counter/r").await;
+    assert_eq!(read_of("globex-token", "fixture://counter/r").await, globex);
+    let page = scrape(metrics).await;
+    assert_eq!(
+        counter(&page, "toolgate_cache_entries{tenant=\"globex\"}"),
+        1,
+        "{page}"
+    );
+
+    // globex removed; acme unchanged.
+    std::fs::write(&path, config(&tenant_of("acme", ""))).unwrap();
+    signal(gateway.0.id(), "HUP");
+    let started = Instant::now();
+    while list_tools_status(&mut lister, "globex-token").await != tonic::Code::Unauthenticated {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the reload never showed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let after = read_of("acme-token", "fixture://counter/r").await;
+    assert_ne!(after, acme, "a new generation starts afresh");
+    assert_eq!(read_of("acme-token", "fixture://counter/r").await, after);
+    let page = scrape(metrics).await;
+    assert!(
+        counter(
+            &page,
+            "toolgate_cache_evictions_total{tenant=\"acme\",reason=\"reload\"}"
+        ) >= 1,
+        "{page}"
+    );
+    // The removed tenant's cache goes once its object is gone (looked for
+    // at least every 10 s while requests come).
+    let started = Instant::now();
+    loop {
+        let page = scrape(metrics).await;
+        if sample(&page, "toolgate_cache_entries{tenant=\"globex\"}").is_none() {
+            assert!(
+                counter(
+                    &page,
+                    "toolgate_cache_evictions_total{tenant=\"globex\",reason=\"reload\"}"
+                ) == 1,
+                "{page}"
+            );
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "globex's cache is still there: {page}"
+        );
+        read_of("acme-token", "fixture://counter/r").await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+
+    // cache_results: false at a reload: every read reaches the server.
+    std::fs::write(
+        &path,
+        config(&tenant_of("acme", "        cache_results: false\n")),
+    )
+    .unwrap();
+    signal(gateway.0.id(), "HUP");
+    let started = Instant::now();
+    loop {
+        let first = read_of("acme-token", "fixture://counter/r").await;
+        if read_of("acme-token", "fixture://counter/r").await != first {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "cache_results: false never took effect"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    drop(gateway);
+}
+
+/// The status of a ListTools as `token`.
+async fn list_tools_status(client: &mut ToolGatewayClient<Channel>, token: &str) -> tonic::Code {
+    match client
+        .list_tools(authed(token, pb::ListToolsRequest::default()))
+        .await
+    {
+        Ok(_) => tonic::Code::Ok,
+        Err(status) => status.code(),
+    }
+}
