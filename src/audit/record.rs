@@ -24,8 +24,10 @@ use serde::{Deserialize, Serialize};
 /// and the first record of each file `chain`. Version 7: `guards` (what
 /// each guard did in a call) and, for a tool call a guard checked, `bytes`
 /// (the size of what was handed out: a replacement's when a guard replaced
-/// the result).
-pub const SCHEMA_VERSION: u32 = 7;
+/// the result). Version 8: `idempotency` and `call_id` (calls with an
+/// idempotency key), `cache` (the result cache), and `sent` false for a
+/// call answered without reaching the server (a replay, a cache hit).
+pub const SCHEMA_VERSION: u32 = 8;
 
 /// What a record is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -378,6 +380,11 @@ pub struct Record {
     /// when true, the tool may have acted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sent: Option<bool>,
+    /// Calls whose results the result cache keeps: `hit` (answered from
+    /// the cache; nothing was sent, `sent: false`) or `stored` (the
+    /// server's result was kept for later calls).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache: Option<String>,
     /// The gRPC status code name answered (`OK`, `PERMISSION_DENIED`, ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub code: Option<String>,
@@ -448,6 +455,7 @@ impl Record {
             reasons: None,
             outcome,
             sent: None,
+            cache: None,
             code: None,
             reason: None,
             duration_ms: None,

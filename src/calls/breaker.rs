@@ -1,4 +1,4 @@
-//! The circuit breakers (step 7a of the pipeline): a server that keeps
+//! The circuit breakers (step 9 of the pipeline): a server that keeps
 //! failing is failed fast instead of holding every caller's deadline.
 //!
 //! One breaker per tenant × server, and per subject for a per-user server

@@ -14,12 +14,14 @@
 
 pub mod approval;
 pub mod breaker;
+pub(crate) mod cache;
 mod classify;
 mod completion;
 pub mod drain;
 pub mod error;
 mod guards;
 pub mod idempotency;
+mod operation;
 mod pipeline;
 mod prompt;
 mod read;
@@ -160,8 +162,10 @@ pub struct Calls {
     /// Where idempotency keys are recorded (`None`: no state store is
     /// open, and a call with a key is refused with nothing sent).
     idempotency: Option<crate::state::StateStore>,
-    /// The servers' circuit breakers (step 7a).
+    /// The servers' circuit breakers (step 9).
     breakers: Arc<breaker::Breakers>,
+    /// Results servers marked reusable, per tenant ([`cache`]).
+    cache: Arc<cache::ResultCache>,
 }
 
 impl Calls {
@@ -185,6 +189,7 @@ impl Calls {
                 approval::notify::Notifier::new(Arc::default()),
             ),
             breakers: Arc::new(breaker::Breakers::new(metrics.clone())),
+            cache: Arc::new(cache::ResultCache::new(metrics.clone())),
             metrics,
         }
     }

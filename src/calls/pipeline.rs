@@ -8,384 +8,78 @@
 //! reached carried into the record, the record written before the answer
 //! leaves, the metrics and the log. The steps ([`Steps::run`]), in order:
 //!
-//! 1. **check**: the request's own shape (a name, a URI in normal form);
+//! 1. **check**: the request's own shape (a name, a URI in normal form,
+//!    an idempotency key);
 //! 2. **admission**: the subject's and the tenant's rate and concurrency;
 //! 3. **resolve**: the target in the tenant's catalog or servers, the
 //!    policy as listings apply it (a rule that reads `args` does not
-//!    decide yet), the caller's pins;
+//!    decide yet), the caller's pins; a keyed call whose target cannot be
+//!    routed now is still answered from its key's record;
 //! 4. **arguments**: within `limits.max_argument_bytes`;
-//! 5. **policy on arguments, approval**: the rules that read `args` or
-//!    require approval, decided on this call; a call a `require_approval`
-//!    rule holds spends an approval bound to exactly this call, or asks
-//!    for one and stops (or, interactive, waits for the decision without
-//!    its admission slot);
-//! 6. **retry**: a retry's sealed `request_state` and answers, checked
+//! 5. **policy on arguments**: the rules that read `args`, decided on
+//!    this call;
+//! 6. **idempotency key** ([`super::idempotency`]): the key claimed in
+//!    the state store before anything is sent, or the call answered from
+//!    its record (replayed, waited for, in doubt, reused), never sent
+//!    again; before the approval, so that a retry of an approved call
+//!    replays without asking again;
+//! 7. **approval**: a call a `require_approval` rule holds spends an
+//!    approval bound to exactly this call, or asks for one and stops (or,
+//!    interactive, waits for the decision without its admission slot);
+//! 8. **retry**: a retry's sealed `request_state` and answers, checked
 //!    and its round claimed (before anything is sent);
-//! 7. **server slot**: the server's concurrency limit;
-//!
-//!    7a. **circuit breaker** (`breaker.rs`): a server whose breaker is
-//!    open fails fast (nothing sent); the session's and the answer's
-//!    outcome (steps 8 and 16) are recorded on it;
-//!
-//! 8. **session**: the tenant's session of the server, or the subject's
-//!    own for a per-user server;
-//! 9. **capability**: the server declared what the operation needs;
-//! 10. **ready**: the kind's last check before sending (a listed size, a
+//! 9. **circuit breaker** ([`super::breaker`]): a server whose breaker is
+//!    open fails fast (nothing sent), without waiting for a slot; the
+//!    session's and the answer's outcome (steps 11 and 20) are recorded
+//!    on it;
+//! 10. **server slot**: the server's concurrency limit;
+//! 11. **session**: the tenant's session of the server, or the subject's
+//!     own for a per-user server;
+//! 12. **capability**: the server declared what the operation needs;
+//! 13. **ready**: the kind's last check before sending (a listed size, a
 //!     task store);
-//! 11. **guards, request phase**: after the policy and the approval;
-//! 12. **audit place** (`audit.required`);
-//! 13. **answers on record**: a retry's answers, before they leave;
-//! 14. **deadline**: what is left of the caller's, within the server's
-//!     timeouts;
-//! 15. **send**: the upstream request;
-//! 16. **answer**: the upstream failure as a call error (whether it had
-//!     left after all), a round of questions the caller did not opt in to;
-//! 17. **outcome**: a result through the guards' response phase, a round
+//! 14. **guards, request phase**: after the policy and the approval;
+//! 15. **cache lookup** ([`super::cache`]): a fresh result the server
+//!     marked reusable, for this tenant (and subject), target, definition
+//!     and arguments as sent;
+//! 16. **audit place** (`audit.required`); a cache hit then skips 17 to
+//!     20 (nothing is sent) and goes to 21 with the kept result;
+//! 17. **answers on record**: a retry's answers, before they leave;
+//! 18. **deadline**: what is left of the caller's, within the server's
+//!     timeouts (a keyed call runs on past its caller's deadline);
+//! 19. **send**: the upstream request;
+//! 20. **answer**: the upstream failure as a call error (whether it had
+//!     left after all), a round of questions the caller did not opt in
+//!     to; a complete result the server marked reusable is kept in the
+//!     cache (before the guards' response phase), within the tenant's
+//!     bounds;
+//! 21. **outcome**: a result through the guards' response phase, a round
 //!     of questions sealed and handed out, or a task kept;
-//! 18. **reply**: the surface's reply, within `limits.max_message_bytes`.
+//! 22. **reply**: the surface's reply, within `limits.max_message_bytes`
+//!     (what an idempotency key keeps of it made first).
 //!
 //! A call that spent an approval and then sent nothing (a server down, a
-//! guard's refusal) gives the use back ([`run`]).
+//! guard's refusal) gives the use back, and one that claimed an
+//! idempotency key and sent nothing lets it go; a keyed call's end is
+//! recorded on its key once the audit record is written ([`run`]).
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rmcp::model::{CreateTaskResult, InputRequiredResult, JsonObject};
 use serde::Serialize;
-use serde::de::DeserializeOwned;
 use tracing::Instrument;
 
 use super::error::{CallError, Feature};
+pub(crate) use super::operation::{Operation, Sending, Upstream, failure_of};
+pub use super::operation::{Outcome, Reply, Unencodable};
 pub use super::record::Recorded;
 use super::record::{AuditedCall, Progress};
-use super::rounds::{self, Binding, InputFields, Method, Questions};
+use super::rounds::{self, Binding};
 pub(crate) use super::routed::{Reached, Routed};
 use super::{Calls, Origin, classify, guards, idempotency};
-use crate::pb::guard::TargetKind;
-use crate::registry::Tenant;
 use crate::telemetry::metrics::TenantCalls;
 use crate::telemetry::trace;
 use crate::upstream::{InputKinds, Session, UpstreamError};
-
-/// What a call answers besides an error: its result, a round of
-/// questions for the caller, or the task it became.
-#[derive(Debug)]
-pub enum Outcome<T> {
-    /// The server's result (through the guards' response phase).
-    Done(T),
-    /// Questions the caller answers on a retry, with toolgate's sealed
-    /// state of the round.
-    Questions(Questions),
-    /// The call became a task the caller follows (tool calls with
-    /// `accepts_task`).
-    Task(Box<super::Task>),
-}
-
-/// An outcome a surface could not carry in its messages: the server's
-/// result is malformed for it (an invalid base64 blob, ...).
-#[derive(Debug)]
-pub struct Unencodable(pub String);
-
-/// A surface's reply to an outcome of `T`: what the pipeline hands out,
-/// and what the call's record and metrics say of it.
-pub trait Reply<T>: Recorded + Sized + Send {
-    /// The reply to `outcome` of `server` (links and embedded resources
-    /// of a result name it).
-    ///
-    /// # Errors
-    /// The outcome cannot be carried (a protocol error of the server's).
-    fn encode(outcome: Outcome<T>, server: &str) -> Result<Self, Unencodable>;
-
-    /// Its size on the wire (bounded by `limits.max_message_bytes`).
-    fn encoded_len(&self) -> usize;
-
-    /// Whether it hands the caller questions (`outcome: input_required`).
-    fn asks(&self) -> bool {
-        false
-    }
-
-    /// Marks it as the recorded response of an earlier call with the
-    /// same idempotency key (nothing was sent for this one).
-    fn replayed(&mut self) {}
-}
-
-/// What the upstream session answered to an operation's request.
-pub(crate) enum Upstream<T> {
-    /// The result.
-    Complete(T),
-    /// A 2026-07-28 round of questions for the caller.
-    InputRequired(InputRequiredResult),
-    /// A task the call became (tool calls that accept one).
-    Task(CreateTaskResult),
-}
-
-impl From<crate::upstream::CallOutcome> for Upstream<rmcp::model::CallToolResult> {
-    fn from(outcome: crate::upstream::CallOutcome) -> Self {
-        use crate::upstream::CallOutcome;
-        match outcome {
-            CallOutcome::Complete(result) => Self::Complete(result),
-            CallOutcome::InputRequired(asked) => Self::InputRequired(asked),
-            CallOutcome::Task(created) => Self::Task(created),
-        }
-    }
-}
-
-impl From<crate::upstream::PromptOutcome> for Upstream<rmcp::model::GetPromptResult> {
-    fn from(outcome: crate::upstream::PromptOutcome) -> Self {
-        use crate::upstream::PromptOutcome;
-        match outcome {
-            PromptOutcome::Complete(result) => Self::Complete(result),
-            PromptOutcome::InputRequired(asked) => Self::InputRequired(asked),
-        }
-    }
-}
-
-impl From<crate::upstream::resources::ReadOutcome> for Upstream<rmcp::model::ReadResourceResult> {
-    fn from(outcome: crate::upstream::resources::ReadOutcome) -> Self {
-        use crate::upstream::resources::ReadOutcome;
-        match outcome {
-            ReadOutcome::Complete(result) => Self::Complete(result),
-            ReadOutcome::InputRequired(asked) => Self::InputRequired(asked),
-        }
-    }
-}
-
-/// What the send step hands an operation.
-pub(crate) struct Sending<'a, E> {
-    /// Where the call goes.
-    pub(crate) routed: &'a Routed<E>,
-    /// The session it goes on.
-    pub(crate) session: &'a Arc<Session>,
-    /// The arguments, as the guards let them through.
-    pub(crate) arguments: JsonObject,
-    /// The upstream request's timeout.
-    pub(crate) timeout: Duration,
-    /// The kinds of question the caller answers (within the server's).
-    pub(crate) accepts: InputKinds,
-    /// A retry's `inputResponses` and the server's `requestState`.
-    pub(crate) answered: Option<(rmcp::model::InputResponses, Option<String>)>,
-    /// The round the server may ask next.
-    pub(crate) round: u32,
-    /// The call's binding of sealed state (kinds with rounds).
-    pub(crate) binding: Option<&'a Binding>,
-    /// The call's record (its rounds are recorded on it).
-    pub(crate) audited: &'a AuditedCall,
-    /// The calls' shared parts.
-    pub(crate) calls: &'a Calls,
-    /// Who asks.
-    pub(crate) origin: &'a Origin,
-}
-
-impl<E> Sending<'_, E> {
-    /// A retry's `inputResponses` and the server's `requestState`, taken
-    /// for the upstream request.
-    pub(crate) fn take_answers(&mut self) -> (Option<rmcp::model::InputResponses>, Option<String>) {
-        match self.answered.take() {
-            Some((responses, state)) => (Some(responses), state),
-            None => (None, None),
-        }
-    }
-}
-
-/// An upstream failure of the call `routed` as its error (step 16): a
-/// subject that must consent gets the URL, a state store that is down is
-/// retryable, anything else is the server's failure.
-pub(crate) fn failure_of<E>(
-    routed: &Routed<E>,
-    origin: &Origin,
-    error: UpstreamError,
-) -> CallError {
-    super::session::failure(
-        &routed.tenant,
-        routed.index,
-        &routed.server,
-        &routed.target,
-        &origin.subject,
-        error,
-        routed.idempotent,
-    )
-}
-
-/// One kind of operation: what it supplies to the pipeline.
-pub(crate) trait Operation: Send + Sync + Sized {
-    /// What a completed request answers (before conversion by a surface).
-    type Output: Send + Serialize + DeserializeOwned;
-    /// What a resolved target keeps besides [`Routed`].
-    type Extra: Send + Sync;
-
-    /// The capability the server must declare.
-    const FEATURE: Option<Feature>;
-    /// What guards are told the target is (`None`: no guard phases).
-    const GUARDED: Option<TargetKind>;
-    /// How sealed state binds its rounds (`None`: no rounds).
-    const ROUNDS: Option<Method>;
-    /// Whether a retry is safe before the target is known.
-    const IDEMPOTENT: bool;
-    /// Whether its metrics are the per-tool call series
-    /// (`toolgate_calls_total`) rather than `toolgate_requests_total`.
-    const TOOL_SERIES: bool = false;
-
-    /// The call's span.
-    fn span(&self, tenant: &str) -> tracing::Span;
-
-    /// What the audit record says the call is about (`tool`, `prompt`,
-    /// `uri`, `uri_template`).
-    fn describe(&self, record: &mut crate::audit::Record, tenant: &Tenant);
-
-    /// The arguments whose digest the record keeps (`None`: none).
-    fn audited_arguments(&self) -> Option<std::borrow::Cow<'_, str>>;
-
-    /// Step 1: the request's own shape.
-    fn check(&self) -> Result<(), CallError>;
-
-    /// Step 6: the idempotency key the call carries (tool calls).
-    fn idempotency_key(&self) -> Option<&str> {
-        None
-    }
-
-    /// The call's key as it binds before the call is resolved: what the
-    /// key's record answers while the target cannot be routed (step 3).
-    fn unrouted_key(&self) -> Option<idempotency::KeyedCall<'_>> {
-        None
-    }
-
-    /// Step 3: the target, with the policy and the caller's pins. The
-    /// server and definition hash go into `reached` as soon as they are
-    /// known, so that a refusal after that is recorded under them.
-    fn resolve(
-        &self,
-        origin: &Origin,
-        reached: &mut Reached,
-    ) -> impl Future<Output = Result<Routed<Self::Extra>, CallError>> + Send;
-
-    /// Step 4: the arguments, within `limit` bytes.
-    fn arguments(
-        &self,
-        routed: &Routed<Self::Extra>,
-        limit: usize,
-    ) -> Result<JsonObject, CallError>;
-
-    /// The digest of the arguments as the caller sent them (before any
-    /// guard), which sealed state binds (kinds with rounds).
-    fn arguments_digest(&self, routed: &Routed<Self::Extra>) -> Result<String, CallError> {
-        let limit = routed.tenant.limits().max_argument_bytes;
-        Ok(rounds::arguments_digest(&self.arguments(routed, limit)?))
-    }
-
-    /// Step 5: the policy's verdict with the arguments read (the rules
-    /// that read `args` or require approval); kinds whose rules never read
-    /// them allow.
-    fn verdict(
-        &self,
-        routed: &Routed<Self::Extra>,
-        origin: &Origin,
-        arguments: &JsonObject,
-    ) -> crate::policy::Verdict {
-        let _ = (routed, origin, arguments);
-        crate::policy::Verdict::Allow
-    }
-
-    /// What the call brings to the approval step (tool calls).
-    fn approving(&self) -> super::Approving<'_> {
-        super::Approving::default()
-    }
-
-    /// Step 5, a held call that becomes a task (`accepts_task`): its
-    /// task, waiting for approval `notice`. Only tool calls park.
-    fn park(
-        &self,
-        routed: &Routed<Self::Extra>,
-        origin: &Origin,
-        notice: &super::ApprovalNotice,
-        calls: &Calls,
-    ) -> impl Future<Output = Result<super::Task, CallError>> + Send {
-        let _ = (origin, calls);
-        std::future::ready(Err(CallError::ApprovalPending {
-            tool: routed.target.name.clone(),
-            approval_id: notice.approval_id.clone(),
-            rule: notice.rule.clone(),
-            expires_at_ms: notice.expires_at_ms,
-        }))
-    }
-
-    /// What the caller sent of rounds of questions (kinds with rounds).
-    fn input(&self) -> Option<&InputFields> {
-        None
-    }
-
-    /// The error of a retry whose state was handed out for another
-    /// definition of the target.
-    fn definition_changed(&self, routed: &Routed<Self::Extra>, origin: &Origin) -> CallError {
-        let _ = (routed, origin);
-        CallError::InputResponseInvalid {
-            reason: "the request_state does not fit this request".to_owned(),
-        }
-    }
-
-    /// Step 8: the session (the tenant's, or the subject's own).
-    fn session(
-        &self,
-        routed: &Routed<Self::Extra>,
-        origin: &Origin,
-    ) -> impl Future<Output = Result<Arc<Session>, CallError>> + Send {
-        super::session::session(
-            &routed.tenant,
-            routed.index,
-            &origin.subject,
-            &routed.target,
-            routed.idempotent,
-        )
-    }
-
-    /// Step 10: the kind's last check before sending.
-    fn ready(
-        &self,
-        routed: &Routed<Self::Extra>,
-        session: &Session,
-        calls: &Calls,
-    ) -> impl Future<Output = Result<(), CallError>> + Send {
-        let _ = (routed, session, calls);
-        std::future::ready(Ok(()))
-    }
-
-    /// The upstream timeout when the caller set no deadline.
-    fn default_timeout(&self, routed: &Routed<Self::Extra>) -> Duration {
-        routed.config().call_timeout
-    }
-
-    /// Step 15: the upstream request. The outer error ends the call
-    /// without an upstream answer (an answer that could not be recorded).
-    fn send(
-        &self,
-        sending: Sending<'_, Self::Extra>,
-    ) -> impl Future<Output = Result<Result<Upstream<Self::Output>, UpstreamError>, CallError>> + Send;
-
-    /// Step 16: an upstream failure as the call's error.
-    fn failure(
-        &self,
-        routed: &Routed<Self::Extra>,
-        origin: &Origin,
-        error: UpstreamError,
-    ) -> CallError {
-        failure_of(routed, origin, error)
-    }
-
-    /// Step 17: the task a call became (tool calls that accept one).
-    fn task(
-        &self,
-        routed: &Routed<Self::Extra>,
-        session: &Arc<Session>,
-        created: CreateTaskResult,
-        calls: &Calls,
-        origin: &Origin,
-    ) -> impl Future<Output = Result<super::Task, CallError>> + Send {
-        let _ = (session, created, calls, origin);
-        std::future::ready(Err(routed.upstream(UpstreamError::Protocol(
-            "a task where none was asked for".to_owned(),
-        ))))
-    }
-}
 
 /// Runs `operation` for `origin`: the envelope around [`Steps::run`].
 pub(crate) async fn run<O: Operation, R: Reply<O::Output>>(
@@ -452,6 +146,9 @@ pub(crate) async fn run<O: Operation, R: Reply<O::Output>>(
         });
     if approval.is_some() {
         audited.describe(|record| record.call_approval = approval);
+    }
+    if let Some(cache) = reached.cache {
+        audited.describe(|record| record.cache = Some(cache.to_owned()));
     }
     // What the guards did is on the record, whatever became of the call.
     audited.guarded(
@@ -668,7 +365,7 @@ impl Steps<'_> {
                 }
             }
         }
-        // 6. retry
+        // 8. retry
         // The digest of the arguments (as the caller sent them) binds
         // sealed state: made only for a retry, or once questions are
         // handed out (step 16), never for a call that has neither.
@@ -702,18 +399,18 @@ impl Steps<'_> {
             }
             _ => None,
         };
-        // 7a. circuit breaker: a server that keeps failing is failed fast,
-        // nothing sent, without waiting for a slot; what steps 8 and 16
+        // 9. circuit breaker: a server that keeps failing is failed fast,
+        // nothing sent, without waiting for a slot; what steps 11 and 20
         // come to is recorded on it.
         let mut breaker = calls.breakers.pass(&routed, origin)?;
-        // 7. server slot
+        // 10. server slot
         let _server_slot = server_slot(&routed).await?;
-        // 8. session
+        // 11. session
         let session = operation
             .session(&routed, origin)
             .await
             .inspect_err(|error| breaker.session_failed(error))?;
-        // 9. capability
+        // 12. capability
         if let Some(feature) = O::FEATURE
             && !supports(&session, feature)
         {
@@ -722,9 +419,9 @@ impl Steps<'_> {
                 feature,
             });
         }
-        // 10. ready
+        // 13. ready
         operation.ready(&routed, &session, calls).await?;
-        // 11. guards, request phase: after every check of toolgate's own,
+        // 14. guards, request phase: after every check of toolgate's own,
         // before anything is sent; the chain is kept for the response phase.
         let guard = O::GUARDED.and_then(|kind| {
             guards::Guarding::new(kind, &routed, &session, origin, &calls.metrics)
@@ -733,17 +430,33 @@ impl Steps<'_> {
             Some(guard) => guard.request(arguments, reached).await?,
             None => arguments,
         };
-        // 12. audit place (`audit.required`), before anything is sent (the
+        // 15. cache lookup
+        let probe = O::CACHED_AS.and_then(|method| {
+            calls
+                .cache
+                .probe(method, &routed, origin, &arguments, retrying)
+        });
+        let cached = probe.as_ref().and_then(|probe| probe.hit::<O::Output>());
+        // 16. audit place (`audit.required`), before anything is sent (the
         // record of a call whose caller goes away included).
         audited.admit(routed.idempotent).await?;
-        // 13. a retry's answers on record before they leave.
+        if let Some(result) = cached {
+            // A hit: nothing is sent (13 to 16); 17 and 18 as for an answer.
+            reached.cache = Some("hit");
+            let result = match &guard {
+                Some(guard) => guard.response(result, reached).await?,
+                None => result,
+            };
+            return reply(Outcome::Done(result), &routed, limits, reached);
+        }
+        // 17. a retry's answers on record before they leave.
         let (round, answered) = match &binding {
             Some(binding) => {
                 rounds::answered(retry, audited, &calls.metrics, binding, tenant).await?
             }
             None => (1, None),
         };
-        // 14. deadline
+        // 18. deadline
         let config = routed.config();
         let remaining = origin
             .deadline
@@ -772,7 +485,7 @@ impl Steps<'_> {
             sampling: config.input.sampling,
         };
         let accepts = input.map_or(InputKinds::default(), |i| i.accepts.and(allowed));
-        // 15. send
+        // 19. send
         reached.sent = true;
         let sending = Sending {
             routed: &routed,
@@ -794,7 +507,7 @@ impl Steps<'_> {
         if let Some(tool) = &reached.tool_series {
             tool.upstream_finished(upstream_started.elapsed().as_secs_f64());
         }
-        // 16. answer
+        // 20. answer
         let result = match &binding {
             Some(binding) => rounds::not_accepted(result, &calls.metrics, binding)?,
             None => result,
@@ -815,7 +528,13 @@ impl Steps<'_> {
                 return Err(operation.failure(&routed, origin, error));
             }
         };
-        // 17. outcome
+        // 20a. cache store
+        if let (Some(probe), Upstream::Complete(result)) = (&probe, &upstream)
+            && probe.keep(O::cache_hint(result), result)
+        {
+            reached.cache = Some("stored");
+        }
+        // 21. outcome
         let outcome = match upstream {
             Upstream::Complete(result) => Outcome::Done(match &guard {
                 Some(guard) => guard.response(result, reached).await?,
@@ -849,27 +568,39 @@ impl Steps<'_> {
                     .await?,
             )),
         };
-        // 18. reply (what an idempotency key keeps of it first)
-        if reached.key.is_some() {
-            reached.kept = match &outcome {
-                Outcome::Done(result) => Some(idempotency::record_result(result)),
-                Outcome::Task(task) => Some(idempotency::record_task(&task.task_id)),
-                Outcome::Questions(_) => None,
-            };
-        }
-        let reply = R::encode(outcome, &routed.server)
-            .map_err(|e| routed.upstream(UpstreamError::Protocol(e.0)))?;
-        let size = reply.encoded_len();
-        if size > limits.max_message_bytes {
-            return Err(CallError::ResponseTooLarge {
-                server: routed.server.clone(),
-                tool: routed.target.clone(),
-                size,
-                limit: limits.max_message_bytes,
-            });
-        }
-        Ok(reply)
+        // 22. reply
+        reply(outcome, &routed, limits, reached)
     }
+}
+
+/// Step 18: the surface's reply to `outcome` of the call `routed`, within
+/// `limits.max_message_bytes`; what the call's idempotency key keeps of
+/// the outcome is made first (into `reached`).
+fn reply<R: Reply<T>, T: Serialize, E>(
+    outcome: Outcome<T>,
+    routed: &Routed<E>,
+    limits: &crate::config::Limits,
+    reached: &mut Reached,
+) -> Result<R, CallError> {
+    if reached.key.is_some() {
+        reached.kept = match &outcome {
+            Outcome::Done(result) => Some(idempotency::record_result(result)),
+            Outcome::Task(task) => Some(idempotency::record_task(&task.task_id)),
+            Outcome::Questions(_) => None,
+        };
+    }
+    let reply = R::encode(outcome, &routed.server)
+        .map_err(|e| routed.upstream(UpstreamError::Protocol(e.0)))?;
+    let size = reply.encoded_len();
+    if size > limits.max_message_bytes {
+        return Err(CallError::ResponseTooLarge {
+            server: routed.server.clone(),
+            tool: routed.target.clone(),
+            size,
+            limit: limits.max_message_bytes,
+        });
+    }
+    Ok(reply)
 }
 
 impl Steps<'_> {

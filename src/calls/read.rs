@@ -1,6 +1,7 @@
 //! `ReadResource` as an operation of the pipeline: one resource of one
-//! server, read through (never cached) on the tenant's session or the
-//! subject's own, its URI in normal form (what the policy matches, the
+//! server, read on the tenant's session or the subject's own (or answered
+//! from the result cache while the server's `ttlMs` says the contents
+//! are fresh), its URI in normal form (what the policy matches, the
 //! server is sent and the record keeps).
 
 use rmcp::model::{JsonObject, ReadResourceResult};
@@ -70,6 +71,12 @@ impl Operation for ResourceRead {
     const GUARDED: Option<TargetKind> = Some(TargetKind::Resource);
     const ROUNDS: Option<Method> = Some(Method::Read);
     const IDEMPOTENT: bool = true;
+    const CACHED_AS: Option<&'static str> = Some("resources/read");
+
+    /// The 2026-07-28 result's own `ttlMs` and `cacheScope`.
+    fn cache_hint(output: &ReadResourceResult) -> Option<super::cache::Hint> {
+        super::cache::Hint::of(output.ttl_ms, output.cache_scope)
+    }
 
     fn span(&self, tenant: &str) -> tracing::Span {
         super::rpc_span("ReadResource", tenant)

@@ -65,15 +65,18 @@ pub(crate) struct Reached {
     pub(crate) guards: Vec<crate::guards::Acted>,
     /// The arguments sent upstream when a guard replaced them.
     pub(crate) replaced_arguments: Option<String>,
-    /// The call approval the call spent (step 5).
+    /// The call approval the call spent (step 7).
     pub(crate) call_approval: Option<String>,
     /// The call approval a call that became a task asked for (step 7).
     pub(crate) asked_approval: Option<String>,
     /// The idempotency key the call claimed (step 6): its end is
     /// recorded on it.
     pub(crate) key: Option<super::idempotency::Claim>,
-    /// What the key keeps of the call's answer (step 18).
+    /// What the key keeps of the call's answer (step 22).
     pub(crate) kept: Option<Vec<u8>>,
+    /// What the result cache did: `hit` (answered from it, nothing sent)
+    /// or `stored` (the server's result was kept).
+    pub(crate) cache: Option<&'static str>,
     /// The tenant's call series (tool calls).
     pub(crate) series: Option<Arc<TenantCalls>>,
     /// The series of the tool a call resolved to (only then is the name

@@ -200,6 +200,13 @@ pub struct Limits {
     pub max_resource_list_bytes: usize,
     /// Most `WatchResource` streams one tenant may have open.
     pub max_watches: usize,
+    /// Most results one tenant's result cache keeps (least recently used
+    /// dropped first).
+    pub max_cache_entries: usize,
+    /// Most bytes one tenant's result cache keeps (the results as JSON and
+    /// their keys; least recently used dropped first). A larger result is
+    /// not kept.
+    pub max_cache_bytes: usize,
 }
 
 impl Default for Limits {
@@ -216,6 +223,8 @@ impl Default for Limits {
             max_resources_per_server: 10_000,
             max_resource_list_bytes: 8 << 20,
             max_watches: 256,
+            max_cache_entries: 1000,
+            max_cache_bytes: 16 << 20,
         }
     }
 }
@@ -444,6 +453,10 @@ pub struct ServerConfig {
     /// Replace configured credential values in this server's tool results
     /// with `[redacted]` (on by default).
     pub redact_results: bool,
+    /// Keep this server's results that it marks reusable (`ttlMs` above
+    /// 0) and answer them again while fresh (on by default; `false`: every
+    /// request reaches the server).
+    pub cache_results: bool,
     /// OAuth 2.1 client settings, for an HTTP server that needs them.
     pub oauth: Option<ServerOAuth>,
     /// Which tool definitions are served: any (the default), or only
@@ -548,6 +561,8 @@ impl ServerConfig {
             .as_bytes(),
         );
         field(format!("definitions{:?}", self.definitions).as_bytes());
+        // The slot keeps its configuration: a change must make a new one.
+        field(format!("cache_results{}", self.cache_results).as_bytes());
         field(format!("input{:?}roots{:?}", self.input, self.roots).as_bytes());
         field(format!("circuit_breaker{:?}", self.circuit_breaker).as_bytes());
         if let Some(oauth) = &self.oauth {

@@ -121,6 +121,8 @@ pub(crate) struct RawLimits {
     pub(crate) max_resources_per_server: Option<usize>,
     pub(crate) max_resource_list_bytes: Option<usize>,
     pub(crate) max_watches: Option<usize>,
+    pub(crate) max_cache_entries: Option<usize>,
+    pub(crate) max_cache_bytes: Option<usize>,
 }
 
 /// Replica-wide session settings.
@@ -267,6 +269,7 @@ pub(crate) struct RawServer {
     pub(crate) max_concurrent_calls: Option<usize>,
     pub(crate) lifecycle: Option<super::Lifecycle>,
     pub(crate) redact_results: Option<bool>,
+    pub(crate) cache_results: Option<bool>,
     pub(crate) oauth: Option<RawServerOAuth>,
     pub(crate) definitions: Option<super::Definitions>,
     pub(crate) input: Option<super::input::RawInput>,

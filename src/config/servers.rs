@@ -208,6 +208,7 @@ pub(super) fn validate_server(
         lifecycle,
         overrides,
         redact_results: server.redact_results.unwrap_or(true),
+        cache_results: server.cache_results.unwrap_or(true),
         oauth,
         definitions: server.definitions.unwrap_or_default(),
         input,

@@ -382,6 +382,18 @@ fn limits(errors: &mut Errors, raw: RawLimits) -> Limits {
             d.max_resource_list_bytes,
         ),
         max_watches: at_least_one(errors, "limits.max_watches", raw.max_watches, d.max_watches),
+        max_cache_entries: at_least_one(
+            errors,
+            "limits.max_cache_entries",
+            raw.max_cache_entries,
+            d.max_cache_entries,
+        ),
+        max_cache_bytes: at_least_one(
+            errors,
+            "limits.max_cache_bytes",
+            raw.max_cache_bytes,
+            d.max_cache_bytes,
+        ),
     }
 }
 

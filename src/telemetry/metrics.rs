@@ -48,6 +48,7 @@ use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 
 mod breaker;
+mod cache;
 mod call_approvals;
 mod calls;
 mod guards;
@@ -56,6 +57,7 @@ mod tenants;
 mod tls;
 
 pub use breaker::CircuitMetrics;
+pub use cache::CacheMetrics;
 pub use call_approvals::CallApprovalMetrics;
 pub use calls::{InFlight, TenantCalls, ToolCalls};
 pub use guards::GuardMetrics;
@@ -179,6 +181,7 @@ pub struct Metrics {
     call_approvals: CallApprovalMetrics,
     idempotency: IdempotencyMetrics,
     circuits: CircuitMetrics,
+    cache: CacheMetrics,
 }
 
 /// The state of a `tenants_dir` file.
@@ -354,6 +357,7 @@ impl Metrics {
         let call_approvals = CallApprovalMetrics::register(&mut registry);
         let idempotency = IdempotencyMetrics::register(&mut registry);
         let circuits = CircuitMetrics::register(&mut registry);
+        let cache = CacheMetrics::register(&mut registry);
         let tenants_dir_files = Family::<FileStateLabels, Gauge>::default();
         registry.register(
             "toolgate_tenants_dir_files",
@@ -371,6 +375,7 @@ impl Metrics {
         );
         Metrics {
             guards,
+            cache,
             call_approvals,
             idempotency,
             circuits,
@@ -405,6 +410,11 @@ impl Metrics {
     /// The guards' checks (`guards:`).
     pub fn guards(&self) -> &GuardMetrics {
         &self.guards
+    }
+
+    /// The result cache (`calls::cache`).
+    pub fn cache(&self) -> &CacheMetrics {
+        &self.cache
     }
 
     /// Call approvals (tool calls held for a person's decision).

@@ -482,8 +482,8 @@ impl Session {
         })
     }
 
-    /// Reads resource `read.uri`: never cached, each read reaches the
-    /// server. Text contents (and URIs and `_meta`) are redacted when the
+    /// Reads resource `read.uri` from the server (what the call pipeline
+    /// keeps of it is its own: `calls::cache`). Text contents (and URIs and `_meta`) are redacted when the
     /// server's results are (`redact_results`); blobs never are.
     ///
     /// # Errors

@@ -358,7 +358,7 @@ async fn tenants_round_trip(a: &mut Admin) {
 
     let records = admin_records(&a.dir, 10).await;
     let first = &records[0];
-    assert_eq!(first["v"], 7);
+    assert_eq!(first["v"], 8);
     // Admin changes are in the replica's one hash chain, with its calls
     // and refusals.
     assert!(first["seq"].as_u64().is_some(), "{first}");

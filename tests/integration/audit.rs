@@ -100,7 +100,7 @@ fn call_of<'a>(all: &'a [Value], tool: &str, outcome: &str) -> &'a Value {
 
 /// The fields every call record has.
 fn assert_common(record: &Value, rpc: &str) {
-    assert_eq!(record["v"], 7);
+    assert_eq!(record["v"], 8);
     assert_eq!(record["kind"], "call");
     assert_eq!(record["rpc"], rpc);
     assert_eq!(record["tenant"], "acme");
@@ -442,7 +442,7 @@ async fn digest_of_echo(
     gateway.shutdown().await;
     let all = records(path);
     let record = call_of(&all, "t__echo", "ok");
-    assert_eq!(record["v"], 7);
+    assert_eq!(record["v"], 8);
     record["arguments"].clone()
 }
 

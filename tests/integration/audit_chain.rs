@@ -120,7 +120,7 @@ async fn verify_passes_a_clean_chain_and_names_the_record_edited_removed_or_move
     // Calls and the refusal in one chain: seq 1.., each linked to the line
     // before, the first marked.
     let records: Vec<Value> = lines.iter().map(|line| record(line)).collect();
-    assert_eq!(records[0]["v"], 7);
+    assert_eq!(records[0]["v"], 8);
     assert_eq!(records[0]["chain"]["reason"], "start");
     assert!(records[0].get("prev").is_none(), "{}", lines[0]);
     for (i, record) in records.iter().enumerate() {

@@ -185,7 +185,7 @@ async fn a_resource_template_argument_completes_and_is_audited() {
     // One record per Complete, field by field.
     let all = complete_records(&audit, 8).await;
     let ok = &all[0];
-    assert_eq!(ok["v"], 7);
+    assert_eq!(ok["v"], 8);
     assert_eq!(ok["kind"], "call");
     assert_eq!(ok["tenant"], "acme");
     assert_eq!(ok["outcome"], "ok");

@@ -234,7 +234,7 @@ async fn allow_and_replace_in_both_phases_in_the_chains_order() {
     // handed out.
     let records = call_records(&setup.audit);
     let last = records.last().unwrap();
-    assert_eq!(last["v"], 7);
+    assert_eq!(last["v"], 8);
     let guards = last["guards"].as_array().unwrap();
     let acted: Vec<(String, String, String)> = guards
         .iter()

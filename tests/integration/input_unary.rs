@@ -717,7 +717,7 @@ async fn rounds_are_audited_without_their_answers_and_counted() {
     let input: Vec<&Value> = records.iter().filter(|r| r["kind"] == "input").collect();
     assert_eq!(input.len(), 2, "{text}");
     let asked_record = input.iter().find(|r| r["event"] == "input_asked").unwrap();
-    assert_eq!(asked_record["v"], 7);
+    assert_eq!(asked_record["v"], 8);
     assert_eq!(asked_record["round"], 1);
     assert_eq!(asked_record["tenant"], "acme");
     assert_eq!(asked_record["tool"], "py__book_table");

@@ -48,6 +48,7 @@ mod redaction;
 mod reload;
 mod resource_uris;
 mod resources;
+mod result_cache;
 mod routing;
 mod search;
 mod sessions;

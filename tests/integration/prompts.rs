@@ -680,7 +680,7 @@ async fn get_prompt_is_audited_field_by_field() {
         .iter()
         .find(|r| r["rpc"] == "GetPrompt" && r["outcome"] == "ok")
         .unwrap();
-    assert_eq!(ok["v"], 7);
+    assert_eq!(ok["v"], 8);
     assert_eq!(ok["kind"], "call");
     assert_eq!(ok["tenant"], "acme");
     assert_eq!(ok["prompt"], "py__review");

@@ -3,8 +3,10 @@
 //! the gateway's CPU per read) against a direct rmcp `resources/read` of
 //! the same resource from the same kind of child ([`super::offerings_server`],
 //! stdio), and `ListPrompts` of 1,000 prompts against `ListTools` of 1,000
-//! tools through the same gateway. Interleaved over rounds; ratios of the
-//! same run.
+//! tools through the same gateway; and a `ReadResource` of the 1 MiB text
+//! answered from the gateway's result cache (a 2026-07-28 session, the
+//! result marked reusable) against the same read that reaches the server.
+//! Interleaved over rounds; ratios of the same run.
 
 use std::time::Instant;
 
@@ -23,8 +25,12 @@ const READS: usize = 50;
 const LISTS: usize = 50;
 
 async fn read(client: &mut Client, uri: &str) -> anyhow::Result<()> {
+    read_of(client, "b", uri).await
+}
+
+async fn read_of(client: &mut Client, server: &str, uri: &str) -> anyhow::Result<()> {
     let request = pb::ReadResourceRequest {
-        server: "b".to_owned(),
+        server: server.to_owned(),
         uri: uri.to_owned(),
         ..Default::default()
     };
@@ -77,6 +83,27 @@ pub async fn report(rounds: usize) -> anyhow::Result<()> {
     );
     let (proc, port) = gateway(&servers).await;
     let mut client = grpc(port).await;
+    // A second gateway with the same server as `c` on 2026-07-28, whose
+    // hints the result cache reads.
+    let cached = format!(
+        "      - name: c\n        command: [\"{}\", \"offerings-server\"]\n        \
+         lifecycle: discover\n",
+        exe().display()
+    );
+    let (cache_proc, cache_port) = gateway(&cached).await;
+    let mut cache_client = grpc(cache_port).await;
+    let mut connected = false;
+    for _ in 0..300 {
+        if read_of(&mut cache_client, "c", "bench://text")
+            .await
+            .is_ok()
+        {
+            connected = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    anyhow::ensure!(connected, "the 2026-07-28 gateway never read bench://text");
     let mut command = tokio::process::Command::new(exe());
     command
         .arg("offerings-server")
@@ -99,7 +126,7 @@ pub async fn report(rounds: usize) -> anyhow::Result<()> {
         }
     }
     listed.context("ListPrompts never listed the server's 1,000 prompts")?;
-    let mut figures: [Vec<(f64, f64)>; 6] = Default::default();
+    let mut figures: [Vec<(f64, f64)>; 8] = Default::default();
     for round in 0..rounds.max(1) {
         eprintln!("round {}: resources and prompts", round + 1);
         for (i, uri) in ["bench://text", "bench://blob"].into_iter().enumerate() {
@@ -138,9 +165,24 @@ pub async fn report(rounds: usize) -> anyhow::Result<()> {
         .await?;
         figures[4].push(prompts);
         figures[5].push(tools);
+        // The first read of a round may be the one that fills the cache.
+        read_of(&mut cache_client, "c", "bench://cached-text").await?;
+        let hit = timed(READS, &cache_proc, || {
+            let mut client = cache_client.clone();
+            async move { read_of(&mut client, "c", "bench://cached-text").await }
+        })
+        .await?;
+        let miss = timed(READS, &cache_proc, || {
+            let mut client = cache_client.clone();
+            async move { read_of(&mut client, "c", "bench://text").await }
+        })
+        .await?;
+        figures[6].push(hit);
+        figures[7].push(miss);
     }
     drop(direct);
     drop(proc);
+    drop(cache_proc);
     let p50 = |i: usize| median(figures[i].iter().map(|f| f.0).collect());
     let cpu = |i: usize| median(figures[i].iter().map(|f| f.1).collect());
     let fmt = super::report::fmt;
@@ -166,6 +208,17 @@ pub async fn report(rounds: usize) -> anyhow::Result<()> {
         "| gateway CPU ms per ListPrompts of 1,000 / per ListTools of 1,000 | {} / {} | | |",
         fmt(cpu(4), 3),
         fmt(cpu(5), 3)
+    );
+    println!(
+        "| p50, ReadResource 1 MiB text from the result cache: {} ms / from the server {} ms | {}x | | |",
+        fmt(p50(6), 3),
+        fmt(p50(7), 3),
+        fmt(p50(6) / p50(7), 2)
+    );
+    println!(
+        "| gateway CPU ms per ReadResource 1 MiB text, cache hit / from the server | {} / {} | | |",
+        fmt(cpu(6), 3),
+        fmt(cpu(7), 3)
     );
     Ok(())
 }

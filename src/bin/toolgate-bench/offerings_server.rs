@@ -1,16 +1,18 @@
 //! The benchmark's MCP server for resources and prompts (rmcp, stdio):
 //! `bench://text` (1 MiB of text), `bench://blob` (1 MiB of bytes, base64
-//! on the wire), 1,000 prompts of two arguments, and 1,000 tools (the
-//! ListTools baseline of the ListPrompts figure).
+//! on the wire), `bench://cached-text` (the same text, marked reusable for
+//! an hour: 2026-07-28 `ttlMs`, `cacheScope: public`), 1,000 prompts of two
+//! arguments, and 1,000 tools (the ListTools baseline of the ListPrompts
+//! figure).
 
 use std::sync::Arc;
 
 use base64::Engine as _;
 use rmcp::model::{
-    ErrorData, GetPromptRequestParams, GetPromptResponse, GetPromptResult, ListPromptsResult,
-    ListResourcesResult, ListToolsResult, PaginatedRequestParams, Prompt, PromptArgument,
-    PromptMessage, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Resource,
-    ResourceContents, Role, ServerCapabilities, ServerConfig, Tool,
+    CacheScope, ErrorData, GetPromptRequestParams, GetPromptResponse, GetPromptResult,
+    ListPromptsResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams, Prompt,
+    PromptArgument, PromptMessage, ReadResourceRequestParams, ReadResourceResponse,
+    ReadResourceResult, Resource, ResourceContents, Role, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::{RequestContext, RoleServer};
 
@@ -135,6 +137,14 @@ impl rmcp::ServerHandler for OfferingsServer {
         let contents = match request.uri.as_str() {
             "bench://text" => ResourceContents::text(self.text.as_str(), "bench://text")
                 .with_mime_type("text/plain"),
+            "bench://cached-text" => {
+                let text = ResourceContents::text(self.text.as_str(), "bench://cached-text")
+                    .with_mime_type("text/plain");
+                return Ok(ReadResourceResult::new(vec![text])
+                    .with_ttl_ms(3_600_000)
+                    .with_cache_scope(CacheScope::Public)
+                    .into());
+            }
             "bench://blob" => ResourceContents::blob(self.blob.as_str(), "bench://blob")
                 .with_mime_type("application/octet-stream"),
             other => {
