@@ -196,7 +196,7 @@ mod tests {
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 2, "{text}");
         assert!(
-            lines[0].starts_with(r#"{"v":7,"seq":1,"chain":{"reason":"start"},"time":"#),
+            lines[0].starts_with(r#"{"v":8,"seq":1,"chain":{"reason":"start"},"time":"#),
             "{}",
             lines[0]
         );

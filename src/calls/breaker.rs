@@ -190,7 +190,7 @@ impl Breakers {
         }
     }
 
-    /// Step 7a: the call `routed` of `origin`'s passes its server's
+    /// Step 9: the call `routed` of `origin`'s passes its server's
     /// breaker, or fails fast.
     ///
     /// # Errors

@@ -305,7 +305,18 @@ fn decode_unreserved(text: &str) -> Cow<'_, str> {
             )
         {
             let byte = high << 4 | low;
-            if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            let unreserved =
+                byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~');
+            // A hex digit decoded right after a stray `%` (or `%` and one
+            // hex digit) would make an escape that was not there: kept as
+            // an escape, so that a normal form is its own normal form.
+            let tail = out.as_bytes();
+            let completes_escape = byte.is_ascii_hexdigit()
+                && (tail.last() == Some(&b'%')
+                    || (tail.len() >= 2
+                        && tail[tail.len() - 2] == b'%'
+                        && hex(tail[tail.len() - 1]).is_some()));
+            if unreserved && !completes_escape {
                 out.push(char::from(byte));
             } else {
                 out.push('%');
