@@ -243,6 +243,16 @@ pub fn names(listing: &pb::ListToolsResponse) -> Vec<String> {
     listing.tools.iter().map(|t| t.name.clone()).collect()
 }
 
+/// An `ErrorInfo` metadata value of `status` ("" when absent).
+pub fn info(status: &tonic::Status, key: &str) -> String {
+    use tonic_types::StatusExt as _;
+    status
+        .get_error_details()
+        .error_info()
+        .and_then(|i| i.metadata.get(key).cloned())
+        .unwrap_or_default()
+}
+
 /// The `ErrorInfo.reason` of a status.
 pub fn reason(status: &tonic::Status) -> String {
     use tonic_types::StatusExt;
@@ -541,6 +551,16 @@ pub async fn serve_mcp_gated(server: TestServer, gate: Arc<Gate>) -> McpServer {
         },
     ));
     let listener = TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
+    serve_router(listener, router, log, stop)
+}
+
+/// Serves `router` on `listener` until `stop`.
+fn serve_router(
+    listener: TcpListener,
+    router: axum::Router,
+    log: Arc<ServerLog>,
+    stop: CancellationToken,
+) -> McpServer {
     let addr = listener.local_addr().unwrap();
     let shutdown = stop.clone();
     tokio::spawn(async move {
@@ -567,18 +587,7 @@ async fn serve_mcp_on(server: TestServer, json: bool, port: u16) -> McpServer {
             Err(e) => panic!("bind: {e}"),
         }
     };
-    let addr = listener.local_addr().unwrap();
-    let shutdown = stop.clone();
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, router)
-            .with_graceful_shutdown(shutdown.cancelled_owned())
-            .await;
-    });
-    McpServer {
-        url: format!("http://{addr}/mcp"),
-        log,
-        stop,
-    }
+    serve_router(listener, router, log, stop)
 }
 
 /// `server`'s Streamable HTTP endpoint (`/mcp`), recording request

@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use tonic::Code;
 use tonic::transport::Channel;
-use tonic_types::StatusExt;
 use toolgate::pb;
 use toolgate::pb::call_approvals_service_client::CallApprovalsServiceClient;
 use toolgate::pb::tool_gateway_client::ToolGatewayClient;
@@ -126,15 +125,6 @@ async fn call(
         .invoke_tool(authed_as(TOKEN, subject, request))
         .await
         .map(tonic::Response::into_inner)
-}
-
-/// An `ErrorInfo` metadata value of `status`.
-fn info(status: &tonic::Status, key: &str) -> String {
-    status
-        .get_error_details()
-        .error_info()
-        .and_then(|i| i.metadata.get(key).cloned())
-        .unwrap_or_default()
 }
 
 /// The approval id of an `APPROVAL_PENDING` refusal.

@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 
 use tonic::Code;
 use tonic::transport::Channel;
-use tonic_types::StatusExt;
 use toolgate::pb;
 use toolgate::pb::tool_gateway_client::ToolGatewayClient;
 
@@ -93,15 +92,6 @@ async fn call(
         .invoke_tool(authed_as(TOKEN, subject, request))
         .await
         .map(tonic::Response::into_inner)
-}
-
-/// An `ErrorInfo` metadata value of `status`.
-fn info(status: &tonic::Status, key: &str) -> String {
-    status
-        .get_error_details()
-        .error_info()
-        .and_then(|i| i.metadata.get(key).cloned())
-        .unwrap_or_default()
 }
 
 /// The audit trail's call records, once `count` are written.
