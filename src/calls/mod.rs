@@ -301,7 +301,6 @@ impl Calls {
         let left = origin
             .deadline
             .map(|d| d.saturating_sub(origin.started.elapsed()));
-        let tenant = origin.tenant.name.clone();
         let calls = self.clone();
         let call = tokio::spawn(
             async move { pipeline::run(&calls, origin, operation).await }.in_current_span(),
@@ -317,12 +316,10 @@ impl Calls {
                 sent: false,
                 idempotent: false,
             }),
-            Err(_) => {
-                self.metrics.idempotency().outcome(&tenant, "in_progress");
-                Err(CallError::Keyed(idempotency::KeyRefusal::InProgress {
-                    call_id: String::new(),
-                }))
-            }
+            // The call goes on (and is counted by what its key did).
+            Err(_) => Err(CallError::Keyed(idempotency::KeyRefusal::InProgress {
+                call_id: String::new(),
+            })),
         }
     }
 
