@@ -210,10 +210,20 @@ pub(crate) async fn claim<T: DeserializeOwned>(
             .map_err(unavailable)?
         {
             Claimed::Won => {
-                counted("claimed");
                 if waited {
-                    *admission = Some(origin.admit().await?);
+                    // The slot given up while waiting, taken again; a call
+                    // shed now lets go of the key it just claimed.
+                    match origin.admit().await {
+                        Ok(slot) => *admission = Some(slot),
+                        Err(shed) => {
+                            if let Err(e) = store.release_key(&hash, &tenant.name, &call_id).await {
+                                tracing::warn!(error = %e, "idempotency key: a shed call's key could not be let go; a retry will find it in doubt");
+                            }
+                            return Err(shed);
+                        }
+                    }
                 }
+                counted("claimed");
                 return Ok(Keyed::Run(Claim {
                     store: store.clone(),
                     hash,
