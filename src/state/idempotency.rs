@@ -127,18 +127,21 @@ const COLUMNS: &str =
 
 impl StateStore {
     /// Claims `new`'s key, unless a live row holds it (answered instead) or
-    /// `tenant` has `max_live` live keys. Expired keys of the tenant are
-    /// purged first.
+    /// `tenant` has `max_live` live keys. The key's own row is purged first
+    /// if it expired.
     ///
     /// # Errors
     /// [`StateError::Unavailable`] when the store cannot be reached.
     pub async fn claim_key(&self, new: &NewKey<'_>, max_live: u64) -> Result<Claimed, StateError> {
         let pool = self.ready().await?;
         let now = now_ms();
+        // This key's row, if it expired (the minute's sweep,
+        // [`StateStore::purge_expired_keys`], takes the others): a key
+        // past its ttl names a new call.
         sqlx::query(
-            "DELETE FROM toolgate_idempotency_keys WHERE tenant = $1 AND expires_at_ms <= $2",
+            "DELETE FROM toolgate_idempotency_keys WHERE key_hash = $1 AND expires_at_ms <= $2",
         )
-        .bind(new.tenant)
+        .bind(new.key_hash)
         .bind(now)
         .execute(pool)
         .await

@@ -238,6 +238,19 @@ pub async fn invoke(
         .map(tonic::Response::into_inner)
 }
 
+/// `request` as `token`'s caller acting for `subject`.
+pub async fn invoke_as(
+    client: &mut ToolGatewayClient<Channel>,
+    token: &str,
+    subject: &str,
+    request: pb::InvokeToolRequest,
+) -> Result<pb::InvokeToolResponse, tonic::Status> {
+    client
+        .invoke_tool(authed_as(token, subject, request))
+        .await
+        .map(tonic::Response::into_inner)
+}
+
 /// The exposed names in a listing.
 pub fn names(listing: &pb::ListToolsResponse) -> Vec<String> {
     listing.tools.iter().map(|t| t.name.clone()).collect()

@@ -121,10 +121,7 @@ async fn call(
     subject: &str,
     request: pb::InvokeToolRequest,
 ) -> Result<pb::InvokeToolResponse, tonic::Status> {
-    client
-        .invoke_tool(authed_as(TOKEN, subject, request))
-        .await
-        .map(tonic::Response::into_inner)
+    invoke_as(client, TOKEN, subject, request).await
 }
 
 /// The approval id of an `APPROVAL_PENDING` refusal.

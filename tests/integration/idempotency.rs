@@ -88,10 +88,7 @@ async fn call(
     subject: &str,
     request: pb::InvokeToolRequest,
 ) -> Result<pb::InvokeToolResponse, tonic::Status> {
-    client
-        .invoke_tool(authed_as(TOKEN, subject, request))
-        .await
-        .map(tonic::Response::into_inner)
+    invoke_as(client, TOKEN, subject, request).await
 }
 
 /// The audit trail's call records, once `count` are written.

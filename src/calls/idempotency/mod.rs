@@ -483,9 +483,9 @@ fn may_have_acted(code: tonic::Code) -> bool {
 /// How often expired keys are purged.
 const PURGE_EVERY: Duration = Duration::from_secs(60);
 
-/// Purges expired keys of every tenant every minute until `stop` (a
-/// tenant's own are also purged at each of its claims), once this process
-/// has used the store.
+/// Purges expired keys of every tenant every minute until `stop` (a key
+/// claimed again after its ttl has its old row purged by the claim), once
+/// this process has used the store.
 pub async fn purge_until(store: StateStore, stop: tokio_util::sync::CancellationToken) {
     let mut ticks = tokio::time::interval(PURGE_EVERY);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
