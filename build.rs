@@ -4,6 +4,11 @@
 //! with protox (no system `protoc` needed) and generates the tonic server
 //! and client code.
 //!
+//! MCP's own gRPC transport (`model_context_protocol.Mcp`, release 0.2.0
+//! of `mcp-grpc-transport-proto`) comes as a descriptor set
+//! (`proto-vendor/mcp_grpc/`, see its README): its messages, client and
+//! server go to `OUT_DIR/model_context_protocol.rs` (`toolgate::mcp_pb`).
+//!
 //! Two passes over the same descriptors: the messages and the client go to
 //! `OUT_DIR/toolgate.v1.rs` (`toolgate::pb`); the server alone goes to
 //! `OUT_DIR/server/toolgate.v1.rs`, with every message taken from
@@ -52,5 +57,20 @@ fn main() -> anyhow::Result<()> {
             "crate::grpc::reply::ListToolsReply",
         )
         .compile_fds(descriptors)?;
+    mcp_transport(&out_dir)
+}
+
+/// The vendored descriptor set of MCP's gRPC transport: its code (both
+/// sides) and, for reflection, the set itself.
+fn mcp_transport(out_dir: &std::path::Path) -> anyhow::Result<()> {
+    const SET: &str = "proto-vendor/mcp_grpc/mcp_grpc_transport_proto-0.2.0.binpb";
+    println!("cargo:rerun-if-changed={SET}");
+    let bytes = std::fs::read(SET)?;
+    let set = <prost_types::FileDescriptorSet as prost::Message>::decode(bytes.as_slice())?;
+    std::fs::write(out_dir.join("mcp_transport_descriptor.bin"), &bytes)?;
+    tonic_prost_build::configure()
+        .build_server(true)
+        .build_client(true)
+        .compile_fds(set)?;
     Ok(())
 }

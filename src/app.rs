@@ -350,7 +350,12 @@ pub async fn run_with_reload(
     }
     let gateway = Gateway::new(calls);
     let (health, health_service) = tonic_health::server::health_reporter();
-    set_health(&health, tonic_health::ServingStatus::Serving).await;
+    set_health(
+        &health,
+        tonic_health::ServingStatus::Serving,
+        config.grpc.mcp_transport,
+    )
+    .await;
     let stop_accepting = CancellationToken::new();
     let server = grpc_server(
         &config,
@@ -663,12 +668,19 @@ fn start_reload(
     stop
 }
 
-/// Sets the health of the gateway's service and of the server as a whole.
+/// Sets the health of the gateway's services (`toolgate.v1`, and MCP's
+/// transport when it is served) and of the server as a whole.
 async fn set_health(
     health: &tonic_health::server::HealthReporter,
     status: tonic_health::ServingStatus,
+    mcp_transport: bool,
 ) {
     health.set_service_status(SERVICE_NAME, status).await;
+    if mcp_transport {
+        health
+            .set_service_status(crate::grpc::mcp::SERVICE_NAME, status)
+            .await;
+    }
     health.set_service_status("", status).await;
 }
 
@@ -696,6 +708,7 @@ fn reflection(
         tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(crate::pb::FILE_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(crate::mcp_pb::FILE_DESCRIPTOR_SET)
     };
     Ok(Some((builder().build_v1()?, builder().build_v1alpha()?)))
 }
@@ -733,10 +746,21 @@ fn grpc_server(
     );
     let service = tower::Layer::layer(
         &AuthLayer::new(registry.clone()),
-        ToolGatewayServer::new(gateway)
+        ToolGatewayServer::new(gateway.clone())
             .max_decoding_message_size(config.limits.max_message_bytes)
             .max_encoding_message_size(config.limits.max_message_bytes),
     );
+    // MCP's own gRPC transport, behind the same authentication.
+    let mcp = config.grpc.mcp_transport.then(|| {
+        tower::Layer::layer(
+            &AuthLayer::new(registry.clone()),
+            crate::mcp_pb::mcp_server::McpServer::new(crate::grpc::mcp::McpGateway::new(
+                gateway.clone(),
+            ))
+            .max_decoding_message_size(config.limits.max_message_bytes)
+            .max_encoding_message_size(config.limits.max_message_bytes),
+        )
+    });
     let reflection = reflection(config)?;
     let grpc = &config.grpc;
     let max_message_bytes = config.limits.max_message_bytes;
@@ -762,6 +786,7 @@ fn grpc_server(
         .add_service(health_service)
         .add_service(service)
         .add_service(approvals)
+        .add_optional_service(mcp)
         .add_optional_service(reflection.as_ref().map(|r| r.0.clone()))
         .add_optional_service(reflection.map(|r| r.1));
     let stop = stop_accepting.clone().cancelled_owned();
@@ -836,7 +861,12 @@ async fn run_stages(config: &Config, shutdown: &Shutdown, stages: Stages<'_>) {
     } = stages;
     // 1. Health says NOT_SERVING at once, and keeps answering: the
     //    listener stays open until the drain is over.
-    set_health(health, tonic_health::ServingStatus::NotServing).await;
+    set_health(
+        health,
+        tonic_health::ServingStatus::NotServing,
+        config.grpc.mcp_transport,
+    )
+    .await;
     // 2. Keep serving new calls while endpoints are withdrawn.
     tracing::info!(delay = ?config.shutdown_delay, "shutdown: NOT_SERVING; still taking calls");
     tokio::select! {

@@ -238,7 +238,11 @@ impl Reached {
 /// The gRPC path prefix of the audited service.
 const SERVICE_PATH: &str = "/toolgate.v1.ToolGateway/";
 
-/// A tower layer that records every ToolGateway RPC refused before it
+/// The gRPC path prefix of MCP's transport, whose RPCs are recorded as
+/// `Mcp/<method>`.
+const MCP_SERVICE_PATH: &str = "/model_context_protocol.Mcp/";
+
+/// A tower layer that records every ToolGateway (and `Mcp`) RPC refused before it
 /// reached the service: by authentication (a missing, unknown or invalid
 /// credential, an invalid subject) or while decoding the request. The
 /// record is written before the refusal leaves.
@@ -293,12 +297,15 @@ where
         // The ready service answers this request; a clone takes its place.
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
-        let rpc = request
-            .uri()
-            .path()
+        let path = request.uri().path();
+        let rpc = path
             .strip_prefix(SERVICE_PATH)
-            .filter(|_| self.audit.is_enabled())
-            .map(str::to_owned);
+            .map(str::to_owned)
+            .or_else(|| {
+                path.strip_prefix(MCP_SERVICE_PATH)
+                    .map(|rpc| format!("{}{rpc}", crate::grpc::mcp::RPC_PREFIX))
+            })
+            .filter(|_| self.audit.is_enabled());
         let Some(rpc) = rpc else {
             return Box::pin(inner.call(request));
         };

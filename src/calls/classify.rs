@@ -169,6 +169,10 @@ pub fn classify(error: &CallError) -> (Code, &'static str) {
         CallError::Keyed(refusal) => classify_key(refusal),
         CallError::Replayed(status) => (status.code(), status.reason()),
         CallError::InvalidCompletion(_) => (Code::InvalidArgument, "INVALID_COMPLETION"),
+        CallError::McpRequestInvalid(_) => (Code::InvalidArgument, "MCP_REQUEST_INVALID"),
+        CallError::RoutingHeaderMismatch { .. } => {
+            (Code::InvalidArgument, "ROUTING_HEADER_MISMATCH")
+        }
         CallError::InvalidUri(_) => (Code::InvalidArgument, "INVALID_RESOURCE_URI"),
         CallError::NotPermitted { target, .. } => (
             Code::PermissionDenied,

@@ -414,6 +414,23 @@ pub enum CallError {
     /// separator, a dot segment or a remote `file` host once normalized.
     #[error("{0}")]
     InvalidUri(#[from] crate::policy::UriError),
+    /// A request of MCP's gRPC transport (`model_context_protocol.Mcp`)
+    /// that does not map onto the gateway: no tool named, arguments or
+    /// `resume_data` that are not this gateway's, a resource URI that
+    /// several servers offer without `toolgate/server` naming one, ...
+    #[error("invalid request: {0}")]
+    McpRequestInvalid(String),
+    /// A routing header of MCP's gRPC transport (`mcp_tool`, `mcp_prompt`,
+    /// `mcp_resource`) that names something other than the request does.
+    #[error("header `{header}` names `{header_value}` but the request names `{request_value}`")]
+    RoutingHeaderMismatch {
+        /// The header.
+        header: &'static str,
+        /// What the header says (cut to [`MAX_TARGET_NAME`]).
+        header_value: String,
+        /// What the request's body names (cut to [`MAX_TARGET_NAME`]).
+        request_value: String,
+    },
     /// A `Complete` request that names no prompt or resource template, or
     /// no argument.
     #[error("invalid completion request: {0}")]

@@ -305,6 +305,9 @@ pub struct GrpcSettings {
     pub tcp_keepalive: Duration,
     /// Concurrent streams per HTTP/2 connection.
     pub max_concurrent_streams: u32,
+    /// Whether MCP's own gRPC transport (`model_context_protocol.Mcp`) is
+    /// served beside `toolgate.v1` (`grpc.mcp_transport`, on by default).
+    pub mcp_transport: bool,
     /// TLS on the gRPC port (`grpc.tls`); plaintext when unset.
     pub tls: Option<ListenerTls>,
 }
@@ -316,6 +319,7 @@ impl Default for GrpcSettings {
             keepalive_timeout: Duration::from_secs(10),
             tcp_keepalive: Duration::from_secs(60),
             max_concurrent_streams: 1024,
+            mcp_transport: true,
             tls: None,
         }
     }

@@ -103,6 +103,7 @@ pub(crate) struct RawGrpc {
     pub(crate) keepalive_timeout: Option<String>,
     pub(crate) tcp_keepalive: Option<String>,
     pub(crate) max_concurrent_streams: Option<u32>,
+    pub(crate) mcp_transport: Option<bool>,
     pub(crate) tls: Option<super::listener_tls::RawListenerTls>,
 }
 

@@ -426,6 +426,7 @@ fn grpc_settings(errors: &mut Errors, raw: RawGrpc, base: &Path) -> GrpcSettings
             defaults.tcp_keepalive,
         ),
         max_concurrent_streams,
+        mcp_transport: raw.mcp_transport.unwrap_or(defaults.mcp_transport),
         tls: raw
             .tls
             .and_then(|tls| listener_tls(errors, "grpc", tls, base)),

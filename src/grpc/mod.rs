@@ -11,11 +11,12 @@ mod consent;
 pub mod convert;
 mod interactive;
 mod listing;
+pub mod mcp;
 mod outcome;
 mod prompts;
 mod questions;
 pub mod reply;
-mod resources;
+pub(crate) mod resources;
 pub mod status;
 mod stream;
 mod tasks;
@@ -148,25 +149,14 @@ impl server::tool_gateway_server::ToolGateway for Gateway {
     ) -> Result<Response<reply::ListToolsReply>, Status> {
         let (tenant, _busy) = self.listing_tenant(&request)?;
         let filter = listing::Filter::new(request.get_ref())?;
-        let catalog = settled_catalog(&tenant, &request, "ListTools").await;
         let (caller, subject) = caller_of(&request);
-        let policy = crate::calls::viewer::policy_for(&tenant, &catalog);
+        let (catalog, policy, view) =
+            tool_catalog(&tenant, &request, "ListTools", (&caller, &subject)).await;
         let viewer = crate::calls::viewer::Viewer {
             policy: policy.as_deref(),
             caller: &caller,
             subject: &subject,
         };
-        let catalog = if request
-            .extensions()
-            .get::<crate::callers::SubjectToken>()
-            .is_some()
-        {
-            crate::calls::viewer::open_delegated(&tenant, catalog, &viewer, settle_wait(&request))
-                .await
-        } else {
-            catalog
-        };
-        let view = viewer.view(&catalog);
         let mut response = listing::list_response(&catalog, &filter, view.as_deref());
         listing::show_consent(&tenant, &catalog, &viewer, &mut response).await;
         listing::show_circuits(
@@ -394,6 +384,40 @@ async fn settled_catalog<T>(
     trace::continue_caller_trace(&span, request.metadata());
     let wait = settle_wait(request);
     tenant.settled_catalog(wait).instrument(span).await
+}
+
+/// The catalog a tool listing (`method`) answers from, settled within the
+/// caller's deadline, with a delegated subject's per-user servers opened;
+/// the policy it is read under, and what of it the caller sees (`None`:
+/// everything).
+async fn tool_catalog<T>(
+    tenant: &Arc<Tenant>,
+    request: &Request<T>,
+    method: &'static str,
+    (caller, subject): (&crate::callers::Caller, &crate::callers::Subject),
+) -> (
+    crate::catalog::SharedCatalog,
+    Option<Arc<crate::policy::Policy>>,
+    Option<Arc<crate::policy::View>>,
+) {
+    let catalog = settled_catalog(tenant, request, method).await;
+    let policy = crate::calls::viewer::policy_for(tenant, &catalog);
+    let viewer = crate::calls::viewer::Viewer {
+        policy: policy.as_deref(),
+        caller,
+        subject,
+    };
+    let catalog = if request
+        .extensions()
+        .get::<crate::callers::SubjectToken>()
+        .is_some()
+    {
+        crate::calls::viewer::open_delegated(tenant, catalog, &viewer, settle_wait(request)).await
+    } else {
+        catalog
+    };
+    let view = viewer.view(&catalog);
+    (catalog, policy, view)
 }
 
 /// What of `catalog` this caller sees under the tenant's policy (`None`:

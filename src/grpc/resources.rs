@@ -56,6 +56,44 @@ pub(super) async fn list(
         .map_err(Status::from)
 }
 
+/// Every resource and template of the tenant that `caller` sees, all
+/// pages at once, with each server's status (MCP's gRPC transport has no
+/// pagination; each server's listing stays bounded by
+/// `limits.max_resources_per_server` and `limits.max_resource_list_bytes`).
+/// Servers still connecting are not waited for: the caller settles first.
+///
+/// # Errors
+/// A listing that changed between two of its pages (`PAGE_TOKEN_EXPIRED`).
+pub(super) async fn everything(
+    tenant: &Arc<Tenant>,
+    caller: &Caller,
+    subject: &Subject,
+) -> Result<pb::ListResourcesResponse, CallError> {
+    let request = pb::ListResourcesRequest {
+        page_size: u32::try_from(MAX_PAGE_SIZE).unwrap_or(u32::MAX),
+        ..Default::default()
+    };
+    let lister = Lister {
+        tenant,
+        caller,
+        subject,
+        filter: ResourceFilter::new(&request)
+            .map_err(|status| CallError::InvalidFilter(status.message().to_owned()))?,
+    };
+    let mut all = lister.page(&request).await?;
+    let mut token = std::mem::take(&mut all.next_page_token);
+    while !token.is_empty() {
+        let next = pb::ListResourcesRequest {
+            page_token: token,
+            ..request.clone()
+        };
+        let mut page = lister.page(&next).await?;
+        all.resources.append(&mut page.resources);
+        token = page.next_page_token;
+    }
+    Ok(all)
+}
+
 /// A validated ListResourcesRequest filter.
 struct ResourceFilter {
     servers: Vec<String>,

@@ -290,6 +290,10 @@ fn metadata(error: &CallError) -> HashMap<String, String> {
             metadata.insert("field".to_owned(), "page_token".to_owned());
         }
         CallError::InvalidCompletion(_) => {}
+        CallError::McpRequestInvalid(_) => {}
+        CallError::RoutingHeaderMismatch { header, .. } => {
+            metadata.insert("header".to_owned(), (*header).to_owned());
+        }
         CallError::InvalidUri(error) => {
             let field = if error.of_template() {
                 "uri_template"

@@ -34,6 +34,7 @@ mod jwt;
 mod lazy;
 mod limits;
 mod listener_tls;
+mod mcp_grpc;
 mod mtls_callers;
 mod oauth;
 mod oauth_oidc;
