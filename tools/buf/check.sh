@@ -8,7 +8,13 @@
 #      the baseline does not hold (an API added since, such as the guard API
 #      proto/toolgate/guard/v1/guard.proto) is new: nothing to break yet.
 #      The check lists those files, so a run shows what it did not compare.
-# Exits non-zero when either reports anything.
+#   3. MCP's gRPC transport, vendored as descriptor sets in proto-vendor/mcp_grpc/
+#      (docs/mcp-grpc.md): a third-party API, linted with buf's MINIMAL rules
+#      only (its names follow its publisher's style, and its files sit where
+#      the publisher's package put them, not in package directories), and the
+#      newest release vendored checked for FILE-level breaking changes against
+#      the release vendored before it (when one is kept beside it).
+# Exits non-zero when any reports anything.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
@@ -26,5 +32,16 @@ new="$(comm -23 <(cd proto && find . -name '*.proto' | sort) \
 if [[ -n "$new" ]]; then
   echo "   new since the baseline (not compared):"
   sed 's|^\./|     proto/|' <<<"$new"
+fi
+VENDOR_LINT='{"version":"v2","lint":{"use":["MINIMAL"],"except":["PACKAGE_DIRECTORY_MATCH"]}}'
+VENDOR_BREAKING='{"version":"v2","breaking":{"use":["FILE"]}}'
+mapfile -t releases < <(ls proto-vendor/mcp_grpc/*.binpb | sort -V)
+echo "== buf lint ${releases[-1]} (third-party: MINIMAL)"
+"$BUF" lint "${releases[-1]}" --config "$VENDOR_LINT"
+if (( ${#releases[@]} > 1 )); then
+  echo "== buf breaking ${releases[-1]} --against ${releases[-2]}"
+  "$BUF" breaking "${releases[-1]}" --against "${releases[-2]}" --config "$VENDOR_BREAKING"
+else
+  echo "   one release of MCP's gRPC transport vendored: no earlier one to compare"
 fi
 echo "buf: lint and breaking checks passed"
