@@ -67,6 +67,14 @@ pub(crate) struct Args {
     /// Only the figure of a 20-rule policy and the audit trail together.
     #[arg(long)]
     pub(crate) only_policy_audit: bool,
+    /// Skip the figure of a tool call over MCP's gRPC transport against
+    /// InvokeTool.
+    #[arg(long)]
+    pub(crate) skip_mcp_transport: bool,
+    /// Only the figure of a tool call over MCP's gRPC transport against
+    /// InvokeTool.
+    #[arg(long)]
+    pub(crate) only_mcp_transport: bool,
     /// Skip the figures of a call that asks one question and of a task.
     #[arg(long)]
     pub(crate) skip_input: bool,

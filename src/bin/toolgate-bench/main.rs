@@ -19,6 +19,7 @@ mod https;
 mod input;
 mod listener_tls;
 mod listing;
+mod mcp_transport;
 mod measure;
 mod memory;
 mod offerings;
@@ -109,6 +110,7 @@ async fn main() -> anyhow::Result<()> {
     if args.only_python
         || args.only_scale
         || args.only_policy_audit
+        || args.only_mcp_transport
         || args.only_input
         || args.only_offerings
         || args.only_guards
@@ -144,6 +146,9 @@ async fn extras(args: &Args, only: bool) -> anyhow::Result<()> {
     }
     if (only && args.only_policy_audit) || (!only && !args.skip_policy_audit) {
         policy_audit::report(args.rounds, args.sequential, args.duration).await?;
+    }
+    if (only && args.only_mcp_transport) || (!only && !args.skip_mcp_transport) {
+        mcp_transport::report(args.rounds, args.sequential, args.duration).await?;
     }
     if (only && args.only_input) || (!only && !args.skip_input) {
         input::report(args.rounds).await?;
