@@ -7,7 +7,7 @@
 //! MCP's own gRPC transport (`model_context_protocol.Mcp`, release 0.2.0
 //! of `mcp-grpc-transport-proto`) comes as a descriptor set
 //! (`proto-vendor/mcp_grpc/`, see its README): its messages, client and
-//! server go to `OUT_DIR/model_context_protocol.rs` (`toolgate::mcp_pb`).
+//! server go to `OUT_DIR/model_context_protocol.rs` (`toolgate::pb::mcp`).
 //!
 //! Two passes over the same descriptors: the messages and the client go to
 //! `OUT_DIR/toolgate.v1.rs` (`toolgate::pb`); the server alone goes to

@@ -708,7 +708,7 @@ fn reflection(
         tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(crate::pb::FILE_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(crate::mcp_pb::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(crate::pb::mcp::FILE_DESCRIPTOR_SET)
     };
     Ok(Some((builder().build_v1()?, builder().build_v1alpha()?)))
 }
@@ -754,7 +754,7 @@ fn grpc_server(
     let mcp = config.grpc.mcp_transport.then(|| {
         tower::Layer::layer(
             &AuthLayer::new(registry.clone()),
-            crate::mcp_pb::mcp_server::McpServer::new(crate::grpc::mcp::McpGateway::new(
+            crate::pb::mcp::mcp_server::McpServer::new(crate::grpc::mcp::McpGateway::new(
                 gateway.clone(),
             ))
             .max_decoding_message_size(config.limits.max_message_bytes)

@@ -77,18 +77,17 @@ pub mod pb {
     /// The encoded file descriptor set, for server reflection.
     pub const FILE_DESCRIPTOR_SET: &[u8] =
         tonic::include_file_descriptor_set!("toolgate_descriptor");
-}
 
-/// Generated code for MCP's own gRPC transport, package
-/// `model_context_protocol` (release 0.2.0 of `mcp-grpc-transport-proto`,
-/// vendored in `proto-vendor/mcp_grpc/`): the messages, the `Mcp` client
-/// and server. toolgate serves it beside `toolgate.v1`
-/// ([`crate::grpc::mcp`]).
-#[allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic)]
-pub mod mcp_pb {
-    tonic::include_proto!("model_context_protocol");
+    /// MCP's own gRPC transport, package `model_context_protocol`
+    /// (release 0.2.0 of `mcp-grpc-transport-proto`, vendored in
+    /// `proto-vendor/mcp_grpc/`): the messages, the `Mcp` client and
+    /// server. toolgate serves it beside `toolgate.v1`
+    /// ([`crate::grpc::mcp`]).
+    pub mod mcp {
+        tonic::include_proto!("model_context_protocol");
 
-    /// The transport's descriptor set, for server reflection.
-    pub const FILE_DESCRIPTOR_SET: &[u8] =
-        tonic::include_file_descriptor_set!("mcp_transport_descriptor");
+        /// The transport's descriptor set, for server reflection.
+        pub const FILE_DESCRIPTOR_SET: &[u8] =
+            tonic::include_file_descriptor_set!("mcp_transport_descriptor");
+    }
 }

@@ -239,7 +239,7 @@ impl Reached {
 const SERVICE_PATH: &str = "/toolgate.v1.ToolGateway/";
 
 /// The gRPC path prefix of MCP's transport, whose RPCs are recorded as
-/// `Mcp/<method>`.
+/// `Mcp/<method>` (as its calls are: `crate::grpc::mcp`).
 const MCP_SERVICE_PATH: &str = "/model_context_protocol.Mcp/";
 
 /// A tower layer that records every ToolGateway (and `Mcp`) RPC refused before it
@@ -303,7 +303,7 @@ where
             .map(str::to_owned)
             .or_else(|| {
                 path.strip_prefix(MCP_SERVICE_PATH)
-                    .map(|rpc| format!("{}{rpc}", crate::grpc::mcp::RPC_PREFIX))
+                    .map(|rpc| format!("Mcp/{rpc}"))
             })
             .filter(|_| self.audit.is_enabled());
         let Some(rpc) = rpc else {

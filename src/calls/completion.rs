@@ -45,6 +45,10 @@ pub struct CompletionAsk {
     pub value: String,
     /// The values of the other arguments.
     pub context: HashMap<String, String>,
+    /// Why no server could be found for a template that came without one
+    /// (MCP's gRPC transport): the completion is refused
+    /// (`MCP_REQUEST_INVALID`), on record, with it.
+    pub unrouted: Option<String>,
 }
 
 /// The upstream reference of a routed completion.
@@ -93,6 +97,9 @@ impl Operation for CompletionAsk {
 
     /// Refuses a request that names nothing to complete.
     fn check(&self) -> Result<(), CallError> {
+        if let Some(why) = &self.unrouted {
+            return Err(CallError::McpRequestInvalid(why.clone()));
+        }
         match &self.target {
             None => Err(CallError::InvalidCompletion(
                 "name a `prompt` or a `resource_template`",

@@ -30,6 +30,9 @@ pub struct ResourceRead {
     normal: Result<ResourceUri, UriError>,
     /// Rounds of questions.
     pub input: InputFields,
+    /// Why no server could be found for a URI that came without one (MCP's
+    /// gRPC transport): the read is refused, on record, with it.
+    unrouted: Option<String>,
 }
 
 impl ResourceRead {
@@ -42,6 +45,17 @@ impl ResourceRead {
             uri,
             normal,
             input,
+            unrouted: None,
+        }
+    }
+
+    /// A read of `uri` whose server could not be found, for `why`: it is
+    /// refused (`MCP_REQUEST_INVALID`) and recorded like any read.
+    #[must_use]
+    pub fn unrouted(uri: String, why: String, input: InputFields) -> Self {
+        Self {
+            unrouted: Some(why),
+            ..Self::new(String::new(), uri, input)
         }
     }
 }
@@ -96,6 +110,9 @@ impl Operation for ResourceRead {
     }
 
     fn check(&self) -> Result<(), CallError> {
+        if let Some(why) = &self.unrouted {
+            return Err(CallError::McpRequestInvalid(why.clone()));
+        }
         self.normal().map(|_| ())
     }
 

@@ -122,6 +122,7 @@ pub(super) async fn complete(
         argument: request.argument_name,
         value: request.value,
         context: request.context_arguments,
+        unrouted: None,
     };
     Ok(gateway.calls.run(origin, ask).await?)
 }

@@ -149,6 +149,17 @@ async fn a_client_of_the_published_stubs_uses_the_tenants_catalog_through_toolga
     assert_eq!(tampered["code"], "INVALID_ARGUMENT", "{question}");
     assert_eq!(tampered["reason"], "REQUEST_STATE_INVALID", "{question}");
 
+    let other = &out["other_questions"];
+    assert_eq!(other["url"], "https://example.com/consent", "{out}");
+    assert_eq!(other["url_message"], "Open the link to continue");
+    assert_eq!(other["opened"], serde_json::json!(["accept"]));
+    assert_eq!(
+        other["sampling_text"],
+        serde_json::json!(["Summarise: a long report"])
+    );
+    assert_eq!(other["sampling_max_tokens"], 100);
+    assert_eq!(other["summarised"], serde_json::json!(["short"]));
+
     let prompts = &out["prompts"];
     assert!(
         prompts["names"]
@@ -235,9 +246,12 @@ async fn health_lists_the_transport_and_one_switch_turns_it_off() {
                 service: "model_context_protocol.Mcp".into(),
             })
             .await;
-        let mut mcp = toolgate::mcp_pb::mcp_client::McpClient::new(channel);
+        let mut mcp = toolgate::pb::mcp::mcp_client::McpClient::new(channel);
         let listed = mcp
-            .list_tools(authed(TOKEN, toolgate::mcp_pb::ListToolsRequest::default()))
+            .list_tools(authed(
+                TOKEN,
+                toolgate::pb::mcp::ListToolsRequest::default(),
+            ))
             .await;
         if served {
             assert_eq!(

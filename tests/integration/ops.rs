@@ -31,7 +31,7 @@ async fn health_and_reflection_answer_standard_clients() {
     let server = serve_mcp(TestServer::new(&["echo"])).await;
     let gateway = TestGateway::start(&yaml("", &server.url), &[]).await;
     let addr = gateway.addr.to_string();
-    for service in ["", "toolgate.v1.ToolGateway"] {
+    for service in ["", "toolgate.v1.ToolGateway", "model_context_protocol.Mcp"] {
         let (code, health) = ops_probe(&["health", "--addr", &addr, "--service", service]).await;
         assert_eq!(code, 0, "{health}");
         assert_eq!(health["status"], "SERVING", "service {service:?}");
@@ -45,7 +45,11 @@ async fn health_and_reflection_answer_standard_clients() {
         .iter()
         .map(|s| s.as_str().unwrap())
         .collect();
-    for expected in ["toolgate.v1.ToolGateway", "grpc.health.v1.Health"] {
+    for expected in [
+        "toolgate.v1.ToolGateway",
+        "model_context_protocol.Mcp",
+        "grpc.health.v1.Health",
+    ] {
         assert!(services.contains(&expected), "{services:?}");
     }
     // And v1, from tonic's reflection client.
@@ -60,22 +64,22 @@ async fn health_and_reflection_answer_standard_clients() {
         .await
         .unwrap();
     let mut client = ServerReflectionClient::new(channel);
-    let request = ServerReflectionRequest {
-        host: String::new(),
-        message_request: Some(MessageRequest::FileContainingSymbol(
-            "toolgate.v1.ToolGateway".into(),
-        )),
-    };
-    let mut replies = client
-        .server_reflection_info(tokio_stream::iter([request]))
-        .await
-        .unwrap()
-        .into_inner();
-    let reply = replies.message().await.unwrap().unwrap();
-    assert!(
-        matches!(reply.message_response, Some(MessageResponse::FileDescriptorResponse(ref f)) if !f.file_descriptor_proto.is_empty()),
-        "{reply:?}"
-    );
+    for symbol in ["toolgate.v1.ToolGateway", "model_context_protocol.Mcp"] {
+        let request = ServerReflectionRequest {
+            host: String::new(),
+            message_request: Some(MessageRequest::FileContainingSymbol(symbol.into())),
+        };
+        let mut replies = client
+            .server_reflection_info(tokio_stream::iter([request]))
+            .await
+            .unwrap()
+            .into_inner();
+        let reply = replies.message().await.unwrap().unwrap();
+        assert!(
+            matches!(reply.message_response, Some(MessageResponse::FileDescriptorResponse(ref f)) if !f.file_descriptor_proto.is_empty()),
+            "{symbol}: {reply:?}"
+        );
+    }
     gateway.shutdown().await;
 
     let gateway = TestGateway::start(&yaml("reflection: false\n", &server.url), &[]).await;

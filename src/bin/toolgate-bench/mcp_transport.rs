@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use toolgate::mcp_pb as mcp;
+use toolgate::pb::mcp;
 
 use super::measure::{self, CallFn, median};
 use super::policy::{Client, invoke, request};
@@ -87,12 +87,14 @@ pub async fn report(rounds: usize, sequential: usize, duration: Duration) -> any
     for round in 0..rounds.max(1) {
         for p in &mut paths {
             eprintln!("round {}: MCP gRPC transport: {}", round + 1, p.name);
-            p.p50.push(measure::sequential(&p.call, sequential).await?.p50);
+            p.p50
+                .push(measure::sequential(&p.call, sequential).await?.p50);
             let before = measure::cpu_seconds(gateway.pid());
             let (rate, calls) = measure::throughput(&p.call, 16, duration).await?;
             let after = measure::cpu_seconds(gateway.pid());
             p.rps.push(rate);
-            p.cpu_ms.push((after - before) * 1000.0 / calls.max(1) as f64);
+            p.cpu_ms
+                .push((after - before) * 1000.0 / calls.max(1) as f64);
         }
     }
     drop(gateway);

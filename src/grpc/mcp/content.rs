@@ -9,7 +9,7 @@ use rmcp::model::{Annotations, ContentBlock, MetaObject, ResourceContents, Role}
 
 use super::structs;
 use crate::grpc::convert::{self, InvalidContent};
-use crate::mcp_pb as mcp;
+use crate::pb::mcp;
 use crate::policy::ResourceUri;
 
 /// The `_meta` key that names a resource's server (in listings, links and

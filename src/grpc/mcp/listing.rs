@@ -13,8 +13,8 @@ use super::{rounds, structs};
 use crate::callers::{Caller, Subject};
 use crate::calls::CallError;
 use crate::catalog::{Catalog, CatalogPrompt, CatalogTool};
-use crate::mcp_pb as mcp;
 use crate::pb;
+use crate::pb::mcp;
 use crate::policy::{ResourceUri, View};
 use crate::registry::Tenant;
 
@@ -24,15 +24,22 @@ fn private() -> i32 {
     mcp::CacheScope::Private.into()
 }
 
+/// A catalog snapshot's tools as the transport's messages, converted once
+/// per snapshot (schemas parsed into Structs), in catalog order.
+struct McpTools(Vec<mcp::Tool>);
+
 /// The tools `view` lets the caller see (`None`: all).
 pub(super) fn tools(catalog: &Catalog, view: Option<&View>) -> mcp::ListToolsResponse {
-    let tools: Box<dyn Iterator<Item = &CatalogTool>> = match view {
-        Some(view) => Box::new(view.tools(catalog)),
-        None => Box::new(catalog.tools().iter()),
-    };
+    let all = catalog.derived(|catalog| McpTools(catalog.tools().iter().map(tool).collect()));
     mcp::ListToolsResponse {
         common: Some(rounds::complete()),
-        tools: tools.map(tool).collect(),
+        tools: all
+            .0
+            .iter()
+            .enumerate()
+            .filter(|(index, _)| view.is_none_or(|v| v.allows_index(*index)))
+            .map(|(_, tool)| tool.clone())
+            .collect(),
         ttl: None,
         cache_scope: private(),
     }
@@ -180,19 +187,26 @@ pub(super) enum Lookup<'a> {
     Template(&'a str),
 }
 
+/// Why no one server could be found: the words of the refusal the call
+/// is recorded with (`MCP_REQUEST_INVALID`).
+pub(super) struct Unrouted(pub(super) String);
+
 /// The one server whose listing (as `caller` sees it) offers what
 /// `lookup` names.
 ///
 /// # Errors
-/// `MCP_REQUEST_INVALID`: no server or several offer it (naming them),
-/// so the caller names one in `common.metadata["toolgate/server"]`.
+/// No server or several offer it (naming them), so the caller names one
+/// in `common.metadata["toolgate/server"]`; or the listings could not be
+/// read.
 pub(super) async fn route(
     tenant: &Arc<Tenant>,
     caller: &Caller,
     subject: &Subject,
     lookup: Lookup<'_>,
-) -> Result<String, CallError> {
-    let listing = crate::grpc::resources::everything(tenant, caller, subject).await?;
+) -> Result<String, Unrouted> {
+    let listing = crate::grpc::resources::everything(tenant, caller, subject)
+        .await
+        .map_err(|e| Unrouted(format!("the resource listings could not be read: {e}")))?;
     let normal = |uri: &str| {
         ResourceUri::parse(uri).map_or_else(|_| uri.to_owned(), ResourceUri::into_string)
     };
@@ -233,11 +247,11 @@ pub(super) async fn route(
     let asked = crate::callers::quoted(&asked);
     match servers.as_slice() {
         [server] => Ok((*server).to_owned()),
-        [] => Err(CallError::McpRequestInvalid(format!(
+        [] => Err(Unrouted(format!(
             "no server of this tenant lists the {what} `{asked}` (or a template it matches): \
              name its server in `common.metadata[\"{SERVER_KEY}\"]`"
         ))),
-        several => Err(CallError::McpRequestInvalid(format!(
+        several => Err(Unrouted(format!(
             "the {what} `{asked}` is offered by servers {}: name one in \
              `common.metadata[\"{SERVER_KEY}\"]`",
             several

@@ -28,14 +28,10 @@ use tonic::{Request, Response, Status};
 use super::{Gateway, caller_of};
 use crate::calls::idempotency;
 use crate::calls::{CallError, CompletionAsk, CompletionTarget, PromptGet, ResourceRead, ToolCall};
-use crate::mcp_pb as mcp;
+use crate::pb::mcp;
 
 /// The service's full name (health reports it).
 pub const SERVICE_NAME: &str = "model_context_protocol.Mcp";
-
-/// The prefix of the service's paths, and of its RPCs' names in audit
-/// records and metrics (`Mcp/CallTool`).
-pub const RPC_PREFIX: &str = "Mcp/";
 
 /// The `Mcp` service: MCP's gRPC transport over the gateway's [`Gateway`]
 /// (its calls, tenants and authentication).
@@ -183,17 +179,19 @@ impl mcp::mcp_server::Mcp for McpGateway {
         let named = listing::named_server(body.common.as_ref()).map_err(status)?;
         let (tenant, _busy) = self.gateway.tenant(&request)?;
         let origin = self.gateway.origin(&request, tenant, "Mcp/ReadResource");
-        let server = match named {
-            Some(server) => server,
+        let uri = request.get_ref().uri.clone();
+        let read = match named {
+            Some(server) => ResourceRead::new(server, uri, input),
             None => {
                 super::settled_catalog(&origin.tenant, &request, "Mcp/ReadResource").await;
-                let lookup = listing::Lookup::Resource(&request.get_ref().uri);
-                listing::route(&origin.tenant, &origin.caller, &origin.subject, lookup)
-                    .await
-                    .map_err(status)?
+                let lookup = listing::Lookup::Resource(&uri);
+                match listing::route(&origin.tenant, &origin.caller, &origin.subject, lookup).await
+                {
+                    Ok(server) => ResourceRead::new(server, uri, input),
+                    Err(listing::Unrouted(why)) => ResourceRead::unrouted(uri, why, input),
+                }
             }
         };
-        let read = ResourceRead::new(server, request.into_inner().uri, input);
         Ok(Response::new(self.gateway.calls.run(origin, read).await?))
     }
 
@@ -220,6 +218,7 @@ impl mcp::mcp_server::Mcp for McpGateway {
         let server = listing::named_server(body.common.as_ref()).map_err(status)?;
         let (tenant, _busy) = self.gateway.tenant(&request)?;
         let origin = self.gateway.origin(&request, tenant, "Mcp/Complete");
+        let mut unrouted = None;
         let target = match (&body.prompt_reference, &body.resource_reference) {
             (Some(prompt), _) => Some(CompletionTarget::Prompt(prompt.name.clone())),
             (None, Some(resource)) => {
@@ -230,7 +229,10 @@ impl mcp::mcp_server::Mcp for McpGateway {
                         let lookup = listing::Lookup::Template(&resource.uri);
                         listing::route(&origin.tenant, &origin.caller, &origin.subject, lookup)
                             .await
-                            .map_err(status)?
+                            .unwrap_or_else(|listing::Unrouted(why)| {
+                                unrouted = Some(why);
+                                String::new()
+                            })
                     }
                 };
                 Some(CompletionTarget::Template {
@@ -247,6 +249,7 @@ impl mcp::mcp_server::Mcp for McpGateway {
             argument: argument.name,
             value: argument.value,
             context: body.context.map(|c| c.arguments).unwrap_or_default(),
+            unrouted,
         };
         Ok(Response::new(self.gateway.calls.run(origin, ask).await?))
     }

@@ -8,7 +8,7 @@ use rmcp::model::{CallToolResult, GetPromptResult, ReadResourceResult};
 
 use super::{content, rounds, structs};
 use crate::calls::{Outcome, Recorded, Reply, Unencodable};
-use crate::mcp_pb as mcp;
+use crate::pb::mcp;
 use crate::upstream::Completion;
 
 /// The `common.metadata` key of a replayed response.

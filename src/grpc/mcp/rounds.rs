@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use super::{schema, structs};
 use crate::calls::{CallError, InputFields, InputResponse, Questions};
-use crate::mcp_pb as mcp;
+use crate::pb::mcp;
 use crate::upstream::{Action, Asked, InputKinds, Question};
 
 /// A request's `common` fields as a call's rounds of questions. The

@@ -10,7 +10,7 @@
 use base64::Engine;
 use serde_json::Value;
 
-use crate::mcp_pb as mcp;
+use crate::pb::mcp;
 use mcp::primitive_schema_definition as defs;
 
 /// A form question.
