@@ -30,6 +30,20 @@ impl Policy {
         self.evaluator(caller, subject).allows_prompt(prompt)
     }
 
+    /// Whether `caller`, acting for `subject`, may see and fetch `skill`:
+    /// the effect of the first name rule whose glob matches the skill's
+    /// exposed name and whose `when` holds (a condition reading a target's
+    /// variable fails for a skill: a `deny` applies, an `allow` does not);
+    /// allowed when none does.
+    pub fn allows_skill(
+        &self,
+        caller: &Caller,
+        subject: &Subject,
+        skill: &crate::catalog::CatalogSkill,
+    ) -> bool {
+        self.evaluator(caller, subject).allows_skill(skill)
+    }
+
     /// Whether `caller`, acting for `subject`, may see, read, watch and
     /// complete resource `uri` (or URI template) of `server`: the effect of
     /// the first resource rule whose glob matches `server:uri` and whose

@@ -19,6 +19,7 @@ mod relist;
 mod request;
 pub(crate) mod resources;
 mod rounds;
+pub mod skills;
 mod stdio;
 mod subscriptions;
 pub mod tasks;
@@ -117,6 +118,10 @@ pub struct Connected {
     /// (the listing failed, never ended, or outlasted the connect
     /// timeout): the session and its tools are kept all the same.
     pub prompts: Option<Result<Vec<Prompt>, String>>,
+    /// Every skill of the server, all pages, when the session offers
+    /// skills ([`skills::offers_skills`]; `None` when it does not); `Err`
+    /// says why its skills are refused (its tools and prompts are kept).
+    pub skills: Option<Result<Vec<skills::Skill>, String>>,
 }
 
 /// Starts a session to `server` and reads its whole tool list, all within
@@ -336,6 +341,30 @@ impl Connecting<'_> {
         } else {
             None
         };
+        // Skills likewise, from a 2026-07-28 session whose server declares
+        // the extension. A failure refuses its skills only.
+        let offers_skills = service.peer().peer_info().is_some_and(|info| {
+            skills::offers_skills(&info.capabilities, !info.protocol_version.has_initialize())
+        });
+        let skills = if offers_skills {
+            let listed = tokio::time::timeout_at(
+                deadline,
+                skills::list_all_skills(service.peer(), server.max_list_pages, &redaction),
+            )
+            .await
+            .unwrap_or_else(|_| {
+                Err(format!(
+                    "skills/list did not end within the connect timeout ({})",
+                    humantime::format_duration(timeout)
+                ))
+            });
+            if let Err(reason) = &listed {
+                tracing::warn!(tenant = %label.tenant, server = %label.server, %reason, "the server's skills are refused; its tools are kept");
+            }
+            Some(listed)
+        } else {
+            None
+        };
         let peer = service.peer().clone();
         let client = service.service().clone();
         let pid = group.as_ref().map(stdio::Group::pid);
@@ -393,6 +422,7 @@ impl Connecting<'_> {
             }),
             tools,
             prompts,
+            skills,
         })
     }
 
