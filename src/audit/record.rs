@@ -27,9 +27,10 @@ use serde::{Deserialize, Serialize};
 /// the result). Version 8: `idempotency` and `call_id` (calls with an
 /// idempotency key), `cache` (the result cache), and `sent` false for a
 /// call answered without reaching the server (a replay, a cache hit).
-/// Version 9: records of `GetSkill`, with `skill` (and `uri`: the skill's
-/// `SKILL.md`).
-pub const SCHEMA_VERSION: u32 = 9;
+/// Within version 8 (a field added, no meaning changed, as the schema's
+/// rules allow): records of `GetSkill`, with `skill` (and `uri`: the
+/// skill's `SKILL.md`).
+pub const SCHEMA_VERSION: u32 = 8;
 
 /// What a record is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
