@@ -699,7 +699,7 @@ mod tests {
                 7,
                 "unknown field",
             ),
-            ("version: 3\ntenants: {}\n", 1, "version 3"),
+            ("version: 4\ntenants: {}\n", 1, "version 4"),
             ("version: 1\ntenants:\n  - a\n", 3, "invalid type"),
             ("version: 1\ntenants: {\n", 3, ""),
         ];

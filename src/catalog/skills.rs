@@ -17,7 +17,7 @@ use sha2::{Digest, Sha256};
 
 use super::{Catalog, ServerInput};
 use crate::config::names;
-use crate::upstream::skills::{Skill, SkillResources};
+use rmcp::model::{Skill, SkillResources};
 
 /// One exposed skill.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -341,30 +341,16 @@ impl Connecting<'_> {
         } else {
             None
         };
-        // Skills likewise, from a 2026-07-28 session whose server declares
-        // the extension. A failure refuses its skills only.
-        let offers_skills = service.peer().peer_info().is_some_and(|info| {
-            skills::offers_skills(&info.capabilities, !info.protocol_version.has_initialize())
-        });
-        let skills = if offers_skills {
-            let listed = tokio::time::timeout_at(
-                deadline,
-                skills::list_all_skills(service.peer(), server.max_list_pages, &redaction),
-            )
-            .await
-            .unwrap_or_else(|_| {
-                Err(format!(
-                    "skills/list did not end within the connect timeout ({})",
-                    humantime::format_duration(timeout)
-                ))
-            });
-            if let Err(reason) = &listed {
-                tracing::warn!(tenant = %label.tenant, server = %label.server, %reason, "the server's skills are refused; its tools are kept");
-            }
-            Some(listed)
-        } else {
-            None
-        };
+        // Skills likewise (a 2026-07-28 session whose server declares the
+        // extension). A failure refuses its skills only.
+        let skills = skills::list_at_connect(
+            service.peer(),
+            server.max_list_pages,
+            &redaction,
+            (deadline, timeout),
+            label,
+        )
+        .await;
         let peer = service.peer().clone();
         let client = service.service().clone();
         let pid = group.as_ref().map(stdio::Group::pid);

@@ -181,6 +181,34 @@ pub(super) async fn list_all_skills(
     Ok(skills)
 }
 
+/// At connect: every skill of a session that offers skills, within the
+/// connect's `(deadline, timeout)`; `None` for one that does not; `Err`
+/// (logged) saying why its skills are refused.
+pub(super) async fn list_at_connect(
+    peer: &Peer<RoleClient>,
+    max_pages: u32,
+    redaction: &Redaction,
+    (deadline, timeout): (tokio::time::Instant, Duration),
+    label: &super::Label,
+) -> Option<Result<Vec<Skill>, String>> {
+    let info = peer.peer_info()?;
+    if !offers_skills(&info.capabilities, !info.protocol_version.has_initialize()) {
+        return None;
+    }
+    let listed = tokio::time::timeout_at(deadline, list_all_skills(peer, max_pages, redaction))
+        .await
+        .unwrap_or_else(|_| {
+            Err(format!(
+                "skills/list did not end within the connect timeout ({})",
+                humantime::format_duration(timeout)
+            ))
+        });
+    if let Err(reason) = &listed {
+        tracing::warn!(tenant = %label.tenant, server = %label.server, %reason, "the server's skills are refused; its tools are kept");
+    }
+    Some(listed)
+}
+
 /// One page of `skills/list` out of the server's answer.
 fn list_page(answer: ServerResult) -> Result<rmcp::model::ListSkillsResult, String> {
     match answer {

@@ -162,8 +162,13 @@ async fn get_skill_records(trail: &Path, count: usize) -> Vec<Value> {
 async fn skills_are_listed_under_policy_and_fetched_verified() {
     let dir = tempfile::tempdir().unwrap();
     let trail = dir.path().join("audit.jsonl");
-    let servers = format!("{}{}", skills_server("docs", &[], ""), plain_server("plain"));
-    let policy = "    policy:\n      - deny: \"docs__git-workflow\"\n        when: \"subject != 'ops'\"\n";
+    let servers = format!(
+        "{}{}",
+        skills_server("docs", &[], ""),
+        plain_server("plain")
+    );
+    let policy =
+        "    policy:\n      - deny: \"docs__git-workflow\"\n        when: \"subject != 'ops'\"\n";
     let yaml = format!(
         "audit:\n  path: \"{}\"\n{}",
         trail.display(),
@@ -254,7 +259,10 @@ async fn skills_are_listed_under_policy_and_fetched_verified() {
     assert_eq!(paths, ["SKILL.md", "assets/stamp.bin", "examples/email.md"]);
     for (file, listed) in fetched.files.iter().zip(&refunds.files) {
         assert_eq!(sha256(&bytes(file)), listed.digest, "{}", file.path);
-        assert_eq!((file.digest.as_str(), file.size), (listed.digest.as_str(), listed.size));
+        assert_eq!(
+            (file.digest.as_str(), file.size),
+            (listed.digest.as_str(), listed.size)
+        );
     }
     assert_eq!(bytes(&fetched.files[1]), stamp);
     assert!(matches!(
@@ -362,12 +370,18 @@ async fn a_file_whose_bytes_are_not_its_digests_is_refused_and_audited() {
     assert_eq!(metadata["skill"], "docs__refunds");
     assert_eq!(metadata["server"], "docs");
     assert!(
-        refused.message().contains("skill://refunds/examples/email.md")
+        refused
+            .message()
+            .contains("skill://refunds/examples/email.md")
             && refused.message().contains("bytes"),
         "{}",
         refused.message()
     );
-    assert!(!refused.message().contains("bank password"), "{}", refused.message());
+    assert!(
+        !refused.message().contains("bank password"),
+        "{}",
+        refused.message()
+    );
     let records = get_skill_records(&trail, 2).await;
     let mismatch = &records[1];
     assert_eq!(mismatch["reason"], "SKILL_DIGEST_MISMATCH");
