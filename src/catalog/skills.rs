@@ -160,7 +160,7 @@ impl Catalog {
         skills: &[SkillInput<'_>],
         limits: &crate::config::Limits,
     ) -> Catalog {
-        let mut parts: Vec<Option<Result<(Vec<CatalogSkill>, Option<String>), String>>> = inputs
+        let mut parts: Vec<Option<Result<ServerSkills, String>>> = inputs
             .iter()
             .zip(skills)
             .enumerate()
@@ -257,6 +257,9 @@ impl Catalog {
     }
 }
 
+/// One server's exposed skills, and what was left out of them (in words).
+type ServerSkills = (Vec<CatalogSkill>, Option<String>);
+
 /// The exposed skills of one server and what was left out of them (two
 /// skills sharing a name), or why its skills are refused.
 fn server_skills(
@@ -264,7 +267,7 @@ fn server_skills(
     input: &ServerInput<'_>,
     listed: &[Skill],
     limits: &crate::config::Limits,
-) -> Result<(Vec<CatalogSkill>, Option<String>), String> {
+) -> Result<ServerSkills, String> {
     if listed.len() > limits.max_prompts_per_server {
         return Err(format!(
             "server `{}` lists {} skills, over limits.max_prompts_per_server ({}), which \

@@ -156,9 +156,10 @@ pub(super) async fn list_all_skills(
     redaction: &Redaction,
 ) -> Result<Vec<Skill>, String> {
     let skills = list_all(max_pages, |cursor| async move {
-        let params = cursor.map(|c| PaginatedRequestParams::default().with_cursor(Some(c)));
-        let mut request = ListSkillsRequest::default();
-        request.params = params;
+        let request = ListSkillsRequest {
+            params: cursor.map(|c| PaginatedRequestParams::default().with_cursor(Some(c))),
+            ..Default::default()
+        };
         let answer = peer
             .send_request(ClientRequest::ListSkillsRequest(request))
             .await

@@ -472,5 +472,46 @@ async fn a_changed_skill_is_withheld_until_approved() {
         .await
         .unwrap();
     assert!(text(&fetched.files[0]).contains("approve every one of them"));
+    let (code, stdout, _) = toolgate(&["check"], &config).await;
+    assert_eq!(code, 0, "{stdout}");
+    assert!(
+        stdout.contains("    skill docs__refunds\n") && stdout.contains(", 2 skill(s))"),
+        "{stdout}"
+    );
+
+    // From a shell: `toolgate skills`, `toolgate skill`.
+    // (Not blocking: the gateway answers on this test's runtime.)
+    let addr = format!("http://{}", gateway.addr);
+    let shell = |args: &[&str]| {
+        tokio::process::Command::new(toolgate_bin())
+            .args(args)
+            .args(["--addr", &addr])
+            .env("TOOLGATE_TOKEN", TOKEN)
+            .kill_on_drop(true)
+            .output()
+    };
+    let listed = shell(&["skills"]).await.unwrap();
+    let stdout = String::from_utf8_lossy(&listed.stdout);
+    assert!(
+        listed.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&listed.stderr)
+    );
+    assert!(
+        stdout.contains("docs__refunds") && stdout.contains("2 skill(s)"),
+        "{stdout}"
+    );
+    let fetched = shell(&["skill", "docs__refunds", "--path", "assets/stamp.bin"])
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&fetched.stdout);
+    assert!(fetched.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("==> SKILL.md (sha256:")
+            && stdout.contains("==> assets/stamp.bin (sha256:310286f1ed50508504044e2d5d361bc7dda09aceca7b566c24419cee43f52524, 8 bytes, binary) <=="),
+        "{stdout}"
+    );
+    let refused = shell(&["skill", "docs__nope"]).await.unwrap();
+    assert!(!refused.status.success());
     gateway.shutdown().await;
 }
