@@ -182,11 +182,11 @@ async fn skills_are_listed_under_policy_and_fetched_verified() {
         l.servers.iter().all(|s| s.connected)
     })
     .await;
-    assert_eq!(skill_names(&listing), ["docs__refunds"]);
-    let everything = wait_skills(&mut client, Some("ops"), "both", |l| l.skills.len() == 2).await;
+    assert_eq!(skill_names(&listing), ["docs__daily", "docs__refunds"]);
+    let everything = wait_skills(&mut client, Some("ops"), "all", |l| l.skills.len() == 3).await;
     assert_eq!(
         skill_names(&everything),
-        ["docs__git-workflow", "docs__refunds"]
+        ["docs__daily", "docs__git-workflow", "docs__refunds"]
     );
     assert_ne!(listing.skills_version, everything.skills_version);
     // The server without the extension: no skills, no error (its prompts
@@ -195,11 +195,11 @@ async fn skills_are_listed_under_policy_and_fetched_verified() {
     assert_eq!(plain.name, "plain");
     assert_eq!((plain.skill_count, plain.skills_error.as_str()), (0, ""));
     let docs = &listing.servers[0];
-    assert_eq!((docs.skill_count, docs.skills_error.as_str()), (1, ""));
-    assert_eq!(everything.servers[0].skill_count, 2);
+    assert_eq!((docs.skill_count, docs.skills_error.as_str()), (2, ""));
+    assert_eq!(everything.servers[0].skill_count, 3);
 
     // The listed entry: frontmatter, manifest (SKILL.md first), hash.
-    let refunds = &listing.skills[0];
+    let refunds = &listing.skills[1];
     assert_eq!(refunds.server, "docs");
     assert_eq!(refunds.uri, "skill://refunds/SKILL.md");
     assert_eq!(refunds.skill_name, "refunds");
@@ -310,6 +310,23 @@ async fn skills_are_listed_under_policy_and_fetched_verified() {
         .await
         .unwrap();
     assert!(text(&fetched.files[0]).contains("# Git workflow"));
+    // A dynamic skill: no manifest, SKILL.md alone, unverified (each read
+    // differs: no digest could bind it).
+    let daily = &listing.skills[0];
+    assert!(daily.dynamic && daily.files.is_empty(), "{daily:?}");
+    let request = pb::GetSkillRequest {
+        with_files: true,
+        ..get_request("docs__daily")
+    };
+    let fetched = get(&mut client, None, request).await.unwrap();
+    assert!(!fetched.verified);
+    assert_eq!(fetched.files.len(), 1);
+    assert_eq!(fetched.files[0].path, "SKILL.md");
+    assert!(
+        text(&fetched.files[0]).contains("Report of call"),
+        "{fetched:?}"
+    );
+    assert!(fetched.skill.as_ref().unwrap().dynamic);
     let missing = get(&mut client, None, get_request("docs__nope"))
         .await
         .unwrap_err();
@@ -321,7 +338,7 @@ async fn skills_are_listed_under_policy_and_fetched_verified() {
     assert_eq!(reason(&none), "SKILL_NOT_FOUND");
 
     // Each fetch is audited as a call.
-    let records = get_skill_records(&trail, 9).await;
+    let records = get_skill_records(&trail, 10).await;
     let ok = &records[0];
     assert_eq!(ok["kind"], "call");
     assert_eq!(ok["skill"], "docs__refunds");
@@ -351,7 +368,7 @@ async fn a_file_whose_bytes_are_not_its_digests_is_refused_and_audited() {
     );
     let gateway = TestGateway::start(&yaml, &[]).await;
     let mut client = gateway.client().await;
-    wait_skills(&mut client, None, "listed", |l| l.skills.len() == 2).await;
+    wait_skills(&mut client, None, "listed", |l| l.skills.len() == 3).await;
     // SKILL.md is intact.
     let fetched = get(&mut client, None, get_request("docs__refunds"))
         .await
@@ -431,7 +448,7 @@ async fn a_changed_skill_is_withheld_until_approved() {
     let (code, stdout, stderr) = toolgate(&["approve"], &config).await;
     assert_eq!(code, 0, "{stdout}{stderr}");
     assert!(
-        stdout.contains("acme/docs: 2 skill(s) (first approval)"),
+        stdout.contains("acme/docs: 3 skill(s) (first approval)"),
         "{stdout}"
     );
     let file = std::fs::read_to_string(&approvals).unwrap();
@@ -447,7 +464,7 @@ async fn a_changed_skill_is_withheld_until_approved() {
     let gateway = TestGateway::start(&yaml, &[]).await;
     let mut client = gateway.client().await;
     let listing = wait_skills(&mut client, None, "connected", |l| l.servers[0].connected).await;
-    assert_eq!(skill_names(&listing), ["docs__git-workflow"]);
+    assert_eq!(skill_names(&listing), ["docs__daily", "docs__git-workflow"]);
     assert_eq!(listing.servers[0].withheld_skills, ["docs__refunds"]);
     let refused = get(&mut client, None, get_request("docs__refunds"))
         .await
@@ -475,7 +492,7 @@ async fn a_changed_skill_is_withheld_until_approved() {
     let (code, stdout, _) = toolgate(&["check"], &config).await;
     assert_eq!(code, 0, "{stdout}");
     assert!(
-        stdout.contains("    skill docs__refunds\n") && stdout.contains(", 2 skill(s))"),
+        stdout.contains("    skill docs__refunds\n") && stdout.contains(", 3 skill(s))"),
         "{stdout}"
     );
 
@@ -498,7 +515,7 @@ async fn a_changed_skill_is_withheld_until_approved() {
         String::from_utf8_lossy(&listed.stderr)
     );
     assert!(
-        stdout.contains("docs__refunds") && stdout.contains("2 skill(s)"),
+        stdout.contains("docs__refunds") && stdout.contains("3 skill(s)"),
         "{stdout}"
     );
     let fetched = shell(&["skill", "docs__refunds", "--path", "assets/stamp.bin"])
@@ -513,5 +530,68 @@ async fn a_changed_skill_is_withheld_until_approved() {
     );
     let refused = shell(&["skill", "docs__nope"]).await.unwrap();
     assert!(!refused.status.success());
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_skill_changed_after_listing_is_refused_then_listed_again() {
+    let yaml = tenant(&skills_server("docs", &[], ""), "");
+    let gateway = TestGateway::start(&yaml, &[]).await;
+    let mut client = gateway.client().await;
+    let listing = wait_skills(&mut client, None, "listed", |l| l.skills.len() == 3).await;
+    let before = listing
+        .skills
+        .iter()
+        .find(|s| s.name == "docs__refunds")
+        .unwrap()
+        .clone();
+    // The file's bytes change on the server after the listing: its
+    // `skills/get` entry is no longer the listed one, and nothing of the
+    // skill is read.
+    let rewritten = invoke(
+        &mut client,
+        TOKEN,
+        "docs__rewrite",
+        r#"{"path": "refunds/examples/email.md", "text": "Dear customer, new terms apply.\n"}"#,
+    )
+    .await
+    .unwrap();
+    assert!(!rewritten.is_error, "{rewritten:?}");
+    let request = pb::GetSkillRequest {
+        with_files: true,
+        ..get_request("docs__refunds")
+    };
+    let refused = get(&mut client, None, request.clone()).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::FailedPrecondition);
+    assert_eq!(reason(&refused), "SKILL_DEFINITION_CHANGED");
+    let current = error_metadata(&refused)["current_definition_hash"].clone();
+    assert_ne!(current, before.definition_hash);
+    // The gateway lists the server's skills again: the new manifest, the
+    // new hash, and the fetch verifies.
+    let listing = wait_skills(&mut client, None, "relisted", |l| {
+        l.skills
+            .iter()
+            .any(|s| s.name == "docs__refunds" && s.definition_hash == current)
+    })
+    .await;
+    let after = listing
+        .skills
+        .iter()
+        .find(|s| s.name == "docs__refunds")
+        .unwrap();
+    let email = |s: &pb::Skill| {
+        s.files
+            .iter()
+            .find(|f| f.path == "examples/email.md")
+            .unwrap()
+            .clone()
+    };
+    assert_ne!(email(after).digest, email(&before).digest);
+    assert_eq!(
+        email(after).digest,
+        sha256(b"Dear customer, new terms apply.\n")
+    );
+    let fetched = get(&mut client, None, request).await.unwrap();
+    assert_eq!(text(&fetched.files[2]), "Dear customer, new terms apply.\n");
     gateway.shutdown().await;
 }
