@@ -7,7 +7,9 @@
 //! `SKILL.md`'s frontmatter), refuses a file whose bytes are not its
 //! digest's with SKILL_DIGEST_MISMATCH (audited), and a changed skill is
 //! withheld under approvals until `toolgate approve` records it. A server
-//! without the extension has no skills and no error.
+//! without the extension has no skills and no error. Over stdio and
+//! Streamable HTTP; toolgate declares the extension in its client
+//! capabilities.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -197,6 +199,12 @@ async fn skills_are_listed_under_policy_and_fetched_verified() {
     let docs = &listing.servers[0];
     assert_eq!((docs.skill_count, docs.skills_error.as_str()), (2, ""));
     assert_eq!(everything.servers[0].skill_count, 3);
+    // toolgate declared the extension in its client capabilities (the
+    // request's `_meta` on a 2026-07-28 session).
+    let declared = invoke(&mut client, TOKEN, "docs__declared", "{}")
+        .await
+        .unwrap();
+    assert!(format!("{declared:?}").contains("\"yes\""), "{declared:?}");
 
     // The listed entry: frontmatter, manifest (SKILL.md first), hash.
     let refunds = &listing.skills[1];
@@ -593,5 +601,41 @@ async fn a_skill_changed_after_listing_is_refused_then_listed_again() {
     );
     let fetched = get(&mut client, None, request).await.unwrap();
     assert_eq!(text(&fetched.files[2]), "Dear customer, new terms apply.\n");
+    gateway.shutdown().await;
+}
+
+#[tokio::test]
+async fn skills_over_streamable_http() {
+    let port = free_port();
+    let child = std::process::Command::new(python())
+        .arg(fixture("python/skills_server.py"))
+        .args(["http", &port.to_string()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let _child = ChildGuard(child);
+    wait_for_port(port).await;
+    let entry = format!(
+        "      - name: web\n        url: \"http://127.0.0.1:{port}/mcp\"\n        lifecycle: discover\n"
+    );
+    let gateway = TestGateway::start(&tenant(&entry, ""), &[]).await;
+    let mut client = gateway.client().await;
+    let listing = wait_skills(&mut client, None, "listed", |l| l.skills.len() == 3).await;
+    assert_eq!(
+        skill_names(&listing),
+        ["web__daily", "web__git-workflow", "web__refunds"]
+    );
+    let request = pb::GetSkillRequest {
+        with_files: true,
+        ..get_request("web__refunds")
+    };
+    let fetched = get(&mut client, None, request).await.unwrap();
+    assert!(fetched.verified);
+    assert_eq!(fetched.files.len(), 3);
+    assert_eq!(
+        bytes(&fetched.files[1]),
+        [0u8, 1, 2, 255, 254, 128, 127, 10]
+    );
     gateway.shutdown().await;
 }
