@@ -407,7 +407,24 @@ async fn a_file_whose_bytes_are_not_its_digests_is_refused_and_audited() {
         "{}",
         refused.message()
     );
-    let records = get_skill_records(&trail, 2).await;
+    // A dynamic skill has no digest, but its SKILL.md's frontmatter must
+    // still be its entry's.
+    let refused = get(&mut client, None, get_request("docs__daily"))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::FailedPrecondition);
+    assert_eq!(reason(&refused), "SKILL_FRONTMATTER_MISMATCH");
+    assert_eq!(
+        error_metadata(&refused)["uri"],
+        "skill://reports/daily/SKILL.md"
+    );
+    assert!(
+        refused.message().contains("`description`"),
+        "{}",
+        refused.message()
+    );
+    let records = get_skill_records(&trail, 3).await;
+    assert_eq!(records[2]["reason"], "SKILL_FRONTMATTER_MISMATCH");
     let mismatch = &records[1];
     assert_eq!(mismatch["reason"], "SKILL_DIGEST_MISMATCH");
     assert_eq!(mismatch["code"], "FAILED_PRECONDITION");
