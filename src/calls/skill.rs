@@ -12,7 +12,8 @@
 //! frontmatter against the entry's: any mismatch refuses the whole fetch
 //! (`SKILL_DIGEST_MISMATCH`, `SKILL_FRONTMATTER_MISMATCH`) naming the
 //! file. A `"dynamic"` skill has no digests: only its `SKILL.md` is read
-//! (frontmatter checked) and the answer says it is unverified.
+//! (frontmatter checked) and the answer says it is unverified. The requests
+//! share the call's one upstream timeout.
 
 use rmcp::model::JsonObject;
 use serde::{Deserialize, Serialize};
@@ -223,10 +224,10 @@ impl Operation for SkillGet {
         let routed = sending.routed;
         let session = sending.session;
         let name = routed.target.name.as_str();
-        let entry = match session
-            .get_skill(&routed.upstream_name, sending.timeout)
-            .await
-        {
+        // One deadline for the fetch, however many requests it takes.
+        let deadline = tokio::time::Instant::now() + sending.timeout;
+        let left = || deadline.saturating_duration_since(tokio::time::Instant::now());
+        let entry = match session.get_skill(&routed.upstream_name, left()).await {
             Ok(entry) => entry,
             Err(error) => return Ok(Err(error)),
         };
@@ -264,8 +265,15 @@ impl Operation for SkillGet {
         let mut files = Vec::with_capacity(uris.len());
         let mut read: u64 = 0;
         for (index, uri) in uris.iter().enumerate() {
-            let file = match session.read_skill_file(uri, sending.timeout).await {
+            if left().is_zero() {
+                return Ok(Err(UpstreamError::Timeout(sending.timeout)));
+            }
+            let file = match session.read_skill_file(uri, left()).await {
                 Ok(file) => file,
+                // The call's timeout, whichever request ran it out.
+                Err(UpstreamError::Timeout(_)) => {
+                    return Ok(Err(UpstreamError::Timeout(sending.timeout)));
+                }
                 Err(error) => return Ok(Err(error)),
             };
             let mismatch = |mismatch: Mismatch| CallError::SkillMismatch {
