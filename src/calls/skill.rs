@@ -229,6 +229,16 @@ impl Operation for SkillGet {
         let left = || deadline.saturating_duration_since(tokio::time::Instant::now());
         let entry = match session.get_skill(&routed.upstream_name, left()).await {
             Ok(entry) => entry,
+            // -32602: the server serves no such skill (any more). Listed
+            // again, the catalog catches up.
+            Err(UpstreamError::JsonRpc { code, .. })
+                if code == super::classify::jsonrpc::INVALID_PARAMS =>
+            {
+                session.events().list_changed(ListKind::Skills);
+                return Err(CallError::SkillNotFound {
+                    name: name.to_owned(),
+                });
+            }
             Err(error) => return Ok(Err(error)),
         };
         // What the server serves now must be what was listed (and, under

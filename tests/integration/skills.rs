@@ -559,7 +559,7 @@ async fn a_changed_skill_is_withheld_until_approved() {
 }
 
 #[tokio::test]
-async fn a_skill_changed_after_listing_is_refused_then_listed_again() {
+async fn a_skill_changed_or_gone_after_listing_is_refused_then_listed_again() {
     let yaml = tenant(&skills_server("docs", &[], ""), "");
     let gateway = TestGateway::start(&yaml, &[]).await;
     let mut client = gateway.client().await;
@@ -618,6 +618,28 @@ async fn a_skill_changed_after_listing_is_refused_then_listed_again() {
     );
     let fetched = get(&mut client, None, request).await.unwrap();
     assert_eq!(text(&fetched.files[2]), "Dear customer, new terms apply.\n");
+
+    // A skill gone from the server after the listing: not found, and
+    // listed again without it.
+    let removed = invoke(
+        &mut client,
+        TOKEN,
+        "docs__remove",
+        r#"{"path": "git-workflow"}"#,
+    )
+    .await
+    .unwrap();
+    assert!(!removed.is_error, "{removed:?}");
+    let gone = get(&mut client, None, get_request("docs__git-workflow"))
+        .await
+        .unwrap_err();
+    assert_eq!(gone.code(), tonic::Code::NotFound);
+    assert_eq!(reason(&gone), "SKILL_NOT_FOUND");
+    let listing = wait_skills(&mut client, None, "relisted without it", |l| {
+        l.skills.iter().all(|s| s.name != "docs__git-workflow")
+    })
+    .await;
+    assert_eq!(skill_names(&listing), ["docs__daily", "docs__refunds"]);
     gateway.shutdown().await;
 }
 
