@@ -13,7 +13,8 @@
 //! (`SKILL_DIGEST_MISMATCH`, `SKILL_FRONTMATTER_MISMATCH`) naming the
 //! file. A `"dynamic"` skill has no digests: only its `SKILL.md` is read
 //! (frontmatter checked) and the answer says it is unverified. The requests
-//! share the call's one upstream timeout.
+//! share the call's one upstream timeout. Guards see the verified fetch
+//! (`TARGET_KIND_SKILL`): a skill is instructions for a model.
 
 use rmcp::model::JsonObject;
 use serde::{Deserialize, Serialize};
@@ -130,7 +131,7 @@ impl Operation for SkillGet {
     type Extra = ();
 
     const FEATURE: Option<Feature> = Some(Feature::Skills);
-    const GUARDED: Option<TargetKind> = None;
+    const GUARDED: Option<TargetKind> = Some(TargetKind::Skill);
     const ROUNDS: Option<Method> = None;
     const IDEMPOTENT: bool = true;
 

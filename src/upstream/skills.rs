@@ -239,13 +239,34 @@ pub struct SkillFile {
     pub size: u64,
 }
 
-/// The bytes of a [`SkillFile`].
+/// The bytes of a [`SkillFile`]: as JSON (what guards see),
+/// `{"text": "..."}` or `{"blob": "<base64>"}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum FileContent {
     /// A text resource.
     Text(String),
-    /// A binary resource (its blob, decoded).
-    Blob(Vec<u8>),
+    /// A binary resource (its blob, decoded; base64 in JSON).
+    Blob(#[serde(with = "base64_bytes")] Vec<u8>),
+}
+
+/// Bytes as a standard base64 string in JSON.
+mod base64_bytes {
+    use base64::Engine;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(bytes: &[u8], serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&base64::engine::general_purpose::STANDARD.encode(bytes))
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Vec<u8>, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        base64::engine::general_purpose::STANDARD
+            .decode(text.as_bytes())
+            .map_err(serde::de::Error::custom)
+    }
 }
 
 /// Why a file of a skill is not what its entry says.
@@ -658,6 +679,22 @@ mod tests {
         )
         .unwrap();
         assert_eq!(verify(&file, &listed), Ok(()));
+    }
+
+    #[test]
+    fn a_file_reads_as_json_with_its_blob_in_base64() {
+        let file = SkillFile {
+            uri: "skill://a/x.bin".to_owned(),
+            mime_type: None,
+            content: FileContent::Blob(vec![0, 255]),
+            digest: rmcp::model::sha256_digest(&[0, 255]),
+            size: 2,
+        };
+        let json = serde_json::to_value(&file).unwrap();
+        assert_eq!(json["content"], json!({"blob": "AP8="}));
+        assert_eq!(serde_json::from_value::<SkillFile>(json).unwrap(), file);
+        let text = serde_json::to_value(FileContent::Text("hi".to_owned())).unwrap();
+        assert_eq!(text, json!({"text": "hi"}));
     }
 
     #[test]

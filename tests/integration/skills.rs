@@ -678,3 +678,56 @@ async fn skills_over_streamable_http() {
     );
     gateway.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_fetched_skill_passes_the_guards_as_a_skill() {
+    // A skill is instructions for a model: prompt-injection guards see it.
+    let dir = tempfile::tempdir().unwrap();
+    let guard = crate::guards::start_guard(dir.path(), &[]);
+    let yaml = format!(
+        "guards:\n  - name: first\n    url: http://127.0.0.1:{}\n{}",
+        guard.port,
+        tenant(
+            &skills_server(
+                "docs",
+                &[("SKILL_DESCRIPTION", "Process refunds. DENY-RESULT")],
+                ""
+            ),
+            "    guards: [first]\n"
+        )
+    );
+    let gateway = TestGateway::start(&yaml, &[]).await;
+    let mut client = gateway.client().await;
+    wait_skills(&mut client, None, "listed", |l| l.skills.len() == 3).await;
+    // A clean skill passes both phases and reaches the worker unchanged.
+    let fetched = get(&mut client, None, get_request("docs__git-workflow"))
+        .await
+        .unwrap();
+    assert!(text(&fetched.files[0]).contains("# Git workflow"));
+    // The guard denies the one whose SKILL.md carries its marker.
+    let denied = get(&mut client, None, get_request("docs__refunds"))
+        .await
+        .unwrap_err();
+    assert_eq!(denied.code(), tonic::Code::PermissionDenied);
+    assert_eq!(reason(&denied), "GUARD_DENIED");
+    let seen = crate::guards::checks(&guard);
+    let response = seen
+        .iter()
+        .find(|c| c["phase"] == "PHASE_RESPONSE" && c["target"]["name"] == "docs__refunds")
+        .unwrap_or_else(|| panic!("{seen:#?}"));
+    assert_eq!(response["target"]["kind"], "TARGET_KIND_SKILL");
+    assert_eq!(
+        response["target"]["upstream_name"],
+        "skill://refunds/SKILL.md"
+    );
+    let result: Value = serde_json::from_str(response["result_json"].as_str().unwrap()).unwrap();
+    assert_eq!(result["files"][0]["uri"], "skill://refunds/SKILL.md");
+    assert!(
+        result["files"][0]["content"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("DENY-RESULT"),
+        "{result}"
+    );
+    gateway.shutdown().await;
+}
