@@ -27,9 +27,9 @@ toolgate asks a guard about each call twice, through one RPC,
                   `[email]`: text content blocks, embedded resources' text and
                   every string of `structuredContent` (a tool's result), the
                   text of each resource contents (a resource read), the text of
-                  each message (a prompt). When there was none it ALLOWS, which
-                  is cheaper for toolgate than a replacement equal to the
-                  original.
+                  each message (a prompt), the text of each file (a skill).
+                  When there was none it ALLOWS, which is cheaper for toolgate
+                  than a replacement equal to the original.
 
 Arguments:
     --port       the port on 127.0.0.1 to listen on (default 50070); 0 takes a
@@ -188,6 +188,16 @@ def redact_prompt_result(result: dict) -> int:
     return total
 
 
+def redact_skill_result(result: dict) -> int:
+    """A fetched skill (toolgate's GetSkill): the text of each of its files (a
+    blob is left alone)."""
+    return sum(
+        redact_field(file["content"], "text")
+        for file in list_of(result, "files")
+        if isinstance(file, dict) and isinstance(file.get("content"), dict)
+    )
+
+
 def list_of(result: dict, key: str) -> list:
     """`result[key]` when it is a list, else nothing to scan."""
     value = result.get(key)
@@ -198,6 +208,7 @@ REDACTORS = {
     pb.TARGET_KIND_TOOL: redact_tool_result,
     pb.TARGET_KIND_RESOURCE: redact_resource_result,
     pb.TARGET_KIND_PROMPT: redact_prompt_result,
+    pb.TARGET_KIND_SKILL: redact_skill_result,
 }
 
 

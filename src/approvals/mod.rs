@@ -24,6 +24,11 @@
 //! approval). A file with approved prompts is `version: 2`; a file without
 //! any stays `version: 1`, byte for byte as before.
 //!
+//! Skills (SEP-2640) are guarded alike too, in a top-level `skills:` map
+//! of the same shape (tenant → server → exposed skill name → approval; the
+//! hash binds the skill's URI, frontmatter and every file's digest). A
+//! file with approved skills is `version: 3`.
+//!
 //! A missing file means nothing is approved yet. The file is read at start
 //! and reloaded when its content changes (polled) and on SIGHUP; a
 //! malformed file is refused with its name and line, and the previous
@@ -41,6 +46,10 @@ pub const FORMAT_VERSION: u32 = 1;
 /// The format version of a file that approves prompts (its `prompts:`
 /// map is not empty); this gateway reads both.
 pub const FORMAT_VERSION_PROMPTS: u32 = 2;
+
+/// The format version of a file that approves skills (its `skills:` map
+/// is not empty); this gateway reads all three.
+pub const FORMAT_VERSION_SKILLS: u32 = 3;
 
 /// Most characters of a description kept in the file and shown in diffs.
 pub const EXCERPT_CHARS: usize = 80;
@@ -67,6 +76,7 @@ static NONE_APPROVED: ServerApprovals = BTreeMap::new();
 pub struct Approvals {
     tenants: BTreeMap<String, BTreeMap<String, ServerApprovals>>,
     prompts: BTreeMap<String, BTreeMap<String, ServerApprovals>>,
+    skills: BTreeMap<String, BTreeMap<String, ServerApprovals>>,
 }
 
 /// Why an approvals file could not be used.
@@ -104,7 +114,7 @@ pub enum ApprovalsError {
 #[derive(Debug, Deserialize)]
 #[serde(
     deny_unknown_fields,
-    expecting = "an approvals file: `version`, `tenants` and `prompts`"
+    expecting = "an approvals file: `version`, `tenants`, `prompts` and `skills`"
 )]
 struct RawFile {
     version: u32,
@@ -112,6 +122,8 @@ struct RawFile {
     tenants: RawTenants,
     #[serde(default)]
     prompts: RawTenants,
+    #[serde(default)]
+    skills: RawTenants,
 }
 
 /// Tenant → server → exposed name → approval, as written.
@@ -183,7 +195,13 @@ impl Approvals {
             };
             malformed(line, message)
         })?;
-        if raw.version != FORMAT_VERSION && raw.version != FORMAT_VERSION_PROMPTS {
+        if ![
+            FORMAT_VERSION,
+            FORMAT_VERSION_PROMPTS,
+            FORMAT_VERSION_SKILLS,
+        ]
+        .contains(&raw.version)
+        {
             let line = text
                 .lines()
                 .position(|l| l.starts_with("version:"))
@@ -191,8 +209,8 @@ impl Approvals {
             return Err(malformed(
                 line,
                 format!(
-                    "version {} is not supported (this gateway reads versions {FORMAT_VERSION} \
-                     and {FORMAT_VERSION_PROMPTS})",
+                    "version {} is not supported (this gateway reads versions {FORMAT_VERSION}, \
+                     {FORMAT_VERSION_PROMPTS} and {FORMAT_VERSION_SKILLS})",
                     raw.version
                 ),
             ));
@@ -200,6 +218,7 @@ impl Approvals {
         Ok(Self {
             tenants: cooked(raw.tenants),
             prompts: cooked(raw.prompts),
+            skills: cooked(raw.skills),
         })
     }
 
@@ -212,15 +231,20 @@ impl Approvals {
              # A tool of a server with `definitions: approved` is served only while its\n\
              # current definition hash is recorded here; review changes in the diff.\n",
         );
-        let version = if self.prompts.is_empty() {
-            FORMAT_VERSION
-        } else {
+        let version = if !self.skills.is_empty() {
+            FORMAT_VERSION_SKILLS
+        } else if !self.prompts.is_empty() {
             FORMAT_VERSION_PROMPTS
+        } else {
+            FORMAT_VERSION
         };
         out.push_str(&format!("version: {version}\n"));
         render_map(&mut out, "tenants", &self.tenants);
         if !self.prompts.is_empty() {
             render_map(&mut out, "prompts", &self.prompts);
+        }
+        if !self.skills.is_empty() {
+            render_map(&mut out, "skills", &self.skills);
         }
         out
     }
@@ -265,6 +289,47 @@ impl Approvals {
             .entry(tenant.to_owned())
             .or_default()
             .insert(server.to_owned(), prompts);
+    }
+
+    /// The skill approvals of `tenant`'s `server` (empty when the file
+    /// does not mention it).
+    pub fn server_skills(&self, tenant: &str, server: &str) -> &ServerApprovals {
+        self.skills
+            .get(tenant)
+            .and_then(|servers| servers.get(server))
+            .unwrap_or(&NONE_APPROVED)
+    }
+
+    /// Replaces the skill approvals of `tenant`'s `server` with `skills`
+    /// (an empty map is dropped: a file without skills keeps its version).
+    pub fn set_server_skills(&mut self, tenant: &str, server: &str, skills: ServerApprovals) {
+        if skills.is_empty() {
+            if let Some(servers) = self.skills.get_mut(tenant) {
+                servers.remove(server);
+                if servers.is_empty() {
+                    self.skills.remove(tenant);
+                }
+            }
+            return;
+        }
+        self.skills
+            .entry(tenant.to_owned())
+            .or_default()
+            .insert(server.to_owned(), skills);
+    }
+
+    /// How many skills are approved in all.
+    pub fn skill_count(&self) -> usize {
+        self.skills
+            .values()
+            .flat_map(BTreeMap::values)
+            .map(BTreeMap::len)
+            .sum()
+    }
+
+    /// The skill approvals of `tenant`, by server.
+    pub fn tenant_skills(&self, tenant: &str) -> Option<&BTreeMap<String, ServerApprovals>> {
+        self.skills.get(tenant)
     }
 
     /// How many prompts are approved in all.
@@ -317,6 +382,10 @@ impl Approvals {
             servers.retain(|server, _| keep(tenant, server));
         }
         self.prompts.retain(|_, servers| !servers.is_empty());
+        for (tenant, servers) in &mut self.skills {
+            servers.retain(|server, _| keep(tenant, server));
+        }
+        self.skills.retain(|_, servers| !servers.is_empty());
     }
 
     /// How many tools are approved in all.
@@ -630,7 +699,7 @@ mod tests {
                 7,
                 "unknown field",
             ),
-            ("version: 3\ntenants: {}\n", 1, "version 3"),
+            ("version: 4\ntenants: {}\n", 1, "version 4"),
             ("version: 1\ntenants:\n  - a\n", 3, "invalid type"),
             ("version: 1\ntenants: {\n", 3, ""),
         ];
@@ -685,6 +754,39 @@ mod tests {
         gone.retain(|_, _| false);
         assert_eq!(gone.prompt_count(), 0);
         assert_eq!(gone.render(), Approvals::new().render());
+    }
+
+    #[test]
+    fn skills_make_a_version_3_file_and_read_back() {
+        let mut approvals = Approvals::new();
+        approvals.set_server_prompts(
+            "acme",
+            "s",
+            [("s__review".to_owned(), approval(H2, "Review code."))].into(),
+        );
+        let v2 = approvals.render();
+        approvals.set_server_skills("acme", "s", ServerApprovals::new());
+        assert_eq!(approvals.render(), v2);
+        approvals.set_server_skills(
+            "acme",
+            "s",
+            [("s__refunds".to_owned(), approval(H1, "Process refunds."))].into(),
+        );
+        let v3 = approvals.render();
+        assert!(v3.contains("version: 3\n"), "{v3}");
+        assert!(
+            v3.contains("skills:\n  acme:\n    s:\n      s__refunds:\n"),
+            "{v3}"
+        );
+        let back = Approvals::parse(&v3, Path::new("a.yaml")).unwrap();
+        assert_eq!(back, approvals);
+        assert_eq!(back.server_skills("acme", "s")["s__refunds"].hash, H1);
+        assert_eq!((back.prompt_count(), back.skill_count()), (1, 1));
+        let mut gone = back.clone();
+        gone.retain(|_, _| false);
+        assert_eq!(gone.skill_count(), 0);
+        let error = Approvals::parse("version: 4\n", Path::new("a.yaml")).unwrap_err();
+        assert!(error.to_string().contains("1, 2 and 3"), "{error}");
     }
 
     #[test]

@@ -27,6 +27,9 @@ use serde::{Deserialize, Serialize};
 /// the result). Version 8: `idempotency` and `call_id` (calls with an
 /// idempotency key), `cache` (the result cache), and `sent` false for a
 /// call answered without reaching the server (a replay, a cache hit).
+/// Within version 8 (a field added, no meaning changed, as the schema's
+/// rules allow): records of `GetSkill`, with `skill` (and `uri`: the
+/// skill's `SKILL.md`).
 pub const SCHEMA_VERSION: u32 = 8;
 
 /// What a record is about.
@@ -293,6 +296,9 @@ pub struct Record {
     /// prompt name the caller asked for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt: Option<String>,
+    /// `GetSkill`: the exposed skill name the caller asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skill: Option<String>,
     /// `Complete` of a resource template's argument: the URI template.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uri_template: Option<String>,
@@ -432,6 +438,7 @@ impl Record {
             server: None,
             uri: None,
             prompt: None,
+            skill: None,
             uri_template: None,
             bytes: None,
             definition_hash: None,

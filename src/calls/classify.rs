@@ -142,10 +142,24 @@ pub fn classify(error: &CallError) -> (Code, &'static str) {
                     Feature::Prompts => "PROMPTS_UNSUPPORTED",
                     Feature::Completions => "COMPLETION_UNSUPPORTED",
                     Feature::Subscriptions => "SUBSCRIBE_UNSUPPORTED",
+                    Feature::Skills => "SKILLS_UNSUPPORTED",
                 },
             )
         }
         CallError::PromptNotFound { .. } => (Code::NotFound, "PROMPT_NOT_FOUND"),
+        CallError::SkillNotFound { .. } => (Code::NotFound, "SKILL_NOT_FOUND"),
+        CallError::SkillDefinitionChanged { .. } => {
+            (Code::FailedPrecondition, "SKILL_DEFINITION_CHANGED")
+        }
+        CallError::SkillMismatch { frontmatter, .. } => (
+            Code::FailedPrecondition,
+            if *frontmatter {
+                "SKILL_FRONTMATTER_MISMATCH"
+            } else {
+                "SKILL_DIGEST_MISMATCH"
+            },
+        ),
+        CallError::SkillFileNotListed { .. } => (Code::InvalidArgument, "SKILL_FILE_NOT_LISTED"),
         CallError::CallNotPermitted { target, .. } => (
             Code::PermissionDenied,
             match target.kind {
@@ -181,6 +195,7 @@ pub fn classify(error: &CallError) -> (Code, &'static str) {
                 crate::calls::error::TargetKind::Tool => "TOOL_NOT_PERMITTED",
                 crate::calls::error::TargetKind::Resource
                 | crate::calls::error::TargetKind::Template => "RESOURCE_NOT_PERMITTED",
+                crate::calls::error::TargetKind::Skill => "SKILL_NOT_PERMITTED",
             },
         ),
         CallError::ResourceNotFound { .. } => (Code::NotFound, "RESOURCE_NOT_FOUND"),

@@ -382,6 +382,57 @@ pub enum CallError {
         /// The prompt's hash now.
         current_hash: String,
     },
+    /// The name is not in the caller's skills (or filtered out).
+    #[error("skill `{name}` is not one of this tenant's skills")]
+    SkillNotFound {
+        /// The requested name (as quoted).
+        name: String,
+    },
+    /// A skill is not the definition the caller pinned, or its server now
+    /// serves another entry than the one listed (and approved): nothing of
+    /// it is read.
+    #[error(
+        "skill `{skill}` changed since it was {since}: its definition hash is now {current_hash}, not {expected_hash}"
+    )]
+    SkillDefinitionChanged {
+        /// The exposed skill name.
+        skill: String,
+        /// `chosen` (the caller's pin) or `listed` (the server's entry
+        /// now differs from the catalog's).
+        since: &'static str,
+        /// The hash expected.
+        expected_hash: String,
+        /// The hash now.
+        current_hash: String,
+    },
+    /// A file of a skill is not what the skill's entry says: its size or
+    /// SHA-256 digest differ from the manifest's, or `SKILL.md`'s
+    /// frontmatter from the entry's. Nothing of the skill is handed out.
+    #[error(
+        "skill `{skill}` of server `{server}` failed verification: {reason}; nothing of it is returned"
+    )]
+    SkillMismatch {
+        /// The server.
+        server: String,
+        /// The exposed skill name.
+        skill: String,
+        /// The file at fault.
+        uri: String,
+        /// What differs.
+        reason: String,
+        /// Whether the frontmatter differs (else the bytes).
+        frontmatter: bool,
+    },
+    /// A requested path is not a file of the skill's manifest.
+    #[error(
+        "skill `{skill}` lists no file `{path}` (paths are relative to the skill's root, as ListSkills shows its files)"
+    )]
+    SkillFileNotListed {
+        /// The exposed skill name.
+        skill: String,
+        /// The path asked for (as quoted).
+        path: String,
+    },
     /// A `page_token` that is malformed or was made for other filters.
     #[error("invalid page_token: {0}")]
     InvalidPageToken(String),
@@ -677,6 +728,9 @@ pub enum Feature {
     Completions,
     /// `resources.subscribe` (WatchResource).
     Subscriptions,
+    /// The skills extension (`io.modelcontextprotocol/skills`) on a
+    /// 2026-07-28 session (GetSkill).
+    Skills,
 }
 
 impl std::fmt::Display for Feature {
@@ -686,6 +740,7 @@ impl std::fmt::Display for Feature {
             Feature::Prompts => "prompts",
             Feature::Completions => "argument completion",
             Feature::Subscriptions => "resource subscriptions",
+            Feature::Skills => "skills (the io.modelcontextprotocol/skills extension)",
         })
     }
 }
@@ -757,6 +812,8 @@ pub enum TargetKind {
     Resource,
     /// A resource template, by URI template.
     Template,
+    /// A skill, by exposed name.
+    Skill,
 }
 
 impl Target {
@@ -765,6 +822,15 @@ impl Target {
     pub fn prompt(name: impl Into<String>) -> Self {
         Self {
             kind: TargetKind::Prompt,
+            name: name.into(),
+        }
+    }
+
+    /// A skill, by exposed name.
+    #[must_use]
+    pub fn skill(name: impl Into<String>) -> Self {
+        Self {
+            kind: TargetKind::Skill,
             name: name.into(),
         }
     }
@@ -796,6 +862,7 @@ impl Target {
             TargetKind::Prompt => "prompt",
             TargetKind::Resource => "uri",
             TargetKind::Template => "uri_template",
+            TargetKind::Skill => "skill",
         }
     }
 }
@@ -819,6 +886,7 @@ impl std::fmt::Display for Target {
             TargetKind::Prompt => "prompt",
             TargetKind::Resource => "resource",
             TargetKind::Template => "resource template",
+            TargetKind::Skill => "skill",
         };
         write!(f, "{noun} `{}`", self.name)
     }

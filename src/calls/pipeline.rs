@@ -648,6 +648,9 @@ fn supports(session: &Session, feature: Feature) -> bool {
             .resources
             .as_ref()
             .is_some_and(|r| r.subscribe == Some(true)),
+        Feature::Skills => {
+            crate::upstream::skills::offers_skills(&capabilities, session.is_stateless())
+        }
     }
 }
 

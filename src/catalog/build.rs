@@ -121,6 +121,9 @@ impl Catalog {
                 prompt_count: 0,
                 withheld_prompts: Vec::new(),
                 prompts_error: None,
+                skill_count: 0,
+                withheld_skills: Vec::new(),
+                skills_error: None,
             });
             tools.append(&mut server_tools);
         }
@@ -145,6 +148,9 @@ impl Catalog {
             prompts: Vec::new(),
             prompt_index: HashMap::new(),
             prompts_version: String::new(),
+            skills: Vec::new(),
+            skill_index: HashMap::new(),
+            skills_version: String::new(),
             stamp: 0,
         }
     }

@@ -15,6 +15,7 @@ pub mod lint;
 mod prompt_build;
 pub mod prompts;
 mod search;
+pub mod skills;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -25,6 +26,7 @@ use crate::config::names;
 pub use hash::version_of;
 pub use prompt_build::PromptInput;
 pub use prompts::{CatalogPrompt, PromptArgument, WithheldPrompt};
+pub use skills::{CatalogSkill, SkillFileEntry, SkillInput, WithheldSkill};
 
 /// What one server contributes to a catalog build.
 #[derive(Debug)]
@@ -111,6 +113,14 @@ pub struct ServerStatus {
     /// Why its prompts are refused while its tools are not (a failed or
     /// oversized `prompts/list`, a name another server claims).
     pub prompts_error: Option<String>,
+    /// How many skills it contributes.
+    pub skill_count: u32,
+    /// Skills it lists whose definitions are not approved, sorted by name.
+    pub withheld_skills: Vec<skills::WithheldSkill>,
+    /// Why its skills are refused (a failed or invalid `skills/list`, a
+    /// name another server claims), or which were left out (two sharing a
+    /// name), while its tools are not.
+    pub skills_error: Option<String>,
 }
 
 /// A tool withheld because its definition is not approved: new, or
@@ -202,6 +212,12 @@ pub struct Catalog {
     prompt_index: HashMap<String, usize>,
     /// The content-derived version of the prompts.
     prompts_version: String,
+    /// Every exposed skill, sorted by name.
+    skills: Vec<skills::CatalogSkill>,
+    /// Exposed skill name → position in `skills`.
+    skill_index: HashMap<String, usize>,
+    /// The content-derived version of the skills.
+    skills_version: String,
     /// Which tenant object built the snapshot (its server indices index
     /// that object's servers); 0 for none.
     stamp: u64,

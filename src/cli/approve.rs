@@ -198,9 +198,54 @@ async fn record_current(
                 );
             }
             new.set_server_prompts(&tenant.name, &server.name, prompts);
+            // Skills alike; a server whose listing failed keeps its
+            // previous skill approvals (skills left out for sharing a name
+            // are not recorded: they are not served either way).
+            if let Some(reason) = server
+                .skills_error
+                .as_ref()
+                .filter(|_| server.skill_count == 0 && server.withheld_skills.is_empty())
+            {
+                complete = false;
+                println!(
+                    "{label}: skills NOT RECORDED ({reason}); their previous approvals are kept"
+                );
+                continue;
+            }
+            let skills = current_skill_approvals(&catalog, server);
+            let old_skills = old.server_skills(&tenant.name, &server.name);
+            if !skills.is_empty() || !old_skills.is_empty() {
+                report_kind(
+                    &label,
+                    "skill",
+                    old_skills,
+                    &skills,
+                    !old_skills.is_empty() || old.has_server(&tenant.name, &server.name),
+                );
+            }
+            new.set_server_skills(&tenant.name, &server.name, skills);
         }
     }
     complete
+}
+
+/// The approvals of every skill `server` lists now, served or withheld.
+fn current_skill_approvals(catalog: &Catalog, server: &ServerStatus) -> ServerApprovals {
+    catalog
+        .skills()
+        .iter()
+        .filter(|s| s.server == server.name)
+        .chain(server.withheld_skills.iter().map(|w| &w.skill))
+        .map(|skill| {
+            (
+                skill.name.clone(),
+                Approval {
+                    hash: skill.definition_hash.clone(),
+                    description: approvals::excerpt(&skill.description),
+                },
+            )
+        })
+        .collect()
 }
 
 /// Why a server that is not connected is not recorded.

@@ -19,6 +19,7 @@ mod follow;
 mod health;
 mod offerings;
 mod prompt;
+mod skills;
 pub mod subjects;
 mod tenants;
 mod when;
@@ -103,6 +104,11 @@ enum Command {
     Prompts(offerings::PromptsArgs),
     /// Render one prompt through a running gateway (arguments key=value).
     Prompt(offerings::PromptArgs),
+    /// List the skills (SEP-2640) of a running gateway, with their files.
+    Skills(skills::SkillsArgs),
+    /// Fetch one skill through a running gateway, verified against its
+    /// digests (`SKILL.md`; `--files`: every file; `--path P`: these).
+    Skill(skills::SkillArgs),
     /// List, show, approve, deny or watch the tool calls a
     /// `require_approval` rule holds for a person's approval (not tool
     /// definitions: that is `approve`).
@@ -199,6 +205,8 @@ pub fn main() -> ExitCode {
             Command::Read(args) => offerings::read(args).await,
             Command::Prompts(args) => offerings::prompts(args).await,
             Command::Prompt(args) => offerings::prompt(args).await,
+            Command::Skills(args) => skills::skills(args).await,
+            Command::Skill(args) => skills::skill(args).await,
             Command::CallApprovals { command } => call_approvals::run(command).await,
             Command::ConformanceClient { url } => {
                 let guard = telemetry::init(cli.log_format.unwrap_or_default(), "info,rmcp=warn");
@@ -322,10 +330,14 @@ fn check_approvals(config: &Config) -> Result<crate::approvals::Approvals, ExitC
     match crate::approvals::read(file) {
         Ok(Some((approvals, _))) => {
             println!(
-                "approvals: {} ({} tool(s) and {} prompt(s) approved)",
+                "approvals: {} ({} tool(s) and {} prompt(s) approved{})",
                 file.display(),
                 approvals.tool_count(),
-                approvals.prompt_count()
+                approvals.prompt_count(),
+                match approvals.skill_count() {
+                    0 => String::new(),
+                    n => format!(", {n} skill(s)"),
+                }
             );
             Ok(approvals)
         }
@@ -509,6 +521,27 @@ async fn check(path: PathBuf, offline: bool) -> ExitCode {
             if let Some(reason) = &server.prompts_error {
                 healthy = false;
                 println!("    PROMPTS REFUSED: {reason}");
+            }
+            // Skills alike.
+            for skill in catalog.skills().iter().filter(|s| s.server == server.name) {
+                println!("    skill {}", skill.name);
+            }
+            for withheld in &server.withheld_skills {
+                healthy = false;
+                println!(
+                    "    WITHHELD skill {}: {} → {}: \"{}\"",
+                    withheld.skill.name,
+                    withheld
+                        .approved_hash
+                        .as_deref()
+                        .unwrap_or("(not approved)"),
+                    withheld.skill.definition_hash,
+                    crate::approvals::excerpt(&withheld.skill.description)
+                );
+            }
+            if let Some(reason) = &server.skills_error {
+                healthy = false;
+                println!("    SKILLS REFUSED: {reason}");
             }
         }
         let mut warnings = crate::catalog::lint::lint(&catalog);

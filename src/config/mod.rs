@@ -191,7 +191,7 @@ pub struct Limits {
     pub max_schema_depth: usize,
     /// Longest tool description, in characters.
     pub max_description_chars: usize,
-    /// Most prompts one server may list.
+    /// Most prompts one server may list (and most skills).
     pub max_prompts_per_server: usize,
     /// Most resources and resource templates one server may list.
     pub max_resources_per_server: usize,

@@ -17,6 +17,7 @@ mod prompts;
 mod questions;
 pub mod reply;
 pub(crate) mod resources;
+mod skills;
 pub mod status;
 mod stream;
 mod tasks;
@@ -345,6 +346,20 @@ impl server::tool_gateway_server::ToolGateway for Gateway {
         request: Request<pb::CompleteRequest>,
     ) -> Result<Response<pb::CompleteResponse>, Status> {
         calls::complete(self, request).await.map(Response::new)
+    }
+
+    async fn list_skills(
+        &self,
+        request: Request<pb::ListSkillsRequest>,
+    ) -> Result<Response<pb::ListSkillsResponse>, Status> {
+        skills::list(self, request).await.map(Response::new)
+    }
+
+    async fn get_skill(
+        &self,
+        request: Request<pb::GetSkillRequest>,
+    ) -> Result<Response<pb::GetSkillResponse>, Status> {
+        skills::get(self, request).await.map(Response::new)
     }
 }
 

@@ -239,6 +239,28 @@ fn metadata(error: &CallError) -> HashMap<String, String> {
         CallError::PromptNotFound { name } => {
             metadata.insert("prompt".to_owned(), name.clone());
         }
+        CallError::SkillNotFound { name } => {
+            metadata.insert("skill".to_owned(), name.clone());
+        }
+        CallError::SkillDefinitionChanged {
+            skill,
+            current_hash,
+            ..
+        } => {
+            metadata.insert("skill".to_owned(), skill.clone());
+            metadata.insert("current_definition_hash".to_owned(), current_hash.clone());
+        }
+        CallError::SkillMismatch {
+            server, skill, uri, ..
+        } => {
+            metadata.insert("server".to_owned(), server.clone());
+            metadata.insert("skill".to_owned(), skill.clone());
+            metadata.insert("uri".to_owned(), truncate(uri, 1024));
+        }
+        CallError::SkillFileNotListed { skill, path } => {
+            metadata.insert("skill".to_owned(), skill.clone());
+            metadata.insert("path".to_owned(), path.clone());
+        }
         CallError::CallNotPermitted { target, rule, .. } => {
             metadata.insert(target.metadata_key().to_owned(), target.name.clone());
             metadata.insert("rule".to_owned(), rule.clone());

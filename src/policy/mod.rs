@@ -62,7 +62,7 @@ use cel::common::types::CelString;
 use globset::{Candidate, GlobSet};
 
 use crate::callers::{Caller, Subject};
-use crate::catalog::{CatalogPrompt, CatalogTool};
+use crate::catalog::{CatalogPrompt, CatalogSkill, CatalogTool};
 use crate::config::policy::free_variables;
 pub use crate::config::policy::{
     APPROVER_VARIABLES, ApprovalSpec, Effect, PolicyError, PolicyRules, RuleSpec, Targets,
@@ -75,7 +75,7 @@ pub use uri::{ResourceUri, UriError};
 pub use view::{View, cached_view, caller_view};
 
 use reads::{ToolReads, tool_reads};
-use values::{caller_val, json_val, object_val, prompt_val, resource_val, tool_val};
+use values::{caller_val, json_val, object_val, prompt_val, resource_val, skill_val, tool_val};
 
 /// Identities of compiled policies: keys of cached views, so that a view
 /// evaluated under one configuration is never served under another.
@@ -372,6 +372,8 @@ enum Target<'a> {
     Prompt(&'a CatalogPrompt),
     /// `resource`.
     Resource { server: &'a str, uri: &'a str },
+    /// A skill: no variable of its own (a condition sees the caller's).
+    Skill(&'a CatalogSkill),
 }
 
 impl<'a> Evaluator<'a> {
@@ -397,6 +399,17 @@ impl<'a> Evaluator<'a> {
     pub(crate) fn allows_prompt(&mut self, prompt: &'a CatalogPrompt) -> bool {
         self.match_name(&prompt.name);
         self.decide(Target::Prompt(prompt)).visible()
+    }
+
+    /// Whether the caller may see and fetch `skill`: the name rules, as
+    /// for a prompt of the same name (`require_approval` rules aside), as
+    /// a listing decides (a skill has no arguments: a rule reading `args`
+    /// is decided as for a listing, at list and fetch time alike); a
+    /// condition reading `tool`, `prompt` or `resource` fails for a skill,
+    /// and a failure never grants (a `deny` applies).
+    pub(crate) fn allows_skill(&mut self, skill: &'a CatalogSkill) -> bool {
+        self.match_name(&skill.name);
+        self.decide(Target::Skill(skill)).visible()
     }
 
     /// Whether the caller may see, read, watch or complete resource (or
@@ -483,6 +496,7 @@ impl<'a> Evaluator<'a> {
                             let reads = condition.reads_resource;
                             (reads, (!reads).then_some(None))
                         }
+                        Target::Skill(_) => (false, Some(None)),
                     };
                     let key = key.filter(|_| !condition.reads_args);
                     let known = match key {
@@ -502,6 +516,7 @@ impl<'a> Evaluator<'a> {
                                         Target::Resource { server, uri } => {
                                             ("resource", resource_val(server, uri))
                                         }
+                                        Target::Skill(skill) => ("skill", skill_val(skill)),
                                     };
                                     scope.add_variable_as_val(name, value);
                                     scope

@@ -30,6 +30,20 @@ impl Policy {
         self.evaluator(caller, subject).allows_prompt(prompt)
     }
 
+    /// Whether `caller`, acting for `subject`, may see and fetch `skill`:
+    /// the effect of the first name rule whose glob matches the skill's
+    /// exposed name and whose `when` holds (a condition reading a target's
+    /// variable fails for a skill: a `deny` applies, an `allow` does not);
+    /// allowed when none does.
+    pub fn allows_skill(
+        &self,
+        caller: &Caller,
+        subject: &Subject,
+        skill: &crate::catalog::CatalogSkill,
+    ) -> bool {
+        self.evaluator(caller, subject).allows_skill(skill)
+    }
+
     /// Whether `caller`, acting for `subject`, may see, read, watch and
     /// complete resource `uri` (or URI template) of `server`: the effect of
     /// the first resource rule whose glob matches `server:uri` and whose
@@ -138,6 +152,39 @@ mod tests {
         assert!(everything.allows_resource(&caller, &subject, "b", &uri("urn:b__review")));
         assert!(everything.allows_resource(&caller, &subject, "b", &uri("file:///x")));
         assert!(!everything.has_resource_rules());
+    }
+
+    fn skill(name: &str) -> crate::catalog::CatalogSkill {
+        let (server, upstream) = name.split_once("__").unwrap();
+        crate::catalog::CatalogSkill {
+            name: name.to_owned(),
+            server: server.to_owned(),
+            server_index: 0,
+            uri: format!("skill://{upstream}/SKILL.md"),
+            upstream_name: upstream.to_owned(),
+            description: String::new(),
+            frontmatter_json: "{}".to_owned(),
+            files: None,
+            definition_hash: format!("hash-of-{name}"),
+        }
+    }
+
+    #[test]
+    fn skills_follow_the_name_rules_and_a_condition_on_another_target_denies() {
+        let policy = compile(&[
+            names(Effect::Deny, &["b__*"], Some("subject != 'ops'")),
+            names(Effect::Allow, &["a__open"], None),
+            names(Effect::Deny, &["a__*"], Some("tool.server == 'a'")),
+        ]);
+        let (caller, dev) = who("dev");
+        let (_, ops) = who("ops");
+        assert!(!policy.allows_skill(&caller, &dev, &skill("b__refunds")));
+        assert!(policy.allows_skill(&caller, &ops, &skill("b__refunds")));
+        assert!(policy.allows_skill(&caller, &dev, &skill("a__open")));
+        // `tool` is unbound for a skill: the condition fails, and a failing
+        // `deny` applies.
+        assert!(!policy.allows_skill(&caller, &ops, &skill("a__refunds")));
+        assert!(policy.allows_skill(&caller, &ops, &skill("c__refunds")));
     }
 
     #[test]

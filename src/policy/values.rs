@@ -62,6 +62,17 @@ pub(super) fn prompt_val(prompt: &CatalogPrompt) -> Box<dyn Val + '_> {
     ])
 }
 
+/// A skill's fields (`name`, `server`, `uri`), for completeness of the
+/// targets: no condition reads a `skill` variable (skills are decided by
+/// the name rules alone, as a condition reading nothing of them sees).
+pub(super) fn skill_val(skill: &crate::catalog::CatalogSkill) -> Box<dyn Val + '_> {
+    strings([
+        ("name", skill.name.as_str()),
+        ("server", skill.server.as_str()),
+        ("uri", skill.uri.as_str()),
+    ])
+}
+
 /// The `resource` variable: `server` and `uri` (a resource's URI, or a
 /// resource template's URI template).
 pub(super) fn resource_val<'v>(server: &'v str, uri: &'v str) -> Box<dyn Val + 'v> {

@@ -541,7 +541,8 @@ impl Registry {
         for tenant in self.current().tenants.iter() {
             if tenant.servers().any(|s| s.needs_approval())
                 && (old.tenant(&tenant.name) != new.tenant(&tenant.name)
-                    || old.tenant_prompts(&tenant.name) != new.tenant_prompts(&tenant.name))
+                    || old.tenant_prompts(&tenant.name) != new.tenant_prompts(&tenant.name)
+                    || old.tenant_skills(&tenant.name) != new.tenant_skills(&tenant.name))
             {
                 tenant.rebuild();
             }

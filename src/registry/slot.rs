@@ -42,6 +42,8 @@ pub(super) enum SlotState {
         tools: Arc<Vec<rmcp::model::Tool>>,
         /// What `prompts/list` gave, when the server offers prompts.
         prompts: Option<Arc<Result<Vec<rmcp::model::Prompt>, String>>>,
+        /// What `skills/list` gave, when the session offers skills.
+        skills: Option<Arc<Result<Vec<rmcp::model::Skill>, String>>>,
     },
     Failed {
         reason: String,

@@ -56,9 +56,22 @@ impl Supervisor {
         let server = &self.slot.config;
         let mut tools_generation = session.events().list_generation(ListKind::Tools);
         let mut prompts_generation = session.events().list_generation(ListKind::Prompts);
+        // Skills, of a session that offers them: their own generation, and
+        // the resources' (a skill's files are resources: a changed resource
+        // list may be a changed skill).
+        let offers_skills =
+            upstream::skills::offers_skills(&session.server_capabilities(), session.is_stateless());
+        let mut skills_generation = session.events().list_generation(ListKind::Skills);
+        let mut resources_generation = session.events().list_generation(ListKind::Resources);
+        let skills_seen =
+            |skills: &mut tokio::sync::watch::Receiver<u64>,
+             resources: &mut tokio::sync::watch::Receiver<u64>| {
+                *skills.borrow_and_update() + *resources.borrow_and_update()
+            };
         let mut seen = (
             *tools_generation.borrow_and_update(),
             *prompts_generation.borrow_and_update(),
+            skills_seen(&mut skills_generation, &mut resources_generation),
         );
         let follow = session.follow_list_changes();
         tokio::pin!(follow);
@@ -78,6 +91,8 @@ impl Supervisor {
                 }
                 changed = tools_generation.changed() => changed.is_ok(),
                 changed = prompts_generation.changed() => changed.is_ok(),
+                changed = skills_generation.changed(), if offers_skills => changed.is_ok(),
+                changed = resources_generation.changed(), if offers_skills => changed.is_ok(),
             };
             if !woken {
                 // The session's events are gone with it.
@@ -91,10 +106,18 @@ impl Supervisor {
             let now = (
                 *tools_generation.borrow_and_update(),
                 *prompts_generation.borrow_and_update(),
+                skills_seen(&mut skills_generation, &mut resources_generation),
             );
-            let (tools_changed, prompts_changed) = (now.0 != seen.0, now.1 != seen.1);
+            let (tools_changed, prompts_changed, skills_changed) =
+                (now.0 != seen.0, now.1 != seen.1, now.2 != seen.2);
             seen = now;
-            let SlotState::Ready { tools, prompts, .. } = self.slot.state() else {
+            let SlotState::Ready {
+                tools,
+                prompts,
+                skills,
+                ..
+            } = self.slot.state()
+            else {
                 continue;
             };
             let tools = if tools_changed {
@@ -119,12 +142,21 @@ impl Supervisor {
             } else {
                 prompts
             };
+            let skills = if skills_changed {
+                session
+                    .list_skills(server.max_list_pages, server.connect_timeout)
+                    .await
+                    .map(Arc::new)
+            } else {
+                skills
+            };
             tracing::info!(
                 tenant = %self.tenant,
                 server = %server.name,
                 tools = tools.len(),
                 tools_changed,
                 prompts_changed,
+                skills_changed,
                 "lists read again after list_changed"
             );
             *last_tools = Some(tools.clone());
@@ -134,6 +166,7 @@ impl Supervisor {
                     session: session.clone(),
                     tools,
                     prompts,
+                    skills,
                 },
             );
         }
@@ -209,6 +242,7 @@ impl Supervisor {
                             session: connected.session,
                             tools,
                             prompts: connected.prompts.map(Arc::new),
+                            skills: connected.skills.map(Arc::new),
                         },
                     );
                     let up_since = tokio::time::Instant::now();

@@ -20,6 +20,7 @@ pub struct SessionEvents {
     tools: watch::Sender<u64>,
     prompts: watch::Sender<u64>,
     resources: watch::Sender<u64>,
+    skills: watch::Sender<u64>,
     /// Made by the first watcher: its buffer ([`UPDATES`] slots, about
     /// 3 KiB) is not held by the many sessions nobody watches.
     updated: std::sync::OnceLock<broadcast::Sender<String>>,
@@ -33,6 +34,7 @@ impl Default for SessionEvents {
             tools: watch::Sender::new(0),
             prompts: watch::Sender::new(0),
             resources: watch::Sender::new(0),
+            skills: watch::Sender::new(0),
             updated: std::sync::OnceLock::new(),
             subscriptions: super::watchers::Subscriptions::default(),
         }
@@ -48,6 +50,11 @@ pub enum ListKind {
     Prompts,
     /// `resources/list` and `resources/templates/list`.
     Resources,
+    /// `skills/list` (the specification defines no notification of its
+    /// own: toolgate bumps it when `skills/get` answers an entry that
+    /// differs from the listed one; resource list changes relist skills
+    /// too).
+    Skills,
 }
 
 impl SessionEvents {
@@ -56,6 +63,7 @@ impl SessionEvents {
             ListKind::Tools => &self.tools,
             ListKind::Prompts => &self.prompts,
             ListKind::Resources => &self.resources,
+            ListKind::Skills => &self.skills,
         }
     }
 

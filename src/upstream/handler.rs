@@ -141,6 +141,15 @@ impl GatewayClient {
             capabilities.elicitation =
                 Some(ElicitationCapability::new().with_form(FormElicitationCapability::new()));
         }
+        // The skills extension (SEP-2640): toolgate speaks `skills/list`
+        // and `skills/get` to servers that declare it (2026-07-28 sessions).
+        capabilities
+            .extensions
+            .get_or_insert_with(Default::default)
+            .insert(
+                rmcp::model::SKILLS_EXTENSION_ID.to_owned(),
+                Default::default(),
+            );
         Self {
             info: ClientConfig::new(
                 capabilities,

@@ -19,6 +19,7 @@ mod relist;
 mod request;
 pub(crate) mod resources;
 mod rounds;
+pub mod skills;
 mod stdio;
 mod subscriptions;
 pub mod tasks;
@@ -117,6 +118,10 @@ pub struct Connected {
     /// (the listing failed, never ended, or outlasted the connect
     /// timeout): the session and its tools are kept all the same.
     pub prompts: Option<Result<Vec<Prompt>, String>>,
+    /// Every skill of the server, all pages, when the session offers
+    /// skills ([`skills::offers_skills`]; `None` when it does not); `Err`
+    /// says why its skills are refused (its tools and prompts are kept).
+    pub skills: Option<Result<Vec<skills::Skill>, String>>,
 }
 
 /// Starts a session to `server` and reads its whole tool list, all within
@@ -336,6 +341,16 @@ impl Connecting<'_> {
         } else {
             None
         };
+        // Skills likewise (a 2026-07-28 session whose server declares the
+        // extension). A failure refuses its skills only.
+        let skills = skills::list_at_connect(
+            service.peer(),
+            server.max_list_pages,
+            &redaction,
+            (deadline, timeout),
+            label,
+        )
+        .await;
         let peer = service.peer().clone();
         let client = service.service().clone();
         let pid = group.as_ref().map(stdio::Group::pid);
@@ -393,6 +408,7 @@ impl Connecting<'_> {
             }),
             tools,
             prompts,
+            skills,
         })
     }
 

@@ -95,12 +95,21 @@ impl Session {
     /// handler).
     pub async fn follow_list_changes(&self) {
         let (tools, prompts) = self.announces_list_changes();
-        if !self.is_stateless() || !(tools || prompts) {
+        // A server offering skills that announces resource list changes:
+        // those relist its skills (their files are resources).
+        let capabilities = self.server_capabilities();
+        let skills = super::skills::offers_skills(&capabilities, self.is_stateless())
+            && capabilities
+                .resources
+                .as_ref()
+                .is_some_and(|r| r.list_changed == Some(true));
+        if !self.is_stateless() || !(tools || prompts || skills) {
             return;
         }
         let mut filter = SubscriptionFilter::new();
         filter.tools_list_changed = tools.then_some(true);
         filter.prompts_list_changed = prompts.then_some(true);
+        filter.resources_list_changed = skills.then_some(true);
         let mut backoff = Duration::from_secs(1);
         let mut reopened = false;
         while !self.is_ended() {
@@ -130,6 +139,7 @@ impl Session {
                     if std::mem::replace(&mut reopened, true) {
                         self.events().list_changed(ListKind::Tools);
                         self.events().list_changed(ListKind::Prompts);
+                        self.events().list_changed(ListKind::Skills);
                     }
                     backoff = Duration::from_secs(1);
                     while let Ok(Some(notification)) = subscription.next().await {
@@ -139,6 +149,9 @@ impl Session {
                             }
                             ServerNotification::PromptListChangedNotification(_) => {
                                 self.events().list_changed(ListKind::Prompts);
+                            }
+                            ServerNotification::ResourceListChangedNotification(_) => {
+                                self.events().list_changed(ListKind::Skills);
                             }
                             _ => {}
                         }

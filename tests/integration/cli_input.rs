@@ -603,6 +603,20 @@ mod scripted {
         ) -> Result<Response<pb::CompleteResponse>, Status> {
             Err(Status::unimplemented("scripted"))
         }
+
+        async fn list_skills(
+            &self,
+            _: Request<pb::ListSkillsRequest>,
+        ) -> Result<Response<pb::ListSkillsResponse>, Status> {
+            Err(Status::unimplemented("scripted"))
+        }
+
+        async fn get_skill(
+            &self,
+            _: Request<pb::GetSkillRequest>,
+        ) -> Result<Response<pb::GetSkillResponse>, Status> {
+            Err(Status::unimplemented("scripted"))
+        }
     }
 
     /// Serves `scripted` on 127.0.0.1:0; the address.

@@ -41,6 +41,11 @@ async fn the_env_server_checks_itself_over_http() {
 }
 
 #[tokio::test]
+async fn the_skills_server_checks_itself() {
+    self_check("python/check_skills_server.py", &[]).await;
+}
+
+#[tokio::test]
 async fn the_hostile_server_misbehaves_as_documented() {
     self_check("python/check_hostile_server.py", &[]).await;
 }

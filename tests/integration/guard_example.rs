@@ -377,6 +377,21 @@ async fn e_mail_addresses_in_prompt_messages_are_replaced() {
         replaced(&mut client, response_check(g::TargetKind::Prompt, &result)).await,
         expected
     );
+    // A fetched skill (GetSkill): each text file; a blob is left alone.
+    let result = json!({
+        "name": "docs__refunds", "definition_hash": "h", "verified": true,
+        "entry": {"uri": "skill://refunds/SKILL.md"},
+        "files": [
+            {"uri": "skill://refunds/SKILL.md", "content": {"text": "Ask zoe@example.com."}},
+            {"uri": "skill://refunds/a.bin", "content": {"blob": "em9lQGV4YW1wbGUuY29t"}}
+        ]
+    });
+    let mut expected = result.clone();
+    expected["files"][0]["content"]["text"] = json!("Ask [email].");
+    assert_eq!(
+        replaced(&mut client, response_check(g::TargetKind::Skill, &result)).await,
+        expected
+    );
 }
 
 #[tokio::test]

@@ -53,6 +53,7 @@ mod result_cache;
 mod routing;
 mod search;
 mod sessions;
+mod skills;
 mod state;
 mod state_tenants;
 mod store_faults;

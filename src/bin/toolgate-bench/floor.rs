@@ -167,6 +167,20 @@ impl toolgate::grpc::server::tool_gateway_server::ToolGateway for Echo {
     ) -> Result<Response<pb::CompleteResponse>, Status> {
         Err(Status::unimplemented("not in the floor"))
     }
+
+    async fn list_skills(
+        &self,
+        _request: Request<pb::ListSkillsRequest>,
+    ) -> Result<Response<pb::ListSkillsResponse>, Status> {
+        Err(Status::unimplemented("not in the floor"))
+    }
+
+    async fn get_skill(
+        &self,
+        _request: Request<pb::GetSkillRequest>,
+    ) -> Result<Response<pb::GetSkillResponse>, Status> {
+        Err(Status::unimplemented("not in the floor"))
+    }
 }
 
 /// Serves the floor on 127.0.0.1:`port`; ListTools answers the encoded

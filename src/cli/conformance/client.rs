@@ -101,6 +101,47 @@ impl Client<'_> {
         Ok(())
     }
 
+    /// Loads every skill the server lists, as `GetSkill` would from the
+    /// listed entry: `SKILL.md` read and verified (size, digest,
+    /// frontmatter), and only a verified skill's other files read, each
+    /// verified too. A skill that fails verification is rejected (logged),
+    /// not an error of the flow.
+    pub(super) async fn load_every_skill(&self) -> anyhow::Result<()> {
+        use crate::upstream::skills::{SkillResources, verify, verify_frontmatter};
+        let skills = match self.session.list_skills(8, CALL_TIMEOUT).await {
+            Some(listed) => listed.map_err(|e| anyhow::anyhow!(e))?,
+            None => bail!("the session offers no skills"),
+        };
+        for skill in skills {
+            let SkillResources::Files(files) = &skill.resources else {
+                tracing::info!(uri = %skill.uri, "a dynamic skill: nothing to verify, not loaded");
+                continue;
+            };
+            let mut files = files.clone();
+            files.sort_by_key(|f| f.uri != skill.uri);
+            for listed in &files {
+                let file = self
+                    .session
+                    .read_skill_file(&listed.uri, CALL_TIMEOUT)
+                    .await
+                    .with_context(|| format!("resources/read {}", listed.uri))?;
+                let checked = verify(&file, listed).and_then(|()| {
+                    if listed.uri == skill.uri {
+                        verify_frontmatter(file.content.bytes(), &skill)
+                    } else {
+                        Ok(())
+                    }
+                });
+                if let Err(mismatch) = checked {
+                    tracing::warn!(uri = %listed.uri, %mismatch, "skill rejected: it fails verification");
+                    break;
+                }
+                tracing::info!(uri = %listed.uri, "skill file verified");
+            }
+        }
+        Ok(())
+    }
+
     /// `prompts/list`, then `prompts/get` of each (stateless only).
     pub(super) async fn get_every_prompt(&self) -> anyhow::Result<()> {
         let peer = self.session.peer();

@@ -27,14 +27,19 @@ pub(super) enum Flow {
     ContextToolCalls,
     /// Send `json_schema_2020_12_tool`'s input schema to `json_schema_echo`.
     SchemaEcho,
+    /// Load every listed skill as GetSkill does: `SKILL.md` verified
+    /// against the listed entry, then (only then) its other files.
+    LoadSkills,
 }
 
 impl Flow {
     pub(super) fn for_scenario(name: &str) -> Option<Self> {
         Some(match name {
             "initialize" | "request-metadata" | "json-schema-ref-no-deref" => Flow::ConnectOnly,
-            // SEP-2640 skills extension: unsupported, so never `skills/list`.
-            n if n.starts_with("sep-2640-client-") => Flow::ConnectOnly,
+            // SEP-2640 skills: listed at connect, nothing read ahead of need;
+            // a loaded skill's files verified before they are used.
+            "sep-2640-client-no-prefetch" => Flow::ConnectOnly,
+            n if n.starts_with("sep-2640-client-verify-") => Flow::LoadSkills,
             "tools_call" => Flow::AddNumbers,
             "elicitation-sep1034-client-defaults" => {
                 Flow::CallNamed("test_client_elicitation_defaults")
@@ -99,6 +104,7 @@ impl Flow {
                     client.call(name, object(arguments)).await?;
                 }
             }
+            Flow::LoadSkills => client.load_every_skill().await?,
             Flow::SchemaEcho => {
                 let focal = tools
                     .iter()

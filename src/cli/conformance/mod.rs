@@ -87,7 +87,10 @@ impl Scenario {
 /// its flow fails.
 pub async fn run(url: &str) -> anyhow::Result<()> {
     let scenario = Scenario::from_env()?;
-    let stateless = scenario.stateless();
+    // The skills extension (SEP-2640) is specified against 2026-07-28: its
+    // scenarios (which name no revision) run on a stateless session, the
+    // only kind the gateway lists skills on.
+    let stateless = scenario.stateless() || scenario.name.starts_with("sep-2640-client-");
     tracing::info!(
         scenario = %scenario.name,
         version = scenario.version.as_deref().unwrap_or("(unset)"),

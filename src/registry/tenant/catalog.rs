@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::Tenant;
-use crate::catalog::{Catalog, InputState, PromptInput, ServerInput, SharedCatalog};
+use crate::catalog::{Catalog, InputState, PromptInput, ServerInput, SharedCatalog, SkillInput};
 use crate::registry::slot::{Republish, SlotState};
 
 /// Catalog versions remembered per tenant for pinned plans.
@@ -97,6 +97,26 @@ impl Tenant {
             })
             .collect();
         let catalog = catalog.with_prompts(&inputs, &prompts, &self.limits);
+        // Skills: from connected servers that offer them.
+        let skills: Vec<SkillInput<'_>> = self
+            .slots
+            .iter()
+            .zip(&states)
+            .map(|(slot, state)| SkillInput {
+                listed: match state {
+                    SlotState::Ready {
+                        skills: Some(skills),
+                        ..
+                    } => Some(skills.as_ref()),
+                    _ => None,
+                },
+                approved: slot
+                    .config
+                    .needs_approval()
+                    .then(|| approvals.server_skills(&self.name, &slot.config.name)),
+            })
+            .collect();
+        let catalog = catalog.with_skills(&inputs, &skills, &self.limits);
         let catalog = Arc::new(catalog.with_stamp(self.stamp));
         self.report_withheld(&catalog);
         {
@@ -166,6 +186,26 @@ impl Tenant {
                     approved_hash = withheld.approved_hash.as_deref().unwrap_or("none"),
                     description = %crate::approvals::excerpt(&withheld.prompt.description),
                     "prompt withheld: its definition is not approved (run `toolgate approve` after review)"
+                );
+            }
+            for withheld in &server.withheld_skills {
+                let known = previous
+                    .withheld_skill(&withheld.skill.name)
+                    .is_some_and(|(s, w)| {
+                        s.name == server.name
+                            && w.skill.definition_hash == withheld.skill.definition_hash
+                    });
+                if known {
+                    continue;
+                }
+                tracing::warn!(
+                    tenant = %self.name,
+                    server = %server.name,
+                    skill = %withheld.skill.name,
+                    definition_hash = %withheld.skill.definition_hash,
+                    approved_hash = withheld.approved_hash.as_deref().unwrap_or("none"),
+                    description = %crate::approvals::excerpt(&withheld.skill.description),
+                    "skill withheld: its definition is not approved (run `toolgate approve` after review)"
                 );
             }
         }
