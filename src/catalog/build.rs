@@ -175,6 +175,37 @@ fn withhold(
     )
 }
 
+/// Which servers lose every offering of `kind` (`"prompt"`, `"skill"`)
+/// because another server exposes one of the same name: `names` yields
+/// each server's exposed names by server index; the answer maps a
+/// refused server's index to the reason, naming both servers.
+pub(super) fn clashing_names<'a>(
+    names: impl Iterator<Item = (usize, &'a str)>,
+    server: impl Fn(usize) -> &'a str,
+    kind: &str,
+) -> HashMap<usize, String> {
+    let mut claims: HashMap<&str, usize> = HashMap::new();
+    let mut refusals: HashMap<usize, String> = HashMap::new();
+    for (index, name) in names {
+        match claims.get(name) {
+            Some(&other) if other != index => {
+                let reason = format!(
+                    "servers `{}` and `{}` both expose the {kind} name `{name}`; neither \
+                     server's {kind}s are used (rename a server or drop `bare`)",
+                    server(other),
+                    server(index),
+                );
+                refusals.entry(other).or_insert_with(|| reason.clone());
+                refusals.entry(index).or_insert(reason);
+            }
+            _ => {
+                claims.insert(name, index);
+            }
+        }
+    }
+    refusals
+}
+
 /// Takes the definitions (tools, prompts) whose exposed name and hash
 /// (`name_and_hash`) `approved` does not record out of `items`, each made
 /// a withheld entry by `withheld` with the approved hash when there is one;

@@ -47,27 +47,15 @@ impl Catalog {
             })
             .collect();
         // A name two servers expose refuses both servers' prompts.
-        let mut claims: HashMap<String, usize> = HashMap::new();
-        let mut refusals: HashMap<usize, String> = HashMap::new();
-        for (index, part) in parts.iter().enumerate() {
-            let Some(Ok(list)) = part else { continue };
-            for prompt in list {
-                match claims.get(&prompt.name) {
-                    Some(&other) if other != index => {
-                        let reason = format!(
-                            "servers `{}` and `{}` both expose the prompt name `{}`; neither \
-                             server's prompts are used (rename a server or drop `bare`)",
-                            inputs[other].name, inputs[index].name, prompt.name
-                        );
-                        refusals.entry(other).or_insert_with(|| reason.clone());
-                        refusals.entry(index).or_insert(reason);
-                    }
-                    _ => {
-                        claims.insert(prompt.name.clone(), index);
-                    }
-                }
-            }
-        }
+        let names = parts.iter().enumerate().flat_map(|(index, part)| {
+            let list = match part {
+                Some(Ok(list)) => list.as_slice(),
+                _ => &[],
+            };
+            list.iter().map(move |p| (index, p.name.as_str()))
+        });
+        let mut refusals =
+            super::build::clashing_names(names, |index| inputs[index].name, "prompt");
         let mut all = Vec::new();
         for (index, part) in parts.iter_mut().enumerate() {
             let status = &mut self.servers[index];

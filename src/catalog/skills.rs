@@ -172,27 +172,14 @@ impl Catalog {
             })
             .collect();
         // A name two servers expose refuses both servers' skills.
-        let mut claims: HashMap<String, usize> = HashMap::new();
-        let mut refusals: HashMap<usize, String> = HashMap::new();
-        for (index, part) in parts.iter().enumerate() {
-            let Some(Ok((list, _))) = part else { continue };
-            for skill in list {
-                match claims.get(&skill.name) {
-                    Some(&other) if other != index => {
-                        let reason = format!(
-                            "servers `{}` and `{}` both expose the skill name `{}`; neither \
-                             server's skills are used (rename a server or drop `bare`)",
-                            inputs[other].name, inputs[index].name, skill.name
-                        );
-                        refusals.entry(other).or_insert_with(|| reason.clone());
-                        refusals.entry(index).or_insert(reason);
-                    }
-                    _ => {
-                        claims.insert(skill.name.clone(), index);
-                    }
-                }
-            }
-        }
+        let names = parts.iter().enumerate().flat_map(|(index, part)| {
+            let list = match part {
+                Some(Ok((list, _))) => list.as_slice(),
+                _ => &[],
+            };
+            list.iter().map(move |s| (index, s.name.as_str()))
+        });
+        let mut refusals = super::build::clashing_names(names, |index| inputs[index].name, "skill");
         let mut all = Vec::new();
         for (index, part) in parts.iter_mut().enumerate() {
             let status = &mut self.servers[index];
