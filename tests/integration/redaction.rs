@@ -271,6 +271,50 @@ async fn tool_results_are_redacted_unless_configured_off() {
     assert!(raw.text.contains(SECRET), "redact_results: false: {raw:?}");
 }
 
+/// MCP's gRPC transport carries what `toolgate.v1` drops (every `_meta`,
+/// annotations): none of it holds the credential either, nor does an
+/// upstream error's status.
+#[tokio::test]
+async fn the_mcp_transport_carries_no_credential_either() {
+    use toolgate::pb::mcp;
+    let setup = Setup::start().await;
+    let channel =
+        tonic::transport::Channel::from_shared(format!("http://127.0.0.1:{}", setup.port))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+    let mut client = mcp::mcp_client::McpClient::new(channel);
+    let call = |name: &str| mcp::CallToolRequest {
+        common: None,
+        request: Some(mcp::call_tool_request::Request {
+            name: name.to_owned(),
+            arguments: None,
+        }),
+    };
+    let reply = client
+        .call_tool(authed(TOKEN, call("echo__echo_auth")))
+        .await
+        .unwrap()
+        .into_inner();
+    let everything = format!("{reply:?}");
+    assert!(!everything.contains(SECRET), "{everything}");
+    assert!(everything.contains("[redacted]"), "{everything}");
+    let status = client
+        .call_tool(authed(TOKEN, call("echo__rpc_error")))
+        .await
+        .unwrap_err();
+    assert_clean_status("a JSON-RPC error over the transport", &status);
+    // `redact_results: false` passes results through, as on toolgate.v1.
+    let raw = client
+        .call_tool(authed(TOKEN, call("raw__echo_auth")))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(format!("{raw:?}").contains(SECRET));
+    setup.assert_log_clean(true);
+}
+
 #[tokio::test]
 async fn a_failed_tool_listing_is_redacted_and_bounded() {
     let setup = Setup::start().await;
