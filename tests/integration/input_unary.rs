@@ -664,6 +664,45 @@ async fn a_rounds_answer_is_used_once_even_in_parallel() {
     gateway.shutdown().await;
 }
 
+/// A worker whose answer's response was lost learns the outcome by
+/// sending the same answer again under the same idempotency key: the key
+/// is looked up before the round is claimed, so the recorded outcome is
+/// replayed (nothing more reaches the server), where the same answer
+/// without a key is `REQUEST_STATE_USED`.
+#[tokio::test]
+async fn an_answer_sent_again_under_its_idempotency_key_replays_the_outcome() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = InputServer::start(Transport::Stdio, dir.path()).await;
+    let gateway = TestGateway::start(&config(&server, ""), &[]).await;
+    let mut client = gateway.client().await;
+    wait_listed(&mut client, TOKEN, "py__book_table").await;
+    let mut book = call("py__book_table", r#"{"restaurant": "Chez Rust"}"#);
+    book.idempotency_key = "booking-7".to_owned();
+    let asked = questions(unary(&mut client, TOKEN, book.clone()).await.unwrap());
+    let id = form_id(&asked, "Book a table at Chez Rust?");
+    let answered = retry(
+        book,
+        &asked,
+        vec![answer(&id, pb::InputAction::Accept, ACCEPTED)],
+    );
+    let first = unary(&mut client, TOKEN, answered.clone()).await.unwrap();
+    assert_eq!(
+        first.text,
+        "booked Chez Rust: party_size=4 date=2026-12-24 confirm=true"
+    );
+    assert!(!first.replayed);
+    let again = unary(&mut client, TOKEN, answered.clone()).await.unwrap();
+    assert_eq!(again.text, first.text);
+    assert!(again.replayed, "{again:?}");
+    let mut unkeyed = answered;
+    unkeyed.idempotency_key.clear();
+    let status = unary(&mut client, TOKEN, unkeyed).await.unwrap_err();
+    assert_eq!(reason(&status), "REQUEST_STATE_USED", "{status:?}");
+    // Round 1 and the one answer.
+    assert_eq!(server.calls("book_table"), 2);
+    gateway.shutdown().await;
+}
+
 #[tokio::test]
 async fn rounds_are_audited_without_their_answers_and_counted() {
     let dir = tempfile::tempdir().unwrap();
