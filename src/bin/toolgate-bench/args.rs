@@ -97,6 +97,11 @@ pub(crate) struct Args {
     /// new connection's handshake.
     #[arg(long)]
     pub(crate) only_tls: bool,
+    /// Only the floor of a call completed: the gateway's CPU per call
+    /// against a bare tonic echo's plus a bare MCP client's (in a process
+    /// of its own), over the fast stdio and HTTP servers.
+    #[arg(long)]
+    pub(crate) only_floor: bool,
     /// Skip the figures of one guard against none.
     #[arg(long)]
     pub(crate) skip_guards: bool,
@@ -131,6 +136,19 @@ pub(crate) enum Cmd {
     },
     /// (internal) the resources-and-prompts server (stdio).
     OfferingsServer,
+    /// (internal) a bare rmcp client of the fast server in a process of
+    /// its own: `tools/call` of `echo` at --in-flight for --duration, then
+    /// one JSON line with its own CPU per call (the client half of a
+    /// call's floor). Stdio (it starts the server), or --url.
+    DirectClient {
+        /// A Streamable HTTP server's URL (absent: stdio).
+        #[arg(long)]
+        url: Option<String>,
+        #[arg(long, default_value_t = 16)]
+        in_flight: usize,
+        #[arg(long, default_value = "3s", value_parser = humantime::parse_duration)]
+        duration: Duration,
+    },
     /// (internal) the bare tonic floor server.
     EchoServer {
         port: u16,

@@ -13,6 +13,7 @@ mod alloc;
 mod args;
 mod ask_server;
 mod floor;
+mod floor_ratio;
 mod guards;
 mod harness;
 mod https;
@@ -67,6 +68,11 @@ async fn main() -> anyhow::Result<()> {
         Some(Cmd::AskServer { http: None }) => return ask_server::serve_stdio().await,
         Some(Cmd::OfferingsServer) => return offerings_server::serve_stdio().await,
         Some(Cmd::AskServer { http: Some(port) }) => return ask_server::serve_http(*port).await,
+        Some(Cmd::DirectClient {
+            url,
+            in_flight,
+            duration,
+        }) => return floor_ratio::direct_client(url.as_deref(), *in_flight, *duration).await,
         Some(Cmd::EchoServer { port, list_file }) => {
             return floor::serve(*port, list_file.as_deref()).await;
         }
@@ -80,6 +86,11 @@ async fn main() -> anyhow::Result<()> {
         println!("| target | figure | goal | |");
         println!("| --- | --- | --- | --- |");
         return pairs::report(args.rounds, args.pairs_tenants).await;
+    }
+    if args.only_floor {
+        println!("| target | figure | goal | |");
+        println!("| --- | --- | --- | --- |");
+        return floor_ratio::report(args.rounds, args.duration).await;
     }
     if args.only_tenants {
         return memory::report(args.rounds).await;
