@@ -402,7 +402,7 @@ async fn a_per_user_servers_subjects_have_breakers_of_their_own() {
         base.replacen(
             per_user,
             &format!(
-                "{per_user}        call_timeout: \"1s\"\n        circuit_breaker: {{ failures: 2, cool_down: \"1h\" }}\n"
+                "{per_user}        call_timeout: \"2s\"\n        circuit_breaker: {{ failures: 2, cool_down: \"1h\" }}\n"
             ),
             1
         )
@@ -479,6 +479,10 @@ async fn a_per_user_servers_subjects_have_breakers_of_their_own() {
     // Thawed, the server answers Bob; Alice's breaker stays open until its
     // cool-down ends (no session of hers was lost or made).
     signal(pid, "CONT");
+    // The thawed server first works through the calls that timed out while
+    // it was stopped; on a loaded machine that takes a moment, and Bob's
+    // breaker (two failures) must not open on its backlog.
+    tokio::time::sleep(Duration::from_secs(1)).await;
     let answer = call(&mut client, Some("bob"), "docs__whoami")
         .await
         .unwrap();
