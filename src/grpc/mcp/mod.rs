@@ -180,17 +180,10 @@ impl mcp::mcp_server::Mcp for McpGateway {
         let (tenant, _busy) = self.gateway.tenant(&request)?;
         let origin = self.gateway.origin(&request, tenant, "Mcp/ReadResource");
         let uri = request.get_ref().uri.clone();
-        let read = match named {
-            Some(server) => ResourceRead::new(server, uri, input),
-            None => {
-                super::settled_catalog(&origin.tenant, &request, "Mcp/ReadResource").await;
-                let lookup = listing::Lookup::Resource(&uri);
-                match listing::route(&origin.tenant, &origin.caller, &origin.subject, lookup).await
-                {
-                    Ok(server) => ResourceRead::new(server, uri, input),
-                    Err(listing::Unrouted(why)) => ResourceRead::unrouted(uri, why, input),
-                }
-            }
+        let lookup = listing::Lookup::Resource(&uri);
+        let read = match server_for(&request, &origin, named, lookup).await {
+            Ok(server) => ResourceRead::new(server, uri, input),
+            Err(listing::Unrouted(why)) => ResourceRead::unrouted(uri, why, input),
         };
         Ok(Response::new(self.gateway.calls.run(origin, read).await?))
     }
@@ -222,17 +215,12 @@ impl mcp::mcp_server::Mcp for McpGateway {
         let target = match (&body.prompt_reference, &body.resource_reference) {
             (Some(prompt), _) => Some(CompletionTarget::Prompt(prompt.name.clone())),
             (None, Some(resource)) => {
-                let server = match server {
-                    Some(server) => server,
-                    None => {
-                        super::settled_catalog(&origin.tenant, &request, "Mcp/Complete").await;
-                        let lookup = listing::Lookup::Template(&resource.uri);
-                        listing::route(&origin.tenant, &origin.caller, &origin.subject, lookup)
-                            .await
-                            .unwrap_or_else(|listing::Unrouted(why)| {
-                                unrouted = Some(why);
-                                String::new()
-                            })
+                let lookup = listing::Lookup::Template(&resource.uri);
+                let server = match server_for(&request, &origin, server, lookup).await {
+                    Ok(server) => server,
+                    Err(listing::Unrouted(why)) => {
+                        unrouted = Some(why);
+                        String::new()
                     }
                 };
                 Some(CompletionTarget::Template {
@@ -253,4 +241,24 @@ impl mcp::mcp_server::Mcp for McpGateway {
         };
         Ok(Response::new(self.gateway.calls.run(origin, ask).await?))
     }
+}
+
+/// The server of a resource URI or template that came without one: the
+/// one the request names in `toolgate/server`, else the one the caller's
+/// listings show (once servers still connecting have settled, within the
+/// caller's deadline).
+///
+/// # Errors
+/// No one server lists it: why, for the refusal on record.
+async fn server_for<T>(
+    request: &Request<T>,
+    origin: &crate::calls::Origin,
+    named: Option<String>,
+    lookup: listing::Lookup<'_>,
+) -> Result<String, listing::Unrouted> {
+    if let Some(server) = named {
+        return Ok(server);
+    }
+    super::settled_catalog(&origin.tenant, request, origin.rpc).await;
+    listing::route(&origin.tenant, &origin.caller, &origin.subject, lookup).await
 }
