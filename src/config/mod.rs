@@ -461,8 +461,9 @@ pub struct ServerConfig {
     /// 0) and answer them again while fresh (on by default; `false`: every
     /// request reaches the server).
     pub cache_results: bool,
-    /// OAuth 2.1 client settings, for an HTTP server that needs them.
-    pub oauth: Option<ServerOAuth>,
+    /// OAuth 2.1 client settings, for an HTTP server that needs them
+    /// (boxed: most servers have none, and every tenant holds its servers).
+    pub oauth: Option<Box<ServerOAuth>>,
     /// Which tool definitions are served: any (the default), or only
     /// approved ones.
     pub definitions: Definitions,

@@ -209,7 +209,7 @@ pub(super) fn validate_server(
         overrides,
         redact_results: server.redact_results.unwrap_or(true),
         cache_results: server.cache_results.unwrap_or(true),
-        oauth,
+        oauth: oauth.map(Box::new),
         definitions: server.definitions.unwrap_or_default(),
         input,
         roots,

@@ -306,7 +306,7 @@ fn claim(
 fn servers(
     errors: &mut Errors,
     path: &str,
-    raw: Vec<RawServer>,
+    raw: Vec<Box<RawServer>>,
     defaults: &Defaults,
     src: &Sources<'_>,
 ) -> Vec<ServerConfig> {
@@ -323,7 +323,7 @@ fn servers(
                 ),
             );
         }
-        if let Some(server) = validate_server(errors, &server_path, server, defaults, src) {
+        if let Some(server) = validate_server(errors, &server_path, *server, defaults, src) {
             servers.push(server);
         }
     }
