@@ -199,6 +199,7 @@ pub(crate) struct RawTenant {
     /// as written is large, so a one-server tenant would hold room for
     /// four (40 MB while a 10,000-tenant file is read).
     #[serde(default)]
+    #[expect(clippy::vec_box, reason = "serde grows the vector to 4 at once")]
     pub(crate) servers: Vec<Box<RawServer>>,
     pub(crate) limits: Option<RawTenantLimits>,
     pub(crate) connect: Option<super::ConnectMode>,

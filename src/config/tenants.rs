@@ -303,6 +303,7 @@ fn claim(
 
 /// The tenant's servers, their names unique within it; only those without
 /// errors are returned.
+#[expect(clippy::vec_box, reason = "as parsed: see `RawTenant::servers`")]
 fn servers(
     errors: &mut Errors,
     path: &str,
