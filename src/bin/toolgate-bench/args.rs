@@ -148,6 +148,10 @@ pub(crate) enum Cmd {
         in_flight: usize,
         #[arg(long, default_value = "3s", value_parser = humantime::parse_duration)]
         duration: Duration,
+        /// Over stdio, which client (`lean_client`): rmcp's (the floor's),
+        /// or an experiment of issue 38.
+        #[arg(long, value_enum, default_value_t = crate::lean_client::Client::Rmcp)]
+        client: crate::lean_client::Client,
     },
     /// (internal) the bare tonic floor server.
     EchoServer {

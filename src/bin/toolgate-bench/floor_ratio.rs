@@ -24,6 +24,7 @@ const IN_FLIGHT: usize = 16;
 /// The server cannot be started or reached, or a call fails.
 pub async fn direct_client(
     url: Option<&str>,
+    client: super::lean_client::Client,
     in_flight: usize,
     duration: Duration,
 ) -> anyhow::Result<()> {
@@ -40,8 +41,7 @@ pub async fn direct_client(
             command
                 .arg("mcp-server")
                 .stderr(std::process::Stdio::null());
-            let client = ().serve(rmcp::transport::TokioChildProcess::new(command)?).await?;
-            (rmcp_fn(client.peer().clone()), Box::new(client))
+            super::lean_client::start(command, client).await?
         }
     };
     measure::sequential(&call, 200).await?;

@@ -18,6 +18,7 @@ mod guards;
 mod harness;
 mod https;
 mod input;
+mod lean_client;
 mod listener_tls;
 mod listing;
 mod mcp_transport;
@@ -72,7 +73,11 @@ async fn main() -> anyhow::Result<()> {
             url,
             in_flight,
             duration,
-        }) => return floor_ratio::direct_client(url.as_deref(), *in_flight, *duration).await,
+            client,
+        }) => {
+            return floor_ratio::direct_client(url.as_deref(), *client, *in_flight, *duration)
+                .await;
+        }
         Some(Cmd::EchoServer { port, list_file }) => {
             return floor::serve(*port, list_file.as_deref()).await;
         }
