@@ -9,9 +9,9 @@
 //! One gateway per configuration, each with one tenant in front of the fast
 //! stdio server (`mcp-server --tools 1`: `echo` and `tool_00000`), kept
 //! running for the whole run, each with its own state store; a tonic
-//! client. Every round measures every row in turn (plain first): the
-//! gateway's CPU per call at 16 in flight (from `/proc`) and the p50 of
-//! sequential calls; each row's figures are medians over rounds, and its
+//! client. Every round measures every row in turn (each round starting
+//! at another row): the gateway's CPU per call at 16 in flight (from
+//! `/proc`) and the p50 of sequential calls; each row's figures are medians over rounds, and its
 //! ratio to the plain call is the median of the per-round ratios.
 
 use std::sync::Arc;
@@ -40,7 +40,9 @@ const STATE_KEY: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
 /// The approver token of the approvals gateways.
 const APPROVER: &str = "bench-approver-token";
 
+/// A gRPC client of a gateway.
 type Client = pb::tool_gateway_client::ToolGatewayClient<Channel>;
+/// A client of a gateway's `CallApprovalsService`.
 type Approvals = pb::call_approvals_service_client::CallApprovalsServiceClient<Channel>;
 
 /// The fast server with the plain call's options: breaker off, cache off.
@@ -233,6 +235,7 @@ impl Pool {
         approved.saturating_sub(self.next.load(Ordering::Relaxed)) as u64
     }
 
+    /// The row's call: the next use of the pool.
     fn call(self: &Arc<Self>) -> CallFn {
         let pool = self.clone();
         Arc::new(move || {
@@ -254,18 +257,26 @@ impl Pool {
 
 /// One row of the table: a call on one gateway.
 struct Row {
+    /// The step (or "plain call").
     step: &'static str,
+    /// How it is configured or triggered.
     case: &'static str,
+    /// Its gateway's index.
     gateway: usize,
     call: CallFn,
+    /// The approvals its calls spend, refilled before each round.
     pool: Option<Arc<Pool>>,
+    /// The gateway's CPU ms per call, one a round.
     cpu: Vec<f64>,
     /// PostgreSQL's CPU ms per call (rows on a PostgreSQL store).
     pg_cpu: Vec<f64>,
+    /// p50 ms of sequential calls, one a round.
     p50: Vec<f64>,
+    /// Calls per second at 16 in flight, one a round.
     rate: Vec<f64>,
 }
 
+/// A row without a pool and without figures yet.
 fn row(step: &'static str, case: &'static str, gateway: usize, call: CallFn) -> Row {
     Row {
         step,
@@ -630,10 +641,16 @@ pub async fn report(rounds: usize, sequential: usize, duration: Duration) -> any
         }
     }
     let postmaster = pg.pid();
+    // Calls of the plain row's last run (sizes the approval pool; a
+    // generous guess before the first).
+    let mut plain_calls = (10_000.0 * duration.as_secs_f64()) as u64;
     for round in 0..rounds.max(1) {
         eprintln!("round {}: steps ({} rows)", round + 1, rows.len());
-        let mut plain_calls = 0;
-        for row in &mut rows {
+        // Each round starts at another row, so that no row always follows
+        // the same one.
+        let n = rows.len();
+        for i in 0..n {
+            let row = &mut rows[(i + round * 5) % n];
             let gateway = &gateways[row.gateway];
             measure_row(row, gateway, postmaster, sequential, duration, plain_calls)
                 .await
