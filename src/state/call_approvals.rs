@@ -152,7 +152,14 @@ impl StateStore {
         max_pending: u32,
     ) -> Result<Requested, StateError> {
         let pool = self.ready().await?;
-        let mut tx = pool.begin().await.map_err(StateError::from_sqlx)?;
+        // On SQLite the transaction takes the write lock before it reads:
+        // a deferred one that read first fails at once (`SQLITE_BUSY`, no
+        // wait) when another request committed in between.
+        let mut tx = match self.backend {
+            Backend::Sqlite => pool.begin_with("BEGIN IMMEDIATE").await,
+            Backend::Postgres => pool.begin().await,
+        }
+        .map_err(StateError::from_sqlx)?;
         if self.backend == Backend::Postgres {
             // `count` so the Any driver has a column type it knows (the
             // lock function returns `void`).
@@ -610,6 +617,32 @@ mod tests {
         let row = store.call_approval("apv_1", "acme").await.unwrap().unwrap();
         assert_eq!((row.state.as_str(), row.uses_left), (states::SPENT, 0));
         assert_eq!(row.value, b"yes");
+    }
+
+    /// Concurrent requests on one SQLite file are all stored: the
+    /// request's transaction takes the write lock before it reads, so none
+    /// fails with `SQLITE_BUSY` when another committed since its read.
+    #[tokio::test]
+    async fn concurrent_requests_on_sqlite_are_all_stored() {
+        let (store, _dir) = store().await;
+        let store = std::sync::Arc::new(store);
+        let mut requests = Vec::new();
+        for task in 0..16 {
+            let store = store.clone();
+            requests.push(tokio::spawn(async move {
+                for n in 0..10 {
+                    let (id, binding) = (format!("apv_{task}_{n}"), format!("b{task}_{n}"));
+                    let subject = format!("token:{task}");
+                    let requested = store
+                        .request_call_approval(&new(&id, &subject, &binding), 1000)
+                        .await;
+                    assert!(matches!(requested, Ok(Requested::Stored)), "{requested:?}");
+                }
+            }));
+        }
+        for request in requests {
+            request.await.unwrap();
+        }
     }
 
     #[tokio::test]

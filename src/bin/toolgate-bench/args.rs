@@ -102,6 +102,13 @@ pub(crate) struct Args {
     /// of its own), over the fast stdio and HTTP servers.
     #[arg(long)]
     pub(crate) only_floor: bool,
+    /// Only the steps of the call pipeline (call approvals, idempotency
+    /// keys, the result cache, the circuit breaker) against the plain call:
+    /// configured but not triggered, all together, and triggered (gateway
+    /// CPU per call and p50; one gateway per configuration, PostgreSQL for
+    /// the keys' rows on it).
+    #[arg(long)]
+    pub(crate) only_steps: bool,
     /// Skip the figures of one guard against none.
     #[arg(long)]
     pub(crate) skip_guards: bool,

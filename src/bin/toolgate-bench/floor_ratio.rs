@@ -7,14 +7,18 @@
 //! at 16 in flight: the echo server's CPU per call, the direct client's
 //! over the fast stdio and fast HTTP servers, and the gateway's own CPU
 //! per call in front of the same servers (tonic client); then gateway /
-//! (echo + direct client).
+//! (echo + direct client). The same with the Python client of
+//! `--only-python` (bench/python/grpc_load.py, `grpc.aio`): the echo's and
+//! the gateways' CPU per call under that client, in the same rounds, over
+//! the same direct client's figure.
 
 use std::process::Command;
 use std::time::Duration;
 
-use super::harness::{exe, fast_http_server, free_port, grpc, spawn, wait_port};
+use super::harness::{Proc, exe, fast_http_server, free_port, gateway, grpc, spawn, wait_port};
 use super::measure::{self, CallFn, median};
-use super::paths::{invoke_fn, rmcp_fn, through_toolgate};
+use super::paths::{invoke_fn, rmcp_fn};
+use super::python::{self, Client};
 
 const IN_FLIGHT: usize = 16;
 
@@ -106,26 +110,38 @@ pub async fn report(rounds: usize, duration: Duration) -> anyhow::Result<()> {
     let (direct_server, direct_port) = fast_http_server(0);
     wait_port(direct_port).await;
     let direct_url = format!("http://127.0.0.1:{direct_port}/mcp");
-    let stdio = through_toolgate(
-        "toolgate → fast stdio",
-        &format!("      - name: fast\n        command: [\"{exe_s}\", \"mcp-server\"]\n"),
-        "fast__echo",
-        Vec::new(),
-    )
-    .await?;
+    let (stdio, stdio_port) = gateway(&format!(
+        "      - name: fast\n        command: [\"{exe_s}\", \"mcp-server\"]\n"
+    ))
+    .await;
     let (gw_server, gw_port) = fast_http_server(0);
     wait_port(gw_port).await;
-    let http = through_toolgate(
-        "toolgate → fast http",
-        &format!("      - name: fast\n        url: \"http://127.0.0.1:{gw_port}/mcp\"\n"),
+    let (http, http_port) = gateway(&format!(
+        "      - name: fast\n        url: \"http://127.0.0.1:{gw_port}/mcp\"\n"
+    ))
+    .await;
+    python::wait_connected(stdio_port).await?;
+    python::wait_connected(http_port).await?;
+    let stdio_call = invoke_fn(grpc(stdio_port).await, "fast__echo");
+    let http_call = invoke_fn(grpc(http_port).await, "fast__echo");
+    // The Python clients (their runs last at least python::MIN_RUN).
+    let py_duration = duration.max(python::MIN_RUN);
+    let mut py_echo = Client::start("echo (Python)", port, "echo", None, py_duration).await?;
+    let token = Some("bench-token");
+    let mut py_stdio = Client::start(
+        "stdio (Python)",
+        stdio_port,
         "fast__echo",
-        vec![gw_server],
+        token,
+        py_duration,
     )
     .await?;
-    for call in [&echo_call, &stdio.call, &http.call] {
+    let mut py_http =
+        Client::start("http (Python)", http_port, "fast__echo", token, py_duration).await?;
+    for call in [&echo_call, &stdio_call, &http_call] {
         measure::sequential(call, 200).await?;
     }
-    let mut figures: [Vec<f64>; 5] = Default::default();
+    let mut figures: [Vec<f64>; 8] = Default::default();
     for round in 0..rounds.max(1) {
         eprintln!(
             "round {}: floor (echo, direct clients, gateways)",
@@ -134,26 +150,55 @@ pub async fn report(rounds: usize, duration: Duration) -> anyhow::Result<()> {
         figures[0].push(cpu_ms(&echo_call, echo.pid(), duration).await?);
         figures[1].push(client_cpu_ms(None, duration)?);
         figures[2].push(client_cpu_ms(Some(&direct_url), duration)?);
-        let gateway = |p: &super::paths::Path_| p.gateway.unwrap_or(0);
-        figures[3].push(cpu_ms(&stdio.call, gateway(&stdio), duration).await?);
-        figures[4].push(cpu_ms(&http.call, gateway(&http), duration).await?);
+        figures[3].push(cpu_ms(&stdio_call, stdio.pid(), duration).await?);
+        figures[4].push(cpu_ms(&http_call, http.pid(), duration).await?);
+        figures[5].push(py_cpu_ms(&mut py_echo, &echo, py_duration).await?);
+        figures[6].push(py_cpu_ms(&mut py_stdio, &stdio, py_duration).await?);
+        figures[7].push(py_cpu_ms(&mut py_http, &http, py_duration).await?);
     }
-    drop((echo, direct_server, stdio, http));
-    let [echo_ms, stdio_client, http_client, stdio_gw, http_gw] = figures.map(median);
+    drop((py_echo, py_stdio, py_http));
+    drop((echo, direct_server, stdio, http, gw_server));
+    let [
+        echo_ms,
+        stdio_client,
+        http_client,
+        stdio_gw,
+        http_gw,
+        py_echo_ms,
+        py_stdio_gw,
+        py_http_gw,
+    ] = figures.map(median);
     let fmt = super::report::fmt;
     println!(
-        "| CPU ms/call @16: bare tonic echo {}, direct rmcp client (own process) → fast stdio {}, → fast http {} | | | |",
+        "| CPU ms/call @16: bare tonic echo {} (under the Python client {}), direct rmcp client (own process) → fast stdio {}, → fast http {} | | | |",
         fmt(echo_ms, 4),
+        fmt(py_echo_ms, 4),
         fmt(stdio_client, 4),
         fmt(http_client, 4)
     );
-    for (name, gateway, client, goal) in [
-        ("fast stdio", stdio_gw, stdio_client, 1.2),
-        ("fast http", http_gw, http_client, 1.3),
+    for (name, client_kind, echo_ms, gateway, client, goal) in [
+        ("fast stdio", "tonic", echo_ms, stdio_gw, stdio_client, 1.2),
+        ("fast http", "tonic", echo_ms, http_gw, http_client, 1.3),
+        (
+            "fast stdio",
+            "Python",
+            py_echo_ms,
+            py_stdio_gw,
+            stdio_client,
+            1.2,
+        ),
+        (
+            "fast http",
+            "Python",
+            py_echo_ms,
+            py_http_gw,
+            http_client,
+            1.3,
+        ),
     ] {
         let ratio = gateway / (echo_ms + client);
         println!(
-            "| gateway CPU ms/call @16, {name}, tonic client: {} / (echo {} + direct client {}) | {} | ≤ {goal} | {} |",
+            "| gateway CPU ms/call @16, {name}, {client_kind} client: {} / (echo {} + direct client {}) | {} | ≤ {goal} | {} |",
             fmt(gateway, 4),
             fmt(echo_ms, 4),
             fmt(client, 4),
@@ -162,4 +207,12 @@ pub async fn report(rounds: usize, duration: Duration) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// CPU ms per call of `serving` during one run of the Python `client`.
+async fn py_cpu_ms(client: &mut Client, serving: &Proc, duration: Duration) -> anyhow::Result<f64> {
+    let before = measure::cpu_seconds(serving.pid());
+    let run = client.run(duration).await?;
+    let after = measure::cpu_seconds(serving.pid());
+    Ok((after - before) * 1000.0 / run.calls.max(1) as f64)
 }

@@ -33,6 +33,7 @@ mod policy_audit;
 mod python;
 mod report;
 mod scale;
+mod steps;
 mod store;
 mod tenants;
 mod upstream;
@@ -96,6 +97,9 @@ async fn main() -> anyhow::Result<()> {
         println!("| target | figure | goal | |");
         println!("| --- | --- | --- | --- |");
         return floor_ratio::report(args.rounds, args.duration).await;
+    }
+    if args.only_steps {
+        return steps::report(args.rounds, args.sequential, args.duration).await;
     }
     if args.only_tenants {
         return memory::report(args.rounds).await;

@@ -1,9 +1,11 @@
 //! The benchmark's MCP server for resources and prompts (rmcp, stdio):
 //! `bench://text` (1 MiB of text), `bench://blob` (1 MiB of bytes, base64
 //! on the wire), `bench://cached-text` (the same text, marked reusable for
-//! an hour: 2026-07-28 `ttlMs`, `cacheScope: public`), 1,000 prompts of two
-//! arguments, and 1,000 tools (the ListTools baseline of the ListPrompts
-//! figure).
+//! an hour: 2026-07-28 `ttlMs`, `cacheScope: public`), `bench://small` and
+//! `bench://small-cached` (a few bytes of text, the second marked reusable
+//! as above: the result cache's own cost, `--only-steps`), 1,000 prompts of
+//! two arguments, and 1,000 tools (the ListTools baseline of the
+//! ListPrompts figure).
 
 use std::sync::Arc;
 
@@ -18,6 +20,8 @@ use rmcp::service::{RequestContext, RoleServer};
 
 /// Bytes of each resource.
 pub(crate) const SIZE: usize = 1 << 20;
+/// The text of `bench://small` and `bench://small-cached`.
+pub(crate) const SMALL: &str = "hello";
 /// Prompts (and tools) listed.
 pub(crate) const PROMPTS: usize = 1000;
 
@@ -140,6 +144,14 @@ impl rmcp::ServerHandler for OfferingsServer {
             "bench://cached-text" => {
                 let text = ResourceContents::text(self.text.as_str(), "bench://cached-text")
                     .with_mime_type("text/plain");
+                return Ok(ReadResourceResult::new(vec![text])
+                    .with_ttl_ms(3_600_000)
+                    .with_cache_scope(CacheScope::Public)
+                    .into());
+            }
+            "bench://small" => ResourceContents::text(SMALL, "bench://small"),
+            "bench://small-cached" => {
+                let text = ResourceContents::text(SMALL, "bench://small-cached");
                 return Ok(ReadResourceResult::new(vec![text])
                     .with_ttl_ms(3_600_000)
                     .with_cache_scope(CacheScope::Public)

@@ -14,17 +14,17 @@ use tokio::process::{Child, ChildStdin, ChildStdout};
 use super::measure::{self, median};
 
 /// Calls in flight of the Python client.
-const IN_FLIGHT: usize = 16;
+pub(crate) const IN_FLIGHT: usize = 16;
 /// The shortest timed run: the Python client makes a few thousand calls
 /// per second at most, and /proc counts CPU in 10 ms ticks.
-const MIN_RUN: Duration = Duration::from_secs(5);
+pub(crate) const MIN_RUN: Duration = Duration::from_secs(5);
 /// The gateway path's name in the results.
 const GATEWAY_PATH: &str = "toolgate → fast stdio";
 /// The floor's name in the results.
 const FLOOR_PATH: &str = "floor: bare tonic echo";
 
 /// A running bench/python/grpc_load.py, ready for runs.
-struct Client {
+pub(crate) struct Client {
     child: Child,
     stdin: ChildStdin,
     stdout: Lines<BufReader<ChildStdout>>,
@@ -33,9 +33,11 @@ struct Client {
 
 /// One timed run of the Python client.
 #[derive(Debug, serde::Deserialize)]
-struct Run {
-    calls: u64,
-    seconds: f64,
+pub(crate) struct Run {
+    /// Calls made.
+    pub(crate) calls: u64,
+    /// Seconds the run took.
+    pub(crate) seconds: f64,
     #[serde(default)]
     errors: std::collections::BTreeMap<String, u64>,
     first_error: Option<String>,
@@ -44,7 +46,7 @@ struct Run {
 impl Client {
     /// Starts the client against `port`, calling `name`; returns once its
     /// warm-up calls succeeded.
-    async fn start(
+    pub(crate) async fn start(
         target: &'static str,
         port: u16,
         name: &str,
@@ -109,7 +111,7 @@ impl Client {
     }
 
     /// One timed run; fails if any call failed.
-    async fn run(&mut self, duration: Duration) -> anyhow::Result<Run> {
+    pub(crate) async fn run(&mut self, duration: Duration) -> anyhow::Result<Run> {
         self.stdin.write_all(b"go\n").await?;
         self.stdin.flush().await?;
         let line = self.line(duration + Duration::from_secs(60)).await?;
@@ -259,7 +261,7 @@ pub async fn report(rounds: usize, duration: Duration) -> anyhow::Result<()> {
 }
 
 /// Waits until the bench tenant's servers are connected (at most 30 s).
-async fn wait_connected(port: u16) -> anyhow::Result<()> {
+pub(crate) async fn wait_connected(port: u16) -> anyhow::Result<()> {
     let mut client = super::harness::grpc(port).await;
     let started = std::time::Instant::now();
     loop {

@@ -464,7 +464,7 @@ async fn tenants_dir(dir: &Path, url: &str) -> anyhow::Result<f64> {
 
 /// A throwaway PostgreSQL cluster for the run (Debian's postgresql-15, as
 /// tests/setup.sh installs it), on 127.0.0.1, removed at the end.
-struct Postgres {
+pub(crate) struct Postgres {
     dir: PathBuf,
     port: u16,
 }
@@ -487,7 +487,8 @@ fn as_postgres(program: &str) -> Command {
 }
 
 impl Postgres {
-    fn start() -> anyhow::Result<Postgres> {
+    /// Creates and starts the cluster (as the `postgres` user when root).
+    pub(crate) fn start() -> anyhow::Result<Postgres> {
         anyhow::ensure!(
             Path::new(PG_BIN).join("initdb").exists(),
             "PostgreSQL 15 is missing: run tests/setup.sh"
@@ -530,7 +531,19 @@ impl Postgres {
         Ok(Postgres { dir, port })
     }
 
-    fn url(&self) -> String {
+    /// The postmaster's process id (its backends are its children).
+    pub(crate) fn pid(&self) -> Option<u32> {
+        std::fs::read_to_string(self.dir.join("data/postmaster.pid"))
+            .ok()?
+            .lines()
+            .next()?
+            .trim()
+            .parse()
+            .ok()
+    }
+
+    /// The URL of its `postgres` database.
+    pub(crate) fn url(&self) -> String {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
     }
 }
