@@ -73,9 +73,11 @@ impl Supervisor {
             *prompts_generation.borrow_and_update(),
             skills_seen(&mut skills_generation, &mut resources_generation),
         );
-        let follow = session.follow_list_changes();
-        tokio::pin!(follow);
-        let mut following = true;
+        // Boxed, and dropped once done (at once for a server that announces
+        // no list changes): inline, its service opening and stream would
+        // size this task, which lives as long as the slot, for every idle
+        // pair.
+        let mut follow = Some(Box::pin(session.follow_list_changes()));
         let ended = || async {
             tokio::select! {
                 () = session.wait_ended() => ControlFlow::Continue(()),
@@ -85,8 +87,8 @@ impl Supervisor {
         loop {
             let woken = tokio::select! {
                 flow = ended() => return flow,
-                () = &mut follow, if following => {
-                    following = false;
+                () = async { follow.as_mut().expect("guarded").await }, if follow.is_some() => {
+                    follow = None;
                     continue;
                 }
                 changed = tools_generation.changed() => changed.is_ok(),
@@ -120,9 +122,9 @@ impl Supervisor {
             else {
                 continue;
             };
+            // The listings are boxed: they would size the task too.
             let tools = if tools_changed {
-                match session
-                    .list_tools(server.max_list_pages, server.connect_timeout)
+                match Box::pin(session.list_tools(server.max_list_pages, server.connect_timeout))
                     .await
                 {
                     Ok(listed) => Arc::new(listed),
@@ -135,16 +137,14 @@ impl Supervisor {
                 tools
             };
             let prompts = if prompts_changed {
-                session
-                    .list_prompts(server.max_list_pages, server.connect_timeout)
+                Box::pin(session.list_prompts(server.max_list_pages, server.connect_timeout))
                     .await
                     .map(Arc::new)
             } else {
                 prompts
             };
             let skills = if skills_changed {
-                session
-                    .list_skills(server.max_list_pages, server.connect_timeout)
+                Box::pin(session.list_skills(server.max_list_pages, server.connect_timeout))
                     .await
                     .map(Arc::new)
             } else {

@@ -31,7 +31,7 @@ pub(super) const LINGER: Duration = Duration::from_secs(5);
 /// A service's peer, held: a leased service stays open while any `Live`
 /// of it exists.
 #[derive(Clone, Debug)]
-pub(super) struct Live {
+pub(crate) struct Live {
     peer: Peer<RoleClient>,
     running: Option<Arc<Running>>,
 }
@@ -97,7 +97,10 @@ pub(super) struct Leases {
     opening: tokio::sync::Mutex<()>,
     transports: Transports,
     client: GatewayClient,
-    info: ServerPeerInfo,
+    /// What the server said it is at connect (its `server/discover`
+    /// answer): kept alone, not in an rmcp `Peer`, whose channel's first
+    /// block (~12 KiB) would outlive the service.
+    info: Arc<ServerPeerInfo>,
     /// The session's: cancelled, no service opens and the open one ends.
     cancel: CancellationToken,
     linger: Duration,
@@ -116,7 +119,7 @@ impl Leases {
     /// its first service `first` (the connect's own) already open.
     pub(super) fn start(
         first: RunningService<RoleClient, GatewayClient>,
-        info: ServerPeerInfo,
+        info: Arc<ServerPeerInfo>,
         transports: Transports,
         cancel: CancellationToken,
         linger: Duration,
@@ -133,6 +136,11 @@ impl Leases {
         });
         leases.install(first);
         leases
+    }
+
+    /// What the server said it is at connect.
+    pub(super) fn info(&self) -> &Arc<ServerPeerInfo> {
+        &self.info
     }
 
     /// Closes the open service (the session ended).
@@ -188,7 +196,7 @@ impl Leases {
         let service = rmcp::service::serve_directly_with_ct(
             self.client.clone(),
             transport,
-            Some(self.info.clone()),
+            Some(ServerPeerInfo::clone(&self.info)),
             self.cancel.child_token(),
         );
         let peer = service.peer().clone();
@@ -251,21 +259,29 @@ pub(super) enum Peers {
     /// One service for the session's life (its loop watched by the
     /// session).
     Standing(Peer<RoleClient>),
-    /// Opened per burst of requests (stateless HTTP sessions).
-    Leased {
-        /// The connect's peer: its service is closed, but it still says
-        /// what the server is (`peer_info`).
-        first: Peer<RoleClient>,
-        leases: Arc<Leases>,
-    },
+    /// Opened per burst of requests (stateless HTTP sessions). No peer is
+    /// kept between them: what the server said it is stays in the leases.
+    Leased(Arc<Leases>),
 }
 
 impl Peers {
-    /// The peer that says what the server is (`peer_info`): never for
-    /// sending on a leased session.
-    pub(super) fn info_peer(&self) -> &Peer<RoleClient> {
+    /// What the server said it is (`initialize` or `server/discover`);
+    /// `None` before the handshake.
+    pub(super) fn peer_info(&self) -> Option<Arc<ServerPeerInfo>> {
         match self {
-            Peers::Standing(peer) | Peers::Leased { first: peer, .. } => peer,
+            Peers::Standing(peer) => peer.peer_info(),
+            Peers::Leased(leases) => Some(leases.info().clone()),
+        }
+    }
+
+    /// Whether the server said it speaks a revision without `initialize`
+    /// (2026-07-28 or later).
+    pub(super) fn is_stateless(&self) -> bool {
+        match self {
+            Peers::Standing(peer) => peer
+                .peer_info()
+                .is_some_and(|info| !info.protocol_version.has_initialize()),
+            Peers::Leased(leases) => !leases.info().protocol_version.has_initialize(),
         }
     }
 
@@ -276,7 +292,7 @@ impl Peers {
                 peer: peer.clone(),
                 running: None,
             }),
-            Peers::Leased { leases, .. } => leases.hold().await,
+            Peers::Leased(leases) => leases.hold().await,
         }
     }
 
@@ -284,7 +300,7 @@ impl Peers {
     pub(super) fn leases(&self) -> Option<&Arc<Leases>> {
         match self {
             Peers::Standing(_) => None,
-            Peers::Leased { leases, .. } => Some(leases),
+            Peers::Leased(leases) => Some(leases),
         }
     }
 }

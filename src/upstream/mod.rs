@@ -34,7 +34,7 @@ use rmcp::model::{
     ClientRequest, Prompt, RequestId, ServerResult, Tool,
 };
 use rmcp::service::PeerRequestOptions;
-use rmcp::service::{Peer, RoleClient, RunningService};
+use rmcp::service::{RoleClient, RunningService};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -351,30 +351,20 @@ impl Connecting<'_> {
             label,
         )
         .await;
-        let peer = service.peer().clone();
         let client = service.service().clone();
         let pid = group.as_ref().map(stdio::Group::pid);
         let (end_tx, end) = watch::channel(End::Running);
-        let (peers, end_tx) = match (transports, peer.peer_info()) {
+        let info = service.peer().peer_info();
+        let (peers, end_tx) = match (transports, info) {
             // Stateless over HTTP: the connect's service is the first
             // lease; the session ends only when closed.
             (Some(transports), Some(info)) => {
-                let leases = lease::Leases::start(
-                    service,
-                    (*info).clone(),
-                    transports,
-                    cancel.clone(),
-                    lease::LINGER,
-                );
-                (
-                    lease::Peers::Leased {
-                        first: peer,
-                        leases,
-                    },
-                    Some(end_tx),
-                )
+                let leases =
+                    lease::Leases::start(service, info, transports, cancel.clone(), lease::LINGER);
+                (lease::Peers::Leased(leases), Some(end_tx))
             }
             _ => {
+                let peer = service.peer().clone();
                 // Every end of the session passes here (closed, evicted,
                 // replaced, dropped, the server exited or crashed): once
                 // the service loop is over, the session is reported ended
@@ -881,21 +871,15 @@ impl Session {
         self.client.events()
     }
 
-    /// The session's rmcp peer as of connect, for what the server said it
-    /// is (`peer_info`), and for `toolgate conformance-client`, whose
-    /// sessions keep their service. A leased session's is closed between
-    /// requests: send with [`Session::hold`].
-    pub(crate) fn peer(&self) -> &Peer<RoleClient> {
-        self.peers.info_peer()
-    }
-
     /// A peer to send on, held (a leased session's service stays open
-    /// while it is, and is opened now if none is).
+    /// while it is, and is opened now if none is). Besides the session's
+    /// own requests, for `toolgate conformance-client`, which drives
+    /// requests the gateway does not make.
     ///
     /// # Errors
     /// A leased session is closed, or opening its service failed (the
     /// transport, or `server/discover`).
-    async fn hold(&self) -> Result<lease::Live, UpstreamError> {
+    pub(crate) async fn hold(&self) -> Result<lease::Live, UpstreamError> {
         self.peers.hold().await.map_err(|error| match error {
             lease::OpenError::Upstream(error) => error,
             lease::OpenError::Service(error) => self.classify(error, false),

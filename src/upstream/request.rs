@@ -139,7 +139,6 @@ impl Session {
     #[must_use]
     pub fn server_capabilities(&self) -> ServerCapabilities {
         self.peers
-            .info_peer()
             .peer_info()
             .map(|info| info.capabilities.clone())
             .unwrap_or_default()
@@ -150,10 +149,7 @@ impl Session {
     /// instead of `resources/subscribe`).
     #[must_use]
     pub fn is_stateless(&self) -> bool {
-        self.peers
-            .info_peer()
-            .peer_info()
-            .is_some_and(|info| !info.protocol_version.has_initialize())
+        self.peers.is_stateless()
     }
 
     /// What is taken out of what the server sends back: configured

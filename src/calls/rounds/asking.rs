@@ -43,11 +43,7 @@ pub(crate) fn round_span(era: &'static str, round: u32) -> tracing::Span {
 
 /// The protocol revision of a session's questions, as spans name it.
 pub(crate) fn era(session: &Session) -> &'static str {
-    let stateless = session
-        .peer()
-        .peer_info()
-        .is_some_and(|info| !info.protocol_version.has_initialize());
-    if stateless {
+    if session.is_stateless() {
         "2026-07-28"
     } else {
         "2025-11-25"

@@ -67,7 +67,7 @@ impl Client<'_> {
         tool: &str,
         arguments: JsonObject,
     ) -> anyhow::Result<CallToolResult> {
-        let peer = self.session.peer();
+        let peer = self.session.hold().await?;
         let mut params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
         for _ in 0..=MAX_INPUT_ROUNDS {
             let response = tokio::time::timeout(CALL_TIMEOUT, peer.call_tool_once(params.clone()))
@@ -87,7 +87,7 @@ impl Client<'_> {
 
     /// `resources/list`, then `resources/read` of each (stateless only).
     pub(super) async fn read_every_resource(&self) -> anyhow::Result<()> {
-        let peer = self.session.peer();
+        let peer = self.session.hold().await?;
         let resources = peer.list_all_resources().await.context("resources/list")?;
         for resource in resources {
             let uri = resource.uri.clone();
@@ -144,7 +144,7 @@ impl Client<'_> {
 
     /// `prompts/list`, then `prompts/get` of each (stateless only).
     pub(super) async fn get_every_prompt(&self) -> anyhow::Result<()> {
-        let peer = self.session.peer();
+        let peer = self.session.hold().await?;
         let prompts = peer.list_all_prompts().await.context("prompts/list")?;
         for prompt in prompts {
             let name = prompt.name.clone();
