@@ -43,15 +43,26 @@ pub async fn throughput(
     in_flight: usize,
     duration: Duration,
 ) -> anyhow::Result<(f64, u64)> {
+    throughput_bounded(call, in_flight, duration, u64::MAX).await
+}
+
+/// [`throughput`] that also stops after `max_calls` calls, whichever ends
+/// first.
+pub async fn throughput_bounded(
+    call: &CallFn,
+    in_flight: usize,
+    duration: Duration,
+    max_calls: u64,
+) -> anyhow::Result<(f64, u64)> {
+    let taken = Arc::new(AtomicU64::new(0));
     let done = Arc::new(AtomicU64::new(0));
     let deadline = Instant::now() + duration;
     let started = Instant::now();
     let mut workers = Vec::new();
     for _ in 0..in_flight {
-        let call = call.clone();
-        let done = done.clone();
+        let (call, taken, done) = (call.clone(), taken.clone(), done.clone());
         workers.push(tokio::spawn(async move {
-            while Instant::now() < deadline {
+            while Instant::now() < deadline && taken.fetch_add(1, Ordering::Relaxed) < max_calls {
                 call().await?;
                 done.fetch_add(1, Ordering::Relaxed);
             }

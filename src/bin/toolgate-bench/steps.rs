@@ -291,35 +291,6 @@ fn row(step: &'static str, case: &'static str, gateway: usize, call: CallFn) -> 
     }
 }
 
-/// Calls per second and the calls made with [`IN_FLIGHT`] workers, for
-/// `duration` or `max_calls`, whichever ends first.
-async fn throughput(
-    call: &CallFn,
-    duration: Duration,
-    max_calls: u64,
-) -> anyhow::Result<(f64, u64)> {
-    let taken = Arc::new(AtomicU64::new(0));
-    let done = Arc::new(AtomicU64::new(0));
-    let deadline = Instant::now() + duration;
-    let started = Instant::now();
-    let mut workers = Vec::new();
-    for _ in 0..IN_FLIGHT {
-        let (call, taken, done) = (call.clone(), taken.clone(), done.clone());
-        workers.push(tokio::spawn(async move {
-            while Instant::now() < deadline && taken.fetch_add(1, Ordering::Relaxed) < max_calls {
-                call().await?;
-                done.fetch_add(1, Ordering::Relaxed);
-            }
-            anyhow::Ok(())
-        }));
-    }
-    for worker in workers {
-        worker.await??;
-    }
-    let calls = done.load(Ordering::Relaxed);
-    Ok((calls as f64 / started.elapsed().as_secs_f64(), calls))
-}
-
 /// The p50 (ms) of at most `n` sequential calls within `limit`.
 async fn p50(call: &CallFn, n: usize, limit: Duration) -> anyhow::Result<f64> {
     let started = Instant::now();
@@ -365,7 +336,8 @@ async fn measure_row(
     let postmaster = postmaster.filter(|_| gateway.sqlite.is_none());
     let pg_before = postmaster.map(pg_cpu_seconds);
     let before = measure::cpu_seconds(pid);
-    let (rate, calls) = throughput(&row.call, duration, max_calls).await?;
+    let (rate, calls) =
+        measure::throughput_bounded(&row.call, IN_FLIGHT, duration, max_calls).await?;
     let after = measure::cpu_seconds(pid);
     let per_call = |seconds: f64| seconds * 1000.0 / calls.max(1) as f64;
     if let (Some(pid), Some(before)) = (postmaster, pg_before) {
