@@ -277,12 +277,8 @@ impl Peers {
     /// Whether the server said it speaks a revision without `initialize`
     /// (2026-07-28 or later).
     pub(super) fn is_stateless(&self) -> bool {
-        match self {
-            Peers::Standing(peer) => peer
-                .peer_info()
-                .is_some_and(|info| !info.protocol_version.has_initialize()),
-            Peers::Leased(leases) => !leases.info().protocol_version.has_initialize(),
-        }
+        self.peer_info()
+            .is_some_and(|info| !info.protocol_version.has_initialize())
     }
 
     /// A peer to send on, held while the result lives.
